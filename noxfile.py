@@ -1,0 +1,37 @@
+"""Developer sessions: tests, lint, typecheck, bench, examples."""
+
+import nox
+
+nox.options.sessions = ["tests", "lint"]
+nox.options.default_venv_backend = "venv"
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "pytest", "-q", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff")
+    session.run("ruff", "check", "partitioner", "tests", "benchmarks", "examples")
+    session.run("ruff", "format", "--check", "partitioner", "tests", "benchmarks", "examples")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    session.install("-e", ".", "mypy")
+    session.run("mypy", "partitioner")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    session.install("-e", ".", "matplotlib")
+    session.run("python", "benchmarks/run_all.py", *session.posargs)
+
+
+@nox.session
+def examples(session: nox.Session) -> None:
+    session.install("-e", ".")
+    session.run("python", "examples/quickstart.py")

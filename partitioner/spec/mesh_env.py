@@ -1,0 +1,89 @@
+"""The mesh context: which devices and axis names a call runs over.
+
+Why share jax's resource stack instead of keeping our own: users mix
+``with partitioner.mesh(...)`` and ``with jax.sharding.Mesh(...)`` and expect the
+innermost to win either way. One stack gives that for free, plus thread-locality.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+from jax.sharding import AxisType, Mesh
+
+from .. import _jax_private
+from .._errors import MSG_BAD_MESH, MSG_NO_MESH
+
+
+def as_auto_mesh(m: Mesh) -> Mesh:
+    """``m`` with every axis of type Auto.
+
+    jax 0.10.2's ``make_mesh`` defaults to Explicit axes, which change how jax
+    types sharded values; partitioner's specs are the Auto (GSPMD-style) model,
+    so it always works on the Auto twin of a mesh. Meshes are interned, so the
+    twin of an equal mesh is the same object (no retrace).
+    """
+    auto = (AxisType.Auto,) * len(m.axis_names)
+    if tuple(m.axis_types) == auto:
+        return m
+    return Mesh(m.devices, m.axis_names, axis_types=auto)
+
+
+def make_mesh(devices: Any, axis_names: Sequence[Any]) -> Mesh:
+    """Validate ``(devices, axis_names)`` and build an Auto-typed jax Mesh."""
+    if isinstance(axis_names, str):
+        axis_names = (axis_names,)
+    if not isinstance(axis_names, (tuple, list)):
+        raise TypeError(MSG_BAD_MESH.format(detail=f"axis_names must be a tuple or list, got {type(axis_names).__name__}"))
+    names = tuple(axis_names)
+    arr = devices if isinstance(devices, np.ndarray) else np.array(list(devices), dtype=object)
+    if arr.ndim != len(names):
+        raise ValueError(
+            MSG_BAD_MESH.format(
+                detail=f"devices has {arr.ndim} dimensions (shape {arr.shape}) but {len(names)} axis names {names} were given"
+            )
+        )
+    if len(set(names)) != len(names):
+        raise ValueError(MSG_BAD_MESH.format(detail=f"axis names {names} repeat a name"))
+    if arr.size == 0:
+        raise ValueError(MSG_BAD_MESH.format(detail="devices is empty"))
+    return Mesh(arr, names, axis_types=(AxisType.Auto,) * len(names))
+
+
+@contextlib.contextmanager
+def mesh(devices: Any, axis_names: Sequence[Any]) -> Iterator[Mesh]:
+    """Run the block with ``devices`` arranged as a mesh with ``axis_names``.
+
+    Thread-local and nestable; the innermost mesh wins and the previous one is
+    restored on exit, also when the block raises. Usable as a decorator too.
+
+    Args:
+        devices: a numpy object array of jax devices, one dimension per axis.
+        axis_names: one name per dimension of ``devices``.
+
+    Yields:
+        The ``jax.sharding.Mesh`` now in context.
+    """
+    m = make_mesh(devices, axis_names)
+    _jax_private.push_mesh(m)
+    try:
+        yield m
+    finally:
+        _jax_private.pop_mesh()
+
+
+def current_mesh(api: str) -> Mesh:
+    """The innermost mesh in context (Auto-typed), or a RuntimeError naming ``api``."""
+    m = _jax_private.ambient_mesh()
+    if m is None:
+        raise RuntimeError(MSG_NO_MESH.format(api=api))
+    return as_auto_mesh(m)
+
+
+def maybe_current_mesh() -> Mesh | None:
+    """The innermost mesh in context (Auto-typed), or None."""
+    m = _jax_private.ambient_mesh()
+    return None if m is None else as_auto_mesh(m)

@@ -1,0 +1,300 @@
+"""Convert between partition specs and XLA's ``OpSharding`` (both directions).
+
+Device numbers in an OpSharding are *positions* in ``mesh.devices.flat`` (the
+executable's device assignment is the flattened mesh), never device ids, so
+everything here works on fake devices too.
+
+NOTE [mesh axis order]: a spec is a tiling of the mesh. Transpose the array of
+device positions so that the axes the spec names come first, in spec order (major
+to minor), followed by the unused axes in mesh order; reshape to one tile
+dimension per array dimension plus a trailing replicated dimension holding the
+unused axes. Size-1 mesh axes change no position, so (as jax does) they are
+dropped: a spec over size-1 axes only is replicated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from jax.sharding import Mesh
+
+from .._errors import MSG_UNPARSEABLE_OP_SHARDING
+from .._jax_private import xla_client as xc
+from .parsed import REPLICATED, ParsedPartitionSpec
+from .partition_spec import PartitionSpec, is_spec
+
+OpSharding = xc.OpSharding
+HloSharding = xc.HloSharding
+
+
+def _as_parsed(axis_resources: Any) -> ParsedPartitionSpec:
+    if isinstance(axis_resources, ParsedPartitionSpec):
+        return axis_resources
+    if axis_resources is None or is_spec(axis_resources):
+        return ParsedPartitionSpec.from_user_input(
+            axis_resources, "get_aval_sharding_proto axis_resources", allow_unconstrained=True
+        )
+    raise TypeError(
+        f"get_aval_sharding_proto: axis_resources must be a PartitionSpec, a ParsedPartitionSpec "
+        f"or None, got {type(axis_resources).__name__}"
+    )
+
+
+def _tiling(ndim: int, spec: ParsedPartitionSpec, mesh: Mesh) -> tuple[list[int], list[int], list[int], bool] | None:
+    """``(tile_dims, reshape_dims, perm, replicate_last)`` for ``spec``, or None if replicated.
+
+    ``reshape_dims``/``perm`` are over the mesh's non-size-1 axes (see NOTE [mesh axis order]).
+    """
+    sizes = dict(mesh.shape)
+    names = [a for a in mesh.axis_names if sizes[a] != 1]
+    for axis in spec.mesh_axes:
+        if axis not in sizes:
+            raise ValueError(
+                f"get_aval_sharding_proto: the spec {spec.describe()} names mesh axis {axis!r}, "
+                f"which is not in the mesh (axes {tuple(mesh.axis_names)})."
+            )
+    if len(spec.partitions) > ndim:
+        raise ValueError(
+            f"get_aval_sharding_proto: the spec {spec.describe()} is longer than the value's "
+            f"rank {ndim}."
+        )
+    used = [a for a in spec.mesh_axes if sizes[a] != 1]
+    if not used:
+        return None
+    unused = [a for a in names if a not in used]
+    parts = list(spec.partitions) + [()] * (ndim - len(spec.partitions))
+    tile_dims = [math.prod(sizes[a] for a in axes) for axes in parts]
+    replicate_last = bool(unused)
+    if replicate_last:
+        tile_dims.append(math.prod(sizes[a] for a in unused))
+    perm = [names.index(a) for a in used + unused]
+    return tile_dims, [sizes[a] for a in names], perm, replicate_last
+
+
+def get_aval_sharding_proto(
+    aval: Any, axis_resources: Any, mesh: Mesh, *, encoding: str = "explicit"
+) -> OpSharding:
+    """The ``OpSharding`` that lays a value of ``aval.shape`` out as the spec says.
+
+    Args:
+        aval: anything with a ``.shape``.
+        axis_resources: a PartitionSpec (ours or jax's), a ParsedPartitionSpec or None.
+        mesh: a ``jax.sharding.Mesh``; its devices may be any objects.
+        encoding: ``"explicit"`` (``tile_assignment_devices``) or ``"iota"``
+            (``iota_reshape_dims`` + ``iota_transpose_perm``); the same sharding.
+
+    Returns:
+        REPLICATED for a spec that partitions nothing; otherwise OTHER, tiled as in
+        NOTE [mesh axis order]. ``HloSharding.from_proto`` of it equals jax's
+        ``NamedSharding(mesh, spec)._to_xla_hlo_sharding(ndim)``.
+    """
+    spec = _as_parsed(axis_resources)
+    tiling = _tiling(len(aval.shape), spec, mesh)
+    proto = OpSharding()
+    if tiling is None:
+        proto.type = OpSharding.Type.REPLICATED
+        return proto
+    tile_dims, reshape_dims, perm, replicate_last = tiling
+    proto.type = OpSharding.Type.OTHER
+    proto.tile_assignment_dimensions = tile_dims
+    if encoding == "iota":
+        proto.iota_reshape_dims = reshape_dims
+        proto.iota_transpose_perm = perm
+    elif encoding == "explicit":
+        positions = np.arange(math.prod(reshape_dims)).reshape(reshape_dims)
+        proto.tile_assignment_devices = [int(d) for d in positions.transpose(perm).flat]
+    else:
+        raise ValueError(f"encoding must be 'explicit' or 'iota', got {encoding!r}")
+    proto.replicate_on_last_tile_dim = replicate_last
+    return proto
+
+
+def get_hlo_sharding(aval: Any, axis_resources: Any, mesh: Mesh) -> HloSharding:
+    """:func:`get_aval_sharding_proto` as an ``HloSharding`` (what ``mhlo.sharding`` prints)."""
+    return HloSharding.from_proto(get_aval_sharding_proto(aval, axis_resources, mesh, encoding="iota"))
+
+
+def hlo_sharding_text(aval: Any, axis_resources: Any, mesh: Mesh) -> str:
+    """The GSPMD ``mhlo.sharding`` attribute text, e.g. ``{devices=[2,1,4]<=[8] last_tile_dim_replicate}``."""
+    return str(get_hlo_sharding(aval, axis_resources, mesh))
+
+
+# --- Shardy ---
+
+
+def _quote(axis: Any) -> str:
+    return '"' + str(axis).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def sdy_mesh_text(mesh: Mesh) -> str:
+    """The body of an ``sdy.mesh`` op: ``<["a"=2, "b"=4]>``.
+
+    No ``device_ids`` are needed: the executable's device assignment is the
+    flattened mesh, so logical device ``i`` is position ``i``.
+    """
+    axes = ", ".join(f"{_quote(a)}={s}" for a, s in mesh.shape.items())
+    return f"<[{axes}]>"
+
+
+def sdy_sharding_text(ndim: int, axis_resources: Any, mesh_name: str = "mesh") -> str:
+    """A Shardy ``#sdy.sharding`` for the spec, e.g. ``#sdy.sharding<@mesh, [{"a"}, {?}]>``.
+
+    Unconstrained dims are open (``{?}``); every other dim is closed, so XLA
+    neither adds axes to it nor drops them.
+    """
+    spec = _as_parsed(axis_resources)
+    parts = list(spec.partitions) + [()] * (ndim - len(spec.partitions))
+    dims = []
+    for d, axes in enumerate(parts):
+        if d in spec.unconstrained_dims:
+            dims.append("{?}")
+        else:
+            dims.append("{" + ", ".join(_quote(a) for a in axes) + "}")
+    return f"#sdy.sharding<@{mesh_name}, [{', '.join(dims)}]>"
+
+
+# --- OpSharding -> spec ---
+
+
+def _device_order(proto: OpSharding) -> np.ndarray:
+    """The flat tile assignment, whichever encoding the proto uses."""
+    if len(proto.iota_reshape_dims):
+        reshape = list(proto.iota_reshape_dims)
+        perm = list(proto.iota_transpose_perm) or list(range(len(reshape)))
+        return np.arange(math.prod(reshape)).reshape(reshape).transpose(perm).reshape(-1)
+    return np.asarray(list(proto.tile_assignment_devices), dtype=np.int64)
+
+
+class _Unparseable(Exception):
+    pass
+
+
+def unflatten_superdims(assignment: Sequence[int]) -> list[tuple[int, int]]:
+    """Split a flat assignment into ``(size, stride)`` runs, minor-most first.
+
+    Property (tested): if it returns ``dims`` then building
+    ``np.arange(n)`` as nested strided runs in that order reproduces ``assignment``:
+    ``assignment[k] == sum(((k // prod(sizes before i)) % size_i) * stride_i)``.
+    A run of size ``s`` and stride ``t`` may span several mesh axes at once
+    (``np.arange(8)`` is one run); :func:`explode_superdims` splits it.
+    """
+    flat = np.asarray(assignment, dtype=np.int64)
+    if flat.size == 0 or flat[0] != 0:
+        raise _Unparseable("the assignment does not start at device position 0")
+    dims: list[tuple[int, int]] = []
+    while flat.size > 1:
+        stride = int(flat[1])
+        size = 1
+        while size < flat.size and flat[size] == size * stride:
+            size += 1
+        if size < 2 or flat.size % size:
+            raise _Unparseable("the assignment is not a transposition of the mesh")
+        dims.append((size, stride))
+        flat = flat[::size]
+    return dims
+
+
+def explode_superdims(
+    sizes: Sequence[int], strides: Sequence[int], dims: Sequence[tuple[int, int]]
+) -> list[int]:
+    """Map ``(size, stride)`` runs onto mesh axes; return axis indices, minor-most first.
+
+    A run starting at axis ``i``'s stride covers axis ``i``, then the next more
+    major axis, and so on until its size is used up.
+    """
+    by_stride = {st: i for i, st in enumerate(strides)}
+    out: list[int] = []
+    for size, stride in dims:
+        while size > 1:
+            i = by_stride.get(stride)
+            if i is None or size % sizes[i]:
+                raise _Unparseable(f"a run of {size} devices with stride {stride} does not follow mesh axes")
+            out.append(i)
+            size //= sizes[i]
+            stride *= sizes[i]
+    return out
+
+
+def _axis_order(proto: OpSharding, mesh: Mesh) -> list[Any]:
+    """Mesh axes (non-size-1) in the major-to-minor order the tile assignment uses."""
+    mesh_sizes = dict(mesh.shape)
+    names = [a for a in mesh.axis_names if mesh_sizes[a] != 1]
+    sizes = [mesh_sizes[a] for a in names]
+    strides = [math.prod(sizes[i + 1 :]) for i in range(len(sizes))]
+    devices = _device_order(proto)
+    if devices.size != math.prod(sizes) or sorted(devices.tolist()) != list(range(devices.size)):
+        raise _Unparseable(
+            f"it assigns {devices.size} tiles but the mesh has {math.prod(sizes)} devices"
+        )
+    order = explode_superdims(sizes, strides, unflatten_superdims(devices))[::-1]
+    perm_sizes = [sizes[i] for i in order]
+    rebuilt = np.arange(devices.size).reshape(sizes).transpose(order).reshape(-1) if order else np.zeros(1, int)
+    if len(perm_sizes) != len(sizes) or not np.array_equal(rebuilt, devices):
+        raise _Unparseable("the tile assignment is not a transposition of the mesh devices")
+    return [names[i] for i in order]
+
+
+def parse_op_sharding_parsed(op_sharding: Any, mesh: Mesh) -> ParsedPartitionSpec | list[Any]:
+    """The inverse of :func:`get_aval_sharding_proto`, as a ParsedPartitionSpec.
+
+    Accepts OpSharding or HloSharding; REPLICATED, OTHER (explicit or iota device
+    lists, ``replicate_on_last_tile_dim`` or replicated ``last_tile_dims``) and
+    TUPLE (a list of results).
+
+    Raises:
+        ValueError: the sharding is not expressible as a spec over ``mesh``
+            (MAXIMAL, MANUAL, a device order that does not follow mesh axes, or
+            a tile that splits a mesh axis).
+    """
+    proto = op_sharding.to_proto() if isinstance(op_sharding, HloSharding) else op_sharding
+    kind = proto.type
+    T = OpSharding.Type
+    if kind == T.TUPLE:
+        return [parse_op_sharding_parsed(s, mesh) for s in proto.tuple_shardings]
+    if kind == T.REPLICATED:
+        return REPLICATED
+    try:
+        if kind != T.OTHER:
+            raise _Unparseable(f"sharding type {kind.name} has no PartitionSpec")
+        tile_dims = list(proto.tile_assignment_dimensions)
+        n_trailing = 1 if proto.replicate_on_last_tile_dim else len(proto.last_tile_dims)
+        if any(t != T.REPLICATED for t in proto.last_tile_dims):
+            raise _Unparseable("only replicated subgroups have a PartitionSpec")
+        if math.prod(tile_dims) != _device_order(proto).size:
+            raise _Unparseable(f"tile dimensions {tile_dims} do not multiply to the device count")
+        order = iter(_axis_order(proto, mesh))
+        sizes = dict(mesh.shape)
+        partitions: list[tuple[Any, ...]] = []
+        for tile in tile_dims[: len(tile_dims) - n_trailing]:
+            axes: list[Any] = []
+            while tile > 1:
+                axis = next(order, None)
+                if axis is None or tile % sizes[axis]:
+                    raise _Unparseable(f"a tile dimension of {tile} splits a mesh axis")
+                axes.append(axis)
+                tile //= sizes[axis]
+            partitions.append(tuple(axes))
+    except _Unparseable as e:
+        raise ValueError(
+            MSG_UNPARSEABLE_OP_SHARDING.format(op_sharding=proto, mesh_shape=dict(mesh.shape), detail=e)
+        ) from None
+    while partitions and partitions[-1] == ():
+        partitions.pop()
+    return ParsedPartitionSpec(PartitionSpec(*partitions), partitions)
+
+
+def parse_op_sharding(op_sharding: Any, mesh: Mesh) -> PartitionSpec | list[Any]:
+    """The spec an OpSharding (or HloSharding) lays out over ``mesh``.
+
+    Returns a :class:`PartitionSpec` with trailing unpartitioned dims omitted (a
+    list of them for a TUPLE sharding). See :func:`parse_op_sharding_parsed`.
+    """
+    def to_spec(parsed: ParsedPartitionSpec | list[Any]) -> PartitionSpec | list[Any]:
+        if isinstance(parsed, list):
+            return [to_spec(p) for p in parsed]
+        return parsed.to_partition_spec()
+
+    return to_spec(parse_op_sharding_parsed(op_sharding, mesh))

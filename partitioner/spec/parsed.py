@@ -1,0 +1,186 @@
+"""``ParsedPartitionSpec``: the internal, normalised form of a user spec.
+
+Why a second type: transformation rules rewrite specs (vmap inserts a batch
+dimension, transposition swaps inputs and outputs). Error messages must still
+quote what the user wrote, but only while that is still truthful. The sync level
+records how far ``partitions`` has drifted from the user's spec.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+
+from .._errors import MSG_DUPLICATE_AXIS, MSG_NOT_A_SPEC, MSG_UNCONSTRAINED_IN_PJIT
+from .partition_spec import UNCONSTRAINED, AxisName, PartitionSpec, as_spec, is_spec
+
+
+class SpecSync(enum.IntEnum):
+    """How far ``partitions`` may differ from the user's spec."""
+
+    OUT_OF_SYNC = 0  # arbitrary changes, e.g. a new partitioned axis was inserted
+    DIM_PERMUTE = 1  # dims inserted/permuted, but no new mesh axes
+    IN_SYNC = 2  # exactly what the user wrote
+
+
+class ParsedPartitionSpec:
+    """A spec as a tuple of axis-name tuples, one per leading dimension.
+
+    Invariants: ``partitions[d]`` is a tuple of mesh axis names (``()`` means
+    unpartitioned); no axis name appears twice; ``d in unconstrained_dims`` implies
+    ``partitions[d] == ()``. Equality and hashing ignore the user's spec (which only
+    feeds messages), so two spellings of one layout share caches.
+    """
+
+    __slots__ = ("partitions", "unconstrained_dims", "unsafe_user_spec", "sync")
+    partitions: tuple[tuple[AxisName, ...], ...]
+    unconstrained_dims: frozenset[int]
+    unsafe_user_spec: Any
+    sync: SpecSync
+
+    def __init__(
+        self,
+        user_spec: Any,
+        partitions: tuple[tuple[AxisName, ...], ...] | list[tuple[AxisName, ...]],
+        sync: SpecSync = SpecSync.IN_SYNC,
+        unconstrained_dims: frozenset[int] = frozenset(),
+    ) -> None:
+        object.__setattr__(self, "partitions", tuple(tuple(p) for p in partitions))
+        object.__setattr__(self, "unconstrained_dims", frozenset(unconstrained_dims))
+        object.__setattr__(self, "unsafe_user_spec", user_spec)
+        object.__setattr__(self, "sync", SpecSync(sync))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("ParsedPartitionSpec is immutable")
+
+    # --- user spec, for messages ---
+
+    @property
+    def user_spec(self) -> Any:
+        """The user's spec; only valid while fully in sync."""
+        return self.unsynced_user_spec(SpecSync.IN_SYNC)
+
+    def unsynced_user_spec(self, min_sync: SpecSync) -> Any:
+        if self.sync < min_sync:
+            raise AssertionError(
+                f"internal error: spec sync {self.sync!r} below {min_sync!r}; please report"
+            )
+        return self.unsafe_user_spec
+
+    def describe(self) -> str:
+        """The spec as the user wrote it when still truthful, else the parsed form."""
+        if self.sync == SpecSync.IN_SYNC and self.unsafe_user_spec is not None:
+            return repr(self.unsafe_user_spec)
+        return repr(self.to_partition_spec())
+
+    # --- construction ---
+
+    @classmethod
+    def from_user_input(
+        cls, entry: Any, arg_name: str, *, allow_unconstrained: bool = False
+    ) -> ParsedPartitionSpec:
+        """Parse one spec leaf (a PartitionSpec of either kind, or ``None``).
+
+        Raises:
+            TypeError: ``entry`` is not a spec or ``None``.
+            ValueError: an axis repeats, or UNCONSTRAINED where it is not allowed.
+        """
+        if entry is None:
+            return cls(None, ())
+        if not is_spec(entry):
+            raise TypeError(
+                MSG_NOT_A_SPEC.format(
+                    where=arg_name, value=entry, type_name=type(entry).__name__
+                )
+            )
+        spec = as_spec(entry)
+        partitions: list[tuple[AxisName, ...]] = []
+        unconstrained: set[int] = set()
+        seen: set[AxisName] = set()
+        for dim, p in enumerate(spec):
+            if p is UNCONSTRAINED:
+                if not allow_unconstrained:
+                    raise ValueError(
+                        MSG_UNCONSTRAINED_IN_PJIT.format(where=arg_name, spec=entry, dim=dim)
+                    )
+                unconstrained.add(dim)
+                partitions.append(())
+                continue
+            axes = () if p is None else (p if isinstance(p, tuple) else (p,))
+            for axis in axes:
+                if axis in seen:
+                    raise ValueError(
+                        MSG_DUPLICATE_AXIS.format(where=arg_name, spec=entry, axis=axis)
+                    )
+                seen.add(axis)
+            partitions.append(axes)
+        return cls(entry, partitions, unconstrained_dims=frozenset(unconstrained))
+
+    def insert_axis_partitions(self, dim: int, axes: tuple[AxisName, ...]) -> ParsedPartitionSpec:
+        """A spec with a new dimension at ``dim`` partitioned over ``axes``.
+
+        Used by vmap: the batch dimension comes in unpartitioned (``axes == ()``,
+        the user's spec is still meaningful up to a permutation) or over the
+        ``spmd_axis_name`` (new axes: out of sync).
+        """
+        parts = self.partitions + ((),) * max(0, dim - len(self.partitions))
+        new_parts = parts[:dim] + (tuple(axes),) + parts[dim:]
+        unconstrained = frozenset(d if d < dim else d + 1 for d in self.unconstrained_dims)
+        sync = min(self.sync, SpecSync.DIM_PERMUTE if not axes else SpecSync.OUT_OF_SYNC)
+        return ParsedPartitionSpec(self.unsafe_user_spec, new_parts, sync, unconstrained)
+
+    # --- views ---
+
+    @property
+    def mesh_axes(self) -> tuple[AxisName, ...]:
+        """Every mesh axis used, in spec order (major to minor)."""
+        return tuple(a for axes in self.partitions for a in axes)
+
+    def to_partition_spec(self) -> PartitionSpec:
+        """Our PartitionSpec for these partitions (trailing unpartitioned dims dropped)."""
+        entries: list[Any] = [
+            UNCONSTRAINED if d in self.unconstrained_dims else (axes or None)
+            for d, axes in enumerate(self.partitions)
+        ]
+        while entries and entries[-1] is None:
+            entries.pop()
+        return PartitionSpec(*entries)
+
+    def to_jax(self) -> jax.sharding.PartitionSpec:
+        return self.to_partition_spec().to_jax()
+
+    # --- value semantics ---
+
+    def _key(self) -> tuple[Any, ...]:
+        parts = list(self.partitions)
+        while parts and parts[-1] == () and len(parts) - 1 not in self.unconstrained_dims:
+            parts.pop()
+        return (tuple(parts), self.unconstrained_dims, self.sync)
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ParsedPartitionSpec):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __len__(self) -> int:
+        return len(self.partitions)
+
+    def __getitem__(self, i: int) -> tuple[AxisName, ...]:
+        return self.partitions[i]
+
+    def __iter__(self) -> Iterator[tuple[AxisName, ...]]:
+        return iter(self.partitions)
+
+    def __repr__(self) -> str:
+        extra = f", unconstrained_dims={sorted(self.unconstrained_dims)}" if self.unconstrained_dims else ""
+        return f"ParsedPartitionSpec(partitions={self.partitions}, sync={self.sync.name}{extra})"
+
+
+#: The fully replicated spec (what a ``None`` leaf means).
+REPLICATED = ParsedPartitionSpec(None, ())

@@ -1,0 +1,112 @@
+"""Spec trees: parse every leaf, and broadcast a prefix tree over a value tree.
+
+Why our own prefix matching: errors must name the *key path* where the spec tree
+and the argument tree part ways (``in_axis_resources[1]['w']``), and spec trees
+treat ``None`` as a leaf (replicated) while value trees treat it as an empty node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+from jax.tree_util import KeyPath, keystr
+
+from .._errors import MSG_NOT_A_PREFIX
+from .parsed import REPLICATED, ParsedPartitionSpec
+from .partition_spec import is_spec
+
+
+def is_spec_leaf(x: Any) -> bool:
+    """Leaves of a spec tree: specs of either kind, parsed specs and ``None``."""
+    return x is None or is_spec(x) or isinstance(x, ParsedPartitionSpec)
+
+
+def prepare_axis_resources(
+    tree: Any, arg_name: str, *, allow_unconstrained: bool = False
+) -> Any:
+    """Parse every leaf of a spec tree into a :class:`ParsedPartitionSpec`.
+
+    ``None`` leaves become :data:`REPLICATED`; a top-level list is read as a tuple
+    (users write ``[P('x'), None]`` for the argument tuple). Anything that is not a
+    spec, ``None`` or a container is rejected with a TypeError naming its path.
+    """
+    if isinstance(tree, list):
+        tree = tuple(tree)
+
+    def parse(path: KeyPath, leaf: Any) -> ParsedPartitionSpec:
+        where = f"{arg_name}{keystr(path)}"
+        if isinstance(leaf, ParsedPartitionSpec):
+            return leaf
+        if leaf is None:
+            return REPLICATED
+        return ParsedPartitionSpec.from_user_input(
+            leaf, where, allow_unconstrained=allow_unconstrained
+        )
+
+    def reject_non_spec(path: KeyPath, leaf: Any) -> Any:
+        if not is_spec_leaf(leaf):
+            # from_user_input raises the TypeError with the path.
+            ParsedPartitionSpec.from_user_input(leaf, f"{arg_name}{keystr(path)}")
+        return leaf
+
+    jax.tree_util.tree_map_with_path(reject_non_spec, tree, is_leaf=is_spec_leaf)
+    return jax.tree_util.tree_map_with_path(parse, tree, is_leaf=is_spec_leaf)
+
+
+def _one_level(x: Any, is_leaf: Callable[[Any], bool] | None) -> tuple[Any, list[tuple[Any, Any]]]:
+    """``(node_data, [(key, child), ...])`` of ``x``; node_data is None for a leaf."""
+    if is_leaf is not None and is_leaf(x):
+        return None, []
+    kids, treedef = jax.tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
+    if jax.tree_util.treedef_is_leaf(treedef):
+        return None, []
+    return treedef.node_data(), [(path[0], child) for path, child in kids]
+
+
+def broadcast_prefix(
+    prefix: Any, full: Any, *, api: str, what: str
+) -> tuple[list[Any], list[KeyPath]]:
+    """Broadcast each leaf of ``prefix`` over the subtree of ``full`` it stands for.
+
+    Returns:
+        ``(specs, paths)``: one prefix leaf and one key path per leaf of ``full``,
+        in ``jax.tree_util`` flattening order.
+
+    Raises:
+        ValueError: ``prefix`` is not a pytree prefix of ``full``; the message names
+            the key path where they differ and both node kinds.
+    """
+    specs: list[Any] = []
+    paths: list[KeyPath] = []
+
+    def fail(path: KeyPath, detail: str) -> None:
+        raise ValueError(
+            MSG_NOT_A_PREFIX.format(api=api, what=what, path=keystr(path) or "the top level", detail=detail)
+        )
+
+    def walk(p: Any, f: Any, path: KeyPath) -> None:
+        if is_spec_leaf(p):
+            leaves = jax.tree_util.tree_flatten_with_path(f)[0]
+            for sub_path, _ in leaves:
+                specs.append(p)
+                paths.append(path + sub_path)
+            return
+        p_data, p_kids = _one_level(p, is_spec_leaf)
+        f_data, f_kids = _one_level(f, None)
+        if p_data is None:
+            fail(path, f"{type(p).__name__} {p!r} is not a spec tree node")
+        if f_data is None:
+            fail(path, f"the spec tree has a {type(p).__name__} where the {what} has a leaf of type {type(f).__name__}")
+        if p_data[0] is not f_data[0]:
+            fail(path, f"the spec tree has a {p_data[0].__name__} where the {what} has a {f_data[0].__name__}")
+        if p_data[1] != f_data[1] or len(p_kids) != len(f_kids):
+            p_keys = [keystr((k,)) for k, _ in p_kids]
+            f_keys = [keystr((k,)) for k, _ in f_kids]
+            fail(path, f"the spec tree has children {p_keys} but the {what} has children {f_keys} (length {len(p_kids)} vs {len(f_kids)})")
+        for (key, pc), (_, fc) in zip(p_kids, f_kids, strict=True):
+            walk(pc, fc, path + (key,))
+
+    walk(prefix, full, ())
+    return specs, paths
