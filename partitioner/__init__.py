@@ -3,6 +3,10 @@
 The public surface, and only it. See docs/architecture.md for the pipeline.
 """
 
+from . import lower as _lower  # noqa: F401  (registers our MLIR lowering rules)
+from .api import PjitFunction, pjit
+from .events import add_listener, recording
+from .options import partitioner, set_partitioner
 from .spec import (
     REPLICATED,
     UNCONSTRAINED,
@@ -14,15 +18,26 @@ from .spec import (
     parse_op_sharding,
     prepare_axis_resources,
 )
+from .stages import Compiled, Lowered
+from .trace.constraint import with_sharding_constraint
 
 __all__ = [
     "REPLICATED",
     "UNCONSTRAINED",
+    "Compiled",
+    "Lowered",
     "ParsedPartitionSpec",
     "PartitionSpec",
+    "PjitFunction",
     "SpecSync",
+    "add_listener",
     "get_aval_sharding_proto",
     "mesh",
     "parse_op_sharding",
+    "partitioner",
+    "pjit",
     "prepare_axis_resources",
+    "recording",
+    "set_partitioner",
+    "with_sharding_constraint",
 ]

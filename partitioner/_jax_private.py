@@ -56,3 +56,45 @@ def ambient_mesh() -> Any | None:
     if concrete is not None and not concrete.empty:
         return concrete
     return None
+
+
+# --- tracing, transformation registries, lowering, execution ---
+# Modules re-exported under one name each, so the set of private jax modules
+# partitioner depends on is exactly this list.
+from jax._src import api_util  # noqa: E402
+from jax._src import core  # noqa: E402
+from jax._src import effects  # noqa: E402
+from jax._src import dispatch as jax_dispatch  # noqa: E402
+from jax._src import linear_util as lu  # noqa: E402
+from jax._src import sharding_impls  # noqa: E402
+from jax._src import source_info_util  # noqa: E402
+from jax._src import xla_bridge  # noqa: E402
+from jax._src.interpreters import ad, batching, mlir, pxla  # noqa: E402
+from jax._src.interpreters import partial_eval as pe  # noqa: E402
+from jax._src.lib.mlir import ir  # noqa: E402
+from jax._src.lib.mlir.dialects import func as func_dialect  # noqa: E402
+from jax._src.lib.mlir.dialects import hlo, sdy  # noqa: E402
+
+
+def trace_context() -> Any:
+    """jax's hashable trace-affecting configuration (x64, etc.) for cache keys."""
+    return _config.trace_context()
+
+
+def shardy_config(enabled: bool) -> Any:
+    """Context manager setting jax's ``jax_use_shardy_partitioner`` for this thread."""
+    return _config.use_shardy_partitioner(enabled)
+
+
+def jax_uses_shardy() -> bool:
+    return bool(_config.use_shardy_partitioner.value)
+
+
+def shaped_abstractify(x: Any) -> Any:
+    """The ShapedArray jax traces ``x`` as (weak type kept for Python scalars)."""
+    return core.shaped_abstractify(x)
+
+
+def results_handler(avals: Any, shardings: Any) -> Any:
+    """Turns an executable's per-device output buffers into committed jax.Arrays."""
+    return pxla.global_avals_to_results_handler(avals, shardings, committed=True)

@@ -13,19 +13,36 @@ from .op_sharding import (
 )
 from .parsed import REPLICATED, ParsedPartitionSpec, SpecSync
 from .partition_spec import UNCONSTRAINED, PartitionSpec
+from .sharding_spec import (
+    Chunked,
+    NoSharding,
+    Replicated,
+    ShardedAxis,
+    ShardingSpec,
+    Unstacked,
+    devices_indices_map,
+    sharding_spec_from_parsed,
+)
 from .tree import broadcast_prefix, prepare_axis_resources
 
 __all__ = [
     "REPLICATED",
     "UNCONSTRAINED",
+    "Chunked",
+    "NoSharding",
     "ParsedPartitionSpec",
     "PartitionSpec",
+    "Replicated",
+    "ShardedAxis",
+    "ShardingSpec",
     "SpecSync",
+    "Unstacked",
     "as_auto_mesh",
     "broadcast_prefix",
     "check_spec",
     "check_specs",
     "current_mesh",
+    "devices_indices_map",
     "get_aval_sharding_proto",
     "get_hlo_sharding",
     "hlo_sharding_text",
@@ -36,4 +53,5 @@ __all__ = [
     "prepare_axis_resources",
     "sdy_mesh_text",
     "sdy_sharding_text",
+    "sharding_spec_from_parsed",
 ]

@@ -175,11 +175,13 @@ class _Unparseable(Exception):
 def unflatten_superdims(assignment: Sequence[int]) -> list[tuple[int, int]]:
     """Split a flat assignment into ``(size, stride)`` runs, minor-most first.
 
-    Property (tested): if it returns ``dims`` then building
-    ``np.arange(n)`` as nested strided runs in that order reproduces ``assignment``:
-    ``assignment[k] == sum(((k // prod(sizes before i)) % size_i) * stride_i)``.
-    A run of size ``s`` and stride ``t`` may span several mesh axes at once
-    (``np.arange(8)`` is one run); :func:`explode_superdims` splits it.
+    Properties (tested): if it returns ``dims`` (for *any* input), then
+    ``assignment[k] == sum(((k // prod(sizes before i)) % size_i) * stride_i)``;
+    and every transposition of a reshaped ``np.arange(n)`` is accepted. Other
+    inputs raise ``_Unparseable`` unless they are such runs (it does not check
+    that the runs are a permutation; ``_axis_order`` does). A run of size ``s`` and stride ``t`` may span
+    several mesh axes at once (``np.arange(8)`` is one run);
+    :func:`explode_superdims` splits it.
     """
     flat = np.asarray(assignment, dtype=np.int64)
     if flat.size == 0 or flat[0] != 0:
@@ -192,8 +194,14 @@ def unflatten_superdims(assignment: Sequence[int]) -> list[tuple[int, int]]:
             size += 1
         if size < 2 or flat.size % size:
             raise _Unparseable("the assignment is not a transposition of the mesh")
+        # The run length comes from the first run only; every other run must
+        # repeat it from its own start, or the (size, stride) pair describes
+        # some other assignment (e.g. [0, 1, 3, 2] would read as [0, 1, 3, 4]).
+        runs = flat.reshape(-1, size)
+        if not np.array_equal(runs, runs[:, :1] + stride * np.arange(size)):
+            raise _Unparseable("the assignment is not a transposition of the mesh")
         dims.append((size, stride))
-        flat = flat[::size]
+        flat = runs[:, 0]
     return dims
 
 

@@ -152,6 +152,10 @@ class ParsedPartitionSpec:
     def to_jax(self) -> jax.sharding.PartitionSpec:
         return self.to_partition_spec().to_jax()
 
+    def to_jax_closed(self) -> jax.sharding.PartitionSpec:
+        """The jax spec with UNCONSTRAINED dims laid out unpartitioned (for NamedSharding)."""
+        return jax.sharding.PartitionSpec(*(axes or None for axes in self.partitions))
+
     # --- value semantics ---
 
     def _key(self) -> tuple[Any, ...]:

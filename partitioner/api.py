@@ -1,0 +1,293 @@
+"""``pjit``: the front door. Arguments in, specs checked, body traced, primitive bound.
+
+A call flows: bind arguments to the signature -> split static / dynamic ->
+read the mesh in context -> flatten with key paths -> broadcast the spec
+prefixes -> check specs against the mesh and shapes -> trace (cached) ->
+``pjit_p.bind`` (eager: compile + run; under a transformation: its rule).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from jax.sharding import Mesh
+from jax.tree_util import KeyPath, PyTreeDef, SequenceKey, tree_flatten, tree_flatten_with_path, tree_unflatten
+
+from . import _jax_private as jp
+from .spec.checks import check_specs
+from .spec.mesh_env import current_mesh
+from .spec.parsed import REPLICATED, ParsedPartitionSpec
+from .spec.tree import broadcast_prefix, prepare_axis_resources
+from .trace.primitive import pjit_p
+from .trace.tracing import TracedBody, check_mesh_unchanged, trace_body
+
+_API = "pjit"
+
+
+def _index_tuple(value: int | Sequence[int] | None, what: str) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (int, np.integer)):
+        return (int(value),)
+    try:
+        out = tuple(int(v) for v in value)
+    except TypeError:
+        raise TypeError(f"pjit {what} must be an int or a sequence of ints, got {value!r}") from None
+    return out
+
+
+def _name_tuple(value: str | Sequence[str] | None, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    names = tuple(value)
+    if not all(isinstance(n, str) for n in names):
+        raise TypeError(f"pjit {what} must be a str or a sequence of str, got {value!r}")
+    return names
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """Everything one call (or ``.lower``) needs, computed from its arguments."""
+
+    mesh: Mesh
+    args_flat: tuple[Any, ...]  # tracer constants first, then the dynamic leaves
+    params: dict[str, Any]
+    in_tree: PyTreeDef  # of (dynamic positional args, dynamic kwargs)
+    out_tree: PyTreeDef
+    in_avals: tuple[Any, ...]
+    num_consts: int
+    static_key: Any
+
+
+class PjitFunction:
+    """A function partitioned over the mesh in context at each call.
+
+    ``f(*args, **kwargs)`` runs it; ``f.lower(*args, **kwargs)`` returns a
+    :class:`~partitioner.stages.Lowered`.
+    """
+
+    def __init__(
+        self,
+        fun: Callable[..., Any],
+        in_axis_resources: Any,
+        out_axis_resources: Any,
+        static_argnums: int | Sequence[int] | None = (),
+        donate_argnums: int | Sequence[int] | None = (),
+        static_argnames: str | Sequence[str] | None = (),
+        donate_argnames: str | Sequence[str] | None = (),
+    ) -> None:
+        if not callable(fun):
+            raise TypeError(f"pjit: expected a callable to partition, got {fun!r} of type {type(fun).__name__}")
+        self._fun = fun
+        self._in_specs = prepare_axis_resources(in_axis_resources, "pjit in_axis_resources")
+        self._out_specs = prepare_axis_resources(out_axis_resources, "pjit out_axis_resources")
+        self._static_argnums = _index_tuple(static_argnums, "static_argnums")
+        self._donate_argnums = _index_tuple(donate_argnums, "donate_argnums")
+        self._static_argnames = _name_tuple(static_argnames, "static_argnames")
+        self._donate_argnames = _name_tuple(donate_argnames, "donate_argnames")
+        overlap = set(self._static_argnums) & set(self._donate_argnums)
+        if overlap:
+            raise ValueError(f"pjit: arguments {sorted(overlap)} are both static and donated; a static argument has no buffer to donate.")
+        try:
+            self._signature: inspect.Signature | None = inspect.signature(fun)
+        except (TypeError, ValueError):
+            self._signature = None
+        self._name = getattr(fun, "__name__", type(fun).__name__)
+        functools.update_wrapper(self, fun)
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        # Support decorating methods: bind like a plain function would.
+        return self if obj is None else functools.partial(self, obj)
+
+    # --- arguments ---
+
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Move keyword arguments that name positional parameters into ``args``."""
+        if not kwargs or self._signature is None:
+            return args, kwargs
+        bound = self._signature.bind(*args, **kwargs)
+        return tuple(bound.args), dict(bound.kwargs)
+
+    def _argnums_for_names(self, names: tuple[str, ...]) -> tuple[set[int], set[str]]:
+        positions: set[int] = set()
+        keywords: set[str] = set()
+        params = list(self._signature.parameters.values()) if self._signature else []
+        for name in names:
+            for i, p in enumerate(params):
+                if p.name == name and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                    positions.add(i)
+                    break
+            else:
+                keywords.add(name)
+        return positions, keywords
+
+    def _normalized_argnums(self, nums: tuple[int, ...], n: int, what: str) -> set[int]:
+        out = set()
+        for i in nums:
+            j = i + n if i < 0 else i
+            if not 0 <= j < n:
+                raise ValueError(
+                    f"pjit {self._name}: {what}={nums} but the function was called with {n} positional "
+                    f"argument(s); every index must be < {n}. Pass the argument positionally or drop it "
+                    f"from {what}."
+                )
+            out.add(j)
+        return out
+
+    def plan(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallPlan:
+        """Check the arguments, trace the body (cached) and build ``pjit_p``'s params."""
+        mesh = current_mesh(f"pjit {self._name}")
+        check_mesh_unchanged(mesh, f"pjit {self._name}")
+        args, kwargs = self._bind(args, kwargs)
+        n = len(args)
+        static_pos_names, static_kw = self._argnums_for_names(self._static_argnames)
+        donate_pos_names, donate_kw = self._argnums_for_names(self._donate_argnames)
+        static = self._normalized_argnums(self._static_argnums, n, "static_argnums") | {i for i in static_pos_names if i < n}
+        donate = self._normalized_argnums(self._donate_argnums, n, "donate_argnums") | {i for i in donate_pos_names if i < n}
+        dyn_idx = [i for i in range(n) if i not in static]
+        dyn_args = tuple(args[i] for i in dyn_idx)
+        dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_kw}
+        static_vals = tuple((i, args[i]) for i in sorted(static)) + tuple(sorted((k, v) for k, v in kwargs.items() if k in static_kw))
+        for where, v in static_vals:
+            if not isinstance(v, Hashable):
+                raise TypeError(f"pjit {self._name}: static argument {where!r} of type {type(v).__name__} is not hashable; static arguments must be hashable (e.g. a tuple instead of a list).")
+
+        # Flatten with key paths that use the *original* positional index.
+        leaves_with_paths, in_tree = tree_flatten_with_path((dyn_args, dyn_kwargs))
+        arg_specs, _ = broadcast_prefix(self._in_specs, dyn_args, api=f"pjit {self._name} in_axis_resources", what="positional arguments")
+        num_kw_leaves = len(leaves_with_paths) - len(arg_specs)
+        specs = tuple(arg_specs) + (REPLICATED,) * num_kw_leaves
+        paths: list[KeyPath] = []
+        for path, _ in leaves_with_paths:
+            if path[0] == SequenceKey(0):  # positional
+                paths.append((SequenceKey(dyn_idx[path[1].idx]),) + path[2:])  # type: ignore[attr-defined]
+            else:
+                paths.append(path[1:])
+        leaves = [leaf for _, leaf in leaves_with_paths]
+        avals = tuple(_abstractify(leaf, path, self._name) for leaf, path in zip(leaves, paths))
+        check_specs(f"pjit {self._name}", "argument args", specs, paths, [a.shape for a in avals], mesh)
+
+        donated = tuple(
+            paths[i][0].idx in donate if i < len(arg_specs) else paths[i][0].key in donate_kw  # type: ignore[attr-defined]
+            for i in range(len(paths))
+        )
+
+        def rebuild(flat: list[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+            d_args, d_kwargs = tree_unflatten(in_tree, flat)
+            full = list(d_args)
+            for i, v in static_vals:
+                if isinstance(i, int):
+                    full.insert(i, v)
+            kw = dict(d_kwargs)
+            kw.update((k, v) for k, v in static_vals if isinstance(k, str))
+            return tuple(full), kw
+
+        static_key = (in_tree, tuple((k, _HashableStatic(v)) for k, v in static_vals))
+        debug_info = jp.api_util.debug_info(
+            "pjit", self._fun, args, kwargs, static_argnums=sorted(static),
+            static_argnames=sorted(static_kw & kwargs.keys()), signature=self._signature,
+        )
+        traced = trace_body(self._fun, rebuild, avals, mesh, static_key, debug_info)
+        out_specs = self._out_specs_for(traced, mesh)
+        consts = traced.tracer_consts
+        params = dict(
+            jaxpr=traced.jaxpr,
+            in_axis_resources=(REPLICATED,) * len(consts) + specs,
+            out_axis_resources=out_specs,
+            mesh=mesh,
+            donated_invars=(False,) * len(consts) + donated,
+            name=self._name,
+        )
+        return CallPlan(mesh, tuple(consts) + tuple(leaves), params, in_tree, traced.out_tree, avals, len(consts), static_key)
+
+    def _out_specs_for(self, traced: TracedBody, mesh: Mesh) -> tuple[ParsedPartitionSpec, ...]:
+        out_avals = traced.jaxpr.out_avals
+        outs = tree_unflatten(traced.out_tree, list(out_avals))
+        specs, paths = broadcast_prefix(self._out_specs, outs, api=f"pjit {self._name} out_axis_resources", what="outputs")
+        check_specs(f"pjit {self._name}", "output", specs, paths, [a.shape for a in out_avals], mesh)
+        return tuple(specs)
+
+    # --- entry points ---
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        plan = self.plan(args, kwargs)
+        outs = pjit_p.bind(*plan.args_flat, **plan.params)
+        return tree_unflatten(plan.out_tree, outs)
+
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        """Lower for these arguments (arrays or ``jax.ShapeDtypeStruct``s): a ``Lowered``."""
+        from .stages import lower_plan
+
+        return lower_plan(self.plan(args, kwargs), self._name)
+
+    def __repr__(self) -> str:
+        return f"pjit({self._name})"
+
+
+class _HashableStatic:
+    """Wraps a static value so equal values hash equal even when jax arrays are involved."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _HashableStatic):
+            return NotImplemented
+        try:
+            return bool(type(self.value) is type(other.value) and self.value == other.value)
+        except Exception:
+            return self.value is other.value
+
+
+def _abstractify(leaf: Any, path: KeyPath, name: str) -> Any:
+    try:
+        return jp.shaped_abstractify(leaf)
+    except TypeError:
+        from jax.tree_util import keystr
+
+        raise TypeError(
+            f"pjit {name}: argument args{keystr(path)} of type {type(leaf).__name__} is not a valid "
+            "JAX type (arrays, numpy arrays, Python scalars or jax.ShapeDtypeStruct). Mark it static "
+            "with static_argnums/static_argnames if it is configuration."
+        ) from None
+
+
+def pjit(
+    fun: Callable[..., Any],
+    in_axis_resources: Any,
+    out_axis_resources: Any,
+    static_argnums: int | Sequence[int] | None = (),
+    donate_argnums: int | Sequence[int] | None = (),
+    *,
+    static_argnames: str | Sequence[str] | None = (),
+    donate_argnames: str | Sequence[str] | None = (),
+) -> PjitFunction:
+    """Partition ``fun`` over the mesh in context at each call.
+
+    Args:
+        fun: the function; arguments and results are pytrees of arrays.
+        in_axis_resources: a pytree prefix of the tuple of *dynamic* positional
+            arguments (static ones removed): a single spec/None for all, or one
+            entry per argument. Keyword-only arguments are replicated.
+        out_axis_resources: a pytree prefix of the output.
+        static_argnums / static_argnames: arguments traced as Python constants.
+        donate_argnums / donate_argnames: arguments whose buffers the output may reuse.
+
+    Returns:
+        A :class:`PjitFunction`: call it to run, ``.lower(...)`` for the AOT stages.
+    """
+    return PjitFunction(
+        fun, in_axis_resources, out_axis_resources, static_argnums, donate_argnums, static_argnames, donate_argnames
+    )

@@ -1,0 +1,76 @@
+"""Compile an annotated module with XLA's SPMD partitioner.
+
+partitioner builds the ``CompileOptions`` itself: one replica, one partition
+per mesh device, the mesh's devices as the assignment, and sharding
+propagation allowed only where a spec was left open (``None``), so XLA keeps
+every layout the user asked for and chooses the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import _jax_private as jp
+from .events import emit
+from .lower.module import LoweredModule
+from .spec.op_sharding import parse_op_sharding_parsed
+from .spec.parsed import REPLICATED, ParsedPartitionSpec
+
+xc = jp.xla_client
+
+
+def compile_options(lowered: LoweredModule) -> Any:
+    """The XLA options for ``lowered``: SPMD over the mesh, Shardy or GSPMD."""
+    devices = list(lowered.mesh.devices.flat)
+    opts = xc.CompileOptions()
+    opts.num_replicas = 1
+    opts.num_partitions = len(devices)
+    opts.device_assignment = xc.DeviceAssignment.create(np.array([[d.id for d in devices]]))
+    build = opts.executable_build_options
+    build.use_spmd_partitioning = True
+    build.use_shardy_partitioner = lowered.shardy
+    build.allow_spmd_sharding_propagation_to_output = [s is None for s in lowered.out_specs] or [False]
+    build.allow_spmd_sharding_propagation_to_parameters = [s is None for s in lowered.in_specs] or [False]
+    return opts
+
+
+@dataclass
+class CompiledExecutable:
+    """A loaded executable and the specs of its inputs and outputs as XLA chose them."""
+
+    lowered: LoweredModule
+    executable: Any  # xla_client.LoadedExecutable
+    in_specs: tuple[ParsedPartitionSpec, ...]
+    out_specs: tuple[ParsedPartitionSpec, ...]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _chosen_specs(shardings: Any, n: int, lowered: LoweredModule) -> tuple[ParsedPartitionSpec, ...]:
+    if shardings is None:  # a 1-device executable reports nothing: replicated
+        return (REPLICATED,) * n
+    parsed: list[Any] = []
+    for s in shardings:
+        p = parse_op_sharding_parsed(s, lowered.mesh)
+        parsed.extend(p if isinstance(p, list) else [p])
+    if len(parsed) == 1 and n != 1:  # XLA may report one sharding for all values
+        parsed = parsed * n
+    return tuple(parsed)
+
+
+def compile_lowered(lowered: LoweredModule) -> CompiledExecutable:
+    """Compile with XLA; read back the shardings XLA settled on as specs."""
+    emit("compile", name=lowered.name)
+    devices = tuple(lowered.mesh.devices.flat)
+    backend = jp.xla_bridge.get_device_backend(devices[0])
+    exe = backend.compile_and_load(
+        lowered.module,
+        executable_devices=xc.DeviceList(devices),
+        compile_options=compile_options(lowered),
+        host_callbacks=list(lowered.host_callbacks),
+    )
+    in_specs = _chosen_specs(exe.get_parameter_shardings(), len(lowered.in_avals), lowered)
+    out_specs = _chosen_specs(exe.get_output_shardings(), len(lowered.out_avals), lowered)
+    return CompiledExecutable(lowered, exe, in_specs, out_specs)

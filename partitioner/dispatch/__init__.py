@@ -1,0 +1,1 @@
+"""Stage 5: executable cache, argument placement and execution."""

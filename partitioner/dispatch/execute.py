@@ -1,0 +1,99 @@
+"""Run a compiled pjit body: place the arguments, execute, wrap the results.
+
+Arguments already laid out as their spec asks are passed through untouched (no
+copy); everything else (numpy arrays, Python scalars, arrays laid out another
+way) is placed with ``jax.device_put`` first.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+from jax.sharding import Mesh, NamedSharding
+
+from .. import _jax_private as jp
+from .. import options
+from ..compile import CompiledExecutable, compile_lowered
+from ..events import emit
+from ..lower.module import lower_pjit_body
+from ..spec.parsed import ParsedPartitionSpec
+
+
+@dataclass
+class Runnable:
+    """A compiled body with everything a call needs precomputed."""
+
+    compiled: CompiledExecutable
+    in_shardings: tuple[NamedSharding, ...]
+    out_handler: Any  # jax's results handler
+
+    @property
+    def donated(self) -> tuple[bool, ...]:
+        return self.compiled.lowered.donated
+
+
+def named_sharding(mesh: Mesh, spec: ParsedPartitionSpec) -> NamedSharding:
+    return NamedSharding(mesh, spec.to_jax_closed())
+
+
+def make_runnable(compiled: CompiledExecutable) -> Runnable:
+    lowered = compiled.lowered
+    mesh = lowered.mesh
+    in_sh = tuple(named_sharding(mesh, s) for s in compiled.in_specs)
+    out_sh = [named_sharding(mesh, s) for s in compiled.out_specs]
+    handler = jp.results_handler(lowered.out_avals, out_sh)
+    return Runnable(compiled, in_sh, handler)
+
+
+_cache: dict[Any, Runnable] = {}
+_cache_lock = threading.Lock()
+
+
+def get_runnable(
+    jaxpr: Any,
+    in_axis_resources: tuple[ParsedPartitionSpec, ...],
+    out_axis_resources: tuple[ParsedPartitionSpec, ...],
+    mesh: Mesh,
+    donated_invars: tuple[bool, ...],
+    name: str,
+) -> Runnable:
+    """The compiled executable for these params, lowering and compiling on a miss."""
+    shardy = options.use_shardy()
+    key = (jaxpr, in_axis_resources, out_axis_resources, mesh, donated_invars, shardy)
+    with _cache_lock:
+        hit = _cache.get(key)
+    if hit is not None:
+        return hit
+    emit("cache_miss", name=name)
+    lowered = lower_pjit_body(jaxpr, in_axis_resources, out_axis_resources, mesh, donated_invars, name, shardy)
+    runnable = make_runnable(compile_lowered(lowered))
+    with _cache_lock:
+        _cache.setdefault(key, runnable)
+    return runnable
+
+
+def place_args(args: Sequence[Any], shardings: Sequence[NamedSharding]) -> list[Any]:
+    """Lay each argument out as its sharding asks; pass through those already there."""
+    placed = []
+    for x, sharding in zip(args, shardings, strict=True):
+        if isinstance(x, jax.Array) and not isinstance(x, jp.core.Tracer):
+            if x.sharding == sharding or x.sharding.is_equivalent_to(sharding, x.ndim):
+                placed.append(x)
+                continue
+        placed.append(jax.device_put(x, sharding))
+    return placed
+
+
+def execute(runnable: Runnable, args: Sequence[Any]) -> list[Any]:
+    placed = place_args(args, runnable.in_shardings)
+    results = runnable.compiled.executable.execute_sharded(placed)
+    return results.consume_with_handlers(runnable.out_handler.handlers)
+
+
+def call_impl(args: Sequence[Any], **params: Any) -> list[Any]:
+    """``pjit_p``'s impl: run the body eagerly on concrete arguments."""
+    return execute(get_runnable(**params), args)

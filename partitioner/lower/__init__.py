@@ -1,0 +1,3 @@
+"""Stage 3: jaxpr -> StableHLO with sharding annotations (GSPMD and Shardy)."""
+
+from . import rules as _rules  # noqa: F401  (registers the MLIR lowering rules)

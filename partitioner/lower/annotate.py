@@ -1,0 +1,142 @@
+"""Sharding annotations in StableHLO, for GSPMD and for Shardy, from one spec.
+
+Every attribute here is computed by partitioner's own spec -> sharding code
+(``spec/op_sharding.py``); jax's ``NamedSharding`` is never consulted.
+
+NOTE [device positions]: shardings name devices by their position in the
+module's device assignment. In a module partitioner builds, that assignment is
+``mesh.devices.flat``, so positions are the identity. When a pjit is lowered
+inside someone else's module (``jax.jit``), the assignment may list the same
+devices in another order: ``positions[i]`` is where mesh device ``i`` sits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from jax.sharding import Mesh
+
+from .. import _jax_private as jp
+from ..spec.op_sharding import get_aval_sharding_proto, sdy_mesh_text, sdy_sharding_text
+from ..spec.parsed import ParsedPartitionSpec
+
+ir, mlir, xc = jp.ir, jp.mlir, jp.xla_client
+
+#: The sdy.mesh symbol partitioner uses in modules it builds.
+MESH_SYMBOL = "mesh"
+
+
+def op_sharding(
+    aval: Any, spec: ParsedPartitionSpec, mesh: Mesh, positions: Sequence[int] | None = None
+) -> Any:
+    """Our OpSharding for ``spec``, renumbered to module positions (NOTE [device positions])."""
+    proto = get_aval_sharding_proto(aval, spec, mesh, encoding="explicit" if positions else "iota")
+    if positions is not None and proto.type == xc.OpSharding.Type.OTHER:
+        proto.tile_assignment_devices = [positions[d] for d in proto.tile_assignment_devices]
+    return proto
+
+
+def gspmd_attr(aval: Any, spec: ParsedPartitionSpec, mesh: Mesh, positions: Sequence[int] | None = None) -> Any:
+    """``mhlo.sharding`` string attribute, e.g. ``"{devices=[4,1,2]<=[8] last_tile_dim_replicate}"``."""
+    return ir.StringAttr.get(str(xc.HloSharding.from_proto(op_sharding(aval, spec, mesh, positions))))
+
+
+def shardy_attr(aval: Any, spec: ParsedPartitionSpec, mesh_symbol: str) -> Any:
+    """``sdy.sharding`` attribute, e.g. ``#sdy.sharding<@mesh, [{"a"}, {}]>``."""
+    return ir.Attribute.parse(sdy_sharding_text(len(aval.shape), spec, mesh_symbol))
+
+
+def ensure_sdy_mesh(module: Any, mesh: Mesh, positions: Sequence[int] | None = None) -> str:
+    """Insert an ``sdy.mesh`` op for ``mesh`` at the top of ``module`` (once); return its symbol.
+
+    Reuses an existing mesh op with the same definition; picks a fresh symbol when
+    ``mesh`` (or its device order) differs from the one already named ``mesh``.
+    """
+    body = mesh_text = sdy_mesh_text(mesh)
+    if positions is not None and list(positions) != list(range(len(positions))):
+        body = mesh_text[:-1] + f", device_ids=[{', '.join(map(str, positions))}]>"
+    existing = {}
+    for op in module.body.operations:
+        if op.operation.name == "sdy.mesh":
+            name = ir.StringAttr(op.attributes["sym_name"]).value
+            existing[name] = str(op.attributes["mesh"])
+    wanted = str(ir.Attribute.parse(f"#sdy.mesh{body}"))
+    for name, definition in existing.items():
+        if definition == wanted:
+            return name
+    symbol, k = MESH_SYMBOL, 0
+    while symbol in existing:
+        k += 1
+        symbol = f"{MESH_SYMBOL}_{k}"
+    op = ir.Operation.parse(f"sdy.mesh @{symbol} = {body}")
+    ir.InsertionPoint.at_block_begin(module.body).insert(op)
+    return symbol
+
+
+def set_main_shardings(
+    module: Any,
+    in_avals: Sequence[Any],
+    in_specs: Sequence[ParsedPartitionSpec | None],
+    out_avals: Sequence[Any],
+    out_specs: Sequence[ParsedPartitionSpec | None],
+    mesh: Mesh,
+    shardy: bool,
+) -> None:
+    """Attach one sharding per argument and result of ``main``.
+
+    A ``None`` spec leaves that value unannotated, so XLA's propagation picks
+    its sharding (used for residuals, which are never forced to replicate).
+    """
+    main = find_main(module)
+    key = "sdy.sharding" if shardy else "mhlo.sharding"
+    symbol = ensure_sdy_mesh(module, mesh) if shardy else ""
+
+    def attr(aval: Any, spec: ParsedPartitionSpec) -> Any:
+        return shardy_attr(aval, spec, symbol) if shardy else gspmd_attr(aval, spec, mesh)
+
+    def merged(old: Any, avals: Sequence[Any], specs: Sequence[ParsedPartitionSpec | None]) -> Any:
+        dicts = []
+        for i, (aval, spec) in enumerate(zip(avals, specs, strict=True)):
+            entries = {} if old is None else {n.name: n.attr for n in ir.DictAttr(old[i])}
+            if spec is not None:
+                entries[key] = attr(aval, spec)
+            dicts.append(ir.DictAttr.get(entries))
+        return ir.ArrayAttr.get(dicts)
+
+    attrs = main.attributes
+    old_args = attrs["arg_attrs"] if "arg_attrs" in attrs else None
+    old_res = attrs["res_attrs"] if "res_attrs" in attrs else None
+    n_tokens_in = len(main.regions[0].blocks[0].arguments) - len(in_avals)
+    n_tokens_out = len(ir.FunctionType(ir.TypeAttr(attrs["function_type"]).value).results) - len(out_avals)
+    if n_tokens_in or n_tokens_out:
+        raise NotImplementedError("ordered effects are not supported inside pjit")
+    attrs["arg_attrs"] = merged(old_args, in_avals, in_specs)
+    attrs["res_attrs"] = merged(old_res, out_avals, out_specs)
+
+
+def find_main(module: Any) -> Any:
+    for op in module.body.operations:
+        if "sym_name" in op.attributes and ir.StringAttr(op.attributes["sym_name"]).value == "main":
+            return op
+    raise AssertionError("internal error: lowered module has no main function")
+
+
+def constrain(
+    ctx: Any,
+    value: Any,
+    aval: Any,
+    spec: ParsedPartitionSpec,
+    mesh: Mesh,
+    shardy: bool,
+    positions: Sequence[int] | None = None,
+) -> Any:
+    """Wrap ``value`` in a sharding constraint (``{?}``/``unspecified_dims`` for open dims)."""
+    if shardy:
+        symbol = ensure_sdy_mesh(ctx.module_context.module, mesh, positions)
+        sharding = jp.sdy.TensorShardingAttr(shardy_attr(aval, spec, symbol))
+        return jp.sdy.sharding_constraint(value, sharding)
+    proto = op_sharding(aval, spec, mesh, positions)
+    return mlir.wrap_with_sharding_op(
+        ctx, value, aval, proto, unspecified_dims=set(spec.unconstrained_dims) or None
+    )

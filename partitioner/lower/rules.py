@@ -1,0 +1,127 @@
+"""MLIR lowering rules for ``pjit_p`` and ``sharding_constraint_p``.
+
+These run whenever one of our primitives appears inside a module being lowered:
+a pjit nested in another pjit, in ``jax.jit``, or in a control-flow body. The
+body becomes a private function called from the enclosing module, with sharding
+constraints on its inputs and outputs so XLA honours the inner specs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from jax.sharding import Mesh
+
+from .. import _jax_private as jp
+from ..spec.parsed import ParsedPartitionSpec
+from ..trace.constraint import sharding_constraint_p
+from ..trace.primitive import pjit_p
+from . import annotate
+
+mlir, sharding_impls = jp.mlir, jp.sharding_impls
+
+_SINGLE_DEVICE = "single-device"
+
+
+def _device_positions(ctx: Any, mesh: Mesh, what: str) -> Sequence[int] | None | str:
+    """Where each mesh device sits in the enclosing module (NOTE [device positions]).
+
+    Returns None for the identity, ``_SINGLE_DEVICE`` when the enclosing
+    computation runs on one device (constraints are then meaningless and
+    skipped: the values are still computed exactly), else the positions.
+
+    Raises:
+        ValueError: the enclosing module runs on other devices than the mesh.
+    """
+    axis_ctx = ctx.module_context.axis_context
+    if not isinstance(axis_ctx, sharding_impls.ShardingContext):
+        raise ValueError(
+            f"{what} cannot be lowered inside {type(axis_ctx).__name__} (shard_map / pmap bodies); "
+            "call it outside, or use jax.lax collectives there."
+        )
+    assignment = axis_ctx.device_assignment
+    if axis_ctx.num_devices == 1 and mesh.size > 1:
+        return _SINGLE_DEVICE
+    if assignment is None:
+        if axis_ctx.num_devices != mesh.size:
+            raise ValueError(f"{what}: the enclosing computation has {axis_ctx.num_devices} devices, the mesh {mesh.size}")
+        return None
+    index = {d: i for i, d in enumerate(assignment)}
+    positions = [index.get(d) for d in mesh.devices.flat]
+    if len(assignment) != mesh.size or any(p is None for p in positions):
+        raise ValueError(
+            f"{what}: the enclosing computation runs on devices {[d.id for d in assignment]}, but the "
+            f"mesh {dict(mesh.shape)} has devices {[d.id for d in mesh.devices.flat]}. Pass inputs "
+            "laid out over the mesh (e.g. outputs of a pjit) or call the pjit-ed function outside "
+            "the enclosing jit."
+        )
+    if positions == list(range(len(positions))):
+        return None
+    return positions  # type: ignore[return-value]
+
+
+def _constrain_all(
+    ctx: Any,
+    values: Sequence[Any],
+    avals: Sequence[Any],
+    specs: Sequence[ParsedPartitionSpec | None],
+    mesh: Mesh,
+    positions: Any,
+) -> list[Any]:
+    if positions == _SINGLE_DEVICE:
+        return list(values)
+    shardy = jp.jax_uses_shardy()
+    return [
+        v if spec is None else annotate.constrain(ctx, v, aval, spec, mesh, shardy, positions)
+        for v, aval, spec in zip(values, avals, specs, strict=True)
+    ]
+
+
+# --- pjit ---
+
+
+def _pjit_lowering(
+    ctx: Any,
+    *args: Any,
+    jaxpr: Any,
+    in_axis_resources: tuple[ParsedPartitionSpec | None, ...],
+    out_axis_resources: tuple[ParsedPartitionSpec | None, ...],
+    mesh: Mesh,
+    donated_invars: tuple[bool, ...],
+    name: str,
+) -> list[Any]:
+    positions = _device_positions(ctx, mesh, f"pjit {name}")
+    args = _constrain_all(ctx, args, ctx.avals_in, in_axis_resources, mesh, positions)
+    effects = list(jp.effects.ordered_effects.filter_in(jaxpr.effects))
+    tokens_in = ctx.tokens_in.subset(effects)
+    outs, tokens = mlir.call_lowering(
+        f"pjit_{name}",
+        jaxpr,
+        None,
+        ctx.module_context,
+        ctx.avals_in,
+        ctx.avals_out,
+        tokens_in,
+        *args,
+        dim_var_values=ctx.dim_var_values,
+        const_lowering=ctx.const_lowering,
+    )
+    ctx.set_tokens_out(ctx.tokens_in.update_tokens(tokens))
+    return _constrain_all(ctx, outs, ctx.avals_out, out_axis_resources, mesh, positions)
+
+
+mlir.register_lowering(pjit_p, _pjit_lowering, cacheable=False)
+
+
+# --- sharding constraint ---
+
+
+def _sharding_constraint_lowering(
+    ctx: Any, x: Any, *, axis_resources: ParsedPartitionSpec, mesh: Mesh
+) -> list[Any]:
+    positions = _device_positions(ctx, mesh, "with_sharding_constraint")
+    return _constrain_all(ctx, [x], ctx.avals_in, [axis_resources], mesh, positions)
+
+
+mlir.register_lowering(sharding_constraint_p, _sharding_constraint_lowering)

@@ -1,0 +1,1 @@
+"""Stage 2: the pjit and sharding-constraint primitives and tracing to jaxprs."""

@@ -1,0 +1,155 @@
+"""Trace a Python function to a ClosedJaxpr, once per signature.
+
+NOTE [trace cache key]: the key is (function, input tree, avals, static
+values, mesh, jax's trace context). The *function* is the key, not the pjit
+wrapper, so a fresh ``pjit(f, ...)`` around the same ``f`` reuses the trace. A
+trace whose constants include tracers (the body closes over an outer traced
+value) is never cached: its constants belong to one outer trace.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from jax.sharding import Mesh
+from jax.tree_util import PyTreeDef, tree_flatten, tree_unflatten
+
+from .. import _jax_private as jp
+from ..events import emit
+
+core, lu, pe = jp.core, jp.lu, jp.pe
+
+
+@dataclass(frozen=True)
+class TracedBody:
+    """A traced body: the jaxpr, its output tree and any traced constants.
+
+    ``tracer_consts`` are values of an enclosing trace the body closed over;
+    they become leading (replicated) inputs of the ``pjit_p`` equation.
+    """
+
+    jaxpr: Any  # ClosedJaxpr whose invars are (*tracer_consts, *flat_args)
+    out_tree: PyTreeDef
+    tracer_consts: tuple[Any, ...]
+
+
+class _TraceCache:
+    """Per-function dict of traces; dropped with the function (weak keys)."""
+
+    def __init__(self) -> None:
+        self._by_fun: weakref.WeakKeyDictionary[Any, dict[Any, TracedBody]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+
+    def get(self, fun: Callable[..., Any], key: Any) -> TracedBody | None:
+        with self._lock:
+            return self._by_fun.get(fun, {}).get(key)
+
+    def put(self, fun: Callable[..., Any], key: Any, value: TracedBody) -> None:
+        with self._lock:
+            try:
+                self._by_fun.setdefault(fun, {})[key] = value
+            except TypeError:  # not weak-referenceable: do not cache
+                pass
+
+    def clear(self) -> None:
+        with self._lock:
+            self._by_fun.clear()
+
+
+trace_cache = _TraceCache()
+
+
+# --- the mesh a body is being traced under ---
+
+_tracing = threading.local()
+
+
+def tracing_mesh() -> Mesh | None:
+    """The mesh of the innermost pjit body being traced in this thread, if any."""
+    stack = getattr(_tracing, "stack", ())
+    return stack[-1] if stack else None
+
+
+def check_mesh_unchanged(mesh: Mesh, api: str) -> None:
+    """Reject a mesh entered inside a pjit body that differs from the body's mesh.
+
+    Raises:
+        RuntimeError: the mesh in context is not the one the enclosing pjit runs over.
+    """
+    outer = tracing_mesh()
+    if outer is not None and outer is not mesh:
+        raise RuntimeError(
+            f"{api}: the mesh in context {dict(mesh.shape)} (devices "
+            f"{[d.id for d in mesh.devices.flat]}) differs from the mesh {dict(outer.shape)} "
+            f"(devices {[d.id for d in outer.devices.flat]}) of the enclosing pjit-ed function. "
+            "Changing the mesh inside a pjit-ed function is not allowed: enter the mesh "
+            "outside the outermost pjit call."
+        )
+
+
+@contextmanager
+def _tracing_under(mesh: Mesh) -> Iterator[None]:
+    stack = getattr(_tracing, "stack", ())
+    _tracing.stack = (*stack, mesh)
+    try:
+        yield
+    finally:
+        _tracing.stack = stack
+
+
+def trace_body(
+    fun: Callable[..., Any],
+    rebuild_args: Callable[[list[Any]], tuple[tuple[Any, ...], dict[str, Any]]],
+    in_avals: tuple[Any, ...],
+    mesh: Mesh,
+    cache_key: Any,
+    debug_info: Any,
+) -> TracedBody:
+    """Trace ``fun`` on flat ``in_avals`` (cached, see NOTE [trace cache key]).
+
+    Args:
+        fun: the user's function.
+        rebuild_args: flat dynamic leaves -> ``(args, kwargs)`` for ``fun``
+            (re-inserting static arguments).
+        in_avals: one ShapedArray per flat dynamic leaf.
+        mesh: the mesh the body runs over (nested pjits must use the same).
+        cache_key: hashable signature (input tree, static values, specs...).
+        debug_info: jax DebugInfo naming the function and its arguments.
+    """
+    key = (cache_key, in_avals, mesh, jp.trace_context())
+    hit = trace_cache.get(fun, key)
+    if hit is not None:
+        return hit
+    out_tree_box: list[PyTreeDef] = []
+
+    def flat_fun(*flat_args: Any) -> list[Any]:
+        args, kwargs = rebuild_args(list(flat_args))
+        out = fun(*args, **kwargs)
+        leaves, tree = tree_flatten(out)
+        out_tree_box.append(tree)
+        return leaves
+
+    emit("trace", name=getattr(fun, "__name__", repr(fun)))
+    with _tracing_under(mesh):
+        jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(
+            lu.wrap_init(flat_fun, debug_info=debug_info), list(in_avals)
+        )
+    if any(isinstance(c, core.Tracer) for c in consts):
+        # Closed-over values of an outer trace: make them explicit inputs.
+        closed = core.ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), ())
+        traced = TracedBody(closed, out_tree_box[-1], tuple(consts))
+        return traced
+    traced = TracedBody(core.ClosedJaxpr(jaxpr, consts), out_tree_box[-1], ())
+    trace_cache.put(fun, key, traced)
+    return traced
+
+
+def unflatten_out(traced: TracedBody, leaves: list[Any]) -> Any:
+    return tree_unflatten(traced.out_tree, leaves)
