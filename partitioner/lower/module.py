@@ -126,7 +126,9 @@ def lower_pjit_body(
             platforms=[backend.platform],
             backend=backend,
             axis_context=sharding_impls.ShardingContext(len(devices), devices),
-            donated_args=list(usable),
+            # Aliases are decided above (plan_donation); jax's own matching
+            # would add buffer donors on top, which XLA rejects.
+            donated_args=[False] * len(in_avals),
             input_output_aliases=aliases,
             num_partitions=len(devices),
             lowering_parameters=mlir.LoweringParameters(hoist_constants_as_args=False),
