@@ -4,6 +4,7 @@ The public surface, and only it. See docs/architecture.md for the pipeline.
 """
 
 from . import lower as _lower  # noqa: F401  (registers our MLIR lowering rules)
+from . import rules as _rules  # noqa: F401  (registers our transformation rules)
 from .api import PjitFunction, pjit
 from .events import add_listener, recording
 from .options import partitioner, set_partitioner

@@ -98,3 +98,13 @@ def shaped_abstractify(x: Any) -> Any:
 def results_handler(avals: Any, shardings: Any) -> Any:
     """Turns an executable's per-device output buffers into committed jax.Arrays."""
     return pxla.global_avals_to_results_handler(avals, shardings, committed=True)
+
+
+def hlo_sharding_of(sharding: Any, ndim: int) -> Any:
+    """The HloSharding a jax Sharding lays an ``ndim`` array out with."""
+    return sharding._to_xla_hlo_sharding(ndim)
+
+
+def device_assignment_of(sharding: Any) -> tuple[Any, ...]:
+    """The devices a jax Sharding's HloSharding positions refer to, in order."""
+    return tuple(sharding._device_assignment)

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import _jax_private as jp
 from .events import emit
-from .lower.module import LoweredModule
+from .lower.module import LoweredModule, lower_pjit_body
 from .spec.op_sharding import parse_op_sharding_parsed
 from .spec.parsed import REPLICATED, ParsedPartitionSpec
 
@@ -48,29 +48,55 @@ class CompiledExecutable:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _chosen_specs(shardings: Any, n: int, lowered: LoweredModule) -> tuple[ParsedPartitionSpec, ...]:
+def _chosen_specs(shardings: Any, n: int, mesh: Any) -> list[ParsedPartitionSpec | None]:
+    """Specs for the executable's OpShardings; None where no spec can express one."""
     if shardings is None:  # a 1-device executable reports nothing: replicated
-        return (REPLICATED,) * n
-    parsed: list[Any] = []
+        return [REPLICATED] * n
+    parsed: list[ParsedPartitionSpec | None] = []
     for s in shardings:
-        p = parse_op_sharding_parsed(s, lowered.mesh)
+        try:
+            p = parse_op_sharding_parsed(s, mesh)
+        except ValueError:
+            parsed.append(None)
+            continue
         parsed.extend(p if isinstance(p, list) else [p])
     if len(parsed) == 1 and n != 1:  # XLA may report one sharding for all values
         parsed = parsed * n
-    return tuple(parsed)
+    return parsed
 
 
-def compile_lowered(lowered: LoweredModule) -> CompiledExecutable:
-    """Compile with XLA; read back the shardings XLA settled on as specs."""
+def _compile_once(lowered: LoweredModule) -> Any:
     emit("compile", name=lowered.name)
     devices = tuple(lowered.mesh.devices.flat)
     backend = jp.xla_bridge.get_device_backend(devices[0])
-    exe = backend.compile_and_load(
+    return backend.compile_and_load(
         lowered.module,
         executable_devices=xc.DeviceList(devices),
         compile_options=compile_options(lowered),
         host_callbacks=list(lowered.host_callbacks),
     )
-    in_specs = _chosen_specs(exe.get_parameter_shardings(), len(lowered.in_avals), lowered)
-    out_specs = _chosen_specs(exe.get_output_shardings(), len(lowered.out_avals), lowered)
-    return CompiledExecutable(lowered, exe, in_specs, out_specs)
+
+
+def compile_lowered(lowered: LoweredModule) -> CompiledExecutable:
+    """Compile with XLA; read back the layouts XLA settled on as specs.
+
+    Where XLA was free to choose (a ``None`` spec) and chose a layout no
+    partition spec can express, that value is pinned to replicated and the
+    module recompiled: results are only ever described by a spec that is
+    exactly their layout.
+    """
+    exe = _compile_once(lowered)
+    in_specs = _chosen_specs(exe.get_parameter_shardings(), len(lowered.in_avals), lowered.mesh)
+    out_specs = _chosen_specs(exe.get_output_shardings(), len(lowered.out_avals), lowered.mesh)
+    if None in in_specs or None in out_specs:
+        lowered = lower_pjit_body(
+            lowered.jaxpr,
+            [s if s is not None else REPLICATED for s in in_specs],
+            [s if s is not None else REPLICATED for s in out_specs],
+            lowered.mesh,
+            lowered.donate_requested,
+            lowered.name,
+            lowered.shardy,
+        )
+        return compile_lowered(lowered)
+    return CompiledExecutable(lowered, exe, tuple(in_specs), tuple(out_specs))  # type: ignore[arg-type]

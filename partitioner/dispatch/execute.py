@@ -20,7 +20,8 @@ from .. import options
 from ..compile import CompiledExecutable, compile_lowered
 from ..events import emit
 from ..lower.module import lower_pjit_body
-from ..spec.parsed import ParsedPartitionSpec
+from ..spec.op_sharding import parse_op_sharding_parsed
+from ..spec.parsed import REPLICATED, ParsedPartitionSpec
 
 
 @dataclass
@@ -94,6 +95,29 @@ def execute(runnable: Runnable, args: Sequence[Any]) -> list[Any]:
     return results.consume_with_handlers(runnable.out_handler.handlers)
 
 
+def spec_of_arg(x: Any, mesh: Mesh) -> ParsedPartitionSpec:
+    """The spec ``x`` is already laid out with over ``mesh`` (REPLICATED if none).
+
+    Used for inputs whose spec is None (residuals, NOTE [residual shardings]):
+    they are taken as they arrive instead of being moved.
+    """
+    if isinstance(x, jax.Array) and not isinstance(x, jp.core.Tracer):
+        sharding = x.sharding
+        if jp.device_assignment_of(sharding) == tuple(mesh.devices.flat):
+            try:
+                parsed = parse_op_sharding_parsed(jp.hlo_sharding_of(sharding, x.ndim), mesh)
+            except ValueError:
+                return REPLICATED
+            if isinstance(parsed, ParsedPartitionSpec):
+                return parsed
+    return REPLICATED
+
+
 def call_impl(args: Sequence[Any], **params: Any) -> list[Any]:
     """``pjit_p``'s impl: run the body eagerly on concrete arguments."""
+    specs = params["in_axis_resources"]
+    if None in specs:
+        mesh = params["mesh"]
+        specs = tuple(spec_of_arg(x, mesh) if s is None else s for s, x in zip(specs, args, strict=True))
+        params = dict(params, in_axis_resources=specs)
     return execute(get_runnable(**params), args)

@@ -28,6 +28,7 @@ class LoweredModule:
     """A lowered, annotated module plus what compilation and execution need."""
 
     module: Any  # ir.Module
+    jaxpr: Any  # the ClosedJaxpr it was lowered from
     name: str
     mesh: Mesh
     shardy: bool
@@ -35,6 +36,7 @@ class LoweredModule:
     out_avals: tuple[Any, ...]
     in_specs: tuple[ParsedPartitionSpec | None, ...]
     out_specs: tuple[ParsedPartitionSpec | None, ...]
+    donate_requested: tuple[bool, ...]
     donated: tuple[bool, ...]  # inputs whose buffers are really reused
     host_callbacks: tuple[Any, ...]
     keepalive: Any
@@ -139,6 +141,7 @@ def lower_pjit_body(
             )
     return LoweredModule(
         module=result.module,
+        jaxpr=jaxpr,
         name=name,
         mesh=mesh,
         shardy=shardy,
@@ -146,6 +149,7 @@ def lower_pjit_body(
         out_avals=out_avals,
         in_specs=tuple(in_specs),
         out_specs=tuple(out_specs),
+        donate_requested=tuple(donated),
         donated=usable,
         host_callbacks=tuple(result.host_callbacks),
         keepalive=result.keepalive,

@@ -179,9 +179,9 @@ def unflatten_superdims(assignment: Sequence[int]) -> list[tuple[int, int]]:
     ``assignment[k] == sum(((k // prod(sizes before i)) % size_i) * stride_i)``;
     and every transposition of a reshaped ``np.arange(n)`` is accepted. Other
     inputs raise ``_Unparseable`` unless they are such runs (it does not check
-    that the runs are a permutation; ``_axis_order`` does). A run of size ``s`` and stride ``t`` may span
-    several mesh axes at once (``np.arange(8)`` is one run);
-    :func:`explode_superdims` splits it.
+    that the runs form a permutation; ``_axis_order`` does). A run of size ``s``
+    and stride ``t`` may span several mesh axes at once (``np.arange(8)`` is one
+    run); :func:`explode_superdims` splits it.
     """
     flat = np.asarray(assignment, dtype=np.int64)
     if flat.size == 0 or flat[0] != 0:

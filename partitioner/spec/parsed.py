@@ -56,6 +56,14 @@ class ParsedPartitionSpec:
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("ParsedPartitionSpec is immutable")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The default slot-state protocol restores through __setattr__, which
+        # refuses; rebuild through __init__ so copy/deepcopy/pickle work.
+        return (
+            ParsedPartitionSpec,
+            (self.unsafe_user_spec, self.partitions, self.sync, self.unconstrained_dims),
+        )
+
     # --- user spec, for messages ---
 
     @property
@@ -119,18 +127,24 @@ class ParsedPartitionSpec:
             partitions.append(axes)
         return cls(entry, partitions, unconstrained_dims=frozenset(unconstrained))
 
-    def insert_axis_partitions(self, dim: int, axes: tuple[AxisName, ...]) -> ParsedPartitionSpec:
+    def insert_axis_partitions(
+        self, dim: int, axes: tuple[AxisName, ...], *, unconstrained: bool = False
+    ) -> ParsedPartitionSpec:
         """A spec with a new dimension at ``dim`` partitioned over ``axes``.
 
         Used by vmap: the batch dimension comes in unpartitioned (``axes == ()``,
         the user's spec is still meaningful up to a permutation) or over the
-        ``spmd_axis_name`` (new axes: out of sync).
+        ``spmd_axis_name`` (new axes: out of sync). ``unconstrained`` marks the
+        new dimension open (constraints leave a batch dimension to XLA).
         """
+        if unconstrained and axes:
+            raise ValueError("an unconstrained dimension cannot be partitioned")
         parts = self.partitions + ((),) * max(0, dim - len(self.partitions))
         new_parts = parts[:dim] + (tuple(axes),) + parts[dim:]
-        unconstrained = frozenset(d if d < dim else d + 1 for d in self.unconstrained_dims)
+        shifted = {d if d < dim else d + 1 for d in self.unconstrained_dims}
+        unconstrained_dims = frozenset(shifted | ({dim} if unconstrained else set()))
         sync = min(self.sync, SpecSync.DIM_PERMUTE if not axes else SpecSync.OUT_OF_SYNC)
-        return ParsedPartitionSpec(self.unsafe_user_spec, new_parts, sync, unconstrained)
+        return ParsedPartitionSpec(self.unsafe_user_spec, new_parts, sync, unconstrained_dims)
 
     # --- views ---
 

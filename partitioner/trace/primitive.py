@@ -7,7 +7,8 @@ the partitioning from one place and jax's caches (keyed on hashable params) work
 Params (all hashable):
     jaxpr: the ClosedJaxpr of the body (inputs are flat, static args removed).
     in_axis_resources / out_axis_resources: one ParsedPartitionSpec per flat
-        input / output.
+        input / output, or None where XLA chooses the layout (residuals, see
+        NOTE [residual shardings] in rules/partial_eval.py).
     mesh: the Auto-typed ``jax.sharding.Mesh`` the call runs over.
     donated_invars: one bool per flat input.
     name: the function's name, for HLO module and error messages.
@@ -44,8 +45,11 @@ pjit_p.def_impl(_pjit_impl)
 def _pjit_pp_rule(eqn: Any, context: Any, settings: Any) -> Any:
     # Show specs as the user would write them, not the parsed tuples.
     params = dict(eqn.params)
-    params["in_axis_resources"] = tuple(s.to_partition_spec() for s in params["in_axis_resources"])
-    params["out_axis_resources"] = tuple(s.to_partition_spec() for s in params["out_axis_resources"])
+    def show(specs: Any) -> tuple[Any, ...]:
+        return tuple("UNSPECIFIED" if s is None else s.to_partition_spec() for s in specs)
+
+    params["in_axis_resources"] = show(params["in_axis_resources"])
+    params["out_axis_resources"] = show(params["out_axis_resources"])
     params["mesh"] = dict(params["mesh"].shape)
     if not any(params["donated_invars"]):
         del params["donated_invars"]

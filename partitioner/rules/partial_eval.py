@@ -1,0 +1,148 @@
+"""Partial evaluation of a pjit (``linearize``, ``grad``, ``vjp``) and remat.
+
+A pjit with some unknown inputs splits into two ``pjit_p`` calls: the known
+half runs now and also returns *residuals*; the unknown half is staged and
+consumes them.
+
+NOTE [residual shardings]: residuals are never forced to replicate. Their
+spec in both halves is ``None`` ("XLA chooses"): the known half is compiled
+with sharding propagation to those outputs, and dispatch reads the chosen
+layout back from the executable (``compile.py`` parses its output
+OpShardings). The unknown half then takes each residual laid out as it
+arrived (``dispatch/execute.py`` resolves ``None`` in-specs from the
+arguments). A residual that is just a known input, or a primal output, is
+forwarded instead of being returned twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .. import _jax_private as jp
+from ..trace.primitive import pjit_p
+from ._common import keep_where, with_params
+
+pe, core, source_info_util = jp.pe, jp.core, jp.source_info_util
+
+
+def _subs(fwd: Sequence[int | None], src: Sequence[Any], dst: Sequence[Any]) -> list[Any]:
+    """``dst`` with each entry whose ``fwd`` index is set replaced by ``src[fwd]``."""
+    return [x if f is None else src[f] for f, x in zip(fwd, dst, strict=True)]
+
+
+# --- partial eval (JaxprTrace) ---
+
+
+def _pjit_partial_eval(trace: Any, *in_tracers: Any, **params: Any) -> list[Any]:
+    jaxpr = params["jaxpr"]
+    in_specs, out_specs = params["in_axis_resources"], params["out_axis_resources"]
+    in_pvals = [t.pval for t in in_tracers]
+    known_ins = tuple(pv.is_known() for pv in in_pvals)
+    unknown_ins = tuple(not k for k in known_ins)
+    known_jaxpr, unknown_jaxpr, unknown_outs, res_avals, in_fwd_res = pe.partial_eval_jaxpr_nounits_fwd(
+        jaxpr, unknown_ins, instantiate=False
+    )
+    known_outs = tuple(not u for u in unknown_outs)
+    num_res = len(res_avals)
+    known_out_specs = keep_where(out_specs, known_outs) + (None,) * num_res
+
+    # Known outputs that are just known inputs: forward (only where XLA may
+    # choose the output layout anyway, so forwarding changes nothing).
+    num_primals = len(known_jaxpr.out_avals) - num_res
+    in_fwd = pe._jaxpr_forwarding(known_jaxpr.jaxpr)
+    in_fwd = [f if s is None else None for f, s in zip(in_fwd[:num_primals], known_out_specs)] + in_fwd[num_primals:]
+    keep = [f is None for f in in_fwd]
+    known_jaxpr = pe.prune_closed_jaxpr_outputs(known_jaxpr, keep)
+    known_out_specs = keep_where(known_out_specs, keep)
+    num_primals = sum(keep[:num_primals])
+
+    # Residuals that are also primal outputs: return them once.
+    out_vars, res_vars = known_jaxpr.jaxpr.outvars[:num_primals], known_jaxpr.jaxpr.outvars[num_primals:]
+    index = {id(v): i for i, v in enumerate(out_vars)}
+    out_fwd = [None] * num_primals + [index.get(id(v)) for v in res_vars]
+    keep = [f is None for f in out_fwd]
+    known_jaxpr = pe.prune_closed_jaxpr_outputs(known_jaxpr, keep)
+    known_out_specs = keep_where(known_out_specs, keep)
+
+    known_params = with_params(
+        params,
+        jaxpr=known_jaxpr,
+        in_axis_resources=keep_where(in_specs, known_ins),
+        out_axis_resources=known_out_specs,
+        donated_invars=keep_where(params["donated_invars"], known_ins),
+    )
+    known_inputs = [pv.get_known() for pv in in_pvals if pv.is_known()]
+    known_outs_all = pjit_p.bind(*known_inputs, **known_params)
+    known_outs_all = _subs(out_fwd, known_outs_all, known_outs_all)
+    known_outs_all = _subs(in_fwd, known_inputs, known_outs_all)
+    n_known_primals = sum(known_outs)
+    known_out_vals, res_returned = known_outs_all[:n_known_primals], iter(known_outs_all[n_known_primals:])
+    sources = [*jaxpr.consts, *known_inputs]
+    residuals = [next(res_returned) if f is None else sources[f] for f in in_fwd_res]
+    res_tracers = [trace.new_instantiated_const(r) for r in residuals]
+
+    # A residual forwarded from a known input keeps that input's spec.
+    known_in_specs = [None] * len(jaxpr.consts) + list(keep_where(in_specs, known_ins))
+    res_specs = tuple(None if f is None else known_in_specs[f] for f in in_fwd_res)
+    unknown_params = with_params(
+        params,
+        jaxpr=unknown_jaxpr,
+        in_axis_resources=res_specs + keep_where(in_specs, unknown_ins),
+        out_axis_resources=keep_where(out_specs, unknown_outs),
+        donated_invars=(False,) * len(residuals) + keep_where(params["donated_invars"], unknown_ins),
+    )
+    unknown_tracers_in = [*res_tracers, *(t for t in in_tracers if not t.pval.is_known())]
+    unknown_tracers_out = [pe.JaxprTracer(trace, pe.PartialVal.unknown(a), None) for a in unknown_jaxpr.out_avals]
+    eqn = pe.new_eqn_recipe(
+        trace,
+        unknown_tracers_in,
+        unknown_tracers_out,
+        pjit_p,
+        unknown_params,
+        core.positional_effects(unknown_jaxpr),
+        source_info_util.current(),
+    )
+    for t in unknown_tracers_out:
+        t.recipe = eqn
+    known_iter, unknown_iter = iter(known_out_vals), iter(unknown_tracers_out)
+    return [next(unknown_iter) if u else next(known_iter) for u in unknown_outs]
+
+
+pe.custom_partial_eval_rules[pjit_p] = _pjit_partial_eval
+
+
+# --- partial_eval_jaxpr_custom (jax.checkpoint / remat policies under grad) ---
+
+
+def _pjit_partial_eval_custom_params(
+    unks_in: Sequence[bool],
+    inst_in: Sequence[bool],
+    kept_outs_known: Sequence[bool],
+    kept_outs_staged: Sequence[bool],
+    num_res_out: int,
+    num_res_in: int,
+    params_known: dict[str, Any],
+    params_staged: dict[str, Any],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    known_in = [not u for u in unks_in]
+    new_known = with_params(
+        params_known,
+        in_axis_resources=keep_where(params_known["in_axis_resources"], known_in),
+        out_axis_resources=keep_where(params_known["out_axis_resources"], kept_outs_known) + (None,) * num_res_out,
+        donated_invars=keep_where(params_known["donated_invars"], known_in),
+    )
+    new_staged = with_params(
+        params_staged,
+        in_axis_resources=(None,) * num_res_in + keep_where(params_staged["in_axis_resources"], inst_in),
+        out_axis_resources=keep_where(params_staged["out_axis_resources"], kept_outs_staged),
+        donated_invars=(False,) * num_res_in + keep_where(params_staged["donated_invars"], inst_in),
+    )
+    return new_known, new_staged
+
+
+def _pjit_partial_eval_custom(saveable: Any, unks_in: Any, inst_in: Any, eqn: Any) -> Any:
+    return pe.closed_call_partial_eval_custom_rule("jaxpr", _pjit_partial_eval_custom_params, saveable, unks_in, inst_in, eqn)
+
+
+pe.partial_eval_jaxpr_custom_rules[pjit_p] = _pjit_partial_eval_custom
