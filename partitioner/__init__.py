@@ -7,6 +7,7 @@ from . import lower as _lower  # noqa: F401  (registers our MLIR lowering rules)
 from . import rules as _rules  # noqa: F401  (registers our transformation rules)
 from .api import PjitFunction, pjit
 from .events import add_listener, recording
+from .inspect import Residual, residuals
 from .options import partitioner, set_partitioner
 from .spec import (
     REPLICATED,
@@ -24,6 +25,7 @@ from .trace.constraint import with_sharding_constraint
 
 __all__ = [
     "REPLICATED",
+    "Residual",
     "UNCONSTRAINED",
     "Compiled",
     "Lowered",
@@ -39,6 +41,7 @@ __all__ = [
     "pjit",
     "prepare_axis_resources",
     "recording",
+    "residuals",
     "set_partitioner",
     "with_sharding_constraint",
 ]
