@@ -13,3 +13,44 @@ os.environ["XLA_FLAGS"] += (
 import jax  # noqa: E402
 
 jax.config.update("jax_platforms", "cpu")
+
+# Property tests run a few hundred examples each (issue 2); no per-example deadline,
+# because the first example of a new mesh shape pays for jax's cold caches.
+# HYPOTHESIS_PROFILE=dev gives a quicker local loop.
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("ci", max_examples=300, deadline=None)
+settings.register_profile("dev", max_examples=50, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+# --- pjit suite (issue 3) ---
+import pytest  # noqa: E402
+
+import partitioner  # noqa: E402
+
+
+@pytest.fixture(params=["gspmd", "shardy"])
+def partitioner_mode(request: pytest.FixtureRequest):
+    """Run the test under each of XLA's SPMD partitioners (``partitioner.partitioner``)."""
+    with partitioner.partitioner(request.param):
+        yield request.param
+
+
+# --- transformation rules suite (issue 4) ---
+
+
+@pytest.fixture(params=["direct", "jvp+partial_eval"])
+def linearize_mode(request: pytest.FixtureRequest):
+    """Run under jax's direct linearize and, like ``JAX_USE_DIRECT_LINEARIZE=0``, without it.
+
+    Without it, ``linearize``/``grad``/``vjp`` go through JVP + partial eval (our
+    ``pe.custom_partial_eval_rules`` entry); with it, through the JVP rule and
+    jax's linearize trace. The flag is restored afterwards.
+    """
+    old = jax.config.jax_use_direct_linearize
+    jax.config.update("jax_use_direct_linearize", request.param == "direct")
+    try:
+        yield request.param
+    finally:
+        jax.config.update("jax_use_direct_linearize", old)

@@ -194,7 +194,7 @@ class ShardingSpec:
 
     # --- conversions ---
 
-    def to_op_sharding(self, *, encoding: str = "explicit") -> OpSharding:
+    def to_op_sharding(self, *, encoding: str = "explicit") -> xc.OpSharding:
         """The XLA ``OpSharding`` with the same layout; device ``i`` is position ``i`` of the flat mesh.
 
         The tile grid is the mesh transposed so that, dimension by dimension, the

@@ -1,0 +1,429 @@
+"""OpSharding <-> spec conversions: property round trips against jax, and hand-built protos.
+
+The properties run over random meshes (1-4 axes of size 1-8, up to 700 fake
+devices with shuffled ids), random ranks and random valid specs, and compare our
+builder and parser with what jax's own ``NamedSharding`` computes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from jax.sharding import AxisType, Mesh, NamedSharding
+
+from partitioner import PartitionSpec, get_aval_sharding_proto, parse_op_sharding
+from partitioner._jax_private import xla_client as xc
+from partitioner.spec import (
+    REPLICATED,
+    UNCONSTRAINED,
+    ParsedPartitionSpec,
+    devices_indices_map,
+    hlo_sharding_text,
+    parse_op_sharding_parsed,
+    sdy_mesh_text,
+    sdy_sharding_text,
+    sharding_spec_from_parsed,
+)
+from partitioner.spec.op_sharding import _Unparseable, unflatten_superdims
+
+OpSharding = xc.OpSharding
+HloSharding = xc.HloSharding
+T = OpSharding.Type
+JaxP = jax.sharding.PartitionSpec
+
+MAX_DEVICES = 700
+AXIS_NAMES = ("a", "b", "c", "d")
+
+
+class FakeDevice:
+    """A stand-in device: the spec code and jax's mesh only need ``.id`` and identity."""
+
+    def __init__(self, id: int) -> None:
+        self.id = id
+
+    def __repr__(self) -> str:
+        return f"FakeDevice({self.id})"
+
+
+# One pool, so equal meshes are the same interned jax Mesh and jax's caches stay warm.
+DEVICE_POOL = [FakeDevice(i) for i in range(MAX_DEVICES)]
+
+
+def fake_mesh(shape: tuple[int, ...], names: tuple[str, ...], seed: int | None = None) -> Mesh:
+    n = math.prod(shape)
+    ids = range(n) if seed is None else np.random.default_rng(seed).permutation(n)
+    devs = np.array([DEVICE_POOL[int(i)] for i in ids], dtype=object).reshape(shape)
+    return Mesh(devs, names, axis_types=(AxisType.Auto,) * len(names))
+
+
+def aval(shape: tuple[int, ...]) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(shape, np.float32)
+
+
+# --- strategies ---
+
+
+@st.composite
+def meshes(draw: st.DrawFn) -> Mesh:
+    n_axes = draw(st.integers(1, 4))
+    shape: list[int] = []
+    for _ in range(n_axes):
+        cap = min(8, MAX_DEVICES // math.prod(shape))
+        shape.append(draw(st.integers(1, cap)))
+    seed = draw(st.integers(0, 2**32 - 1))
+    return fake_mesh(tuple(shape), AXIS_NAMES[:n_axes], seed)
+
+
+@st.composite
+def mesh_spec_shape(draw: st.DrawFn) -> tuple[Mesh, Any, list[list[str]], tuple[int, ...]]:
+    """``(mesh, spec, dims, shape)``: ``dims[d]`` lists the axes of dim ``d``, major first.
+
+    The spec spells the same layout in any allowed way (``None`` or ``()``, a name
+    or a 1-tuple, ours or jax's class) and may omit trailing unpartitioned dims.
+    """
+    mesh = draw(meshes())
+    rank = draw(st.sampled_from(range(6)))  # uniform: integers() favours the ends
+    dims: list[list[str]] = [[] for _ in range(rank)]
+    if rank:
+        for axis in draw(st.permutations(list(mesh.axis_names))):
+            d = draw(st.integers(-1, rank - 1))  # -1: the axis is unused
+            if d >= 0:
+                dims[d].append(axis)
+    last_used = max((d for d, axes in enumerate(dims) if axes), default=-1)
+    length = draw(st.integers(last_used + 1, rank))
+    entries: list[Any] = []
+    for axes in dims[:length]:
+        if not axes:
+            entries.append(draw(st.sampled_from([None, ()])))
+        elif len(axes) == 1:
+            entries.append(draw(st.sampled_from([axes[0], (axes[0],)])))
+        else:
+            entries.append(tuple(axes))
+    spec_cls = draw(st.sampled_from([PartitionSpec, JaxP]))
+    sizes = dict(mesh.shape)
+    shape = tuple(math.prod(sizes[a] for a in axes) * draw(st.integers(1, 3)) for axes in dims)
+    return mesh, spec_cls(*entries), dims, shape
+
+
+def expected_spec(dims: list[list[str]], mesh: Mesh) -> PartitionSpec:
+    """The spec a round trip should give: size-1 axes and trailing Nones dropped, as jax does."""
+    sizes = dict(mesh.shape)
+    entries = [tuple(a for a in axes if sizes[a] != 1) or None for axes in dims]
+    while entries and entries[-1] is None:
+        entries.pop()
+    return PartitionSpec(*entries)
+
+
+def as_jax(spec: Any) -> JaxP:
+    return spec.to_jax() if isinstance(spec, PartitionSpec) else spec
+
+
+# --- properties ---
+
+
+@given(mesh_spec_shape(), st.sampled_from(["explicit", "iota"]), st.booleans())
+def test_spec_to_op_sharding_to_spec_is_identity(case, encoding, as_hlo) -> None:
+    mesh, spec, dims, shape = case
+    proto = get_aval_sharding_proto(aval(shape), spec, mesh, encoding=encoding)
+    given_sharding = HloSharding.from_proto(proto) if as_hlo else proto
+    assert parse_op_sharding(given_sharding, mesh) == expected_spec(dims, mesh)
+
+
+@given(mesh_spec_shape(), st.sampled_from(["explicit", "iota"]))
+def test_op_sharding_matches_jax_named_sharding(case, encoding) -> None:
+    mesh, spec, _, shape = case
+    ours = HloSharding.from_proto(
+        get_aval_sharding_proto(aval(shape), spec, mesh, encoding=encoding)
+    )
+    theirs = NamedSharding(mesh, as_jax(spec))._to_xla_hlo_sharding(len(shape))
+    assert ours == theirs
+
+
+@given(mesh_spec_shape())
+def test_device_indices_match_jax(case) -> None:
+    mesh, spec, _, shape = case
+    theirs = NamedSharding(mesh, as_jax(spec)).devices_indices_map(shape)
+    assert devices_indices_map(shape, spec, mesh) == dict(theirs)
+
+
+@given(mesh_spec_shape(), st.sampled_from(["explicit", "iota"]))
+def test_sharding_spec_op_sharding_matches_builder(case, encoding) -> None:
+    mesh, spec, _, shape = case
+    sharding_spec = sharding_spec_from_parsed(shape, spec, mesh)
+    assert sharding_spec.mesh_shape == mesh.devices.shape
+    ours = HloSharding.from_proto(sharding_spec.to_op_sharding(encoding=encoding))
+    builder = HloSharding.from_proto(get_aval_sharding_proto(aval(shape), spec, mesh))
+    assert ours == builder
+
+
+@given(mesh_spec_shape(), st.integers(0, 2**32 - 1))
+def test_parse_never_returns_a_wrong_spec(case, seed) -> None:
+    """A scrambled device list parses to a spec that rebuilds it exactly, or raises ValueError."""
+    mesh, spec, _, shape = case
+    proto = get_aval_sharding_proto(aval(shape), spec, mesh)
+    if proto.type == T.REPLICATED:
+        return
+    devices = np.asarray(list(proto.tile_assignment_devices))
+    rng = np.random.default_rng(seed)
+    if rng.random() < 0.5:  # scramble a few positions, else the whole list
+        i, j = rng.integers(0, devices.size, 2)
+        devices[[i, j]] = devices[[j, i]]
+    else:
+        devices = rng.permutation(devices)
+    proto.tile_assignment_devices = [int(d) for d in devices]
+    try:
+        parsed = parse_op_sharding(proto, mesh)
+    except ValueError as e:
+        assert "parse_op_sharding" in str(e)
+        return
+    rebuilt = get_aval_sharding_proto(aval(shape), parsed, mesh)
+    assert HloSharding.from_proto(rebuilt) == HloSharding.from_proto(proto)
+
+
+@st.composite
+def transposed_aranges(draw: st.DrawFn) -> np.ndarray:
+    shape = draw(st.lists(st.integers(1, 6), min_size=0, max_size=4))
+    perm = draw(st.permutations(range(len(shape))))
+    return np.arange(math.prod(shape)).reshape(shape).transpose(perm).reshape(-1)
+
+
+def rebuild_from_superdims(dims: list[tuple[int, int]], n: int) -> np.ndarray:
+    """``assignment[k] = sum_i ((k // prod(sizes before i)) % size_i) * stride_i`` (minor first)."""
+    k = np.arange(n)
+    out = np.zeros(n, dtype=np.int64)
+    inner = 1
+    for size, stride in dims:
+        out += ((k // inner) % size) * stride
+        inner *= size
+    return out
+
+
+@given(transposed_aranges())
+def test_unflatten_superdims_rebuilds_any_mesh_transposition(assignment) -> None:
+    dims = unflatten_superdims(assignment)
+    assert math.prod(size for size, _ in dims) == assignment.size
+    assert all(size >= 2 for size, _ in dims)
+    np.testing.assert_array_equal(rebuild_from_superdims(dims, assignment.size), assignment)
+
+
+@given(st.integers(1, 24).flatmap(lambda n: st.permutations(range(n))))
+def test_unflatten_superdims_result_always_rebuilds_its_input(assignment) -> None:
+    """For any permutation: either it is rejected, or the runs reproduce it exactly."""
+    assignment = np.asarray(assignment)
+    try:
+        dims = unflatten_superdims(assignment)
+    except _Unparseable:
+        return
+    np.testing.assert_array_equal(rebuild_from_superdims(dims, assignment.size), assignment)
+
+
+# --- the builder on hand-picked cases ---
+
+
+MESH_2x4 = fake_mesh((2, 4), ("x", "y"))
+
+
+@pytest.mark.parametrize(
+    "spec, ndim, text",
+    [
+        (PartitionSpec("x", "y"), 2, "{devices=[2,4]0,1,2,3,4,5,6,7}"),
+        (PartitionSpec("y", "x"), 2, "{devices=[4,2]0,4,1,5,2,6,3,7}"),
+        (PartitionSpec("y"), 2, "{devices=[4,1,2]0,4,1,5,2,6,3,7 last_tile_dim_replicate}"),
+        (PartitionSpec(None, ("y", "x")), 2, "{devices=[1,8]0,4,1,5,2,6,3,7}"),
+        (PartitionSpec(), 3, "{replicated}"),
+        (None, 1, "{replicated}"),
+    ],
+)
+def test_builder_device_order(spec, ndim, text) -> None:
+    proto = get_aval_sharding_proto(aval((8,) * ndim), spec, MESH_2x4)
+    assert HloSharding.from_proto(proto) == HloSharding.from_string(text)
+    if spec is not None:
+        theirs = NamedSharding(MESH_2x4, as_jax(spec))._to_xla_hlo_sharding(ndim)
+        assert HloSharding.from_proto(proto) == theirs
+
+
+def test_builder_returns_op_sharding_types() -> None:
+    replicated = get_aval_sharding_proto(aval((4,)), PartitionSpec(), MESH_2x4)
+    assert isinstance(replicated, OpSharding) and replicated.type == T.REPLICATED
+    tiled = get_aval_sharding_proto(aval((4,)), PartitionSpec("x"), MESH_2x4)
+    assert tiled.type == T.OTHER and tiled.replicate_on_last_tile_dim
+    assert list(tiled.tile_assignment_dimensions) == [2, 4]
+
+
+def test_builder_on_672_fake_devices() -> None:
+    mesh = fake_mesh((2, 8, 6, 7), AXIS_NAMES, seed=0)
+    spec = PartitionSpec(("d", "a"), None, "b")
+    proto = get_aval_sharding_proto(aval((14, 3, 8)), spec, mesh)
+    assert list(proto.tile_assignment_dimensions) == [14, 1, 8, 6]
+    theirs = NamedSharding(mesh, spec.to_jax())._to_xla_hlo_sharding(3)
+    assert HloSharding.from_proto(proto) == theirs
+    assert parse_op_sharding(proto, mesh) == spec
+
+
+def test_builder_size_one_axes_are_dropped() -> None:
+    mesh = fake_mesh((1, 4, 1), ("a", "b", "c"))
+    assert get_aval_sharding_proto(aval((4,)), PartitionSpec(("a", "c")), mesh).type == T.REPLICATED
+    assert parse_op_sharding(
+        get_aval_sharding_proto(aval((4,)), PartitionSpec(("a", "b")), mesh), mesh
+    ) == PartitionSpec("b")
+
+
+def test_builder_accepts_parsed_specs_and_unconstrained() -> None:
+    parsed = ParsedPartitionSpec.from_user_input(PartitionSpec(None, "y"), "test")
+    by_parsed = get_aval_sharding_proto(aval((2, 4)), parsed, MESH_2x4)
+    by_spec = get_aval_sharding_proto(aval((2, 4)), PartitionSpec(None, "y"), MESH_2x4)
+    assert HloSharding.from_proto(by_parsed) == HloSharding.from_proto(by_spec)
+    assert get_aval_sharding_proto(aval((2,)), REPLICATED, MESH_2x4).type == T.REPLICATED
+    # UNCONSTRAINED dims carry no tiling in the proto (the lowering marks them open).
+    loose = get_aval_sharding_proto(aval((2, 4)), PartitionSpec(UNCONSTRAINED, "y"), MESH_2x4)
+    assert HloSharding.from_proto(loose) == HloSharding.from_proto(by_spec)
+
+
+@pytest.mark.parametrize(
+    "spec, ndim, match, exc",
+    [
+        (PartitionSpec("z"), 1, "'z'", ValueError),
+        (PartitionSpec("x", None, None), 2, "rank", ValueError),
+        ("x", 1, "PartitionSpec", TypeError),
+    ],
+)
+def test_builder_errors(spec, ndim, match, exc) -> None:
+    with pytest.raises(exc, match=match):
+        get_aval_sharding_proto(aval((4,) * ndim), spec, MESH_2x4)
+
+
+def test_builder_rejects_unknown_encoding() -> None:
+    with pytest.raises(ValueError, match="encoding"):
+        get_aval_sharding_proto(aval((4,)), PartitionSpec("x"), MESH_2x4, encoding="bogus")
+
+
+def test_text_forms() -> None:
+    text = hlo_sharding_text(aval((4, 4)), PartitionSpec("y"), MESH_2x4)
+    assert text == "{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}"
+    assert HloSharding.from_string(text) == HloSharding.from_string(
+        "{devices=[4,1,2]0,4,1,5,2,6,3,7 last_tile_dim_replicate}"
+    )
+    assert sdy_mesh_text(MESH_2x4) == '<["x"=2, "y"=4]>'
+    assert (
+        sdy_sharding_text(3, PartitionSpec(("y", "x"), UNCONSTRAINED))
+        == '#sdy.sharding<@mesh, [{"y", "x"}, {?}, {}]>'
+    )
+
+
+# --- the parser on hand-built protos ---
+
+
+def tiled(
+    dims: list[int],
+    devices: list[int] | None = None,
+    *,
+    iota: tuple[list[int], list[int]] | None = None,
+    replicate_last: bool = False,
+    last_tile_dims: list[Any] = (),
+) -> OpSharding:
+    proto = OpSharding()
+    proto.type = T.OTHER
+    proto.tile_assignment_dimensions = dims
+    if iota is not None:
+        proto.iota_reshape_dims, proto.iota_transpose_perm = iota
+    else:
+        proto.tile_assignment_devices = list(range(math.prod(dims))) if devices is None else devices
+    proto.replicate_on_last_tile_dim = replicate_last
+    proto.last_tile_dims = list(last_tile_dims)
+    return proto
+
+
+YX = [0, 4, 1, 5, 2, 6, 3, 7]  # MESH_2x4 transposed: y major, x minor
+
+
+@pytest.mark.parametrize(
+    "proto, expected",
+    [
+        (tiled([2, 4]), PartitionSpec("x", "y")),
+        (tiled([4, 2], YX), PartitionSpec("y", "x")),
+        (tiled([1, 8], YX), PartitionSpec(None, ("y", "x"))),
+        (tiled([8, 1]), PartitionSpec(("x", "y"))),
+        (tiled([2, 1, 4], replicate_last=True), PartitionSpec("x")),
+        (tiled([1, 4, 2], YX, replicate_last=True), PartitionSpec(None, "y")),
+        (tiled([2, 1, 4], last_tile_dims=[T.REPLICATED]), PartitionSpec("x")),
+        (tiled([4, 2], iota=([2, 4], [1, 0])), PartitionSpec("y", "x")),
+        (tiled([4, 1, 2], iota=([2, 4], [1, 0]), replicate_last=True), PartitionSpec("y")),
+        (tiled([2, 4], iota=([8], [0])), PartitionSpec("x", "y")),
+        (tiled([1, 1, 8], replicate_last=True), PartitionSpec()),
+    ],
+)
+def test_parse_hand_built(proto, expected) -> None:
+    assert parse_op_sharding(proto, MESH_2x4) == expected
+    assert parse_op_sharding(HloSharding.from_proto(proto), MESH_2x4) == expected
+
+
+def test_parse_replicated_and_tuple() -> None:
+    replicated = OpSharding()
+    replicated.type = T.REPLICATED
+    assert parse_op_sharding(replicated, MESH_2x4) == PartitionSpec()
+    assert parse_op_sharding_parsed(replicated, MESH_2x4) == REPLICATED
+    tup = OpSharding()
+    tup.type = T.TUPLE
+    tup.tuple_shardings = [tiled([4, 2], YX), replicated, tiled([2, 1, 4], replicate_last=True)]
+    assert parse_op_sharding(tup, MESH_2x4) == [
+        PartitionSpec("y", "x"),
+        PartitionSpec(),
+        PartitionSpec("x"),
+    ]
+
+
+def test_parse_hlo_sharding_from_text_and_from_jax() -> None:
+    assert parse_op_sharding(HloSharding.from_string("{replicated}"), MESH_2x4) == PartitionSpec()
+    text = "{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}"
+    assert parse_op_sharding(HloSharding.from_string(text), MESH_2x4) == PartitionSpec("y")
+    jax_hlo = NamedSharding(MESH_2x4, JaxP(None, ("x", "y")))._to_xla_hlo_sharding(2)
+    assert parse_op_sharding(jax_hlo, MESH_2x4) == PartitionSpec(None, ("x", "y"))
+
+
+def test_parse_returns_our_spec_and_parsed_form() -> None:
+    spec = parse_op_sharding(tiled([4, 2], YX), MESH_2x4)
+    assert isinstance(spec, PartitionSpec)
+    parsed = parse_op_sharding_parsed(tiled([4, 2], YX), MESH_2x4)
+    assert parsed.partitions == (("y",), ("x",))
+
+
+def _special(kind: Any, devices: list[int] = ()) -> OpSharding:
+    proto = OpSharding()
+    proto.type = kind
+    proto.tile_assignment_devices = list(devices)
+    return proto
+
+
+@pytest.mark.parametrize(
+    "proto, why",
+    [
+        (_special(T.MAXIMAL, [3]), "MAXIMAL"),
+        (_special(T.MANUAL), "MANUAL"),
+        (tiled([2, 4], [0, 2, 1, 3, 4, 5, 6, 7]), "transposition"),  # not a mesh order
+        (tiled([8], [1, 0, 2, 3, 4, 5, 6, 7]), "position 0"),
+        (tiled([2, 4], [4, 5, 6, 7, 0, 1, 2, 3]), "position 0"),  # x reversed
+        (tiled([4, 2]), "splits a mesh axis"),  # tile of 4 over x=2 then half of y
+        (tiled([2, 2, 2], replicate_last=True), "splits a mesh axis"),
+        (tiled([2, 2], iota=([4], [0])), "mesh has 8 devices"),
+        (tiled([16], iota=([16], [0])), "mesh has 8 devices"),
+        (tiled([2, 1, 4], last_tile_dims=[T.MANUAL]), "replicated subgroups"),
+        (tiled([2, 3], list(range(8))), "multiply"),
+    ],
+)
+def test_parse_rejects_shardings_no_spec_can_express(proto, why) -> None:
+    with pytest.raises(ValueError, match="parse_op_sharding") as info:
+        parse_op_sharding(proto, MESH_2x4)
+    assert why in str(info.value)
+
+
+def test_parse_rejects_a_tile_that_splits_a_mesh_axis_in_iota_form() -> None:
+    mesh = fake_mesh((4, 2), ("x", "y"))
+    # x has 4 devices; a tile dim of 2 over x's stride would split it.
+    with pytest.raises(ValueError, match="splits a mesh axis"):
+        parse_op_sharding(tiled([2, 4], iota=([8], [0])), mesh)
