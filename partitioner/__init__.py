@@ -5,7 +5,9 @@ The public surface, and only it. See docs/architecture.md for the pipeline.
 
 from . import lower as _lower  # noqa: F401  (registers our MLIR lowering rules)
 from . import rules as _rules  # noqa: F401  (registers our transformation rules)
+from . import options
 from .api import PjitFunction, pjit
+from .dispatch import clear_caches
 from .events import add_listener, recording
 from .inspect import Residual, residuals
 from .options import partitioner, set_partitioner
@@ -34,8 +36,10 @@ __all__ = [
     "PjitFunction",
     "SpecSync",
     "add_listener",
+    "clear_caches",
     "get_aval_sharding_proto",
     "mesh",
+    "options",
     "parse_op_sharding",
     "partitioner",
     "pjit",

@@ -108,3 +108,53 @@ def hlo_sharding_of(sharding: Any, ndim: int) -> Any:
 def device_assignment_of(sharding: Any) -> tuple[Any, ...]:
     """The devices a jax Sharding's HloSharding positions refer to, in order."""
     return tuple(sharding._device_assignment)
+
+
+def new_jit_key_state(name: str, default: Any) -> Any:
+    """A thread-local/global configuration value that jax includes in its jit keys.
+
+    partitioner's own options live in one so that jaxlib's C++ dispatch cache
+    (and jax.jit's) tell calls made under different settings apart.
+    """
+    return _config.config_ext.Config(name, default, include_in_jit_key=True, include_in_trace_context=False)
+
+
+def at_top_level() -> bool:
+    """True when no jax transformation or trace is active (eager evaluation)."""
+    return core.trace_state_clean()
+
+
+# --- jaxlib's C++ jit dispatcher, driven by our executables ---
+from jax._src import tree_util as _tree_util  # noqa: E402
+from jax._src.lib import _jax  # noqa: E402
+
+
+def cpp_dispatch_cache(capacity: int) -> Any:
+    """A bounded cache for :func:`cpp_dispatcher` (``.clear()`` empties it)."""
+    return _jax.PjitFunctionCache(capacity=capacity)
+
+
+def cpp_dispatcher(name: str, fun: Any, cache_miss: Any, static_argnums: Any, static_argnames: Any, key: Any, cache: Any) -> Any:
+    """A C++ callable that runs cached executables itself and calls ``cache_miss`` otherwise.
+
+    ``cache_miss(*args, **kwargs)`` returns ``(outputs, fastpath_data | None, False)``.
+    Each dispatcher gets its own cache, so dropping it frees its entries.
+    """
+    return _jax.pjit(
+        name, fun, cache_miss, list(static_argnums), list(static_argnames), key,
+        _tree_util.dispatch_registry, pxla.cc_shard_arg, cache,
+    )
+
+
+def fastpath_data(executable: Any, out_tree: Any, in_shardings: Any, out_shardings: Any, out_avals: Any) -> Any:
+    """What the C++ dispatcher needs to run ``executable`` without Python."""
+    n = len(in_shardings)
+    return pxla.MeshExecutableFastpathData(
+        executable, out_tree, list(in_shardings), list(out_shardings), list(out_avals),
+        [True] * len(out_avals), [True] * n, [None] * n, [],
+    )
+
+
+def dispatch_flatten(tree: Any) -> tuple[list[Any], Any]:
+    """Flatten with the registry jaxlib's C++ dispatcher uses for outputs."""
+    return _tree_util.dispatch_registry.flatten(tree, None)

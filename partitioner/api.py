@@ -23,7 +23,7 @@ from .spec.checks import check_specs
 from .spec.mesh_env import current_mesh
 from .spec.parsed import REPLICATED, ParsedPartitionSpec
 from .spec.tree import broadcast_prefix, prepare_axis_resources
-from .trace.primitive import pjit_p
+from .dispatch.fastpath import Dispatcher
 from .trace.tracing import TracedBody, check_mesh_unchanged, trace_body
 
 _API = "pjit"
@@ -67,10 +67,11 @@ class CallPlan:
 
 
 class PjitFunction:
-    """A function partitioned over the mesh in context at each call.
+    """The planner behind a pjit-ed function: checks, traces and lowers calls.
 
-    ``f(*args, **kwargs)`` runs it; ``f.lower(*args, **kwargs)`` returns a
-    :class:`~partitioner.stages.Lowered`.
+    Users hold the callable :func:`pjit` returns (jaxlib's C++ dispatcher
+    around this planner, see ``dispatch/fastpath.py``); it is reachable there as
+    ``f._partitioner``.
     """
 
     def __init__(
@@ -100,11 +101,29 @@ class PjitFunction:
         except (TypeError, ValueError):
             self._signature = None
         self._name = getattr(fun, "__name__", type(fun).__name__)
-        functools.update_wrapper(self, fun)
 
-    def __get__(self, obj: Any, objtype: Any = None) -> Any:
-        # Support decorating methods: bind like a plain function would.
-        return self if obj is None else functools.partial(self, obj)
+    def _cpp_statics(self) -> tuple[tuple[int, ...], tuple[str, ...]]:
+        """Static positions and names for the C++ dispatcher, each completed from the other.
+
+        jaxlib's dispatcher treats positional and keyword static arguments
+        separately, so a parameter named in ``static_argnames`` but passed
+        positionally (or the reverse) must be listed both ways.
+        """
+        nums = {i for i in self._static_argnums if i >= 0}
+        names = set(self._static_argnames)
+        params = list(self._signature.parameters.values()) if self._signature else []
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        for i in list(nums):
+            if i < len(positional) and positional[i].kind is positional[i].POSITIONAL_OR_KEYWORD:
+                names.add(positional[i].name)
+        for i, p in enumerate(positional):
+            if p.name in names:
+                nums.add(i)
+        if any(i < 0 for i in self._static_argnums):
+            if not positional or any(p.kind is p.VAR_POSITIONAL for p in params):
+                raise ValueError(f"pjit {self._name}: negative static_argnums need a function with a fixed number of positional parameters")
+            nums |= {i + len(positional) for i in self._static_argnums if i < 0}
+        return tuple(sorted(nums)), tuple(sorted(names))
 
     # --- arguments ---
 
@@ -216,11 +235,6 @@ class PjitFunction:
 
     # --- entry points ---
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        plan = self.plan(args, kwargs)
-        outs = pjit_p.bind(*plan.args_flat, **plan.params)
-        return tree_unflatten(plan.out_tree, outs)
-
     def lower(self, *args: Any, **kwargs: Any) -> Any:
         """Lower for these arguments (arrays or ``jax.ShapeDtypeStruct``s): a ``Lowered``."""
         from .stages import lower_plan
@@ -273,7 +287,7 @@ def pjit(
     *,
     static_argnames: str | Sequence[str] | None = (),
     donate_argnames: str | Sequence[str] | None = (),
-) -> PjitFunction:
+) -> Any:
     """Partition ``fun`` over the mesh in context at each call.
 
     Args:
@@ -286,8 +300,10 @@ def pjit(
         donate_argnums / donate_argnames: arguments whose buffers the output may reuse.
 
     Returns:
-        A :class:`PjitFunction`: call it to run, ``.lower(...)`` for the AOT stages.
+        A callable: call it to run, ``.lower(...)`` for the AOT stages,
+        ``.clear_cache()`` to drop its fast-path entries.
     """
-    return PjitFunction(
+    planner = PjitFunction(
         fun, in_axis_resources, out_axis_resources, static_argnums, donate_argnums, static_argnames, donate_argnames
     )
+    return Dispatcher(planner, *planner._cpp_statics()).public_callable()

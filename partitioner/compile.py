@@ -77,20 +77,20 @@ def _compile_once(lowered: LoweredModule) -> Any:
     )
 
 
-def compile_lowered(lowered: LoweredModule) -> CompiledExecutable:
+def compile_lowered(lowered: LoweredModule, jaxpr: Any) -> CompiledExecutable:
     """Compile with XLA; read back the layouts XLA settled on as specs.
 
     Where XLA was free to choose (a ``None`` spec) and chose a layout no
-    partition spec can express, that value is pinned to replicated and the
-    module recompiled: results are only ever described by a spec that is
-    exactly their layout.
+    partition spec can express, that value is pinned to replicated and
+    ``jaxpr`` (the body ``lowered`` came from) lowered and compiled again:
+    results are only ever described by a spec that is exactly their layout.
     """
     exe = _compile_once(lowered)
     in_specs = _chosen_specs(exe.get_parameter_shardings(), len(lowered.in_avals), lowered.mesh)
     out_specs = _chosen_specs(exe.get_output_shardings(), len(lowered.out_avals), lowered.mesh)
     if None in in_specs or None in out_specs:
         lowered = lower_pjit_body(
-            lowered.jaxpr,
+            jaxpr,
             [s if s is not None else REPLICATED for s in in_specs],
             [s if s is not None else REPLICATED for s in out_specs],
             lowered.mesh,
@@ -98,5 +98,5 @@ def compile_lowered(lowered: LoweredModule) -> CompiledExecutable:
             lowered.name,
             lowered.shardy,
         )
-        return compile_lowered(lowered)
+        return compile_lowered(lowered, jaxpr)
     return CompiledExecutable(lowered, exe, tuple(in_specs), tuple(out_specs))  # type: ignore[arg-type]

@@ -65,7 +65,7 @@ class Lowered:
 
     def compile(self) -> Compiled:
         """Compile with XLA's SPMD partitioner; the result is reusable."""
-        return Compiled(make_runnable(compile_lowered(self._module)), self._plan)
+        return Compiled(make_runnable(compile_lowered(self._module, self._plan.params["jaxpr"])), self._plan)
 
 
 class Compiled:

@@ -1,1 +1,21 @@
-"""Stage 5: executable cache, argument placement and execution."""
+"""Stage 5: executable cache, fast-path dispatch, argument placement and execution."""
+
+from __future__ import annotations
+
+from . import window
+from .execute import executables
+from .fastpath import clear_fast_paths
+
+
+def clear_caches() -> None:
+    """Drop every cached trace, executable and fast-path entry.
+
+    The next call of any pjit-ed function traces, lowers and compiles again.
+    Pending launches in the CPU collective window are waited for first.
+    """
+    from ..trace.tracing import trace_cache
+
+    window.drain()
+    clear_fast_paths()
+    executables.clear()
+    trace_cache.clear()

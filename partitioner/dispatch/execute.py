@@ -7,7 +7,6 @@ way) is placed with ``jax.device_put`` first.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +17,8 @@ from jax.sharding import Mesh, NamedSharding
 from .. import _jax_private as jp
 from .. import options
 from ..compile import CompiledExecutable, compile_lowered
+from . import window
+from .cache import ExecutableCache
 from ..events import emit
 from ..lower.module import lower_pjit_body
 from ..spec.op_sharding import parse_op_sharding_parsed
@@ -30,7 +31,9 @@ class Runnable:
 
     compiled: CompiledExecutable
     in_shardings: tuple[NamedSharding, ...]
+    out_shardings: tuple[NamedSharding, ...]
     out_handler: Any  # jax's results handler
+    windowed: bool  # runs through the CPU collective window (window.py)
 
     @property
     def donated(self) -> tuple[bool, ...]:
@@ -45,54 +48,68 @@ def make_runnable(compiled: CompiledExecutable) -> Runnable:
     lowered = compiled.lowered
     mesh = lowered.mesh
     in_sh = tuple(named_sharding(mesh, s) for s in compiled.in_specs)
-    out_sh = [named_sharding(mesh, s) for s in compiled.out_specs]
+    out_sh = tuple(named_sharding(mesh, s) for s in compiled.out_specs)
     handler = jp.results_handler(lowered.out_avals, out_sh)
-    return Runnable(compiled, in_sh, handler)
+    platform = mesh.devices.flat[0].platform
+    windowed = window.needs_window(compiled.executable, platform, mesh.size)
+    return Runnable(compiled, in_sh, out_sh, handler, windowed)
 
 
-_cache: dict[Any, Runnable] = {}
-_cache_lock = threading.Lock()
+executables = ExecutableCache()
 
 
 def get_runnable(
     jaxpr: Any,
-    in_axis_resources: tuple[ParsedPartitionSpec, ...],
-    out_axis_resources: tuple[ParsedPartitionSpec, ...],
+    in_axis_resources: tuple[ParsedPartitionSpec | None, ...],
+    out_axis_resources: tuple[ParsedPartitionSpec | None, ...],
     mesh: Mesh,
     donated_invars: tuple[bool, ...],
     name: str,
 ) -> Runnable:
-    """The compiled executable for these params, lowering and compiling on a miss."""
+    """The compiled executable for these params (NOTE [executable cache])."""
     shardy = options.use_shardy()
-    key = (jaxpr, in_axis_resources, out_axis_resources, mesh, donated_invars, shardy)
-    with _cache_lock:
-        hit = _cache.get(key)
-    if hit is not None:
-        return hit
-    emit("cache_miss", name=name)
-    lowered = lower_pjit_body(jaxpr, in_axis_resources, out_axis_resources, mesh, donated_invars, name, shardy)
-    runnable = make_runnable(compile_lowered(lowered))
-    with _cache_lock:
-        _cache.setdefault(key, runnable)
+
+    def build() -> Runnable:
+        emit("cache_miss", name=name)
+        lowered = lower_pjit_body(jaxpr, in_axis_resources, out_axis_resources, mesh, donated_invars, name, shardy)
+        return make_runnable(compile_lowered(lowered, jaxpr))
+
+    key = (in_axis_resources, out_axis_resources, mesh, donated_invars, shardy)
+    runnable, _ = executables.get_or_compile(jaxpr, key, build)
     return runnable
 
 
-def place_args(args: Sequence[Any], shardings: Sequence[NamedSharding]) -> list[Any]:
-    """Lay each argument out as its sharding asks; pass through those already there."""
+def place_args_reporting(args: Sequence[Any], shardings: Sequence[NamedSharding]) -> tuple[list[Any], bool]:
+    """Lay each argument out as its sharding asks; pass through those already there.
+
+    Returns:
+        ``(placed, moved_committed)``: the arguments, and whether a committed
+        jax.Array had to be moved to another layout (such calls stay off the C++
+        fast path, which would not move it).
+    """
     placed = []
+    moved_committed = False
     for x, sharding in zip(args, shardings, strict=True):
         if isinstance(x, jax.Array) and not isinstance(x, jp.core.Tracer):
             if x.sharding == sharding or x.sharding.is_equivalent_to(sharding, x.ndim):
                 placed.append(x)
                 continue
+            moved_committed = moved_committed or x.committed
         placed.append(jax.device_put(x, sharding))
-    return placed
+    return placed, moved_committed
+
+
+def execute_placed(runnable: Runnable, placed: Sequence[Any]) -> list[Any]:
+    """Run on arguments already laid out as ``runnable.in_shardings``."""
+    results = runnable.compiled.executable.execute_sharded(list(placed))
+    outs = results.consume_with_handlers(runnable.out_handler.handlers)
+    if runnable.windowed:
+        window.launched(outs)
+    return outs
 
 
 def execute(runnable: Runnable, args: Sequence[Any]) -> list[Any]:
-    placed = place_args(args, runnable.in_shardings)
-    results = runnable.compiled.executable.execute_sharded(placed)
-    return results.consume_with_handlers(runnable.out_handler.handlers)
+    return execute_placed(runnable, place_args_reporting(args, runnable.in_shardings)[0])
 
 
 def spec_of_arg(x: Any, mesh: Mesh) -> ParsedPartitionSpec:

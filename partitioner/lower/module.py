@@ -28,7 +28,6 @@ class LoweredModule:
     """A lowered, annotated module plus what compilation and execution need."""
 
     module: Any  # ir.Module
-    jaxpr: Any  # the ClosedJaxpr it was lowered from
     name: str
     mesh: Mesh
     shardy: bool
@@ -141,7 +140,6 @@ def lower_pjit_body(
             )
     return LoweredModule(
         module=result.module,
-        jaxpr=jaxpr,
         name=name,
         mesh=mesh,
         shardy=shardy,

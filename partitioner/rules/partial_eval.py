@@ -26,9 +26,18 @@ from ._common import keep_where, with_params
 pe, core, source_info_util = jp.pe, jp.core, jp.source_info_util
 
 
-def _subs(fwd: Sequence[int | None], src: Sequence[Any], dst: Sequence[Any]) -> list[Any]:
-    """``dst`` with each entry whose ``fwd`` index is set replaced by ``src[fwd]``."""
-    return [x if f is None else src[f] for f, x in zip(fwd, dst, strict=True)]
+def _unprune(fwd: Sequence[int | None], kept: Sequence[Any], src: Sequence[Any] | None = None) -> list[Any]:
+    """Undo a forwarding prune: one entry per ``fwd`` index.
+
+    ``kept`` holds the values that were not pruned (``fwd`` is None), in order;
+    a pruned entry becomes ``src[fwd]``, or, without ``src``, the entry at
+    index ``fwd`` of the result itself (a forward to a kept value).
+    """
+    kept_iter = iter(kept)
+    full = [next(kept_iter) if f is None else None for f in fwd]
+    assert next(kept_iter, full) is full, (fwd, len(kept))
+    source = full if src is None else src
+    return [x if f is None else source[f] for f, x in zip(fwd, full, strict=True)]
 
 
 # --- partial eval (JaxprTrace) ---
@@ -74,8 +83,8 @@ def _pjit_partial_eval(trace: Any, *in_tracers: Any, **params: Any) -> list[Any]
     )
     known_inputs = [pv.get_known() for pv in in_pvals if pv.is_known()]
     known_outs_all = pjit_p.bind(*known_inputs, **known_params)
-    known_outs_all = _subs(out_fwd, known_outs_all, known_outs_all)
-    known_outs_all = _subs(in_fwd, known_inputs, known_outs_all)
+    known_outs_all = _unprune(out_fwd, known_outs_all)
+    known_outs_all = _unprune(in_fwd, known_outs_all, known_inputs)
     n_known_primals = sum(known_outs)
     known_out_vals, res_returned = known_outs_all[:n_known_primals], iter(known_outs_all[n_known_primals:])
     sources = [*jaxpr.consts, *known_inputs]

@@ -6,6 +6,7 @@ Its own primitive, so it survives tracing and every transformation carries it
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -50,7 +51,16 @@ def with_sharding_constraint(x: Any, axis_resources: Any) -> Any:
 
 def _constraint_impl(x: Any, *, axis_resources: ParsedPartitionSpec, mesh: Any) -> Any:
     # Eagerly, a constraint is a re-layout; open dims are laid out unpartitioned.
-    return jax.device_put(x, NamedSharding(mesh, axis_resources.to_jax_closed()))
+    # A jax.Array cannot be split unevenly (XLA pads only inside a computation),
+    # so a dimension its axes do not divide is laid out unpartitioned too: the
+    # value is the same, and uneven constraints stay allowed (no divisibility check).
+    sizes = dict(mesh.shape)
+    shape = jax.numpy.shape(x)
+    entries = []
+    for d, axes in enumerate(axis_resources.partitions):
+        divides = shape[d] % math.prod(sizes[a] for a in axes) == 0
+        entries.append(axes if axes and divides else None)
+    return jax.device_put(x, NamedSharding(mesh, jax.sharding.PartitionSpec(*entries)))
 
 
 sharding_constraint_p.def_impl(_constraint_impl)

@@ -1,0 +1,155 @@
+"""The per-signature dispatch fast path (the role of the seed's ``pmap_lib.cc``).
+
+A cached call must cost little beyond running the executable. Two paths give
+identical results (``partitioner.options.fast_path`` switches; the switch is in
+the C++ cache key, so with it off every call reaches the Python path):
+
+- **C++**: jaxlib's jit dispatcher keyed on the call signature (tree, avals,
+  shardings, committedness, static values, jax config including the mesh in
+  context and our options). A hit runs our executable without entering Python.
+- **Python**: our own dict keyed on the same signature; a hit skips planning,
+  tracing and checks and goes straight to argument placement and execution.
+
+Misses take the slow path (``PjitFunction.plan`` + bind). Calls that cannot
+take a fast path always take the slow path (which still hits the executable
+cache): any transformation in progress, tracer constants, committed inputs
+that had to be moved to another layout, and (on CPU) executables with
+collectives, which run through the in-flight window (``window.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import jax
+from jax.tree_util import tree_flatten, tree_unflatten
+
+from .. import _jax_private as jp
+from .. import options
+from ..events import emit
+from ..trace.primitive import pjit_p
+from .execute import Runnable, execute_placed, get_runnable, place_args_reporting
+
+if TYPE_CHECKING:
+    from ..api import PjitFunction
+
+_CPP_CAPACITY = 1024
+_PY_CAPACITY = 1024
+
+
+_live: weakref.WeakSet[Dispatcher] = weakref.WeakSet()
+
+
+def clear_fast_paths() -> None:
+    """Forget every live function's fast-path entries."""
+    for d in list(_live):
+        d.clear()
+
+
+@dataclass(frozen=True)
+class _Hit:
+    runnable: Runnable
+    out_tree: Any
+
+
+def _leaf_signature(x: Any) -> Any:
+    if isinstance(x, jax.Array):
+        return (type(x), x.shape, x.dtype, x.weak_type, x.sharding, x.committed)
+    shape = getattr(x, "shape", None)
+    if shape is not None:
+        return (type(x), shape, x.dtype)
+    return type(x)
+
+
+class Dispatcher:
+    """Routes calls of one ``PjitFunction`` through the C++ or Python fast path."""
+
+    def __init__(self, fn: PjitFunction, static_argnums: tuple[int, ...], static_argnames: tuple[str, ...]) -> None:
+        self._fn = fn
+        self._static_argnums = frozenset(static_argnums)
+        self._static_argnames = frozenset(static_argnames)
+        self._cpp_cache = jp.cpp_dispatch_cache(_CPP_CAPACITY)
+        cpp = jp.cpp_dispatcher(
+            fn._name, fn._fun, self._cpp_miss, sorted(static_argnums), sorted(static_argnames),
+            ("partitioner", id(self)), self._cpp_cache,
+        )
+        # Only users hold the C++ callable; nothing here points back at it, so a
+        # dropped function is freed at once, with its fast-path entries.
+        self._public: Any = functools.wraps(fn._fun)(cpp)
+        self._py: dict[Any, _Hit] = {}
+        self._py_lock = threading.Lock()
+        _live.add(self)
+
+    def public_callable(self) -> Any:
+        """The callable users get: jaxlib's dispatcher, dressed as the wrapped function.
+
+        Calls go straight into C++; ``lower``/``clear_cache`` are attributes of
+        this instance (jaxlib's class is shared with jax.jit, so it is left alone).
+        """
+        f, self._public = self._public, None
+        f.lower = self._fn.lower
+        f.clear_cache = self.clear
+        f._partitioner = self._fn
+        f._dispatcher = self
+        return f
+
+    def clear(self) -> None:
+        """Forget this function's fast-path entries (executables stay in the shared cache)."""
+        self._cpp_cache.clear()
+        with self._py_lock:
+            self._py.clear()
+
+    def _cpp_miss(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, bool]:
+        out, runnable, cpp_ok = self._call(args, kwargs)
+        if not cpp_ok or runnable is None or not options.fast_path_enabled():
+            return out, None, False
+        leaves, tree = jp.dispatch_flatten(out)
+        if not all(isinstance(x, jax.Array) for x in leaves):
+            return out, None, False
+        data = jp.fastpath_data(
+            runnable.compiled.executable, tree, runnable.in_shardings, runnable.out_shardings,
+            runnable.compiled.lowered.out_avals,
+        )
+        return out, data, False
+
+    def _key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, list[Any]]:
+        statics = tuple((i, args[i]) for i in sorted(self._static_argnums) if i < len(args))
+        static_kw = tuple(sorted((k, v) for k, v in kwargs.items() if k in self._static_argnames))
+        dyn_args = tuple(a for i, a in enumerate(args) if i not in self._static_argnums)
+        dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self._static_argnames}
+        leaves, tree = tree_flatten((dyn_args, dyn_kwargs))
+        key = (tree, tuple(map(_leaf_signature, leaves)), statics, static_kw, jp.ambient_mesh(), jp.trace_context())
+        hash(key)  # raises TypeError for unhashable static values
+        return key, leaves
+
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Runnable | None, bool]:
+        """Run one call; returns (outputs, runnable, whether C++ may cache it)."""
+        if not jp.at_top_level():
+            plan = self._fn.plan(args, kwargs)
+            return tree_unflatten(plan.out_tree, pjit_p.bind(*plan.args_flat, **plan.params)), None, False
+        try:
+            key, leaves = self._key(args, kwargs)
+        except TypeError:  # an unhashable static value: plan() reports it
+            key, leaves = None, []
+        hit = self._py.get(key) if key is not None else None
+        if hit is not None:
+            placed, moved = place_args_reporting(leaves, hit.runnable.in_shardings)
+            out = tree_unflatten(hit.out_tree, execute_placed(hit.runnable, placed))
+            return out, hit.runnable, not moved and not hit.runnable.windowed
+        emit("dispatch_miss", name=self._fn._name)
+        plan = self._fn.plan(args, kwargs)
+        if plan.num_consts:
+            return tree_unflatten(plan.out_tree, pjit_p.bind(*plan.args_flat, **plan.params)), None, False
+        runnable = get_runnable(**plan.params)
+        placed, moved = place_args_reporting(plan.args_flat, runnable.in_shardings)
+        out = tree_unflatten(plan.out_tree, execute_placed(runnable, placed))
+        if not moved and key is not None:
+            with self._py_lock:
+                if len(self._py) >= _PY_CAPACITY:
+                    self._py.pop(next(iter(self._py)))
+                self._py[key] = _Hit(runnable, plan.out_tree)
+        return out, runnable, not moved and not runnable.windowed
