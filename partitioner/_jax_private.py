@@ -110,15 +110,6 @@ def device_assignment_of(sharding: Any) -> tuple[Any, ...]:
     return tuple(sharding._device_assignment)
 
 
-def new_jit_key_state(name: str, default: Any) -> Any:
-    """A thread-local/global configuration value that jax includes in its jit keys.
-
-    partitioner's own options live in one so that jaxlib's C++ dispatch cache
-    (and jax.jit's) tell calls made under different settings apart.
-    """
-    return _config.config_ext.Config(name, default, include_in_jit_key=True, include_in_trace_context=False)
-
-
 def at_top_level() -> bool:
     """True when no jax transformation or trace is active (eager evaluation)."""
     return core.trace_state_clean()
