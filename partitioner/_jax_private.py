@@ -91,8 +91,14 @@ def jax_uses_shardy() -> bool:
 
 
 def shaped_abstractify(x: Any) -> Any:
-    """The ShapedArray jax traces ``x`` as (weak type kept for Python scalars)."""
-    return core.shaped_abstractify(x)
+    """The ShapedArray partitioner traces ``x`` as: shape, dtype and weak type only.
+
+    jax 0.10.2 avals of committed arrays also carry their mesh; the layout is
+    partitioner's business (the specs), so it is dropped and equal shapes share
+    one trace whatever their current layout.
+    """
+    a = core.shaped_abstractify(x)
+    return core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type)
 
 
 def results_handler(avals: Any, shardings: Any) -> Any:
