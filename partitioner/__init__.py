@@ -4,8 +4,8 @@ The public surface, and only it. See docs/architecture.md for the pipeline.
 """
 
 from . import lower as _lower  # noqa: F401  (registers our MLIR lowering rules)
-from . import rules as _rules  # noqa: F401  (registers our transformation rules)
 from . import options
+from . import rules as _rules  # noqa: F401  (registers our transformation rules)
 from .api import PjitFunction, pjit
 from .dispatch import clear_caches
 from .events import add_listener, recording

@@ -9,9 +9,26 @@ from __future__ import annotations
 
 from typing import Any
 
+from jax._src import api_util, core, effects, sharding_impls, source_info_util, xla_bridge
 from jax._src import config as _config
+from jax._src import linear_util as lu
 from jax._src import mesh as _mesh_lib
-from jax._src.lib import xla_client  # jaxlib's OpSharding/HloSharding/CompileOptions
+from jax._src import tree_util as _tree_util
+from jax._src.interpreters import ad, batching, mlir, pxla
+from jax._src.interpreters import partial_eval as pe
+from jax._src.lib import (
+    _jax,
+    xla_client,  # jaxlib's OpSharding/HloSharding/CompileOptions
+)
+from jax._src.lib.mlir import ir
+from jax._src.lib.mlir.dialects import sdy
+
+# Re-exported modules: the complete list of private jax modules partitioner
+# reaches into (each use elsewhere goes through this name).
+__all__ = [
+    "ad", "api_util", "batching", "core", "effects", "ir", "lu", "mlir",
+    "pe", "pxla", "sdy", "sharding_impls", "source_info_util", "xla_bridge", "xla_client",
+]
 
 
 # --- the ambient mesh (shared with `with jax.sharding.Mesh(...)`) ---
@@ -56,24 +73,6 @@ def ambient_mesh() -> Any | None:
     if concrete is not None and not concrete.empty:
         return concrete
     return None
-
-
-# --- tracing, transformation registries, lowering, execution ---
-# Modules re-exported under one name each, so the set of private jax modules
-# partitioner depends on is exactly this list.
-from jax._src import api_util  # noqa: E402
-from jax._src import core  # noqa: E402
-from jax._src import effects  # noqa: E402
-from jax._src import dispatch as jax_dispatch  # noqa: E402
-from jax._src import linear_util as lu  # noqa: E402
-from jax._src import sharding_impls  # noqa: E402
-from jax._src import source_info_util  # noqa: E402
-from jax._src import xla_bridge  # noqa: E402
-from jax._src.interpreters import ad, batching, mlir, pxla  # noqa: E402
-from jax._src.interpreters import partial_eval as pe  # noqa: E402
-from jax._src.lib.mlir import ir  # noqa: E402
-from jax._src.lib.mlir.dialects import func as func_dialect  # noqa: E402
-from jax._src.lib.mlir.dialects import hlo, sdy  # noqa: E402
 
 
 def trace_context() -> Any:
@@ -122,8 +121,6 @@ def at_top_level() -> bool:
 
 
 # --- jaxlib's C++ jit dispatcher, driven by our executables ---
-from jax._src import tree_util as _tree_util  # noqa: E402
-from jax._src.lib import _jax  # noqa: E402
 
 
 def cpp_dispatch_cache(capacity: int) -> Any:

@@ -8,7 +8,6 @@ prefixes -> check specs against the mesh and shapes -> trace (cached) ->
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -17,14 +16,20 @@ from typing import Any
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
-from jax.tree_util import KeyPath, PyTreeDef, SequenceKey, tree_flatten, tree_flatten_with_path, tree_unflatten
+from jax.tree_util import (
+    KeyPath,
+    PyTreeDef,
+    SequenceKey,
+    tree_flatten_with_path,
+    tree_unflatten,
+)
 
 from . import _jax_private as jp
+from .dispatch.fastpath import Dispatcher
 from .spec.checks import check_specs
 from .spec.mesh_env import current_mesh
 from .spec.parsed import REPLICATED, ParsedPartitionSpec
 from .spec.tree import broadcast_prefix, prepare_axis_resources
-from .dispatch.fastpath import Dispatcher
 from .trace.tracing import TracedBody, check_mesh_unchanged, trace_body
 
 _API = "pjit"

@@ -37,7 +37,7 @@ class Residual:
 def _per_device_bytes(aval: Any, spec: PartitionSpec, mesh: Any) -> int:
     sizes = dict(mesh.shape)
     count = 1
-    for d, entry in enumerate(spec):
+    for entry in spec:
         axes = () if entry is None else (entry if isinstance(entry, tuple) else (entry,))
         for a in axes:
             count *= sizes[a]

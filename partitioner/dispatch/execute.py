@@ -17,12 +17,12 @@ from jax.sharding import Mesh, NamedSharding
 from .. import _jax_private as jp
 from .. import options
 from ..compile import CompiledExecutable, compile_lowered
-from . import window
-from .cache import ExecutableCache
 from ..events import emit
 from ..lower.module import lower_pjit_body
 from ..spec.op_sharding import parse_op_sharding_parsed
 from ..spec.parsed import REPLICATED, ParsedPartitionSpec
+from . import window
+from .cache import ExecutableCache
 
 
 @dataclass
