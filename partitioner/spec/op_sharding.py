@@ -76,7 +76,7 @@ def _tiling(ndim: int, spec: ParsedPartitionSpec, mesh: Mesh) -> tuple[list[int]
 
 def get_aval_sharding_proto(
     aval: Any, axis_resources: Any, mesh: Mesh, *, encoding: str = "explicit"
-) -> OpSharding:
+) -> Any:  # xla_client.OpSharding
     """The ``OpSharding`` that lays a value of ``aval.shape`` out as the spec says.
 
     Args:
@@ -112,7 +112,7 @@ def get_aval_sharding_proto(
     return proto
 
 
-def get_hlo_sharding(aval: Any, axis_resources: Any, mesh: Mesh) -> HloSharding:
+def get_hlo_sharding(aval: Any, axis_resources: Any, mesh: Mesh) -> Any:  # xla_client.HloSharding
     """:func:`get_aval_sharding_proto` as an ``HloSharding`` (what ``mhlo.sharding`` prints)."""
     return HloSharding.from_proto(get_aval_sharding_proto(aval, axis_resources, mesh, encoding="iota"))
 
@@ -159,7 +159,7 @@ def sdy_sharding_text(ndim: int, axis_resources: Any, mesh_name: str = "mesh") -
 # --- OpSharding -> spec ---
 
 
-def _device_order(proto: OpSharding) -> np.ndarray:
+def _device_order(proto: Any) -> np.ndarray:
     """The flat tile assignment, whichever encoding the proto uses."""
     if len(proto.iota_reshape_dims):
         reshape = list(proto.iota_reshape_dims)
@@ -172,7 +172,7 @@ class _Unparseable(Exception):
     pass
 
 
-def unflatten_superdims(assignment: Sequence[int]) -> list[tuple[int, int]]:
+def unflatten_superdims(assignment: Sequence[int] | np.ndarray) -> list[tuple[int, int]]:
     """Split a flat assignment into ``(size, stride)`` runs, minor-most first.
 
     Properties (tested): if it returns ``dims`` (for *any* input), then
@@ -226,7 +226,7 @@ def explode_superdims(
     return out
 
 
-def _axis_order(proto: OpSharding, mesh: Mesh) -> list[Any]:
+def _axis_order(proto: Any, mesh: Mesh) -> list[Any]:
     """Mesh axes (non-size-1) in the major-to-minor order the tile assignment uses."""
     mesh_sizes = dict(mesh.shape)
     names = [a for a in mesh.axis_names if mesh_sizes[a] != 1]

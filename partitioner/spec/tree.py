@@ -62,7 +62,7 @@ def _one_level(x: Any, is_leaf: Callable[[Any], bool] | None) -> tuple[Any, list
     kids, treedef = jax.tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
     if jax.tree_util.treedef_is_leaf(treedef):
         return None, []
-    return treedef.node_data(), [(path[0], child) for path, child in kids]
+    return treedef.node_data(), [(path[0], child) for path, child in kids]  # type: ignore[attr-defined]
 
 
 def broadcast_prefix(
