@@ -13,9 +13,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh
 from jax.tree_util import (
     KeyPath,
     PyTreeDef,
@@ -247,30 +246,8 @@ class PjitFunction:
 
         return lower_plan(self.plan(args, kwargs), self._name)
 
-    def trace(self, *args: Any, **kwargs: Any) -> Traced:
-        """Trace for these arguments; ``.out_info`` holds the outputs' shapes, dtypes, layouts.
-
-        ``jax.eval_shape`` calls ``fun.trace(...).out_info`` on jaxlib's dispatcher
-        class, which is also the class of the callable ``pjit`` returns.
-        """
-        plan = self.plan(args, kwargs)
-        out_info = [
-            jax.ShapeDtypeStruct(
-                a.shape, a.dtype, weak_type=a.weak_type, sharding=NamedSharding(plan.mesh, s.to_jax_closed())
-            )
-            for a, s in zip(plan.params["jaxpr"].out_avals, plan.params["out_axis_resources"], strict=True)
-        ]
-        return Traced(tree_unflatten(plan.out_tree, out_info))
-
     def __repr__(self) -> str:
         return f"pjit({self._name})"
-
-
-@dataclass(frozen=True)
-class Traced:
-    """What ``PjitFunction.trace`` returns: the output structure as ShapeDtypeStructs."""
-
-    out_info: Any
 
 
 class _HashableStatic:
@@ -334,7 +311,4 @@ def pjit(
     planner = PjitFunction(
         fun, in_axis_resources, out_axis_resources, static_argnums, donate_argnums, static_argnames, donate_argnames
     )
-    public = Dispatcher(planner, *planner._cpp_statics()).public_callable()
-    # jax.eval_shape calls `.trace` on jaxlib's dispatcher class; answer it here.
-    public.trace = planner.trace
-    return public
+    return Dispatcher(planner, *planner._cpp_statics()).public_callable()

@@ -37,6 +37,22 @@ def partitioner_mode(request: pytest.FixtureRequest):
         yield request.param
 
 
+@pytest.fixture(params=["gspmd", "shardy"])
+def jax_partitioner_mode(request: pytest.FixtureRequest):
+    """Like ``partitioner_mode``, and jax's ``jax_use_shardy_partitioner`` set alike.
+
+    For tests where ``jax.jit`` builds the enclosing module (a pjit or a
+    constraint inside ``jax.jit``): jax's flag picks that module's partitioner.
+    """
+    old = jax.config.jax_use_shardy_partitioner
+    jax.config.update("jax_use_shardy_partitioner", request.param == "shardy")
+    try:
+        with partitioner.partitioner(request.param):
+            yield request.param
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", old)
+
+
 # --- transformation rules suite (issue 4) ---
 
 

@@ -41,6 +41,48 @@ _CPP_CAPACITY = 1024
 _PY_CAPACITY = 1024
 
 
+class PjitWrapped:
+    """What :func:`partitioner.pjit` returns: call it, ``.lower(...)`` it.
+
+    NOTE [pjit callable]: a call must go straight into jaxlib's C++ dispatcher,
+    yet the object must not *be* jaxlib's dispatcher class: jax treats that
+    class as its own ``jax.jit`` (``jax.eval_shape`` reads its internals), and
+    wrappers such as ``jax.jit``/``jax.vmap`` copy instance attributes like
+    ``lower`` onto themselves. So each pjit-ed function gets a tiny subclass
+    whose ``__call__`` *is* the C++ callable (a staticmethod: no Python frame
+    on the hot path), and ``lower``/``clear_cache`` are ordinary methods that
+    wrappers do not copy.
+    """
+
+    _cpp: Any
+    _dispatcher: Dispatcher
+
+    @staticmethod
+    def make(dispatcher: Dispatcher, cpp: Any) -> PjitWrapped:
+        fun = dispatcher._fn._fun
+        cls = type(f"pjit[{dispatcher._fn._name}]", (PjitWrapped,), {"__call__": staticmethod(cpp), "__slots__": ()})
+        self = object.__new__(cls)
+        object.__setattr__(self, "_cpp", cpp)
+        object.__setattr__(self, "_dispatcher", dispatcher)
+        functools.update_wrapper(self, fun)  # type: ignore[arg-type]
+        return self
+
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        """Lower for these arguments (arrays or ``jax.ShapeDtypeStruct``s): a ``Lowered``."""
+        return self._dispatcher._fn.lower(*args, **kwargs)
+
+    def clear_cache(self) -> None:
+        """Forget this function's fast-path entries (executables stay in the shared cache)."""
+        self._dispatcher.clear()
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        # Decorated methods bind like plain functions.
+        return self if obj is None else functools.partial(self, obj)
+
+    def __repr__(self) -> str:
+        return f"<pjit-ed function {self._dispatcher._fn._name}>"
+
+
 _live: weakref.WeakSet[Dispatcher] = weakref.WeakSet()
 
 
@@ -77,25 +119,18 @@ class Dispatcher:
             fn._name, fn._fun, self._cpp_miss, sorted(static_argnums), sorted(static_argnames),
             ("partitioner", id(self)), self._cpp_cache,
         )
-        # Only users hold the C++ callable; nothing here points back at it, so a
-        # dropped function is freed at once, with its fast-path entries.
-        self._public: Any = functools.wraps(fn._fun)(cpp)
+        # Only users hold the C++ callable (inside the PjitWrapped); nothing here
+        # points back at it, so a dropped function is freed at once, with its
+        # fast-path entries.
+        self._public: Any = cpp
         self._py: dict[Any, _Hit] = {}
         self._py_lock = threading.Lock()
         _live.add(self)
 
-    def public_callable(self) -> Any:
-        """The callable users get: jaxlib's dispatcher, dressed as the wrapped function.
-
-        Calls go straight into C++; ``lower``/``clear_cache`` are attributes of
-        this instance (jaxlib's class is shared with jax.jit, so it is left alone).
-        """
-        f, self._public = self._public, None
-        f.lower = self._fn.lower
-        f.clear_cache = self.clear
-        f._partitioner = self._fn
-        f._dispatcher = self
-        return f
+    def public_callable(self) -> PjitWrapped:
+        """The callable users get (see :class:`PjitWrapped`)."""
+        cpp, self._public = self._public, None
+        return PjitWrapped.make(self, cpp)
 
     def clear(self) -> None:
         """Forget this function's fast-path entries (executables stay in the shared cache)."""
