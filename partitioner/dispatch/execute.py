@@ -89,8 +89,14 @@ def place_args_reporting(args: Sequence[Any], shardings: Sequence[NamedSharding]
     """
     placed = []
     moved_committed = False
-    for x, sharding in zip(args, shardings, strict=True):
+    for i, (x, sharding) in enumerate(zip(args, shardings, strict=True)):
         if isinstance(x, jax.Array) and not isinstance(x, jp.core.Tracer):
+            if x.is_deleted():
+                raise RuntimeError(
+                    f"pjit: argument {i} (flat) is an array that has been deleted, most likely "
+                    "donated to an earlier call (donate_argnums). Pass a live array, or stop "
+                    "donating it."
+                )
             if x.sharding == sharding or x.sharding.is_equivalent_to(sharding, x.ndim):
                 placed.append(x)
                 continue

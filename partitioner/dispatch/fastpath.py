@@ -13,8 +13,11 @@ the C++ cache key, so with it off every call reaches the Python path):
 Misses take the slow path (``PjitFunction.plan`` + bind). Calls that cannot
 take a fast path always take the slow path (which still hits the executable
 cache): any transformation in progress, tracer constants, committed inputs
-that had to be moved to another layout, and (on CPU) executables with
-collectives, which run through the in-flight window (``window.py``).
+that had to be moved to another layout, (on CPU) executables with
+collectives, which run through the in-flight window (``window.py``), and
+executables that donate inputs: jaxlib's C++ path crashes the process when a
+donating executable is handed an already-deleted array, where the Python
+path raises a RuntimeError.
 """
 
 from __future__ import annotations
@@ -98,6 +101,11 @@ class _Hit:
     out_tree: Any
 
 
+def _cpp_safe(runnable: Runnable) -> bool:
+    """Whether jaxlib's C++ path may run this executable (see the module docstring)."""
+    return not runnable.windowed and not any(runnable.donated)
+
+
 def _leaf_signature(x: Any) -> Any:
     if isinstance(x, jax.Array):
         return (type(x), x.shape, x.dtype, x.weak_type, x.sharding, x.committed)
@@ -174,7 +182,7 @@ class Dispatcher:
         if hit is not None:
             placed, moved = place_args_reporting(leaves, hit.runnable.in_shardings)
             out = tree_unflatten(hit.out_tree, execute_placed(hit.runnable, placed))
-            return out, hit.runnable, not moved and not hit.runnable.windowed
+            return out, hit.runnable, not moved and _cpp_safe(hit.runnable)
         emit("dispatch_miss", name=self._fn._name)
         plan = self._fn.plan(args, kwargs)
         if plan.num_consts:
@@ -187,4 +195,4 @@ class Dispatcher:
                 if len(self._py) >= _PY_CAPACITY:
                     self._py.pop(next(iter(self._py)))
                 self._py[key] = _Hit(runnable, plan.out_tree)
-        return out, runnable, not moved and not runnable.windowed
+        return out, runnable, not moved and _cpp_safe(runnable)

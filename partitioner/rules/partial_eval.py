@@ -26,7 +26,9 @@ from ._common import keep_where, with_params
 pe, core, source_info_util = jp.pe, jp.core, jp.source_info_util
 
 
-def _unprune(fwd: Sequence[int | None], kept: Sequence[Any], src: Sequence[Any] | None = None) -> list[Any]:
+def _unprune(
+    fwd: Sequence[int | None], kept: Sequence[Any], src: Sequence[Any] | None = None
+) -> list[Any]:
     """Undo a forwarding prune: one entry per ``fwd`` index.
 
     ``kept`` holds the values that were not pruned (``fwd`` is None), in order;
@@ -74,15 +76,28 @@ def _pjit_partial_eval(trace: Any, *in_tracers: Any, **params: Any) -> list[Any]
     known_jaxpr = pe.prune_closed_jaxpr_outputs(known_jaxpr, keep)
     known_out_specs = keep_where(known_out_specs, keep)
 
+    # A known input that is also a residual or a forwarded output must outlive
+    # the known half, so it is not donated there.
+    n_consts = len(jaxpr.consts)
+    kept_alive = {f - n_consts for f in in_fwd_res if f is not None and f >= n_consts}
+    kept_alive |= {f for f in in_fwd if f is not None}
+    known_donated = tuple(
+        d and i not in kept_alive for i, d in enumerate(keep_where(params["donated_invars"], known_ins))
+    )
     known_params = with_params(
         params,
         jaxpr=known_jaxpr,
         in_axis_resources=keep_where(in_specs, known_ins),
         out_axis_resources=known_out_specs,
-        donated_invars=keep_where(params["donated_invars"], known_ins),
+        donated_invars=known_donated,
     )
     known_inputs = [pv.get_known() for pv in in_pvals if pv.is_known()]
-    known_outs_all = pjit_p.bind(*known_inputs, **known_params)
+    # A known half that computes nothing (every output unknown, every residual
+    # forwarded) is not run: it would compile and execute an empty program.
+    if known_jaxpr.out_avals or known_jaxpr.effects:
+        known_outs_all = pjit_p.bind(*known_inputs, **known_params)
+    else:
+        known_outs_all = []
     known_outs_all = _unprune(out_fwd, known_outs_all)
     known_outs_all = _unprune(in_fwd, known_outs_all, known_inputs)
     n_known_primals = sum(known_outs)

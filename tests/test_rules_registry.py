@@ -1,0 +1,127 @@
+"""Every partitioner primitive has every rule jax needs (issue 4).
+
+A primitive missing a rule only fails when a user happens to combine it with
+the one transformation that needs it; this test fails as soon as a rule is
+missing instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import MESH_2D, mesh_ctx
+from rules_helpers import assert_tree_close, constraint_eqns
+
+import partitioner  # noqa: F401  (registers every rule)
+from partitioner import PartitionSpec as P
+from partitioner import with_sharding_constraint
+from partitioner._jax_private import ad, batching, core, mlir, pe
+from partitioner.trace.constraint import sharding_constraint_p
+from partitioner.trace.primitive import pjit_p
+
+
+def _has_impl(prim: Any) -> bool:
+    return "impl" in vars(prim)  # set by def_impl; the class default raises
+
+
+def _has_abstract_eval(prim: Any) -> bool:
+    return "abstract_eval" in vars(prim)
+
+
+def _has_lowering(prim: Any) -> bool:
+    return prim in mlir._lowerings or any(
+        prim in rules for rules in mlir._platform_specific_lowerings.values()
+    )
+
+
+def _has_transpose(prim: Any) -> bool:
+    return prim in ad.primitive_transposes or prim in ad.fancy_transposes
+
+
+RULES = {
+    "impl": _has_impl,
+    "abstract eval": _has_abstract_eval,
+    "MLIR lowering": _has_lowering,
+    "JVP": lambda p: p in ad.primitive_jvps,
+    "transpose": _has_transpose,
+    "batching": lambda p: p in batching.fancy_primitive_batchers,
+    "partial eval": lambda p: p in pe.custom_partial_eval_rules,
+    "partial eval custom (remat)": lambda p: p in pe.partial_eval_jaxpr_custom_rules,
+    "DCE": lambda p: p in pe.dce_rules,
+}
+
+# sharding_constraint_p is a plain (non-call) primitive: jax's generic partial
+# eval, partial_eval_jaxpr_custom and DCE paths handle it (tested below).
+CONSTRAINT_RULES = ("impl", "abstract eval", "MLIR lowering", "JVP", "transpose", "batching")
+
+
+@pytest.mark.parametrize("rule", list(RULES))
+def test_pjit_p_has_rule(rule: str) -> None:
+    assert RULES[rule](pjit_p), f"pjit_p has no {rule} rule"
+
+
+@pytest.mark.parametrize("rule", CONSTRAINT_RULES)
+def test_sharding_constraint_p_has_rule(rule: str) -> None:
+    assert RULES[rule](sharding_constraint_p), f"sharding_constraint_p has no {rule} rule"
+
+
+def test_every_registered_rule_is_ours() -> None:
+    # No rule is inherited by accident from a jax primitive of the same name.
+    for prim in (pjit_p, sharding_constraint_p):
+        for registry in (ad.primitive_jvps, batching.fancy_primitive_batchers):
+            assert registry[prim].__module__.startswith("partitioner."), (prim, registry[prim])
+    assert pjit_p.multiple_results and not sharding_constraint_p.multiple_results
+
+
+def test_sharding_constraint_p_uses_the_generic_non_call_paths() -> None:
+    assert not sharding_constraint_p.call_primitive
+    assert not getattr(sharding_constraint_p, "map_primitive", False)
+    assert sharding_constraint_p not in pe.custom_partial_eval_rules
+    assert sharding_constraint_p not in pe.dce_rules
+
+    def f(x: Any, y: Any) -> Any:
+        a = with_sharding_constraint(jnp.sin(x), P("a"))
+        b = with_sharding_constraint(a * y, P(None, "b"))
+        unused = with_sharding_constraint(x * 2, P("b"))
+        del unused
+        return a, b
+
+    x, y = np.ones((8, 4), np.float32), np.full((8, 4), 2.0, np.float32)
+    with mesh_ctx(*MESH_2D):
+        closed = jax.make_jaxpr(f)(x, y)
+    assert len(constraint_eqns(closed)) == 3
+
+    # Partial eval with y unknown: the first constraint is known, the second staged.
+    known, unknown, out_uk, res_avals = pe.partial_eval_jaxpr_nounits(
+        closed, unknowns=[False, True], instantiate=False
+    )
+    assert out_uk == [False, True]
+    assert len(constraint_eqns(known)) >= 1
+    assert len(constraint_eqns(unknown)) == 1
+    assert len(res_avals) >= 1
+
+    # DCE drops the constraint whose value is unused, and one whose output is dropped.
+    dced, used_inputs = pe.dce_jaxpr(closed.jaxpr, [True, False])
+    assert used_inputs == [True, False]
+    assert len(constraint_eqns(dced)) == 1
+
+    # partial_eval_jaxpr_custom (remat) handles it without a special rule.
+    jk, js, uk_out, inst_out, num_res = pe.partial_eval_jaxpr_custom(
+        closed.jaxpr, [False, True], [True, True], False, False, lambda *_, **__: False
+    )
+    assert uk_out == [False, True]
+    assert constraint_eqns(jk) and constraint_eqns(js)
+
+    # And the transformed results still compute f.
+    with mesh_ctx(*MESH_2D):
+        want = jax.jit(lambda x, y: (jnp.sin(x), jnp.sin(x) * y))(x, y)
+        assert_tree_close(tuple(core.jaxpr_as_fun(closed)(x, y)), want)
+        ck = jax.checkpoint(lambda x, y: jnp.sum(f(x, y)[1]), policy=lambda *_, **__: False)
+        assert_tree_close(
+            jax.grad(ck, argnums=(0, 1))(x, y),
+            jax.grad(lambda x, y: jnp.sum(jnp.sin(x) * y), argnums=(0, 1))(x, y),
+        )
