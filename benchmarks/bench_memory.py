@@ -1,0 +1,211 @@
+"""Figure 4: per-device memory of the train step, partitioner vs jax.jit, under both partitioners.
+
+Why: our lowering must not make XLA keep more live per device than jax.jit does. The
+figure reads XLA's own ``memory_analysis()`` of both compiled steps (temp + argument +
+output - alias bytes per device). The "nested loss" variant takes the gradient of a
+pjit-ed loss inside the pjit-ed step: the values the backward pass keeps (residuals)
+are left for XLA to lay out (NOTE [residual shardings]), so it must cost no more than
+jax.jit's nested-jit equivalent. Memory statistics are deterministic: one compile each.
+"""
+
+from __future__ import annotations
+
+import common  # first: sets XLA_FLAGS before jax is imported
+
+# isort: split
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import models
+from jax.sharding import NamedSharding
+
+import partitioner
+from partitioner import PartitionSpec as P
+
+NAME = "memory"
+TARGET = common.Target("<= 1.00x", hi=1.0)
+FIELDS = (
+    "temp_size_in_bytes",
+    "argument_size_in_bytes",
+    "output_size_in_bytes",
+    "alias_size_in_bytes",
+)
+
+
+def per_device_bytes(stats: Any) -> tuple[int, dict[str, int]]:
+    """temp + argument + output - alias: the bytes a device holds while the step runs."""
+    parts = {f: int(getattr(stats, f)) for f in FIELDS}
+    total = (
+        parts["temp_size_in_bytes"]
+        + parts["argument_size_in_bytes"]
+        + parts["output_size_in_bytes"]
+    )
+    return total - parts["alias_size_in_bytes"], parts
+
+
+def _steps(
+    nested: bool,
+) -> tuple[Any, Any, Any]:
+    """(partitioner step, jax.jit step, partitioner loss or None) for one variant."""
+    mesh = models.mesh_4x2()
+    in_specs = (models.BLOCK_PARAM_SPECS, models.BATCH_SPECS)
+    out_specs = models.BLOCK_PARAM_SPECS
+    ours_loss = theirs_loss = None
+    if nested:
+        ours_loss = partitioner.pjit(models.loss, in_specs, P())
+        theirs_loss = jax.jit(
+            models.loss,
+            in_shardings=models.to_jax(in_specs, mesh),
+            out_shardings=NamedSharding(mesh, jax.sharding.PartitionSpec()),
+        )
+    ours = partitioner.pjit(models.train_step(ours_loss or models.loss), in_specs, out_specs)
+    theirs = jax.jit(
+        models.train_step(theirs_loss or models.loss),
+        in_shardings=models.to_jax(in_specs, mesh),
+        out_shardings=models.to_jax(out_specs, mesh),
+    )
+    return ours, theirs, ours_loss
+
+
+def measure(mode: str, nested: bool) -> tuple[common.Row, dict[str, Any]]:
+    mesh = models.mesh_4x2()
+    params, batch = models.block_params(), models.block_batch()
+    name = f"{mode}/{'nested_loss_step' if nested else 'train_step'}"
+    with partitioner.partitioner(mode), partitioner.mesh(mesh.devices, mesh.axis_names):
+        ours, theirs, ours_loss = _steps(nested)
+        ours_total, ours_parts = per_device_bytes(
+            ours.lower(params, batch).compile().memory_analysis()
+        )
+        lowered = theirs.lower(params, batch)
+        theirs_total, theirs_parts = per_device_bytes(lowered.compile().memory_analysis())
+        jax_annotation = "sdy.sharding" if "sdy.sharding" in lowered.as_text() else "mhlo.sharding"
+        residuals = (
+            [str(r) for r in partitioner.residuals(ours_loss, params, batch)] if ours_loss else []
+        )
+    kib = 1 / 1024
+    row = common.compare(
+        name,
+        "KiB/device",
+        [ours_total],
+        [theirs_total],
+        TARGET,
+        kib,
+        partitioner_bytes=ours_parts,
+        jax_jit_bytes=theirs_parts,
+        jax_jit_annotation=jax_annotation,
+    )
+    return row, {"residuals": residuals}
+
+
+def _held_bytes(f: Callable[..., Any], params: Any, batch: Any) -> tuple[int, int]:
+    """(arrays, bytes on device 0) that ``jax.vjp(f, ...)``'s closure holds for the backward pass."""
+    _, f_vjp = jax.vjp(f, params, batch)
+    held = [x for x in jax.tree.leaves(f_vjp) if isinstance(x, jax.Array)]
+    jax.block_until_ready(held)
+    device0 = models.mesh_4x2().devices.flat[0]
+    per_device = sum(
+        s.data.nbytes for x in held for s in x.addressable_shards if s.device == device0
+    )
+    return len(held), per_device
+
+
+def measure_eager_vjp(mode: str) -> common.Row:
+    """Residuals of an eager ``jax.vjp`` of the pjit-ed loss, vs of the jax.jit-ed loss.
+
+    Outside any enclosing program, forward and backward are separate executables
+    and the residuals live in between, laid out as XLA chose for each library.
+    """
+    mesh = models.mesh_4x2()
+    in_specs = (models.BLOCK_PARAM_SPECS, models.BATCH_SPECS)
+    params = jax.device_put(models.block_params(), models.to_jax(models.BLOCK_PARAM_SPECS, mesh))
+    batch = jax.device_put(models.block_batch(), models.to_jax(models.BATCH_SPECS, mesh))
+    with partitioner.partitioner(mode), partitioner.mesh(mesh.devices, mesh.axis_names):
+        ours = partitioner.pjit(models.loss, in_specs, P())
+        theirs = jax.jit(
+            models.loss,
+            in_shardings=models.to_jax(in_specs, mesh),
+            out_shardings=NamedSharding(mesh, jax.sharding.PartitionSpec()),
+        )
+        n_ours, b_ours = _held_bytes(ours, params, batch)
+        n_theirs, b_theirs = _held_bytes(theirs, params, batch)
+    return common.compare(
+        f"{mode}/eager_vjp_residuals",
+        "KiB/device",
+        [b_ours],
+        [b_theirs],
+        TARGET,
+        1 / 1024,
+        partitioner_arrays=n_ours,
+        jax_jit_arrays=n_theirs,
+    )
+
+
+def main() -> None:
+    args = common.parse_args(__doc__.splitlines()[0])
+    # Quick: the nested variant alone (it runs every code path the plain one does).
+    modes, variants = (("shardy",), (True,)) if args.quick else (("shardy", "gspmd"), (False, True))
+    rows: list[common.Row] = []
+    details: dict[str, Any] = {}
+    for mode in modes:
+        for nested in variants:
+            row, info = measure(mode, nested)
+            rows.append(row)
+            details[row.name] = info
+        rows.append(measure_eager_vjp(mode))
+    common.print_rows("per-device memory of the train step", rows)
+    for name, info in details.items():
+        if info.get("residuals"):
+            print(f"\nresiduals XLA laid out ({name}):")
+            print("\n".join(f"  {r}" for r in info["residuals"]))
+    common.write_json(NAME, rows, args.quick, details=details)
+    common.save_plot(NAME, lambda fig: _draw(fig, rows))
+
+
+def _draw(fig: Any, rows: list[common.Row]) -> None:
+    """Left: stacked per-device bytes of the steps. Right: eager vjp residual bytes."""
+    steps = [r for r in rows if "partitioner_bytes" in r.extra]
+    held = [r for r in rows if "partitioner_bytes" not in r.extra]
+    ax = fig.add_subplot(1, 3, (1, 2))
+    width = 0.38
+    parts = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes")
+    for i, who in enumerate(("partitioner_bytes", "jax_jit_bytes")):
+        xs = [x + (i - 0.5) * width for x in range(len(steps))]
+        bottom = [0.0] * len(steps)
+        for j, part in enumerate(parts):
+            vals = [r.extra[who][part] / 1024 for r in steps]
+            label = f"{'partitioner' if i == 0 else 'jax.jit'}: {part.split('_')[0]}"
+            ax.bar(xs, vals, width, bottom=bottom, label=label, color=f"C{3 * i + j}")
+            bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    for x, r in enumerate(steps):
+        ax.annotate(
+            f"{r.ratio:.2f}x",
+            (x, max(r.partitioner, r.jax_jit or 0)),
+            ha="center",
+            va="bottom",
+            fontsize=9,
+        )
+    ax.set_xticks(range(len(steps)))
+    ax.set_xticklabels([r.name for r in steps], fontsize=7)
+    ax.set_ylabel("KiB per device")
+    ax.set_title("train step (memory_analysis)")
+    ax.set_ylim(
+        top=1.45 * max(max(r.partitioner, r.jax_jit or 0) for r in steps)
+    )  # room for the legend
+    ax.legend(fontsize=7, ncol=2, loc="upper center")
+    if held:
+        right = fig.add_subplot(1, 3, 3)
+        pos = range(len(held))
+        right.bar([x - 0.2 for x in pos], [r.partitioner for r in held], 0.4, label="partitioner")
+        right.bar([x + 0.2 for x in pos], [r.jax_jit or 0.0 for r in held], 0.4, label="jax.jit")
+        right.set_xticks(list(pos))
+        right.set_xticklabels([r.name.split("/")[0] for r in held], fontsize=8)
+        right.set_title("eager vjp: held residuals")
+        right.set_ylabel("KiB per device")
+        right.set_ylim(top=1.3 * max(r.partitioner for r in held))
+        right.legend(fontsize=7, loc="upper center")
+    fig.suptitle("per-device memory, 4x2 mesh (lower is better)")
+
+
+if __name__ == "__main__":
+    main()
