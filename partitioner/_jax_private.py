@@ -26,8 +26,21 @@ from jax._src.lib.mlir.dialects import sdy
 # Re-exported modules: the complete list of private jax modules partitioner
 # reaches into (each use elsewhere goes through this name).
 __all__ = [
-    "ad", "api_util", "batching", "core", "effects", "ir", "lu", "mlir",
-    "pe", "pxla", "sdy", "sharding_impls", "source_info_util", "xla_bridge", "xla_client",
+    "ad",
+    "api_util",
+    "batching",
+    "core",
+    "effects",
+    "ir",
+    "lu",
+    "mlir",
+    "pe",
+    "pxla",
+    "sdy",
+    "sharding_impls",
+    "source_info_util",
+    "xla_bridge",
+    "xla_client",
 ]
 
 
@@ -128,24 +141,48 @@ def cpp_dispatch_cache(capacity: int) -> Any:
     return _jax.PjitFunctionCache(capacity=capacity)
 
 
-def cpp_dispatcher(name: str, fun: Any, cache_miss: Any, static_argnums: Any, static_argnames: Any, key: Any, cache: Any) -> Any:
+def cpp_dispatcher(
+    name: str,
+    fun: Any,
+    cache_miss: Any,
+    static_argnums: Any,
+    static_argnames: Any,
+    key: Any,
+    cache: Any,
+) -> Any:
     """A C++ callable that runs cached executables itself and calls ``cache_miss`` otherwise.
 
     ``cache_miss(*args, **kwargs)`` returns ``(outputs, fastpath_data | None, False)``.
     Each dispatcher gets its own cache, so dropping it frees its entries.
     """
     return _jax.pjit(
-        name, fun, cache_miss, list(static_argnums), list(static_argnames), key,
-        _tree_util.dispatch_registry, pxla.cc_shard_arg, cache,
+        name,
+        fun,
+        cache_miss,
+        list(static_argnums),
+        list(static_argnames),
+        key,
+        _tree_util.dispatch_registry,
+        pxla.cc_shard_arg,
+        cache,
     )
 
 
-def fastpath_data(executable: Any, out_tree: Any, in_shardings: Any, out_shardings: Any, out_avals: Any) -> Any:
+def fastpath_data(
+    executable: Any, out_tree: Any, in_shardings: Any, out_shardings: Any, out_avals: Any
+) -> Any:
     """What the C++ dispatcher needs to run ``executable`` without Python."""
     n = len(in_shardings)
     return pxla.MeshExecutableFastpathData(
-        executable, out_tree, list(in_shardings), list(out_shardings), list(out_avals),
-        [True] * len(out_avals), [True] * n, [None] * n, [],
+        executable,
+        out_tree,
+        list(in_shardings),
+        list(out_shardings),
+        list(out_avals),
+        [True] * len(out_avals),
+        [True] * n,
+        [None] * n,
+        [],
     )
 
 

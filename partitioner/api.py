@@ -42,7 +42,9 @@ def _index_tuple(value: int | Sequence[int] | None, what: str) -> tuple[int, ...
     try:
         out = tuple(int(v) for v in value)
     except TypeError:
-        raise TypeError(f"pjit {what} must be an int or a sequence of ints, got {value!r}") from None
+        raise TypeError(
+            f"pjit {what} must be an int or a sequence of ints, got {value!r}"
+        ) from None
     return out
 
 
@@ -90,7 +92,9 @@ class PjitFunction:
         donate_argnames: str | Sequence[str] | None = (),
     ) -> None:
         if not callable(fun):
-            raise TypeError(f"pjit: expected a callable to partition, got {fun!r} of type {type(fun).__name__}")
+            raise TypeError(
+                f"pjit: expected a callable to partition, got {fun!r} of type {type(fun).__name__}"
+            )
         self._fun = fun
         self._in_specs = prepare_axis_resources(in_axis_resources, "pjit in_axis_resources")
         self._out_specs = prepare_axis_resources(out_axis_resources, "pjit out_axis_resources")
@@ -100,7 +104,9 @@ class PjitFunction:
         self._donate_argnames = _name_tuple(donate_argnames, "donate_argnames")
         overlap = set(self._static_argnums) & set(self._donate_argnums)
         if overlap:
-            raise ValueError(f"pjit: arguments {sorted(overlap)} are both static and donated; a static argument has no buffer to donate.")
+            raise ValueError(
+                f"pjit: arguments {sorted(overlap)} are both static and donated; a static argument has no buffer to donate."
+            )
         try:
             self._signature: inspect.Signature | None = inspect.signature(fun)
         except (TypeError, ValueError):
@@ -126,13 +132,17 @@ class PjitFunction:
                 nums.add(i)
         if any(i < 0 for i in self._static_argnums):
             if not positional or any(p.kind is p.VAR_POSITIONAL for p in params):
-                raise ValueError(f"pjit {self._name}: negative static_argnums need a function with a fixed number of positional parameters")
+                raise ValueError(
+                    f"pjit {self._name}: negative static_argnums need a function with a fixed number of positional parameters"
+                )
             nums |= {i + len(positional) for i in self._static_argnums if i < 0}
         return tuple(sorted(nums)), tuple(sorted(names))
 
     # --- arguments ---
 
-    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def _bind(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Move keyword arguments that name positional parameters into ``args``."""
         if not kwargs or self._signature is None:
             return args, kwargs
@@ -173,19 +183,32 @@ class PjitFunction:
         n = len(args)
         static_pos_names, static_kw = self._argnums_for_names(self._static_argnames)
         donate_pos_names, donate_kw = self._argnums_for_names(self._donate_argnames)
-        static = self._normalized_argnums(self._static_argnums, n, "static_argnums") | {i for i in static_pos_names if i < n}
-        donate = self._normalized_argnums(self._donate_argnums, n, "donate_argnums") | {i for i in donate_pos_names if i < n}
+        static = self._normalized_argnums(self._static_argnums, n, "static_argnums") | {
+            i for i in static_pos_names if i < n
+        }
+        donate = self._normalized_argnums(self._donate_argnums, n, "donate_argnums") | {
+            i for i in donate_pos_names if i < n
+        }
         dyn_idx = [i for i in range(n) if i not in static]
         dyn_args = tuple(args[i] for i in dyn_idx)
         dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_kw}
-        static_vals = tuple((i, args[i]) for i in sorted(static)) + tuple(sorted((k, v) for k, v in kwargs.items() if k in static_kw))
+        static_vals = tuple((i, args[i]) for i in sorted(static)) + tuple(
+            sorted((k, v) for k, v in kwargs.items() if k in static_kw)
+        )
         for where, v in static_vals:
             if not isinstance(v, Hashable):
-                raise TypeError(f"pjit {self._name}: static argument {where!r} of type {type(v).__name__} is not hashable; static arguments must be hashable (e.g. a tuple instead of a list).")
+                raise TypeError(
+                    f"pjit {self._name}: static argument {where!r} of type {type(v).__name__} is not hashable; static arguments must be hashable (e.g. a tuple instead of a list)."
+                )
 
         # Flatten with key paths that use the *original* positional index.
         leaves_with_paths, in_tree = tree_flatten_with_path((dyn_args, dyn_kwargs))
-        arg_specs, _ = broadcast_prefix(self._in_specs, dyn_args, api=f"pjit {self._name} in_axis_resources", what="positional arguments")
+        arg_specs, _ = broadcast_prefix(
+            self._in_specs,
+            dyn_args,
+            api=f"pjit {self._name} in_axis_resources",
+            what="positional arguments",
+        )
         num_kw_leaves = len(leaves_with_paths) - len(arg_specs)
         specs = tuple(arg_specs) + (REPLICATED,) * num_kw_leaves
         paths: list[KeyPath] = []
@@ -196,7 +219,9 @@ class PjitFunction:
                 paths.append(path[1:])
         leaves = [leaf for _, leaf in leaves_with_paths]
         avals = tuple(_abstractify(leaf, path, self._name) for leaf, path in zip(leaves, paths))
-        check_specs(f"pjit {self._name}", "argument args", specs, paths, [a.shape for a in avals], mesh)
+        check_specs(
+            f"pjit {self._name}", "argument args", specs, paths, [a.shape for a in avals], mesh
+        )
 
         donated = tuple(
             paths[i][0].idx in donate if i < len(arg_specs) else paths[i][0].key in donate_kw  # type: ignore[attr-defined]
@@ -215,8 +240,13 @@ class PjitFunction:
 
         static_key = (in_tree, tuple((k, _HashableStatic(v)) for k, v in static_vals))
         debug_info = jp.api_util.debug_info(
-            "pjit", self._fun, args, kwargs, static_argnums=sorted(static),
-            static_argnames=sorted(static_kw & kwargs.keys()), signature=self._signature,
+            "pjit",
+            self._fun,
+            args,
+            kwargs,
+            static_argnums=sorted(static),
+            static_argnames=sorted(static_kw & kwargs.keys()),
+            signature=self._signature,
         )
         traced = trace_body(self._fun, rebuild, avals, mesh, static_key, debug_info)
         out_specs = self._out_specs_for(traced, mesh)
@@ -229,13 +259,26 @@ class PjitFunction:
             donated_invars=(False,) * len(consts) + donated,
             name=self._name,
         )
-        return CallPlan(mesh, tuple(consts) + tuple(leaves), params, in_tree, traced.out_tree, avals, len(consts), static_key)
+        return CallPlan(
+            mesh,
+            tuple(consts) + tuple(leaves),
+            params,
+            in_tree,
+            traced.out_tree,
+            avals,
+            len(consts),
+            static_key,
+        )
 
     def _out_specs_for(self, traced: TracedBody, mesh: Mesh) -> tuple[ParsedPartitionSpec, ...]:
         out_avals = traced.jaxpr.out_avals
         outs = tree_unflatten(traced.out_tree, list(out_avals))
-        specs, paths = broadcast_prefix(self._out_specs, outs, api=f"pjit {self._name} out_axis_resources", what="outputs")
-        check_specs(f"pjit {self._name}", "output", specs, paths, [a.shape for a in out_avals], mesh)
+        specs, paths = broadcast_prefix(
+            self._out_specs, outs, api=f"pjit {self._name} out_axis_resources", what="outputs"
+        )
+        check_specs(
+            f"pjit {self._name}", "output", specs, paths, [a.shape for a in out_avals], mesh
+        )
         return tuple(specs)
 
     # --- entry points ---
@@ -309,6 +352,12 @@ def pjit(
         ``.clear_cache()`` to drop its fast-path entries.
     """
     planner = PjitFunction(
-        fun, in_axis_resources, out_axis_resources, static_argnums, donate_argnums, static_argnames, donate_argnames
+        fun,
+        in_axis_resources,
+        out_axis_resources,
+        static_argnums,
+        donate_argnums,
+        static_argnames,
+        donate_argnames,
     )
     return Dispatcher(planner, *planner._cpp_statics()).public_callable()

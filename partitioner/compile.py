@@ -32,8 +32,12 @@ def compile_options(lowered: LoweredModule) -> Any:
     build = opts.executable_build_options
     build.use_spmd_partitioning = True
     build.use_shardy_partitioner = lowered.shardy
-    build.allow_spmd_sharding_propagation_to_output = [s is None for s in lowered.out_specs] or [False]
-    build.allow_spmd_sharding_propagation_to_parameters = [s is None for s in lowered.in_specs] or [False]
+    build.allow_spmd_sharding_propagation_to_output = [s is None for s in lowered.out_specs] or [
+        False
+    ]
+    build.allow_spmd_sharding_propagation_to_parameters = [s is None for s in lowered.in_specs] or [
+        False
+    ]
     return opts
 
 

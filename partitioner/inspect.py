@@ -68,11 +68,23 @@ def residuals(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Residu
         runnable = get_runnable(**params)
         mesh = params["mesh"]
         for i, (requested, chosen, aval) in enumerate(
-            zip(params["out_axis_resources"], runnable.compiled.out_specs, params["jaxpr"].out_avals, strict=True)
+            zip(
+                params["out_axis_resources"],
+                runnable.compiled.out_specs,
+                params["jaxpr"].out_avals,
+                strict=True,
+            )
         ):
             if requested is None:
                 spec = chosen.to_partition_spec()
                 out.append(
-                    Residual(params["name"], i, tuple(aval.shape), aval.dtype, spec, _per_device_bytes(aval, spec, mesh))
+                    Residual(
+                        params["name"],
+                        i,
+                        tuple(aval.shape),
+                        aval.dtype,
+                        spec,
+                        _per_device_bytes(aval, spec, mesh),
+                    )
                 )
     return out

@@ -32,8 +32,13 @@ def lower_plan(plan: CallPlan, name: str) -> Lowered:
         )
     p = plan.params
     module = lower_pjit_body(
-        p["jaxpr"], p["in_axis_resources"], p["out_axis_resources"], p["mesh"],
-        p["donated_invars"], name, options.use_shardy(),
+        p["jaxpr"],
+        p["in_axis_resources"],
+        p["out_axis_resources"],
+        p["mesh"],
+        p["donated_invars"],
+        name,
+        options.use_shardy(),
     )
     return Lowered(module, plan)
 
@@ -65,7 +70,9 @@ class Lowered:
 
     def compile(self) -> Compiled:
         """Compile with XLA's SPMD partitioner; the result is reusable."""
-        return Compiled(make_runnable(compile_lowered(self._module, self._plan.params["jaxpr"])), self._plan)
+        return Compiled(
+            make_runnable(compile_lowered(self._module, self._plan.params["jaxpr"])), self._plan
+        )
 
 
 class Compiled:
@@ -112,12 +119,15 @@ class Compiled:
     @property
     def input_shardings(self) -> Any:
         """The input layouts, as PartitionSpecs parsed from the executable's OpShardings."""
-        specs = [s.to_partition_spec() for s in self._runnable.compiled.in_specs[self._plan.num_consts :]]
+        specs = [
+            s.to_partition_spec() for s in self._runnable.compiled.in_specs[self._plan.num_consts :]
+        ]
         return tree_unflatten(self._plan.in_tree, specs)
 
     @property
     def output_shardings(self) -> Any:
         """The output layouts, as PartitionSpecs parsed from the executable's OpShardings."""
-        specs: list[PartitionSpec] = [s.to_partition_spec() for s in self._runnable.compiled.out_specs]
+        specs: list[PartitionSpec] = [
+            s.to_partition_spec() for s in self._runnable.compiled.out_specs
+        ]
         return tree_unflatten(self._plan.out_tree, specs)
-

@@ -261,7 +261,9 @@ def test_programs_without_collectives_are_not_windowed(mesh8):
 
 
 def test_calling_with_a_donated_array_raises_not_crashes(dispatch_path, mesh8):
-    f = pt.pjit(lambda x: x * 2, in_axis_resources=P("a"), out_axis_resources=P("a"), donate_argnums=0)
+    f = pt.pjit(
+        lambda x: x * 2, in_axis_resources=P("a"), out_axis_resources=P("a"), donate_argnums=0
+    )
     x = jax.device_put(np.ones((8,), np.float32), NamedSharding(mesh8, P("a").to_jax()))
     jax.block_until_ready(f(x))
     assert x.is_deleted()

@@ -11,7 +11,7 @@ from jax.sharding import NamedSharding
 import partitioner as pt
 from partitioner import PartitionSpec as P
 
-B, D, H, O = 128, 256, 512, 128
+B, D, H, OUT = 128, 256, 512, 128
 PSPEC = {"w1": P(None, "model"), "b1": P("model"), "w2": P("model", None)}
 
 
@@ -25,10 +25,10 @@ def _data():
     params = {
         "w1": (rng.normal(size=(D, H)) / 30).astype(np.float32),
         "b1": np.zeros(H, np.float32),
-        "w2": (rng.normal(size=(H, O)) / 30).astype(np.float32),
+        "w2": (rng.normal(size=(H, OUT)) / 30).astype(np.float32),
     }
     x = rng.normal(size=(B, D)).astype(np.float32)
-    y = rng.normal(size=(B, O)).astype(np.float32)
+    y = rng.normal(size=(B, OUT)).astype(np.float32)
     return params, x, y
 
 
@@ -53,7 +53,9 @@ def test_grad_step_memory_not_larger_than_jax_jit(mlp_mesh):
     in_specs = (PSPEC, P("data"), P("data"))
     loss = pt.pjit(_loss, in_axis_resources=in_specs, out_axis_resources=None)
     step = pt.pjit(
-        lambda p, x, y: jax.grad(loss)(p, x, y), in_axis_resources=in_specs, out_axis_resources=PSPEC
+        lambda p, x, y: jax.grad(loss)(p, x, y),
+        in_axis_resources=in_specs,
+        out_axis_resources=PSPEC,
     )
     ours = step.lower(params, x, y).compile()
 
@@ -66,7 +68,10 @@ def test_grad_step_memory_not_larger_than_jax_jit(mlp_mesh):
         .lower(params, x, y)
         .compile()
     )
-    ours_bytes, ref_bytes = _total_bytes(ours.memory_analysis()), _total_bytes(ref.memory_analysis())
+    ours_bytes, ref_bytes = (
+        _total_bytes(ours.memory_analysis()),
+        _total_bytes(ref.memory_analysis()),
+    )
     print(f"grad step per-device bytes: partitioner={ours_bytes} jax.jit={ref_bytes}")
     assert ours_bytes <= ref_bytes
     got, want = ours(params, x, y), ref(params, x, y)
@@ -86,7 +91,9 @@ def test_residuals_report_xla_chosen_partitioned_layouts(mlp_mesh):
         assert r.nbytes_per_device < full
     # The (B, H) activations are split over both mesh axes.
     acts = [r for r in res if r.shape == (B, H)]
-    assert acts and all(r.nbytes_per_device == B * H * 4 // (sizes["data"] * sizes["model"]) for r in acts)
+    assert acts and all(
+        r.nbytes_per_device == B * H * 4 // (sizes["data"] * sizes["model"]) for r in acts
+    )
 
 
 def test_eager_grad_matches_and_residuals_stay_sharded(mlp_mesh):
@@ -96,4 +103,6 @@ def test_eager_grad_matches_and_residuals_stay_sharded(mlp_mesh):
     want = jax.jit(jax.grad(_loss))(params, x, y)
     for k in PSPEC:
         np.testing.assert_allclose(np.asarray(got[k]), np.asarray(want[k]), rtol=1e-5, atol=1e-6)
-        assert got[k].sharding.is_equivalent_to(NamedSharding(mlp_mesh, PSPEC[k].to_jax()), got[k].ndim)
+        assert got[k].sharding.is_equivalent_to(
+            NamedSharding(mlp_mesh, PSPEC[k].to_jax()), got[k].ndim
+        )

@@ -54,7 +54,9 @@ class ExecutableCache:
             for key in self._by_owner.pop(oid, ()):
                 self._entries.pop(key, None)
 
-    def get_or_compile(self, owner: Any, rest: Hashable, compile_fn: Callable[[], Any]) -> tuple[Any, bool]:
+    def get_or_compile(
+        self, owner: Any, rest: Hashable, compile_fn: Callable[[], Any]
+    ) -> tuple[Any, bool]:
         """The cached value for ``(owner, rest)``, compiling it at most once.
 
         Args:

@@ -71,7 +71,9 @@ def get_runnable(
 
     def build() -> Runnable:
         emit("cache_miss", name=name)
-        lowered = lower_pjit_body(jaxpr, in_axis_resources, out_axis_resources, mesh, donated_invars, name, shardy)
+        lowered = lower_pjit_body(
+            jaxpr, in_axis_resources, out_axis_resources, mesh, donated_invars, name, shardy
+        )
         return make_runnable(compile_lowered(lowered, jaxpr))
 
     key = (in_axis_resources, out_axis_resources, mesh, donated_invars, shardy)
@@ -79,7 +81,9 @@ def get_runnable(
     return runnable
 
 
-def place_args_reporting(args: Sequence[Any], shardings: Sequence[NamedSharding]) -> tuple[list[Any], bool]:
+def place_args_reporting(
+    args: Sequence[Any], shardings: Sequence[NamedSharding]
+) -> tuple[list[Any], bool]:
     """Lay each argument out as its sharding asks; pass through those already there.
 
     Returns:
@@ -141,6 +145,8 @@ def call_impl(args: Sequence[Any], **params: Any) -> list[Any]:
     specs = params["in_axis_resources"]
     if None in specs:
         mesh = params["mesh"]
-        specs = tuple(spec_of_arg(x, mesh) if s is None else s for s, x in zip(specs, args, strict=True))
+        specs = tuple(
+            spec_of_arg(x, mesh) if s is None else s for s, x in zip(specs, args, strict=True)
+        )
         params = dict(params, in_axis_resources=specs)
     return execute(get_runnable(**params), args)

@@ -60,11 +60,19 @@ class PjitWrapped:
     _cpp: Any
     _dispatcher: Dispatcher
 
+    if TYPE_CHECKING:  # each subclass's __call__ is the C++ callable itself
+
+        def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
     @staticmethod
     def make(dispatcher: Dispatcher, cpp: Any) -> PjitWrapped:
         fun = dispatcher._fn._fun
-        cls = type(f"pjit[{dispatcher._fn._name}]", (PjitWrapped,), {"__call__": staticmethod(cpp), "__slots__": ()})
-        self = object.__new__(cls)
+        cls = type(
+            f"pjit[{dispatcher._fn._name}]",
+            (PjitWrapped,),
+            {"__call__": staticmethod(cpp), "__slots__": ()},
+        )
+        self: PjitWrapped = object.__new__(cls)
         object.__setattr__(self, "_cpp", cpp)
         object.__setattr__(self, "_dispatcher", dispatcher)
         functools.update_wrapper(self, fun)  # type: ignore[arg-type]
@@ -118,14 +126,21 @@ def _leaf_signature(x: Any) -> Any:
 class Dispatcher:
     """Routes calls of one ``PjitFunction`` through the C++ or Python fast path."""
 
-    def __init__(self, fn: PjitFunction, static_argnums: tuple[int, ...], static_argnames: tuple[str, ...]) -> None:
+    def __init__(
+        self, fn: PjitFunction, static_argnums: tuple[int, ...], static_argnames: tuple[str, ...]
+    ) -> None:
         self._fn = fn
         self._static_argnums = frozenset(static_argnums)
         self._static_argnames = frozenset(static_argnames)
         self._cpp_cache = jp.cpp_dispatch_cache(_CPP_CAPACITY)
         cpp = jp.cpp_dispatcher(
-            fn._name, fn._fun, self._cpp_miss, sorted(static_argnums), sorted(static_argnames),
-            ("partitioner", id(self)), self._cpp_cache,
+            fn._name,
+            fn._fun,
+            self._cpp_miss,
+            sorted(static_argnums),
+            sorted(static_argnames),
+            ("partitioner", id(self)),
+            self._cpp_cache,
         )
         # Only users hold the C++ callable (inside the PjitWrapped); nothing here
         # points back at it, so a dropped function is freed at once, with its
@@ -154,7 +169,10 @@ class Dispatcher:
         if not all(isinstance(x, jax.Array) for x in leaves):
             return out, None, False
         data = jp.fastpath_data(
-            runnable.compiled.executable, tree, runnable.in_shardings, runnable.out_shardings,
+            runnable.compiled.executable,
+            tree,
+            runnable.in_shardings,
+            runnable.out_shardings,
             runnable.compiled.lowered.out_avals,
         )
         return out, data, False
@@ -165,15 +183,28 @@ class Dispatcher:
         dyn_args = tuple(a for i, a in enumerate(args) if i not in self._static_argnums)
         dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self._static_argnames}
         leaves, tree = tree_flatten((dyn_args, dyn_kwargs))
-        key = (tree, tuple(map(_leaf_signature, leaves)), statics, static_kw, jp.ambient_mesh(), jp.trace_context())
+        key = (
+            tree,
+            tuple(map(_leaf_signature, leaves)),
+            statics,
+            static_kw,
+            jp.ambient_mesh(),
+            jp.trace_context(),
+        )
         hash(key)  # raises TypeError for unhashable static values
         return key, leaves
 
-    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Runnable | None, bool]:
+    def _call(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[Any, Runnable | None, bool]:
         """Run one call; returns (outputs, runnable, whether C++ may cache it)."""
         if not jp.at_top_level():
             plan = self._fn.plan(args, kwargs)
-            return tree_unflatten(plan.out_tree, pjit_p.bind(*plan.args_flat, **plan.params)), None, False
+            return (
+                tree_unflatten(plan.out_tree, pjit_p.bind(*plan.args_flat, **plan.params)),
+                None,
+                False,
+            )
         try:
             key, leaves = self._key(args, kwargs)
         except TypeError:  # an unhashable static value: plan() reports it
@@ -186,7 +217,11 @@ class Dispatcher:
         emit("dispatch_miss", name=self._fn._name)
         plan = self._fn.plan(args, kwargs)
         if plan.num_consts:
-            return tree_unflatten(plan.out_tree, pjit_p.bind(*plan.args_flat, **plan.params)), None, False
+            return (
+                tree_unflatten(plan.out_tree, pjit_p.bind(*plan.args_flat, **plan.params)),
+                None,
+                False,
+            )
         runnable = get_runnable(**plan.params)
         placed, moved = place_args_reporting(plan.args_flat, runnable.in_shardings)
         out = tree_unflatten(plan.out_tree, execute_placed(runnable, placed))

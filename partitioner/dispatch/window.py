@@ -21,7 +21,14 @@ K = 16
 _pending: collections.deque[Any] = collections.deque()
 _lock = threading.Lock()
 
-_COLLECTIVES = ("all-reduce", "all-gather", "collective-permute", "all-to-all", "reduce-scatter", "collective-broadcast")
+_COLLECTIVES = (
+    "all-reduce",
+    "all-gather",
+    "collective-permute",
+    "all-to-all",
+    "reduce-scatter",
+    "collective-broadcast",
+)
 
 
 def needs_window(executable: Any, platform: str, num_devices: int) -> bool:

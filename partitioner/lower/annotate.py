@@ -37,9 +37,13 @@ def op_sharding(
     return proto
 
 
-def gspmd_attr(aval: Any, spec: ParsedPartitionSpec, mesh: Mesh, positions: Sequence[int] | None = None) -> Any:
+def gspmd_attr(
+    aval: Any, spec: ParsedPartitionSpec, mesh: Mesh, positions: Sequence[int] | None = None
+) -> Any:
     """``mhlo.sharding`` string attribute, e.g. ``"{devices=[4,1,2]<=[8] last_tile_dim_replicate}"``."""
-    return ir.StringAttr.get(str(xc.HloSharding.from_proto(op_sharding(aval, spec, mesh, positions))))
+    return ir.StringAttr.get(
+        str(xc.HloSharding.from_proto(op_sharding(aval, spec, mesh, positions)))
+    )
 
 
 def shardy_attr(aval: Any, spec: ParsedPartitionSpec, mesh_symbol: str) -> Any:
@@ -98,7 +102,7 @@ def set_main_shardings(
     def merged(old: Any, avals: Sequence[Any], specs: Sequence[ParsedPartitionSpec | None]) -> Any:
         dicts = []
         for i, (aval, spec) in enumerate(zip(avals, specs, strict=True)):
-            entries = {} if old is None else {n.name: n.attr for n in ir.DictAttr(old[i])}
+            entries = {} if old is None else {n.name: n.attr for n in ir.DictAttr(old[i])}  # type: ignore[attr-defined]
             if spec is not None:
                 entries[key] = attr(aval, spec)
             dicts.append(ir.DictAttr.get(entries))
@@ -108,7 +112,9 @@ def set_main_shardings(
     old_args = attrs["arg_attrs"] if "arg_attrs" in attrs else None
     old_res = attrs["res_attrs"] if "res_attrs" in attrs else None
     n_tokens_in = len(main.regions[0].blocks[0].arguments) - len(in_avals)
-    n_tokens_out = len(ir.FunctionType(ir.TypeAttr(attrs["function_type"]).value).results) - len(out_avals)
+    n_tokens_out = len(ir.FunctionType(ir.TypeAttr(attrs["function_type"]).value).results) - len(
+        out_avals
+    )
     if n_tokens_in or n_tokens_out:
         raise NotImplementedError("ordered effects are not supported inside pjit")
     attrs["arg_attrs"] = merged(old_args, in_avals, in_specs)

@@ -44,7 +44,9 @@ class LoweredModule:
         return str(self.module)
 
 
-def _sharded_shape(aval: Any, spec: ParsedPartitionSpec | None, mesh: Mesh) -> tuple[Any, ...] | None:
+def _sharded_shape(
+    aval: Any, spec: ParsedPartitionSpec | None, mesh: Mesh
+) -> tuple[Any, ...] | None:
     if spec is None:
         return None
     sizes = dict(mesh.shape)
@@ -52,7 +54,11 @@ def _sharded_shape(aval: Any, spec: ParsedPartitionSpec | None, mesh: Mesh) -> t
     for d, axes in enumerate(spec.partitions):
         for a in axes:
             per_dim[d] *= sizes[a]
-    return (tuple(s // k for s, k in zip(aval.shape, per_dim)), aval.dtype, spec.to_partition_spec())
+    return (
+        tuple(s // k for s, k in zip(aval.shape, per_dim)),
+        aval.dtype,
+        spec.to_partition_spec(),
+    )
 
 
 def plan_donation(

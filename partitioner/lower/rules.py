@@ -45,7 +45,9 @@ def _device_positions(ctx: Any, mesh: Mesh, what: str) -> Sequence[int] | None |
         return _SINGLE_DEVICE
     if assignment is None:
         if axis_ctx.num_devices != mesh.size:
-            raise ValueError(f"{what}: the enclosing computation has {axis_ctx.num_devices} devices, the mesh {mesh.size}")
+            raise ValueError(
+                f"{what}: the enclosing computation has {axis_ctx.num_devices} devices, the mesh {mesh.size}"
+            )
         return None
     index = {d: i for i, d in enumerate(assignment)}
     positions = [index.get(d) for d in mesh.devices.flat]
@@ -92,7 +94,7 @@ def _pjit_lowering(
     name: str,
 ) -> list[Any]:
     positions = _device_positions(ctx, mesh, f"pjit {name}")
-    args = _constrain_all(ctx, args, ctx.avals_in, in_axis_resources, mesh, positions)
+    ins = _constrain_all(ctx, args, ctx.avals_in, in_axis_resources, mesh, positions)
     effects = list(jp.effects.ordered_effects.filter_in(jaxpr.effects))
     tokens_in = ctx.tokens_in.subset(effects)
     outs, tokens = mlir.call_lowering(
@@ -103,7 +105,7 @@ def _pjit_lowering(
         ctx.avals_in,
         ctx.avals_out,
         tokens_in,
-        *args,
+        *ins,
         dim_var_values=ctx.dim_var_values,
         const_lowering=ctx.const_lowering,
     )

@@ -72,7 +72,9 @@ def batch_spec(
 # --- pjit ---
 
 
-def _pjit_batcher(axis_data: Any, vals_in: Any, dims_in: Any, **params: Any) -> tuple[list[Any], list[Any]]:
+def _pjit_batcher(
+    axis_data: Any, vals_in: Any, dims_in: Any, **params: Any
+) -> tuple[list[Any], list[Any]]:
     vals_in = [
         x if d is not_mapped or d == 0 else batching.moveaxis(x, d, 0)
         for x, d in zip(vals_in, dims_in, strict=True)

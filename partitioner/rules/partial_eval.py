@@ -51,8 +51,8 @@ def _pjit_partial_eval(trace: Any, *in_tracers: Any, **params: Any) -> list[Any]
     in_pvals = [t.pval for t in in_tracers]
     known_ins = tuple(pv.is_known() for pv in in_pvals)
     unknown_ins = tuple(not k for k in known_ins)
-    known_jaxpr, unknown_jaxpr, unknown_outs, res_avals, in_fwd_res = pe.partial_eval_jaxpr_nounits_fwd(
-        jaxpr, unknown_ins, instantiate=False
+    known_jaxpr, unknown_jaxpr, unknown_outs, res_avals, in_fwd_res = (
+        pe.partial_eval_jaxpr_nounits_fwd(jaxpr, unknown_ins, instantiate=False)
     )
     known_outs = tuple(not u for u in unknown_outs)
     num_res = len(res_avals)
@@ -62,14 +62,19 @@ def _pjit_partial_eval(trace: Any, *in_tracers: Any, **params: Any) -> list[Any]
     # choose the output layout anyway, so forwarding changes nothing).
     num_primals = len(known_jaxpr.out_avals) - num_res
     in_fwd = pe._jaxpr_forwarding(known_jaxpr.jaxpr)
-    in_fwd = [f if s is None else None for f, s in zip(in_fwd[:num_primals], known_out_specs)] + in_fwd[num_primals:]
+    in_fwd = [
+        f if s is None else None for f, s in zip(in_fwd[:num_primals], known_out_specs)
+    ] + in_fwd[num_primals:]
     keep = [f is None for f in in_fwd]
     known_jaxpr = pe.prune_closed_jaxpr_outputs(known_jaxpr, keep)
     known_out_specs = keep_where(known_out_specs, keep)
     num_primals = sum(keep[:num_primals])
 
     # Residuals that are also primal outputs: return them once.
-    out_vars, res_vars = known_jaxpr.jaxpr.outvars[:num_primals], known_jaxpr.jaxpr.outvars[num_primals:]
+    out_vars, res_vars = (
+        known_jaxpr.jaxpr.outvars[:num_primals],
+        known_jaxpr.jaxpr.outvars[num_primals:],
+    )
     index = {id(v): i for i, v in enumerate(out_vars)}
     out_fwd = [None] * num_primals + [index.get(id(v)) for v in res_vars]
     keep = [f is None for f in out_fwd]
@@ -82,7 +87,8 @@ def _pjit_partial_eval(trace: Any, *in_tracers: Any, **params: Any) -> list[Any]
     kept_alive = {f - n_consts for f in in_fwd_res if f is not None and f >= n_consts}
     kept_alive |= {f for f in in_fwd if f is not None}
     known_donated = tuple(
-        d and i not in kept_alive for i, d in enumerate(keep_where(params["donated_invars"], known_ins))
+        d and i not in kept_alive
+        for i, d in enumerate(keep_where(params["donated_invars"], known_ins))
     )
     known_params = with_params(
         params,
@@ -101,7 +107,10 @@ def _pjit_partial_eval(trace: Any, *in_tracers: Any, **params: Any) -> list[Any]
     known_outs_all = _unprune(out_fwd, known_outs_all)
     known_outs_all = _unprune(in_fwd, known_outs_all, known_inputs)
     n_known_primals = sum(known_outs)
-    known_out_vals, res_returned = known_outs_all[:n_known_primals], iter(known_outs_all[n_known_primals:])
+    known_out_vals, res_returned = (
+        known_outs_all[:n_known_primals],
+        iter(known_outs_all[n_known_primals:]),
+    )
     sources = [*jaxpr.consts, *known_inputs]
     residuals = [next(res_returned) if f is None else sources[f] for f in in_fwd_res]
     res_tracers = [trace.new_instantiated_const(r) for r in residuals]
@@ -114,10 +123,13 @@ def _pjit_partial_eval(trace: Any, *in_tracers: Any, **params: Any) -> list[Any]
         jaxpr=unknown_jaxpr,
         in_axis_resources=res_specs + keep_where(in_specs, unknown_ins),
         out_axis_resources=keep_where(out_specs, unknown_outs),
-        donated_invars=(False,) * len(residuals) + keep_where(params["donated_invars"], unknown_ins),
+        donated_invars=(False,) * len(residuals)
+        + keep_where(params["donated_invars"], unknown_ins),
     )
     unknown_tracers_in = [*res_tracers, *(t for t in in_tracers if not t.pval.is_known())]
-    unknown_tracers_out = [pe.JaxprTracer(trace, pe.PartialVal.unknown(a), None) for a in unknown_jaxpr.out_avals]
+    unknown_tracers_out = [
+        pe.JaxprTracer(trace, pe.PartialVal.unknown(a), None) for a in unknown_jaxpr.out_avals
+    ]
     eqn = pe.new_eqn_recipe(
         trace,
         unknown_tracers_in,
@@ -153,12 +165,14 @@ def _pjit_partial_eval_custom_params(
     new_known = with_params(
         params_known,
         in_axis_resources=keep_where(params_known["in_axis_resources"], known_in),
-        out_axis_resources=keep_where(params_known["out_axis_resources"], kept_outs_known) + (None,) * num_res_out,
+        out_axis_resources=keep_where(params_known["out_axis_resources"], kept_outs_known)
+        + (None,) * num_res_out,
         donated_invars=keep_where(params_known["donated_invars"], known_in),
     )
     new_staged = with_params(
         params_staged,
-        in_axis_resources=(None,) * num_res_in + keep_where(params_staged["in_axis_resources"], inst_in),
+        in_axis_resources=(None,) * num_res_in
+        + keep_where(params_staged["in_axis_resources"], inst_in),
         out_axis_resources=keep_where(params_staged["out_axis_resources"], kept_outs_staged),
         donated_invars=(False,) * num_res_in + keep_where(params_staged["donated_invars"], inst_in),
     )
@@ -166,7 +180,9 @@ def _pjit_partial_eval_custom_params(
 
 
 def _pjit_partial_eval_custom(saveable: Any, unks_in: Any, inst_in: Any, eqn: Any) -> Any:
-    return pe.closed_call_partial_eval_custom_rule("jaxpr", _pjit_partial_eval_custom_params, saveable, unks_in, inst_in, eqn)
+    return pe.closed_call_partial_eval_custom_rule(
+        "jaxpr", _pjit_partial_eval_custom_params, saveable, unks_in, inst_in, eqn
+    )
 
 
 pe.partial_eval_jaxpr_custom_rules[pjit_p] = _pjit_partial_eval_custom

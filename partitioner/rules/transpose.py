@@ -17,23 +17,34 @@ from ._common import cache_per_jaxpr, keep_where, with_params
 
 ad, core, lu, pe = jp.ad, jp.core, jp.lu, jp.pe
 
+
 @cache_per_jaxpr
-def _transposed_jaxpr(jaxpr: Any, undef: tuple[bool, ...], nz_cts: tuple[bool, ...], in_avals: tuple[Any, ...]) -> tuple[Any, tuple[bool, ...]]:
+def _transposed_jaxpr(
+    jaxpr: Any, undef: tuple[bool, ...], nz_cts: tuple[bool, ...], in_avals: tuple[Any, ...]
+) -> tuple[Any, tuple[bool, ...]]:
     """The transposed body and which linear inputs get non-zero cotangents."""
     n_known = undef.count(False)
     nz_out_box: list[tuple[bool, ...]] = []
 
     def body(*args: Any) -> list[Any]:
         known, cts = iter(args[:n_known]), iter(args[n_known:])
-        primals = [ad.UndefinedPrimal(a) if u else next(known) for a, u in zip(jaxpr.in_avals, undef, strict=True)]
-        cts_full = [next(cts) if nz else ad.Zero(a.to_ct_aval()) for a, nz in zip(jaxpr.out_avals, nz_cts, strict=True)]
+        primals = [
+            ad.UndefinedPrimal(a) if u else next(known)
+            for a, u in zip(jaxpr.in_avals, undef, strict=True)
+        ]
+        cts_full = [
+            next(cts) if nz else ad.Zero(a.to_ct_aval())
+            for a, nz in zip(jaxpr.out_avals, nz_cts, strict=True)
+        ]
         cts_out = ad.backward_pass(jaxpr.jaxpr, False, jaxpr.consts, primals, cts_full)
         linear = [ct for ct, u in zip(cts_out, undef, strict=True) if u]
         nz_out_box.append(tuple(type(ct) is not ad.Zero and ct is not None for ct in linear))
         return [ct for ct in linear if type(ct) is not ad.Zero and ct is not None]
 
     debug = jaxpr.jaxpr.debug_info.with_unknown_names()
-    t_jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(lu.wrap_init(body, debug_info=debug), list(in_avals))
+    t_jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(
+        lu.wrap_init(body, debug_info=debug), list(in_avals)
+    )
     return core.ClosedJaxpr(t_jaxpr, consts), nz_out_box[-1]
 
 
@@ -59,9 +70,11 @@ def _pjit_transpose(cts_in: Any, *primals_in: Any, **params: Any) -> list[Any]:
         donated_invars=(False,) * len(in_avals),
         name=f"transpose({params['name']})",
     )
-    outs = iter(pjit_p.bind(*known, *cts, **t_params) if t_jaxpr.out_avals or t_jaxpr.effects else [])
+    outs = iter(
+        pjit_p.bind(*known, *cts, **t_params) if t_jaxpr.out_avals or t_jaxpr.effects else []
+    )
     nz_iter = iter(nz_out)
-    result = []
+    result: list[Any] = []
     for x, u in zip(primals_in, undef, strict=True):
         if not u:
             result.append(None)

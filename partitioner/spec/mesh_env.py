@@ -37,7 +37,11 @@ def make_mesh(devices: Any, axis_names: Sequence[Any]) -> Mesh:
     if isinstance(axis_names, str):
         axis_names = (axis_names,)
     if not isinstance(axis_names, (tuple, list)):
-        raise TypeError(MSG_BAD_MESH.format(detail=f"axis_names must be a tuple or list, got {type(axis_names).__name__}"))
+        raise TypeError(
+            MSG_BAD_MESH.format(
+                detail=f"axis_names must be a tuple or list, got {type(axis_names).__name__}"
+            )
+        )
     names = tuple(axis_names)
     arr = devices if isinstance(devices, np.ndarray) else np.array(list(devices), dtype=object)
     if arr.ndim != len(names):

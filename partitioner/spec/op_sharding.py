@@ -43,7 +43,9 @@ def _as_parsed(axis_resources: Any) -> ParsedPartitionSpec:
     )
 
 
-def _tiling(ndim: int, spec: ParsedPartitionSpec, mesh: Mesh) -> tuple[list[int], list[int], list[int], bool] | None:
+def _tiling(
+    ndim: int, spec: ParsedPartitionSpec, mesh: Mesh
+) -> tuple[list[int], list[int], list[int], bool] | None:
     """``(tile_dims, reshape_dims, perm, replicate_last)`` for ``spec``, or None if replicated.
 
     ``reshape_dims``/``perm`` are over the mesh's non-size-1 axes (see NOTE [mesh axis order]).
@@ -114,7 +116,9 @@ def get_aval_sharding_proto(
 
 def get_hlo_sharding(aval: Any, axis_resources: Any, mesh: Mesh) -> Any:  # xla_client.HloSharding
     """:func:`get_aval_sharding_proto` as an ``HloSharding`` (what ``mhlo.sharding`` prints)."""
-    return HloSharding.from_proto(get_aval_sharding_proto(aval, axis_resources, mesh, encoding="iota"))
+    return HloSharding.from_proto(
+        get_aval_sharding_proto(aval, axis_resources, mesh, encoding="iota")
+    )
 
 
 def hlo_sharding_text(aval: Any, axis_resources: Any, mesh: Mesh) -> str:
@@ -219,7 +223,9 @@ def explode_superdims(
         while size > 1:
             i = by_stride.get(stride)
             if i is None or size % sizes[i]:
-                raise _Unparseable(f"a run of {size} devices with stride {stride} does not follow mesh axes")
+                raise _Unparseable(
+                    f"a run of {size} devices with stride {stride} does not follow mesh axes"
+                )
             out.append(i)
             size //= sizes[i]
             stride *= sizes[i]
@@ -239,7 +245,11 @@ def _axis_order(proto: Any, mesh: Mesh) -> list[Any]:
         )
     order = explode_superdims(sizes, strides, unflatten_superdims(devices))[::-1]
     perm_sizes = [sizes[i] for i in order]
-    rebuilt = np.arange(devices.size).reshape(sizes).transpose(order).reshape(-1) if order else np.zeros(1, int)
+    rebuilt = (
+        np.arange(devices.size).reshape(sizes).transpose(order).reshape(-1)
+        if order
+        else np.zeros(1, int)
+    )
     if len(perm_sizes) != len(sizes) or not np.array_equal(rebuilt, devices):
         raise _Unparseable("the tile assignment is not a transposition of the mesh devices")
     return [names[i] for i in order]
@@ -287,7 +297,9 @@ def parse_op_sharding_parsed(op_sharding: Any, mesh: Mesh) -> ParsedPartitionSpe
             partitions.append(tuple(axes))
     except _Unparseable as e:
         raise ValueError(
-            MSG_UNPARSEABLE_OP_SHARDING.format(op_sharding=proto, mesh_shape=dict(mesh.shape), detail=e)
+            MSG_UNPARSEABLE_OP_SHARDING.format(
+                op_sharding=proto, mesh_shape=dict(mesh.shape), detail=e
+            )
         ) from None
     while partitions and partitions[-1] == ():
         partitions.pop()
@@ -300,6 +312,7 @@ def parse_op_sharding(op_sharding: Any, mesh: Mesh) -> PartitionSpec | list[Any]
     Returns a :class:`PartitionSpec` with trailing unpartitioned dims omitted (a
     list of them for a TUPLE sharding). See :func:`parse_op_sharding_parsed`.
     """
+
     def to_spec(parsed: ParsedPartitionSpec | list[Any]) -> PartitionSpec | list[Any]:
         if isinstance(parsed, list):
             return [to_spec(p) for p in parsed]

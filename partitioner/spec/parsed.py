@@ -100,9 +100,7 @@ class ParsedPartitionSpec:
             return cls(None, ())
         if not is_spec(entry):
             raise TypeError(
-                MSG_NOT_A_SPEC.format(
-                    where=arg_name, value=entry, type_name=type(entry).__name__
-                )
+                MSG_NOT_A_SPEC.format(where=arg_name, value=entry, type_name=type(entry).__name__)
             )
         spec = as_spec(entry)
         partitions: list[tuple[AxisName, ...]] = []
@@ -196,7 +194,11 @@ class ParsedPartitionSpec:
         return iter(self.partitions)
 
     def __repr__(self) -> str:
-        extra = f", unconstrained_dims={sorted(self.unconstrained_dims)}" if self.unconstrained_dims else ""
+        extra = (
+            f", unconstrained_dims={sorted(self.unconstrained_dims)}"
+            if self.unconstrained_dims
+            else ""
+        )
         return f"ParsedPartitionSpec(partitions={self.partitions}, sync={self.sync.name}{extra})"
 
 

@@ -23,9 +23,7 @@ def is_spec_leaf(x: Any) -> bool:
     return x is None or is_spec(x) or isinstance(x, ParsedPartitionSpec)
 
 
-def prepare_axis_resources(
-    tree: Any, arg_name: str, *, allow_unconstrained: bool = False
-) -> Any:
+def prepare_axis_resources(tree: Any, arg_name: str, *, allow_unconstrained: bool = False) -> Any:
     """Parse every leaf of a spec tree into a :class:`ParsedPartitionSpec`.
 
     ``None`` leaves become :data:`REPLICATED`; a top-level list is read as a tuple
@@ -83,7 +81,9 @@ def broadcast_prefix(
 
     def fail(path: KeyPath, detail: str) -> None:
         raise ValueError(
-            MSG_NOT_A_PREFIX.format(api=api, what=what, path=keystr(path) or "the top level", detail=detail)
+            MSG_NOT_A_PREFIX.format(
+                api=api, what=what, path=keystr(path) or "the top level", detail=detail
+            )
         )
 
     def walk(p: Any, f: Any, path: KeyPath) -> None:
@@ -98,13 +98,22 @@ def broadcast_prefix(
         if p_data is None:
             fail(path, f"{type(p).__name__} {p!r} is not a spec tree node")
         if f_data is None:
-            fail(path, f"the spec tree has a {type(p).__name__} where the {what} has a leaf of type {type(f).__name__}")
+            fail(
+                path,
+                f"the spec tree has a {type(p).__name__} where the {what} has a leaf of type {type(f).__name__}",
+            )
         if p_data[0] is not f_data[0]:
-            fail(path, f"the spec tree has a {p_data[0].__name__} where the {what} has a {f_data[0].__name__}")
+            fail(
+                path,
+                f"the spec tree has a {p_data[0].__name__} where the {what} has a {f_data[0].__name__}",
+            )
         if p_data[1] != f_data[1] or len(p_kids) != len(f_kids):
             p_keys = [keystr((k,)) for k, _ in p_kids]
             f_keys = [keystr((k,)) for k, _ in f_kids]
-            fail(path, f"the spec tree has children {p_keys} but the {what} has children {f_keys} (length {len(p_kids)} vs {len(f_kids)})")
+            fail(
+                path,
+                f"the spec tree has children {p_keys} but the {what} has children {f_keys} (length {len(p_kids)} vs {len(f_kids)})",
+            )
         for (key, pc), (_, fc) in zip(p_kids, f_kids, strict=True):
             walk(pc, fc, path + (key,))
 

@@ -39,12 +39,20 @@ def with_sharding_constraint(x: Any, axis_resources: Any) -> Any:
     """
     mesh = current_mesh(_API)
     check_mesh_unchanged(mesh, _API)
-    parsed = prepare_axis_resources(axis_resources, f"{_API} axis_resources", allow_unconstrained=True)
+    parsed = prepare_axis_resources(
+        axis_resources, f"{_API} axis_resources", allow_unconstrained=True
+    )
     leaves_with_paths, tree = tree_flatten_with_path(x)
     specs, paths = broadcast_prefix(parsed, x, api=_API, what="value")
     outs = []
     for (path, leaf), spec in zip(leaves_with_paths, specs, strict=True):
-        check_spec(spec, tuple(jax.numpy.shape(leaf)), mesh, f"{_API} x{jax.tree_util.keystr(path)}", check_divisible=False)
+        check_spec(
+            spec,
+            tuple(jax.numpy.shape(leaf)),
+            mesh,
+            f"{_API} x{jax.tree_util.keystr(path)}",
+            check_divisible=False,
+        )
         outs.append(sharding_constraint_p.bind(leaf, axis_resources=spec, mesh=mesh))
     return tree_unflatten(tree, outs)
 

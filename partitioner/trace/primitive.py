@@ -45,6 +45,7 @@ pjit_p.def_impl(_pjit_impl)
 def _pjit_pp_rule(eqn: Any, context: Any, settings: Any) -> Any:
     # Show specs as the user would write them, not the parsed tuples.
     params = dict(eqn.params)
+
     def show(specs: Any) -> tuple[Any, ...]:
         return tuple("UNSPECIFIED" if s is None else s.to_partition_spec() for s in specs)
 
