@@ -153,14 +153,7 @@ def _draw(fig: Any, rows: list[common.Row]) -> None:
         comp = [r.extra[f"{who}_compile_ms"] for r in rows]
         ax.bar(xs, lower, width, label=f"{label}: trace+lower", color=f"C{2 * i}")
         ax.bar(xs, comp, width, bottom=lower, label=f"{label}: compile", color=f"C{2 * i + 1}")
-    for x, r in enumerate(rows):
-        ax.annotate(
-            f"{r.ratio:.2f}x",
-            (x, max(r.partitioner, r.jax_jit or 0)),
-            ha="center",
-            va="bottom",
-            fontsize=9,
-        )
+    common.annotate_ratios(ax, rows)
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels([r.name for r in rows])
     ax.set_ylabel("milliseconds (median, cold)")

@@ -177,14 +177,7 @@ def _draw(fig: Any, rows: list[common.Row]) -> None:
             label = f"{'partitioner' if i == 0 else 'jax.jit'}: {part.split('_')[0]}"
             ax.bar(xs, vals, width, bottom=bottom, label=label, color=f"C{3 * i + j}")
             bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
-    for x, r in enumerate(steps):
-        ax.annotate(
-            f"{r.ratio:.2f}x",
-            (x, max(r.partitioner, r.jax_jit or 0)),
-            ha="center",
-            va="bottom",
-            fontsize=9,
-        )
+    common.annotate_ratios(ax, steps)
     ax.set_xticks(range(len(steps)))
     ax.set_xticklabels([r.name for r in steps], fontsize=7)
     ax.set_ylabel("KiB per device")

@@ -23,8 +23,14 @@ RTOL = 2e-5
 ATOL = 2e-5
 
 
-def assert_tree_close(got: Any, want: Any, rtol: float = RTOL, atol: float = ATOL) -> None:
-    """Leaf-by-leaf comparison (same tree, shapes and dtypes) after blocking on ``got``."""
+def assert_tree_close(
+    got: Any, want: Any, rtol: float = RTOL, atol: float = ATOL, *, scale_atol: bool = False
+) -> None:
+    """Leaf-by-leaf comparison (same tree, shapes and dtypes) after blocking on ``got``.
+
+    ``scale_atol`` multiplies ``atol`` by the leaf's largest magnitude (at least 1),
+    for randomly generated programs whose values are not O(1).
+    """
     got = jax.block_until_ready(got)
     got_leaves, got_tree = jax.tree_util.tree_flatten(got)
     want_leaves, want_tree = jax.tree_util.tree_flatten(want)
@@ -33,7 +39,8 @@ def assert_tree_close(got: Any, want: Any, rtol: float = RTOL, atol: float = ATO
         g, w = np.asarray(g), np.asarray(w)
         assert g.shape == w.shape, (g.shape, w.shape)
         assert g.dtype == w.dtype, (g.dtype, w.dtype)
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+        scale = max(1.0, float(np.max(np.abs(w)))) if scale_atol and w.size else 1.0
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * scale)
 
 
 def assert_sharded_like(x: jax.Array, mesh: Mesh, spec: Any) -> None:

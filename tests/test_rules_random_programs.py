@@ -26,7 +26,7 @@ import numpy as np
 from helpers import MESH_1D, MESH_2D, mesh_ctx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rules_helpers import assert_sharded_like
+from rules_helpers import assert_sharded_like, assert_tree_close
 
 import partitioner
 from partitioner import PartitionSpec as P
@@ -275,15 +275,7 @@ def _inputs(
 
 
 def _assert_close(got: Any, want: Any) -> None:
-    got = jax.block_until_ready(got)
-    got_leaves, got_tree = jax.tree_util.tree_flatten(got)
-    want_leaves, want_tree = jax.tree_util.tree_flatten(want)
-    assert got_tree == want_tree, (got_tree, want_tree)
-    for g, w in zip(got_leaves, want_leaves, strict=True):
-        g, w = np.asarray(g), np.asarray(w)
-        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
-        scale = max(1.0, float(np.max(np.abs(w)))) if w.size else 1.0
-        np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL_SCALE * scale)
+    assert_tree_close(got, want, RTOL, ATOL_SCALE, scale_atol=True)
 
 
 def _sum_of_outputs(f: Callable[..., Any]) -> Callable[..., Any]:
