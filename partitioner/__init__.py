@@ -6,8 +6,9 @@ The public surface, and only it. See docs/architecture.md for the pipeline.
 from . import lower as _lower  # noqa: F401  (registers our MLIR lowering rules)
 from . import options
 from . import rules as _rules  # noqa: F401  (registers our transformation rules)
-from .api import PjitFunction, pjit
+from .api import pjit
 from .dispatch import clear_caches
+from .dispatch.fastpath import PjitWrapped
 from .events import add_listener, recording
 from .inspect import Residual, residuals
 from .options import partitioner, set_partitioner
@@ -33,7 +34,7 @@ __all__ = [
     "Lowered",
     "ParsedPartitionSpec",
     "PartitionSpec",
-    "PjitFunction",
+    "PjitWrapped",
     "SpecSync",
     "add_listener",
     "clear_caches",
