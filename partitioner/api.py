@@ -60,6 +60,31 @@ def _name_tuple(value: str | Sequence[str] | None, what: str) -> tuple[str, ...]
 
 
 @dataclass(frozen=True)
+class _Split:
+    """A call's arguments, bound to the signature and split into static and dynamic."""
+
+    args: tuple[Any, ...]  # positional, keyword arguments for positional parameters moved in
+    kwargs: dict[str, Any]
+    dyn_idx: list[int]  # positions of the dynamic positional arguments
+    dyn_args: tuple[Any, ...]
+    dyn_kwargs: dict[str, Any]
+    static_vals: tuple[tuple[int | str, Any], ...]  # (position or name, value)
+    donate: set[int]
+    donate_kw: set[str]
+
+
+@dataclass(frozen=True)
+class _Flat:
+    """The dynamic arguments flattened: one spec, aval and donation flag per leaf."""
+
+    leaves: list[Any]
+    in_tree: PyTreeDef
+    specs: tuple[ParsedPartitionSpec, ...]
+    avals: tuple[Any, ...]
+    donated: tuple[bool, ...]
+
+
+@dataclass(frozen=True)
 class CallPlan:
     """Everything one call (or ``.lower``) needs, computed from its arguments."""
 
@@ -175,61 +200,76 @@ class PjitFunction:
             out.add(j)
         return out
 
-    def plan(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallPlan:
-        """Check the arguments, trace the body (cached) and build ``pjit_p``'s params."""
-        mesh = current_mesh(f"pjit {self._name}")
-        check_mesh_unchanged(mesh, f"pjit {self._name}")
+    def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Split:
+        """Bind keyword arguments, then separate static from dynamic arguments."""
         args, kwargs = self._bind(args, kwargs)
         n = len(args)
         static_pos_names, static_kw = self._argnums_for_names(self._static_argnames)
         donate_pos_names, donate_kw = self._argnums_for_names(self._donate_argnames)
-        static = self._normalized_argnums(self._static_argnums, n, "static_argnums") | {
-            i for i in static_pos_names if i < n
-        }
-        donate = self._normalized_argnums(self._donate_argnums, n, "donate_argnums") | {
-            i for i in donate_pos_names if i < n
-        }
-        dyn_idx = [i for i in range(n) if i not in static]
-        dyn_args = tuple(args[i] for i in dyn_idx)
-        dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_kw}
+        static = self._normalized_argnums(self._static_argnums, n, "static_argnums")
+        static |= {i for i in static_pos_names if i < n}
+        donate = self._normalized_argnums(self._donate_argnums, n, "donate_argnums")
+        donate |= {i for i in donate_pos_names if i < n}
         static_vals = tuple((i, args[i]) for i in sorted(static)) + tuple(
             sorted((k, v) for k, v in kwargs.items() if k in static_kw)
         )
         for where, v in static_vals:
             if not isinstance(v, Hashable):
                 raise TypeError(
-                    f"pjit {self._name}: static argument {where!r} of type {type(v).__name__} is not hashable; static arguments must be hashable (e.g. a tuple instead of a list)."
+                    f"pjit {self._name}: static argument {where!r} of type {type(v).__name__} is "
+                    "not hashable; static arguments must be hashable (e.g. a tuple instead of a list)."
                 )
+        dyn_idx = [i for i in range(n) if i not in static]
+        return _Split(
+            args=args,
+            kwargs=kwargs,
+            dyn_idx=dyn_idx,
+            dyn_args=tuple(args[i] for i in dyn_idx),
+            dyn_kwargs={k: v for k, v in kwargs.items() if k not in static_kw},
+            static_vals=static_vals,
+            donate=donate,
+            donate_kw=donate_kw,
+        )
 
-        # Flatten with key paths that use the *original* positional index.
-        leaves_with_paths, in_tree = tree_flatten_with_path((dyn_args, dyn_kwargs))
+    def _flatten(self, split: _Split, mesh: Mesh) -> _Flat:
+        """Flatten the dynamic arguments with key paths, give each leaf a spec, check them."""
+        leaves_with_paths, in_tree = tree_flatten_with_path((split.dyn_args, split.dyn_kwargs))
         arg_specs, _ = broadcast_prefix(
             self._in_specs,
-            dyn_args,
+            split.dyn_args,
             api=f"pjit {self._name} in_axis_resources",
             what="positional arguments",
         )
-        num_kw_leaves = len(leaves_with_paths) - len(arg_specs)
-        specs = tuple(arg_specs) + (REPLICATED,) * num_kw_leaves
-        paths: list[KeyPath] = []
-        for path, _ in leaves_with_paths:
-            if path[0] == SequenceKey(0):  # positional
-                paths.append((SequenceKey(dyn_idx[path[1].idx]),) + path[2:])  # type: ignore[attr-defined]
-            else:
-                paths.append(path[1:])
+        n_pos = len(arg_specs)
+        specs = tuple(arg_specs) + (REPLICATED,) * (len(leaves_with_paths) - n_pos)
+        # Key paths name the *original* positional index (static ones included).
+        paths: list[KeyPath] = [
+            (SequenceKey(split.dyn_idx[path[1].idx]),) + path[2:]  # type: ignore[attr-defined]
+            if i < n_pos
+            else path[1:]
+            for i, (path, _) in enumerate(leaves_with_paths)
+        ]
         leaves = [leaf for _, leaf in leaves_with_paths]
         avals = tuple(_abstractify(leaf, path, self._name) for leaf, path in zip(leaves, paths))
         check_specs(
             f"pjit {self._name}", "argument args", specs, paths, [a.shape for a in avals], mesh
         )
-
         donated = tuple(
-            paths[i][0].idx in donate if i < len(arg_specs) else paths[i][0].key in donate_kw  # type: ignore[attr-defined]
-            for i in range(len(paths))
+            path[0].idx in split.donate if i < n_pos else path[0].key in split.donate_kw  # type: ignore[attr-defined]
+            for i, path in enumerate(paths)
         )
+        return _Flat(leaves, in_tree, specs, avals, donated)
 
-        def rebuild(flat: list[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-            d_args, d_kwargs = tree_unflatten(in_tree, flat)
+    def plan(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallPlan:
+        """Check the arguments, trace the body (cached) and build ``pjit_p``'s params."""
+        mesh = current_mesh(f"pjit {self._name}")
+        check_mesh_unchanged(mesh, f"pjit {self._name}")
+        split = self._split(args, kwargs)
+        flat = self._flatten(split, mesh)
+        static_vals = split.static_vals
+
+        def rebuild(leaves: list[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+            d_args, d_kwargs = tree_unflatten(flat.in_tree, leaves)
             full = list(d_args)
             for i, v in static_vals:
                 if isinstance(i, int):
@@ -238,34 +278,33 @@ class PjitFunction:
             kw.update((k, v) for k, v in static_vals if isinstance(k, str))
             return tuple(full), kw
 
-        static_key = (in_tree, tuple((k, _HashableStatic(v)) for k, v in static_vals))
+        static_key = (flat.in_tree, tuple((k, _HashableStatic(v)) for k, v in static_vals))
         debug_info = jp.api_util.debug_info(
             "pjit",
             self._fun,
-            args,
-            kwargs,
-            static_argnums=sorted(static),
-            static_argnames=sorted(static_kw & kwargs.keys()),
+            split.args,
+            split.kwargs,
+            static_argnums=[i for i, _ in static_vals if isinstance(i, int)],
+            static_argnames=[k for k, _ in static_vals if isinstance(k, str)],
             signature=self._signature,
         )
-        traced = trace_body(self._fun, rebuild, avals, mesh, static_key, debug_info)
-        out_specs = self._out_specs_for(traced, mesh)
+        traced = trace_body(self._fun, rebuild, flat.avals, mesh, static_key, debug_info)
         consts = traced.tracer_consts
         params = dict(
             jaxpr=traced.jaxpr,
-            in_axis_resources=(REPLICATED,) * len(consts) + specs,
-            out_axis_resources=out_specs,
+            in_axis_resources=(REPLICATED,) * len(consts) + flat.specs,
+            out_axis_resources=self._out_specs_for(traced, mesh),
             mesh=mesh,
-            donated_invars=(False,) * len(consts) + donated,
+            donated_invars=(False,) * len(consts) + flat.donated,
             name=self._name,
         )
         return CallPlan(
             mesh,
-            tuple(consts) + tuple(leaves),
+            tuple(consts) + tuple(flat.leaves),
             params,
-            in_tree,
+            flat.in_tree,
             traced.out_tree,
-            avals,
+            flat.avals,
             len(consts),
             static_key,
         )
