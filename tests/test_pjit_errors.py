@@ -84,16 +84,21 @@ def test_constraint_without_mesh(where: str) -> None:
 # --- a mesh axis that does not exist ---
 
 
+def _call_with_spec(where: str, spec: Any) -> None:
+    """Use ``spec`` as the in spec, the out spec, or a constraint on an (8, 4) value."""
+    if where == "in":
+        _call(_ident, spec, None, X84)
+    elif where == "out":
+        _call(_ident, None, spec, X84)
+    else:
+        _call(lambda x: with_sharding_constraint(x, spec), None, None, X84)
+
+
 @pytest.mark.parametrize("where", ["in", "out", "constraint"])
 def test_undefined_mesh_axis(where: str) -> None:
     bad = P("a", "zz")
     with mesh_ctx(*MESH_2D), fails(ValueError, "zz"):
-        if where == "in":
-            _call(_ident, bad, None, X84)
-        elif where == "out":
-            _call(_ident, None, bad, X84)
-        else:
-            _call(lambda x: with_sharding_constraint(x, bad), None, None, X84)
+        _call_with_spec(where, bad)
 
 
 def test_undefined_mesh_axis_eager_constraint() -> None:
@@ -139,12 +144,7 @@ def test_constraint_has_no_divisibility_check() -> None:
 def test_spec_longer_than_rank(where: str) -> None:
     bad = P("a", None, "b")
     with mesh_ctx(*MESH_2D), fails(ValueError) as info:
-        if where == "in":
-            _call(_ident, bad, None, X84)
-        elif where == "out":
-            _call(_ident, None, bad, X84)
-        else:
-            _call(lambda x: with_sharding_constraint(x, bad), None, None, X84)
+        _call_with_spec(where, bad)
     assert re.search("rank|ndim", str(info.value)), str(info.value)
 
 
@@ -165,12 +165,7 @@ def test_spec_longer_than_rank_of_a_scalar() -> None:
 @pytest.mark.parametrize("where", ["in", "out", "constraint"])
 def test_duplicate_mesh_axis(where: str, bad: P, axis: str) -> None:
     with mesh_ctx(*MESH_2D), fails(ValueError, repr(axis)):
-        if where == "in":
-            _call(_ident, bad, None, X84)
-        elif where == "out":
-            _call(_ident, None, bad, X84)
-        else:
-            _call(lambda x: with_sharding_constraint(x, bad), None, None, X84)
+        _call_with_spec(where, bad)
 
 
 # --- a spec leaf that is not a spec ---
