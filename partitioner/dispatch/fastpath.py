@@ -38,7 +38,7 @@ from ..trace.primitive import pjit_p
 from .execute import Runnable, execute_placed, get_runnable, place_args_reporting
 
 if TYPE_CHECKING:
-    from ..api import PjitFunction
+    from ..api import CallPlan, PjitFunction
 
 _CPP_CAPACITY = 1024
 _PY_CAPACITY = 1024
@@ -107,6 +107,11 @@ def clear_fast_paths() -> None:
 class _Hit:
     runnable: Runnable
     out_tree: Any
+
+
+def _bind(plan: CallPlan) -> Any:
+    """Bind ``pjit_p`` for a planned call (staging it, or running it via the impl)."""
+    return tree_unflatten(plan.out_tree, pjit_p.bind(*plan.args_flat, **plan.params))
 
 
 def _cpp_safe(runnable: Runnable) -> bool:
@@ -199,12 +204,7 @@ class Dispatcher:
     ) -> tuple[Any, Runnable | None, bool]:
         """Run one call; returns (outputs, runnable, whether C++ may cache it)."""
         if not jp.at_top_level():
-            plan = self._fn.plan(args, kwargs)
-            return (
-                tree_unflatten(plan.out_tree, pjit_p.bind(*plan.args_flat, **plan.params)),
-                None,
-                False,
-            )
+            return _bind(self._fn.plan(args, kwargs)), None, False
         try:
             key, leaves = self._key(args, kwargs)
         except TypeError:  # an unhashable static value: plan() reports it
@@ -217,11 +217,7 @@ class Dispatcher:
         emit("dispatch_miss", name=self._fn._name)
         plan = self._fn.plan(args, kwargs)
         if plan.num_consts:
-            return (
-                tree_unflatten(plan.out_tree, pjit_p.bind(*plan.args_flat, **plan.params)),
-                None,
-                False,
-            )
+            return _bind(plan), None, False
         runnable = get_runnable(**plan.params)
         placed, moved = place_args_reporting(plan.args_flat, runnable.in_shardings)
         out = tree_unflatten(plan.out_tree, execute_placed(runnable, placed))
