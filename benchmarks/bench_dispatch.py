@@ -73,7 +73,7 @@ class Contenders:
 
 def contenders(case: Case, mesh: Mesh, quick: bool) -> Contenders:
     """One sampler per contender, each timing a loop of cached calls."""
-    sharding = NamedSharding(mesh, case.spec.to_jax())
+    sharding = NamedSharding(mesh, case.spec)
     args = [
         jax.device_put(np.full((16 * case.n_devices,), i, np.float32), sharding)
         for i in range(case.n_args)

@@ -44,7 +44,7 @@ def mesh_4x2() -> Mesh:
 def to_jax(spec_tree: Any, mesh: Mesh) -> Any:
     """Our spec tree as ``NamedSharding``s, for ``jax.jit``'s in/out_shardings."""
     return jax.tree.map(
-        lambda s: NamedSharding(mesh, s.to_jax()),
+        lambda s: NamedSharding(mesh, s),
         spec_tree,
         is_leaf=lambda x: isinstance(x, P),
     )

@@ -164,7 +164,7 @@ def main() -> None:
     for name, p in params.items():
         print(f"  {name:3s} {str(p.shape):9s} spec={p.sharding.spec}")
         # Laid out exactly as NamedSharding(mesh, spec) lays it out.
-        wanted = NamedSharding(mesh, (PARAM_SPECS[name] or P()).to_jax())
+        wanted = NamedSharding(mesh, (PARAM_SPECS[name] or P()))
         assert p.sharding.is_equivalent_to(wanted, p.ndim), (name, p.sharding)
 
     w1 = params["w1"]

@@ -16,6 +16,11 @@ Wrap the call in a mesh context:
 
 The mesh is looked up when the function is called or lowered, not when pjit is applied."""
 
+MSG_MESH_MISMATCH = """\
+{where}: this NamedSharding is over the mesh {mesh}, but the call runs over {source}, \
+{expected}. A NamedSharding given as a spec must use that mesh: build it from the same \
+mesh, or pass its PartitionSpec alone (NamedSharding(mesh, spec).spec)."""
+
 MSG_UNDEFINED_AXIS = """\
 {where}: the spec {spec} names mesh axis {axis!r}, which is not in the current mesh \
 (axes {mesh_axes}). Did you forget the mesh, or misspell the axis? Use one of {mesh_axes}."""
@@ -36,8 +41,8 @@ partition at most one dimension of a value; e.g. PartitionSpec('x', 'y') instead
 PartitionSpec('x', 'x')."""
 
 MSG_NOT_A_SPEC = """\
-{where}: expected a PartitionSpec or None as a spec leaf, got {value!r} of type \
-{type_name}. Wrap axis names in a spec: PartitionSpec({value!r}) instead of {value!r}."""
+{where}: expected a PartitionSpec, a NamedSharding or None as a spec leaf, got {value!r} \
+of type {type_name}. Wrap axis names in a spec: PartitionSpec({value!r}) instead of {value!r}."""
 
 MSG_UNCONSTRAINED_IN_PJIT = """\
 {where}: the spec {spec} marks dimension {dim} UNCONSTRAINED, which only \

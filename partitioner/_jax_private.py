@@ -7,12 +7,16 @@ imports from ``jax._src``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from jax._src import api_util, core, effects, sharding_impls, source_info_util, xla_bridge
 from jax._src import config as _config
+from jax._src import dispatch as _dispatch
+from jax._src import dtypes as _dtypes
 from jax._src import linear_util as lu
 from jax._src import mesh as _mesh_lib
+from jax._src import stages as _stages
 from jax._src import tree_util as _tree_util
 from jax._src.interpreters import ad, batching, mlir, pxla
 from jax._src.interpreters import partial_eval as pe
@@ -113,6 +117,58 @@ def shaped_abstractify(x: Any) -> Any:
     return core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type)
 
 
+# --- how an enclosing jax.jit picks its devices ---
+
+
+def report_intermediate_shardings(find: Callable[[Any], Iterable[tuple[Any, Any, str]]]) -> None:
+    """Let ``jax.jit`` see the shardings our primitives name inside its jaxpr.
+
+    NOTE [device assignment under jax.jit]: jax.jit picks the devices of the
+    program it builds from its arguments, its out_shardings and the shardings
+    ``dispatch.get_intermediate_shardings`` finds in the jaxpr, which knows only
+    jax's own primitives (there is no registry). With uncommitted (numpy)
+    arguments a pjit inside jax.jit would then run on one device. So that
+    function is wrapped: ``find(jaxpr)`` yields ``(sharding, source_info,
+    primitive name)`` for our equations *at that level*; jax's own recursion into
+    sub-jaxprs goes through the module attribute, hence through the wrapper too.
+    Installing twice is a no-op.
+    """
+    original = _dispatch.get_intermediate_shardings
+    if getattr(original, "_partitioner_find", None) is not None:
+        return
+
+    def get_intermediate_shardings(jaxpr: Any) -> list[Any]:
+        found = list(original(jaxpr))
+        found.extend((s, _stages.SourceInfo(src, name)) for s, src, name in find(jaxpr))
+        return found
+
+    get_intermediate_shardings._partitioner_find = find  # type: ignore[attr-defined]
+    _dispatch.get_intermediate_shardings = get_intermediate_shardings  # type: ignore[assignment]
+
+
+# --- extended dtypes (typed PRNG keys): logical vs physical arrays ---
+
+
+def physical_aval(aval: Any) -> Any:
+    """The aval XLA sees: a ``key<fry>[8]`` is ``u32[8, 2]``; other avals unchanged."""
+    return core.physical_aval(aval)
+
+
+def is_extended(aval: Any) -> bool:
+    """True for an extended dtype (typed PRNG keys), whose physical shape is longer."""
+    return isinstance(getattr(aval, "dtype", None), _dtypes.ExtendedDType)
+
+
+def physical_array(x: Any) -> Any:
+    """The array of physical buffers behind ``x`` (a key array's ``u32`` data); else ``x``."""
+    return getattr(x, "_base_array", x) if is_extended(x) else x
+
+
+def physical_sharding(aval: Any, sharding: Any) -> Any:
+    """The sharding of the physical array behind a value of ``aval`` laid out as ``sharding``."""
+    return sharding_impls.physical_sharding(aval, sharding) if is_extended(aval) else sharding
+
+
 def results_handler(avals: Any, shardings: Any) -> Any:
     """Turns an executable's per-device output buffers into committed jax.Arrays."""
     return pxla.global_avals_to_results_handler(avals, shardings, committed=True)
@@ -184,6 +240,11 @@ def fastpath_data(
         [None] * n,
         [],
     )
+
+
+def flatten_one_level(x: Any) -> tuple[Any, Any] | None:
+    """``(children, aux)`` of a pytree node, None for a leaf (jaxlib's registry, in C++)."""
+    return _tree_util.default_registry.flatten_one_level(x)
 
 
 def dispatch_flatten(tree: Any) -> tuple[list[Any], Any]:

@@ -19,16 +19,18 @@ from jax.tree_util import (
     KeyPath,
     PyTreeDef,
     SequenceKey,
+    keystr,
     tree_flatten_with_path,
     tree_unflatten,
 )
 
 from . import _jax_private as jp
-from .dispatch.fastpath import Dispatcher
+from .dispatch.execute import check_usable
+from .dispatch.fastpath import Dispatcher, PjitWrapped
 from .spec.checks import check_specs
-from .spec.mesh_env import current_mesh
+from .spec.mesh_env import resolve_mesh
 from .spec.parsed import REPLICATED, ParsedPartitionSpec
-from .spec.tree import broadcast_prefix, prepare_axis_resources
+from .spec.tree import broadcast_prefix, meshes_named_by, prepare_axis_resources
 from .trace.tracing import TracedBody, check_mesh_unchanged, trace_body
 
 _API = "pjit"
@@ -121,8 +123,16 @@ class PjitFunction:
                 f"pjit: expected a callable to partition, got {fun!r} of type {type(fun).__name__}"
             )
         self._fun = fun
+        if isinstance(in_axis_resources, list):
+            # The top level stands for the argument tuple, so a list there is read
+            # as that tuple (as jax.jit reads in_shardings); lists deeper down
+            # match lists.
+            in_axis_resources = tuple(in_axis_resources)
         self._in_specs = prepare_axis_resources(in_axis_resources, "pjit in_axis_resources")
         self._out_specs = prepare_axis_resources(out_axis_resources, "pjit out_axis_resources")
+        self._named_meshes = meshes_named_by(
+            in_axis_resources, "pjit in_axis_resources"
+        ) + meshes_named_by(out_axis_resources, "pjit out_axis_resources")
         self._static_argnums = _index_tuple(static_argnums, "static_argnums")
         self._donate_argnums = _index_tuple(donate_argnums, "donate_argnums")
         self._static_argnames = _name_tuple(static_argnames, "static_argnames")
@@ -137,6 +147,11 @@ class PjitFunction:
         except (TypeError, ValueError):
             self._signature = None
         self._name = getattr(fun, "__name__", type(fun).__name__)
+        self._donated_positions: dict[int, list[int]] = {}  # by number of positional args
+
+    def _positional_params(self) -> list[inspect.Parameter]:
+        params = list(self._signature.parameters.values()) if self._signature else []
+        return [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
     def _cpp_statics(self) -> tuple[tuple[int, ...], tuple[str, ...]]:
         """Static positions and names for the C++ dispatcher, each completed from the other.
@@ -148,7 +163,7 @@ class PjitFunction:
         nums = {i for i in self._static_argnums if i >= 0}
         names = set(self._static_argnames)
         params = list(self._signature.parameters.values()) if self._signature else []
-        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        positional = self._positional_params()
         for i in list(nums):
             if i < len(positional) and positional[i].kind is positional[i].POSITIONAL_OR_KEYWORD:
                 names.add(positional[i].name)
@@ -250,6 +265,8 @@ class PjitFunction:
             for i, (path, _) in enumerate(leaves_with_paths)
         ]
         leaves = [leaf for _, leaf in leaves_with_paths]
+        for leaf, path in zip(leaves, paths):
+            check_usable(leaf, mesh, f"pjit {self._name}: argument args{keystr(path)}")
         avals = tuple(_abstractify(leaf, path, self._name) for leaf, path in zip(leaves, paths))
         check_specs(
             f"pjit {self._name}", "argument args", specs, paths, [a.shape for a in avals], mesh
@@ -262,7 +279,7 @@ class PjitFunction:
 
     def plan(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallPlan:
         """Check the arguments, trace the body (cached) and build ``pjit_p``'s params."""
-        mesh = current_mesh(f"pjit {self._name}")
+        mesh = resolve_mesh(f"pjit {self._name}", self._named_meshes)
         check_mesh_unchanged(mesh, f"pjit {self._name}")
         split = self._split(args, kwargs)
         flat = self._flatten(split, mesh)
@@ -320,6 +337,15 @@ class PjitFunction:
         )
         return tuple(specs)
 
+    def donated_positions(self, n: int) -> list[int]:
+        """Positions of the donated arguments in a call with ``n`` positional arguments."""
+        positions = self._donated_positions.get(n)
+        if positions is None:
+            by_name, _ = self._argnums_for_names(self._donate_argnames)
+            wanted = {i + n if i < 0 else i for i in self._donate_argnums} | by_name
+            positions = self._donated_positions[n] = sorted(i for i in wanted if 0 <= i < n)
+        return positions
+
     # --- entry points ---
 
     def lower(self, *args: Any, **kwargs: Any) -> Any:
@@ -356,8 +382,6 @@ def _abstractify(leaf: Any, path: KeyPath, name: str) -> Any:
     try:
         return jp.shaped_abstractify(leaf)
     except TypeError:
-        from jax.tree_util import keystr
-
         raise TypeError(
             f"pjit {name}: argument args{keystr(path)} of type {type(leaf).__name__} is not a valid "
             "JAX type (arrays, numpy arrays, Python scalars or jax.ShapeDtypeStruct). Mark it static "
@@ -365,31 +389,73 @@ def _abstractify(leaf: Any, path: KeyPath, name: str) -> Any:
         ) from None
 
 
+class _Unset:
+    """Marks a spec argument the caller did not pass (None means replicated)."""
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_UNSET: Any = _Unset()
+
+
+def _one_of(name: str, value: Any, alias: str, alias_value: Any) -> Any:
+    """The value of a spec argument given under its name or its jax.jit-style alias.
+
+    Raises:
+        TypeError: both spellings, or neither, were given.
+    """
+    if value is not _UNSET and alias_value is not _UNSET:
+        raise TypeError(
+            f"pjit: {name} and {alias} are two names for the same argument; pass only one."
+        )
+    if value is _UNSET and alias_value is _UNSET:
+        raise TypeError(
+            f"pjit: missing {name} (or its alias {alias}): a spec tree for the "
+            f"{'arguments' if name.startswith('in') else 'outputs'}, e.g. PartitionSpec('data') "
+            "or None (replicated)."
+        )
+    return value if value is not _UNSET else alias_value
+
+
 def pjit(
     fun: Callable[..., Any],
-    in_axis_resources: Any,
-    out_axis_resources: Any,
+    in_axis_resources: Any = _UNSET,
+    out_axis_resources: Any = _UNSET,
     static_argnums: int | Sequence[int] | None = (),
     donate_argnums: int | Sequence[int] | None = (),
     *,
     static_argnames: str | Sequence[str] | None = (),
     donate_argnames: str | Sequence[str] | None = (),
-) -> Any:
+    in_shardings: Any = _UNSET,
+    out_shardings: Any = _UNSET,
+) -> PjitWrapped:
     """Partition ``fun`` over the mesh in context at each call.
 
     Args:
         fun: the function; arguments and results are pytrees of arrays.
         in_axis_resources: a pytree prefix of the tuple of *dynamic* positional
             arguments (static ones removed): a single spec/None for all, or one
-            entry per argument. Keyword-only arguments are replicated.
-        out_axis_resources: a pytree prefix of the output.
+            entry per argument (a top-level list counts as that tuple).
+            Keyword-only arguments are replicated. Leaves are PartitionSpecs,
+            ``None`` (replicated) or NamedShardings (their spec; their mesh must be
+            the mesh in context, and is used when there is none).
+        out_axis_resources: a pytree prefix of the output, with the same leaves.
         static_argnums / static_argnames: arguments traced as Python constants.
         donate_argnums / donate_argnames: arguments whose buffers the output may reuse.
+        in_shardings / out_shardings: today's ``jax.jit`` spellings of
+            ``in_axis_resources`` / ``out_axis_resources`` (pass one of each pair).
 
     Returns:
-        A callable: call it to run, ``.lower(...)`` for the AOT stages,
-        ``.clear_cache()`` to drop its fast-path entries.
+        A :class:`PjitWrapped`: call it to run, ``.lower(...)`` for the AOT
+        stages, ``.clear_cache()`` to drop its fast-path entries.
     """
+    in_axis_resources = _one_of(
+        "in_axis_resources", in_axis_resources, "in_shardings", in_shardings
+    )
+    out_axis_resources = _one_of(
+        "out_axis_resources", out_axis_resources, "out_shardings", out_shardings
+    )
     planner = PjitFunction(
         fun,
         in_axis_resources,

@@ -52,8 +52,22 @@ class CompiledExecutable:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _chosen_specs(shardings: Any, n: int, mesh: Any) -> list[ParsedPartitionSpec | None]:
+def _logical(spec: ParsedPartitionSpec | None, aval: Any) -> ParsedPartitionSpec | None:
+    """The spec of a value of ``aval`` whose *physical* array XLA laid out as ``spec``.
+
+    A typed PRNG key's physical array has trailing key dims; a layout that
+    partitions them has no logical spec (None), else they are dropped.
+    """
+    if spec is None or len(spec.partitions) <= len(aval.shape):
+        return spec
+    if any(spec.partitions[len(aval.shape) :]):
+        return None
+    return ParsedPartitionSpec(None, spec.partitions[: len(aval.shape)])
+
+
+def _chosen_specs(shardings: Any, avals: Any, mesh: Any) -> list[ParsedPartitionSpec | None]:
     """Specs for the executable's OpShardings; None where no spec can express one."""
+    n = len(avals)
     if shardings is None:  # a 1-device executable reports nothing: replicated
         return [REPLICATED] * n
     parsed: list[ParsedPartitionSpec | None] = []
@@ -66,7 +80,7 @@ def _chosen_specs(shardings: Any, n: int, mesh: Any) -> list[ParsedPartitionSpec
         parsed.extend(p if isinstance(p, list) else [p])
     if len(parsed) == 1 and n != 1:  # XLA may report one sharding for all values
         parsed = parsed * n
-    return parsed
+    return [_logical(p, a) for p, a in zip(parsed, avals, strict=True)]
 
 
 def _compile_once(lowered: LoweredModule) -> Any:
@@ -90,8 +104,8 @@ def compile_lowered(lowered: LoweredModule, jaxpr: Any) -> CompiledExecutable:
     results are only ever described by a spec that is exactly their layout.
     """
     exe = _compile_once(lowered)
-    in_specs = _chosen_specs(exe.get_parameter_shardings(), len(lowered.in_avals), lowered.mesh)
-    out_specs = _chosen_specs(exe.get_output_shardings(), len(lowered.out_avals), lowered.mesh)
+    in_specs = _chosen_specs(exe.get_parameter_shardings(), lowered.in_avals, lowered.mesh)
+    out_specs = _chosen_specs(exe.get_output_shardings(), lowered.out_avals, lowered.mesh)
     if None in in_specs or None in out_specs:
         lowered = lower_pjit_body(
             jaxpr,

@@ -14,8 +14,8 @@ from typing import Any
 import jax
 
 from . import _jax_private as jp
-from .dispatch.execute import get_runnable
-from .spec.partition_spec import PartitionSpec
+from .dispatch.execute import bytes_per_device, get_runnable
+from .spec.partition_spec import Spec
 from .trace.primitive import pjit_p
 
 
@@ -27,21 +27,11 @@ class Residual:
     index: int  # its position among that call's outputs
     shape: tuple[int, ...]
     dtype: Any
-    spec: PartitionSpec  # the layout XLA chose for it
+    spec: Spec  # the layout XLA chose for it
     nbytes_per_device: int
 
     def __str__(self) -> str:
         return f"{self.pjit_name}[{self.index}]: {self.dtype}{list(self.shape)} {self.spec} ({self.nbytes_per_device} B/device)"
-
-
-def _per_device_bytes(aval: Any, spec: PartitionSpec, mesh: Any) -> int:
-    sizes = dict(mesh.shape)
-    count = 1
-    for entry in spec:
-        axes = () if entry is None else (entry if isinstance(entry, tuple) else (entry,))
-        for a in axes:
-            count *= sizes[a]
-    return int(aval.size * aval.dtype.itemsize // count)
 
 
 def _forward_eqns(jaxpr: Any) -> list[Any]:
@@ -76,15 +66,14 @@ def residuals(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Residu
             )
         ):
             if requested is None:
-                spec = chosen.to_partition_spec()
                 out.append(
                     Residual(
                         params["name"],
                         i,
                         tuple(aval.shape),
                         aval.dtype,
-                        spec,
-                        _per_device_bytes(aval, spec, mesh),
+                        chosen.to_partition_spec(),
+                        bytes_per_device(aval, chosen, mesh),
                     )
                 )
     return out

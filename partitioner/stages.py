@@ -17,7 +17,7 @@ from . import options
 from .compile import compile_lowered
 from .dispatch.execute import Runnable, execute, make_runnable
 from .lower.module import LoweredModule, lower_pjit_body
-from .spec.partition_spec import PartitionSpec
+from .spec.partition_spec import Spec
 
 if TYPE_CHECKING:
     from .api import CallPlan
@@ -127,7 +127,5 @@ class Compiled:
     @property
     def output_shardings(self) -> Any:
         """The output layouts, as PartitionSpecs parsed from the executable's OpShardings."""
-        specs: list[PartitionSpec] = [
-            s.to_partition_spec() for s in self._runnable.compiled.out_specs
-        ]
+        specs: list[Spec] = [s.to_partition_spec() for s in self._runnable.compiled.out_specs]
         return tree_unflatten(self._plan.out_tree, specs)

@@ -37,7 +37,7 @@ def jax_spec(spec: Any) -> jax.sharding.PartitionSpec:
     if spec is None:
         return jax.sharding.PartitionSpec()
     if isinstance(spec, P):
-        return spec.to_jax()
+        return spec
     return spec
 
 

@@ -47,7 +47,7 @@ def assert_sharded_like(x: jax.Array, mesh: Mesh, spec: Any) -> None:
     """``x`` is laid out as ``NamedSharding(mesh, spec)`` (``None`` = replicated)."""
     jspec = jax.sharding.PartitionSpec() if spec is None else spec
     if hasattr(jspec, "to_jax"):
-        jspec = jspec.to_jax()
+        jspec = jspec
     want = NamedSharding(mesh, jspec)
     assert isinstance(x, jax.Array), type(x)
     assert x.sharding.is_equivalent_to(want, x.ndim), (x.sharding, want)

@@ -119,8 +119,7 @@ def test_user_spec_guard() -> None:
 def test_replicated() -> None:
     assert REPLICATED.partitions == ()
     assert REPLICATED.mesh_axes == ()
-    assert REPLICATED.to_partition_spec() == PartitionSpec()
-    assert REPLICATED.to_jax() == JaxP()
+    assert REPLICATED.to_partition_spec() == PartitionSpec() == JaxP()
     assert REPLICATED.sync == SpecSync.IN_SYNC
 
 
@@ -157,7 +156,7 @@ def test_views() -> None:
     parsed = parse(PartitionSpec(("x", "y"), None, "z", None))
     assert len(parsed) == 4 and parsed[0] == ("x", "y") and list(parsed)[2] == ("z",)
     assert parsed.to_partition_spec() == PartitionSpec(("x", "y"), None, "z")
-    assert parsed.to_jax() == JaxP(("x", "y"), None, "z")
+    assert parsed.to_closed_spec() == JaxP(("x", "y"), None, "z", None)
     assert "partitions=" in repr(parsed)
 
 
@@ -181,11 +180,12 @@ def test_parse_then_to_partition_spec_round_trips(order, dims) -> None:
 # --- prepare_axis_resources ---
 
 
-def test_prepare_none_leaves_and_top_level_list() -> None:
+def test_prepare_none_leaves_and_lists_stay_lists() -> None:
+    # Only pjit reads a *top-level* in_axis_resources list as the argument tuple;
+    # a spec tree keeps its lists, which match list values.
     assert prepare_axis_resources(None, "in_axis_resources") == REPLICATED
-    out = prepare_axis_resources([PartitionSpec("x"), None], "in_axis_resources")
-    assert isinstance(out, tuple)
-    assert out == (parse(PartitionSpec("x")), REPLICATED)
+    out = prepare_axis_resources([PartitionSpec("x"), None], "out_axis_resources")
+    assert out == [parse(PartitionSpec("x")), REPLICATED]
 
 
 def test_prepare_keeps_nested_structure() -> None:

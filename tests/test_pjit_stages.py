@@ -171,7 +171,7 @@ def test_pytree_shardings_follow_the_trees() -> None:
 def test_compiled_with_donation() -> None:
     with mesh_ctx(*MESH_2D) as mesh:
         compiled = pjit(lambda x: x * 2, P("a"), P("a"), donate_argnums=0).lower(X_SDS).compile()
-        x = jax.device_put(arange(8, 8), jax.sharding.NamedSharding(mesh, P("a").to_jax()))
+        x = jax.device_put(arange(8, 8), jax.sharding.NamedSharding(mesh, P("a")))
         out = jax.block_until_ready(compiled(x))
     assert x.is_deleted()
     assert_close(out, arange(8, 8) * 2)

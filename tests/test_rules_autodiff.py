@@ -498,7 +498,7 @@ _DONATED_RESIDUAL = textwrap.dedent(
     S = P("a", "b")
     devices = np.array(jax.devices()).reshape(4, 2)
     with partitioner.mesh(devices, ("a", "b")) as mesh:
-        x = jax.device_put(np.ones((8, 4), np.float32), jax.sharding.NamedSharding(mesh, S.to_jax()))
+        x = jax.device_put(np.ones((8, 4), np.float32), jax.sharding.NamedSharding(mesh, S))
         w = np.full((8, 4), 2.0, np.float32)
         f = pjit(lambda x, w: x * w, (S, S), S, donate_argnums=0)
         try:

@@ -322,7 +322,7 @@ def test_from_parsed_errors(spec, shape, match) -> None:
 def test_indices_match_real_device_layout(spec, shape) -> None:
     """On the 8 CPU devices: each shard jax lays out sits where our indices say."""
     mesh = Mesh(np.array(jax.devices()[::-1]).reshape(2, 4), ("x", "y"))
-    jax_spec = spec.to_jax() if isinstance(spec, PartitionSpec) else spec
+    jax_spec = spec if isinstance(spec, PartitionSpec) else spec
     x = jax.device_put(np.arange(math.prod(shape)).reshape(shape), NamedSharding(mesh, jax_spec))
     ours = devices_indices_map(shape, spec, mesh)
     assert len(ours) == 8

@@ -7,6 +7,7 @@ way) is placed with ``jax.device_put`` first.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,14 +35,14 @@ class Runnable:
     out_shardings: tuple[NamedSharding, ...]
     out_handler: Any  # jax's results handler
     windowed: bool  # runs through the CPU collective window (window.py)
-
-    @property
-    def donated(self) -> tuple[bool, ...]:
-        return self.compiled.lowered.donated
+    marker: int | None  # the output a windowed launch is tracked by (window.marker_index)
+    small_marker: bool  # that output is at most window.SMALL_MARKER_BYTES per device
+    donated: tuple[int, ...]  # positions of the inputs whose buffers the outputs reuse
+    physical_inputs: bool  # some input is a typed PRNG key, run on its physical array
 
 
 def named_sharding(mesh: Mesh, spec: ParsedPartitionSpec) -> NamedSharding:
-    return NamedSharding(mesh, spec.to_jax_closed())
+    return NamedSharding(mesh, spec.to_closed_spec())
 
 
 def make_runnable(compiled: CompiledExecutable) -> Runnable:
@@ -52,7 +53,22 @@ def make_runnable(compiled: CompiledExecutable) -> Runnable:
     handler = jp.results_handler(lowered.out_avals, out_sh)
     platform = mesh.devices.flat[0].platform
     windowed = window.needs_window(compiled.executable, platform, mesh.size)
-    return Runnable(compiled, in_sh, out_sh, handler, windowed)
+    out_bytes = [
+        bytes_per_device(a, s, mesh) for a, s in zip(lowered.out_avals, compiled.out_specs)
+    ]
+    marker = window.marker_index(lowered.out_avals, out_bytes) if windowed else None
+    small = marker is not None and out_bytes[marker] <= window.SMALL_MARKER_BYTES
+    donated = tuple(i for i, d in enumerate(lowered.donated) if d)
+    physical = any(jp.is_extended(a) for a in lowered.in_avals)
+    return Runnable(compiled, in_sh, out_sh, handler, windowed, marker, small, donated, physical)
+
+
+def bytes_per_device(aval: Any, spec: ParsedPartitionSpec, mesh: Mesh) -> int:
+    """Bytes one device holds of a value of ``aval`` laid out with ``spec``."""
+    shard = spec.shard_shape(tuple(aval.shape), mesh)
+    physical = jp.physical_aval(aval)  # typed PRNG keys: the trailing key dims
+    per_element = math.prod(physical.shape[len(shard) :]) * physical.dtype.itemsize
+    return math.prod(shard) * per_element
 
 
 executables = ExecutableCache()
@@ -81,6 +97,39 @@ def get_runnable(
     return runnable
 
 
+def check_live(x: Any, where: str) -> None:
+    """Raise a RuntimeError naming ``where`` if ``x`` is a deleted (e.g. donated) array."""
+    if isinstance(x, jax.Array) and not isinstance(x, jp.core.Tracer) and x.is_deleted():
+        raise RuntimeError(
+            f"{where} is an array that has been deleted, most likely donated to an earlier "
+            "call (donate_argnums). Pass a live array, or stop donating it."
+        )
+
+
+def check_usable(x: Any, mesh: Mesh, where: str) -> None:
+    """Reject an argument pjit cannot run on: deleted, or committed to other devices.
+
+    Arrays committed to some of the mesh's devices are moved onto the mesh as
+    their spec asks; ``jax.jit`` raises for devices outside its computation, and
+    so does pjit, rather than copying between device sets behind the user's back.
+
+    Raises:
+        RuntimeError: ``x`` was deleted (most likely donated to an earlier call).
+        ValueError: ``x`` is committed to a device outside the mesh.
+    """
+    check_live(x, where)
+    if isinstance(x, jax.Array) and not isinstance(x, jp.core.Tracer) and x.committed:
+        devices = {d.id for d in x.sharding.device_set}  # type: ignore[attr-defined]
+        mesh_ids = {d.id for d in mesh.devices.flat}
+        if not devices <= mesh_ids:
+            raise ValueError(
+                f"{where} is committed to devices {sorted(devices)}, but the mesh "
+                f"{dict(mesh.shape)} has devices {sorted(mesh_ids)}. Move it onto the mesh first "
+                "(jax.device_put(x, NamedSharding(mesh, spec))), or run under a mesh of its "
+                "devices."
+            )
+
+
 def place_args_reporting(
     args: Sequence[Any], shardings: Sequence[NamedSharding]
 ) -> tuple[list[Any], bool]:
@@ -90,20 +139,20 @@ def place_args_reporting(
         ``(placed, moved_committed)``: the arguments, and whether a committed
         jax.Array had to be moved to another layout (such calls stay off the C++
         fast path, which would not move it).
+
+    Raises:
+        RuntimeError / ValueError: see :func:`check_usable`.
     """
     placed = []
     moved_committed = False
     for i, (x, sharding) in enumerate(zip(args, shardings, strict=True)):
         if isinstance(x, jax.Array) and not isinstance(x, jp.core.Tracer):
-            if x.is_deleted():
-                raise RuntimeError(
-                    f"pjit: argument {i} (flat) is an array that has been deleted, most likely "
-                    "donated to an earlier call (donate_argnums). Pass a live array, or stop "
-                    "donating it."
-                )
-            if x.sharding == sharding or x.sharding.is_equivalent_to(sharding, x.ndim):
+            if not x.is_deleted() and (
+                x.sharding == sharding or x.sharding.is_equivalent_to(sharding, x.ndim)
+            ):
                 placed.append(x)
                 continue
+            check_usable(x, sharding.mesh, f"pjit: argument {i} (flat)")  # type: ignore[arg-type]
             moved_committed = moved_committed or x.committed
         placed.append(jax.device_put(x, sharding))
     return placed, moved_committed
@@ -111,10 +160,14 @@ def place_args_reporting(
 
 def execute_placed(runnable: Runnable, placed: Sequence[Any]) -> list[Any]:
     """Run on arguments already laid out as ``runnable.in_shardings``."""
+    if runnable.physical_inputs:
+        placed = [jp.physical_array(x) for x in placed]
+    if runnable.windowed:
+        window.make_room()
     results = runnable.compiled.executable.execute_sharded(list(placed))
     outs = results.consume_with_handlers(runnable.out_handler.handlers)
-    if runnable.windowed:
-        window.launched(outs)
+    if runnable.marker is not None:
+        window.launched(outs[runnable.marker], runnable.small_marker)
     return outs
 
 

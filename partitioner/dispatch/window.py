@@ -2,24 +2,40 @@
 
 NOTE [CPU collective window]: XLA's CPU backend hangs its collective rendezvous
 when more than ~32 executions of a multi-device program with collectives are
-in flight at once (its per-device limit is not exposed). Every such launch of
-ours records one of its outputs here; once more than ``K`` launches are
-pending, the oldest is waited for. Throughput is kept (K launches overlap) and
-the hang cannot happen. Other backends, and programs without collectives, are
-never windowed.
+in flight at once (its per-device limit is not exposed; a chain of donated
+train steps hangs too). So no more than ``K`` launches of ours may be in flight.
+
+How, at the price jax.jit pays (nothing) in time, memory and errors:
+- *Sampled.* One launch in K is tracked: its *marker* (one of its outputs) sits
+  in a single slot, and K launches later that launch is waited for (launches on
+  the same devices finish in order, so the K-1 after it are then the most in
+  flight). The other launches cost a counter increment: on 2 cores XLA's worker
+  threads spin on after a step, and every Python operation near a launch costs
+  several times its usual price.
+- *Small, and let go.* The marker is the output with the fewest bytes per
+  device (the loss, in a train step). A large one (over ``SMALL_MARKER_BYTES``:
+  the program returns only big arrays) is let go as soon as its launch is done,
+  and the next launch takes the slot: a loop that blocks on each step holds
+  nothing beyond the newest output, which the caller holds too.
+- *Never a donated buffer.* A marker donated to a later call is deleted and must
+  never be waited on (``BlockHostUntilReady() called on deleted or donated
+  buffer``). When the tracked launch's marker was donated, the next launch is
+  tracked instead and waited for at the launch after it: the bound still holds.
+
+Other backends, and programs without collectives, are never windowed. No lock:
+the window is process-wide, and a race between threads can only move a wait by
+a launch or two.
 """
 
 from __future__ import annotations
 
-import collections
-import threading
+from collections.abc import Sequence
 from typing import Any
 
-#: Launches allowed in flight before the oldest is waited for.
+#: Launches allowed in flight.
 K = 16
-
-_pending: collections.deque[Any] = collections.deque()
-_lock = threading.Lock()
+#: Markers up to this size per device stay in the slot until waited for.
+SMALL_MARKER_BYTES = 1 << 16
 
 _COLLECTIVES = (
     "all-reduce",
@@ -31,6 +47,17 @@ _COLLECTIVES = (
 )
 
 
+class _Slot:
+    """The tracked launch: its marker, whether that is small, and launches since."""
+
+    marker: Any = None
+    small = True
+    since = 0  # launches made since the tracked one (or, when empty, since the last wait)
+
+
+_slot = _Slot()
+
+
 def needs_window(executable: Any, platform: str, num_devices: int) -> bool:
     """True for a multi-device CPU executable whose partitioned HLO has collectives."""
     if platform != "cpu" or num_devices <= 1:
@@ -39,24 +66,65 @@ def needs_window(executable: Any, platform: str, num_devices: int) -> bool:
     return any(op in text for op in _COLLECTIVES)
 
 
-def launched(outputs: list[Any]) -> None:
-    """Record a launch; wait for the oldest pending launches beyond the window."""
-    marker = outputs[0] if outputs else None
-    to_wait = []
-    with _lock:
-        _pending.append(marker)
-        while len(_pending) > K:
-            to_wait.append(_pending.popleft())
-    for x in to_wait:
-        if x is not None:
+def marker_index(out_avals: Sequence[Any], bytes_per_device: Sequence[int]) -> int | None:
+    """Which output a launch is tracked by: the smallest per device (the last of equals)."""
+    if not out_avals:
+        return None
+    return min(range(len(out_avals)), key=lambda i: (bytes_per_device[i], -i))
+
+
+def make_room() -> None:
+    """Before a launch: wait for the tracked launch once K launches followed it."""
+    slot = _slot
+    slot.since += 1
+    marker = slot.marker
+    if marker is None:
+        return
+    if slot.since >= K:
+        slot.marker = None
+        # Donated since: track the launch about to happen and wait for it at
+        # the next one (``launched`` keeps since == K - 1).
+        slot.since = 0 if _wait(marker) else K - 1
+        return
+    if not slot.small and _finished(marker):
+        slot.marker = None
+
+
+def wants_marker() -> bool:
+    """Whether the launch just made is to be tracked (the slot is free)."""
+    return _slot.marker is None
+
+
+def launched(marker: Any, small: bool) -> None:
+    """After a launch: track it by ``marker`` if the slot is free (None: nothing to track)."""
+    slot = _slot
+    if slot.marker is None and marker is not None:
+        slot.marker, slot.small = marker, small
+        if slot.since != K - 1:
+            slot.since = 0
+
+
+def _finished(x: Any) -> bool:
+    try:
+        return bool(x.is_ready())
+    except Exception:  # deleted (donated): its launch is no longer ours to track
+        return True
+
+
+def _wait(x: Any) -> bool:
+    """Wait for the launch ``x`` tracks; False if ``x`` was donated since."""
+    try:
+        if not x.is_ready():  # block_until_ready() releases the GIL: costly even when done
             x.block_until_ready()
+        return True
+    except Exception:
+        if x.is_deleted():
+            return False
+        raise
 
 
 def drain() -> None:
-    """Wait for every pending launch (used before clearing caches)."""
-    with _lock:
-        items = list(_pending)
-        _pending.clear()
-    for x in items:
-        if x is not None:
-            x.block_until_ready()
+    """Wait for the tracked launch and forget it (used before clearing caches)."""
+    marker, _slot.marker, _slot.since = _slot.marker, None, 0
+    if marker is not None:
+        _wait(marker)

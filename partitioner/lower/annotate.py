@@ -97,6 +97,8 @@ def set_main_shardings(
     symbol = ensure_sdy_mesh(module, mesh) if shardy else ""
 
     def attr(aval: Any, spec: ParsedPartitionSpec) -> Any:
+        # Shardings cover the physical shape: a key array's trailing dims are replicated.
+        aval = jp.physical_aval(aval)
         return shardy_attr(aval, spec, symbol) if shardy else gspmd_attr(aval, spec, mesh)
 
     def merged(old: Any, avals: Sequence[Any], specs: Sequence[ParsedPartitionSpec | None]) -> Any:
@@ -138,6 +140,7 @@ def constrain(
     positions: Sequence[int] | None = None,
 ) -> Any:
     """Wrap ``value`` in a sharding constraint (``{?}``/``unspecified_dims`` for open dims)."""
+    aval = jp.physical_aval(aval)  # the IR value is physical (typed PRNG keys)
     if shardy:
         symbol = ensure_sdy_mesh(ctx.module_context.module, mesh, positions)
         sharding = jp.sdy.TensorShardingAttr(shardy_attr(aval, spec, symbol))

@@ -8,10 +8,11 @@ constraints on its inputs and outputs so XLA honours the inner specs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .. import _jax_private as jp
 from ..spec.parsed import ParsedPartitionSpec
@@ -127,3 +128,27 @@ def _sharding_constraint_lowering(
 
 
 mlir.register_lowering(sharding_constraint_p, _sharding_constraint_lowering)
+
+
+# --- the devices of an enclosing jax.jit ---
+
+
+def _intermediate_shardings(jaxpr: Any) -> Iterator[tuple[NamedSharding, Any, str]]:
+    """One sharding over the mesh of each of our equations in ``jaxpr`` (this level only).
+
+    NOTE [device assignment under jax.jit] in ``_jax_private.py``: the enclosing
+    computation then runs on the mesh's devices, as it does around jax's own
+    ``jit(..., in_shardings=...)``, and two different device sets are an error.
+    """
+    for eqn in jaxpr.eqns:
+        if eqn.primitive is pjit_p or eqn.primitive is sharding_constraint_p:
+            mesh = eqn.params["mesh"]
+            yield _replicated(mesh), eqn.source_info, eqn.primitive.name
+
+
+@functools.lru_cache(maxsize=64)
+def _replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, PartitionSpec())
+
+
+jp.report_intermediate_shardings(_intermediate_shardings)

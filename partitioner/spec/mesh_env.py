@@ -15,7 +15,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh
 
 from .. import _jax_private
-from .._errors import MSG_BAD_MESH, MSG_NO_MESH
+from .._errors import MSG_BAD_MESH, MSG_MESH_MISMATCH, MSG_NO_MESH
 
 
 def as_auto_mesh(m: Mesh) -> Mesh:
@@ -81,10 +81,41 @@ def mesh(devices: Any, axis_names: Sequence[Any]) -> Iterator[Mesh]:
 
 def current_mesh(api: str) -> Mesh:
     """The innermost mesh in context (Auto-typed), or a RuntimeError naming ``api``."""
+    return resolve_mesh(api, ())
+
+
+def resolve_mesh(api: str, named: Sequence[tuple[str, Any]]) -> Mesh:
+    """The mesh a call runs over: the one in context, else the one its NamedShardings name.
+
+    Args:
+        api: names the caller in messages.
+        named: ``(where, mesh)`` of every NamedSharding given as a spec.
+
+    Raises:
+        RuntimeError: no mesh in context and no NamedSharding to take one from.
+        ValueError: a NamedSharding's mesh differs from the mesh in context (or
+            from the other NamedShardings' mesh); names both meshes.
+    """
     m = _jax_private.ambient_mesh()
-    if m is None:
+    if m is None and not named:
         raise RuntimeError(MSG_NO_MESH.format(api=api))
-    return as_auto_mesh(m)
+    mesh = as_auto_mesh(m if m is not None else named[0][1])
+    source = "the mesh in context" if m is not None else f"the mesh of {named[0][0]}"
+    for where, other in named:
+        if as_auto_mesh(other) != mesh:
+            raise ValueError(
+                MSG_MESH_MISMATCH.format(
+                    where=where,
+                    mesh=_describe(other),
+                    source=source,
+                    expected=_describe(mesh),
+                )
+            )
+    return mesh
+
+
+def _describe(m: Mesh) -> str:
+    return f"{dict(m.shape)} over devices {[d.id for d in m.devices.flat]}"
 
 
 def maybe_current_mesh() -> Mesh | None:

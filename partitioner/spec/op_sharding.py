@@ -24,7 +24,7 @@ from jax.sharding import Mesh
 from .._errors import MSG_UNPARSEABLE_OP_SHARDING
 from .._jax_private import xla_client as xc
 from .parsed import REPLICATED, ParsedPartitionSpec
-from .partition_spec import PartitionSpec, is_spec
+from .partition_spec import PartitionSpec, Spec, is_spec
 
 OpSharding = xc.OpSharding
 HloSharding = xc.HloSharding
@@ -83,7 +83,7 @@ def get_aval_sharding_proto(
 
     Args:
         aval: anything with a ``.shape``.
-        axis_resources: a PartitionSpec (ours or jax's), a ParsedPartitionSpec or None.
+        axis_resources: a PartitionSpec, a ParsedPartitionSpec or None.
         mesh: a ``jax.sharding.Mesh``; its devices may be any objects.
         encoding: ``"explicit"`` (``tile_assignment_devices``) or ``"iota"``
             (``iota_reshape_dims`` + ``iota_transpose_perm``); the same sharding.
@@ -306,14 +306,14 @@ def parse_op_sharding_parsed(op_sharding: Any, mesh: Mesh) -> ParsedPartitionSpe
     return ParsedPartitionSpec(PartitionSpec(*partitions), partitions)
 
 
-def parse_op_sharding(op_sharding: Any, mesh: Mesh) -> PartitionSpec | list[Any]:
+def parse_op_sharding(op_sharding: Any, mesh: Mesh) -> Spec | list[Any]:
     """The spec an OpSharding (or HloSharding) lays out over ``mesh``.
 
     Returns a :class:`PartitionSpec` with trailing unpartitioned dims omitted (a
     list of them for a TUPLE sharding). See :func:`parse_op_sharding_parsed`.
     """
 
-    def to_spec(parsed: ParsedPartitionSpec | list[Any]) -> PartitionSpec | list[Any]:
+    def to_spec(parsed: ParsedPartitionSpec | list[Any]) -> Spec | list[Any]:
         if isinstance(parsed, list):
             return [to_spec(p) for p in parsed]
         return parsed.to_partition_spec()

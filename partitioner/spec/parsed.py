@@ -9,13 +9,21 @@ records how far ``partitions`` has drifted from the user's spec.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Iterator
 from typing import Any
 
-import jax
+from jax.sharding import Mesh, NamedSharding
 
 from .._errors import MSG_DUPLICATE_AXIS, MSG_NOT_A_SPEC, MSG_UNCONSTRAINED_IN_PJIT
-from .partition_spec import UNCONSTRAINED, AxisName, PartitionSpec, as_spec, is_spec
+from .partition_spec import (
+    UNCONSTRAINED,
+    AxisName,
+    PartitionSpec,
+    Spec,
+    check_no_reduced,
+    is_spec,
+)
 
 
 class SpecSync(enum.IntEnum):
@@ -90,19 +98,26 @@ class ParsedPartitionSpec:
     def from_user_input(
         cls, entry: Any, arg_name: str, *, allow_unconstrained: bool = False
     ) -> ParsedPartitionSpec:
-        """Parse one spec leaf (a PartitionSpec of either kind, or ``None``).
+        """Parse one spec leaf: a PartitionSpec, a ``NamedSharding`` (its spec) or ``None``.
+
+        A NamedSharding's mesh is not checked here (it is not known yet when
+        ``pjit`` is applied); ``spec.tree.meshes_named_by`` collects it for that.
 
         Raises:
-            TypeError: ``entry`` is not a spec or ``None``.
-            ValueError: an axis repeats, or UNCONSTRAINED where it is not allowed.
+            TypeError: ``entry`` is not a spec, a NamedSharding or ``None``.
+            ValueError: an axis repeats, reduced axes, or UNCONSTRAINED where it is
+                not allowed.
         """
         if entry is None:
             return cls(None, ())
+        if isinstance(entry, NamedSharding):
+            entry = entry.spec
         if not is_spec(entry):
             raise TypeError(
                 MSG_NOT_A_SPEC.format(where=arg_name, value=entry, type_name=type(entry).__name__)
             )
-        spec = as_spec(entry)
+        check_no_reduced(entry, arg_name)
+        spec = entry
         partitions: list[tuple[AxisName, ...]] = []
         unconstrained: set[int] = set()
         seen: set[AxisName] = set()
@@ -151,8 +166,19 @@ class ParsedPartitionSpec:
         """Every mesh axis used, in spec order (major to minor)."""
         return tuple(a for axes in self.partitions for a in axes)
 
-    def to_partition_spec(self) -> PartitionSpec:
-        """Our PartitionSpec for these partitions (trailing unpartitioned dims dropped)."""
+    def shards_per_dim(self, mesh: Mesh, ndim: int) -> tuple[int, ...]:
+        """How many pieces each of ``ndim`` dimensions is cut into over ``mesh``."""
+        sizes = dict(mesh.shape)
+        parts = self.partitions + ((),) * (ndim - len(self.partitions))
+        return tuple(math.prod(sizes[a] for a in axes) for axes in parts[:ndim])
+
+    def shard_shape(self, shape: tuple[int, ...], mesh: Mesh) -> tuple[int, ...]:
+        """The per-device shape of a value of ``shape`` laid out with this spec (ceil)."""
+        per_dim = self.shards_per_dim(mesh, len(shape))
+        return tuple(-(-n // k) for n, k in zip(shape, per_dim, strict=True))
+
+    def to_partition_spec(self) -> Spec:
+        """The PartitionSpec of these partitions (trailing unpartitioned dims dropped)."""
         entries: list[Any] = [
             UNCONSTRAINED if d in self.unconstrained_dims else (axes or None)
             for d, axes in enumerate(self.partitions)
@@ -161,12 +187,9 @@ class ParsedPartitionSpec:
             entries.pop()
         return PartitionSpec(*entries)
 
-    def to_jax(self) -> jax.sharding.PartitionSpec:
-        return self.to_partition_spec().to_jax()
-
-    def to_jax_closed(self) -> jax.sharding.PartitionSpec:
-        """The jax spec with UNCONSTRAINED dims laid out unpartitioned (for NamedSharding)."""
-        return jax.sharding.PartitionSpec(*(axes or None for axes in self.partitions))
+    def to_closed_spec(self) -> Spec:
+        """The spec with UNCONSTRAINED dims laid out unpartitioned (for NamedSharding)."""
+        return PartitionSpec(*(axes or None for axes in self.partitions))
 
     # --- value semantics ---
 

@@ -321,7 +321,7 @@ def sharding_spec_from_parsed(aval_shape: tuple[int, ...], spec: Any, mesh: Mesh
 
     Args:
         aval_shape: the value's shape (only its rank matters here).
-        spec: a ParsedPartitionSpec, a PartitionSpec (ours or jax's) or None.
+        spec: a ParsedPartitionSpec, a PartitionSpec or None.
         mesh: the mesh; its devices may be any objects.
 
     Raises:

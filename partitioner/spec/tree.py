@@ -3,6 +3,10 @@
 Why our own prefix matching: errors must name the *key path* where the spec tree
 and the argument tree part ways (``in_axis_resources[1]['w']``), and spec trees
 treat ``None`` as a leaf (replicated) while value trees treat it as an empty node.
+An empty container (``()``, ``{}``, optax's ``EmptyState()``) is a node with no
+leaves on both sides: it matches the same empty node. A list matches a list and
+a tuple a tuple; only pjit's ``in_axis_resources`` reads its *top-level* list as
+the tuple of arguments (as ``jax.jit`` does), and it converts that itself.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+from jax.sharding import NamedSharding
 from jax.tree_util import KeyPath, keystr
 
 from .._errors import MSG_NOT_A_PREFIX
@@ -19,19 +24,17 @@ from .partition_spec import is_spec
 
 
 def is_spec_leaf(x: Any) -> bool:
-    """Leaves of a spec tree: specs of either kind, parsed specs and ``None``."""
-    return x is None or is_spec(x) or isinstance(x, ParsedPartitionSpec)
+    """Leaves of a spec tree: specs, NamedShardings, parsed specs and ``None``."""
+    return x is None or is_spec(x) or isinstance(x, (ParsedPartitionSpec, NamedSharding))
 
 
 def prepare_axis_resources(tree: Any, arg_name: str, *, allow_unconstrained: bool = False) -> Any:
     """Parse every leaf of a spec tree into a :class:`ParsedPartitionSpec`.
 
-    ``None`` leaves become :data:`REPLICATED`; a top-level list is read as a tuple
-    (users write ``[P('x'), None]`` for the argument tuple). Anything that is not a
-    spec, ``None`` or a container is rejected with a TypeError naming its path.
+    ``None`` leaves become :data:`REPLICATED` and a NamedSharding stands for its
+    spec (:func:`meshes_named_by` finds its mesh). Anything that is not a spec,
+    ``None`` or a container is rejected with a TypeError naming its path.
     """
-    if isinstance(tree, list):
-        tree = tuple(tree)
 
     def parse(path: KeyPath, leaf: Any) -> ParsedPartitionSpec:
         where = f"{arg_name}{keystr(path)}"
@@ -53,14 +56,28 @@ def prepare_axis_resources(tree: Any, arg_name: str, *, allow_unconstrained: boo
     return jax.tree_util.tree_map_with_path(parse, tree, is_leaf=is_spec_leaf)
 
 
+def meshes_named_by(tree: Any, arg_name: str) -> list[tuple[str, Any]]:
+    """``(where, mesh)`` of every NamedSharding leaf of a spec tree, in tree order."""
+    found = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_spec_leaf)[0]
+    return [
+        (f"{arg_name}{keystr(path)}", leaf.mesh)
+        for path, leaf in found
+        if isinstance(leaf, NamedSharding)
+    ]
+
+
 def _one_level(x: Any, is_leaf: Callable[[Any], bool] | None) -> tuple[Any, list[tuple[Any, Any]]]:
-    """``(node_data, [(key, child), ...])`` of ``x``; node_data is None for a leaf."""
+    """``(node_data, [(key, child), ...])`` of ``x``; node_data is None for a leaf.
+
+    An empty container is a node (``node_data`` names its type) with no children.
+    """
     if is_leaf is not None and is_leaf(x):
         return None, []
     kids, treedef = jax.tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
-    if jax.tree_util.treedef_is_leaf(treedef):
+    data = treedef.node_data()  # type: ignore[attr-defined]
+    if data is None:
         return None, []
-    return treedef.node_data(), [(path[0], child) for path, child in kids]  # type: ignore[attr-defined]
+    return data, [(path[0], child) for path, child in kids]
 
 
 def broadcast_prefix(

@@ -15,9 +15,9 @@ from jax.tree_util import tree_flatten_with_path, tree_unflatten
 
 from .._jax_private import core
 from ..spec.checks import check_spec
-from ..spec.mesh_env import current_mesh
+from ..spec.mesh_env import resolve_mesh
 from ..spec.parsed import ParsedPartitionSpec
-from ..spec.tree import broadcast_prefix, prepare_axis_resources
+from ..spec.tree import broadcast_prefix, meshes_named_by, prepare_axis_resources
 from .tracing import check_mesh_unchanged
 
 sharding_constraint_p = core.Primitive("sharding_constraint")
@@ -32,12 +32,12 @@ def with_sharding_constraint(x: Any, axis_resources: Any) -> Any:
     evenly (XLA pads). Needs a mesh in context.
 
     Raises:
-        RuntimeError: no mesh in context.
-        TypeError: a spec leaf is not a PartitionSpec or None.
+        RuntimeError: no mesh in context (and no NamedSharding naming one).
+        TypeError: a spec leaf is not a PartitionSpec, a NamedSharding or None.
         ValueError: unknown mesh axis, spec longer than the rank, duplicate
             axis, or a spec tree that is not a prefix of ``x``.
     """
-    mesh = current_mesh(_API)
+    mesh = resolve_mesh(_API, meshes_named_by(axis_resources, f"{_API} axis_resources"))
     check_mesh_unchanged(mesh, _API)
     parsed = prepare_axis_resources(
         axis_resources, f"{_API} axis_resources", allow_unconstrained=True
