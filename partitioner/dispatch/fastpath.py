@@ -320,7 +320,11 @@ class Dispatcher:
             key, leaves = None, []
         hit = self._py.get(key) if key is not None else None
         if hit is not None:
-            placed, moved = place_args_reporting(leaves, hit.runnable.in_shardings)
+            try:
+                placed, moved = place_args_reporting(leaves, hit.runnable.in_shardings)
+            except (RuntimeError, ValueError):
+                self._fn.plan(args, kwargs)  # the same check, naming the argument's path
+                raise
             out = tree_unflatten(hit.out_tree, execute_placed(hit.runnable, placed))
             return out, hit.runnable, not moved
         emit("dispatch_miss", name=self._fn._name)

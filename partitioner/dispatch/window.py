@@ -12,11 +12,12 @@ How, at the price jax.jit pays (nothing) in time, memory and errors:
   flight). The other launches cost a counter increment: on 2 cores XLA's worker
   threads spin on after a step, and every Python operation near a launch costs
   several times its usual price.
-- *Small, and let go.* The marker is the output with the fewest bytes per
+- *Small, or not held.* The marker is the output with the fewest bytes per
   device (the loss, in a train step). A large one (over ``SMALL_MARKER_BYTES``:
-  the program returns only big arrays) is let go as soon as its launch is done,
-  and the next launch takes the slot: a loop that blocks on each step holds
-  nothing beyond the newest output, which the caller holds too.
+  the program returns only big arrays) is held by a weak reference, never kept
+  alive by the window, and let go as soon as its launch is done. If the caller
+  drops it first, the launch is no longer tracked, which is handled like a
+  donated marker below.
 - *Never a donated buffer.* A marker donated to a later call is deleted and must
   never be waited on (``BlockHostUntilReady() called on deleted or donated
   buffer``). When the tracked launch's marker was donated, the next launch is
@@ -29,6 +30,7 @@ a launch or two.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,9 +52,13 @@ _COLLECTIVES = (
 class _Slot:
     """The tracked launch: its marker, whether that is small, and launches since."""
 
-    marker: Any = None
+    marker: Any = None  # the marker, or a weak reference to a large one
     small = True
     since = 0  # launches made since the tracked one (or, when empty, since the last wait)
+
+    def get(self) -> Any:
+        """The marker, or None when there is none (or a large one was dropped)."""
+        return self.marker if self.small or self.marker is None else self.marker()
 
 
 _slot = _Slot()
@@ -77,8 +83,11 @@ def make_room() -> None:
     """Before a launch: wait for the tracked launch once K launches followed it."""
     slot = _slot
     slot.since += 1
-    marker = slot.marker
-    if marker is None:
+    if slot.marker is None:
+        return
+    marker = slot.get()
+    if marker is None:  # a large marker the caller dropped: as if donated
+        slot.marker, slot.since = None, max(slot.since, K - 1)
         return
     if slot.since >= K:
         slot.marker = None
@@ -99,7 +108,7 @@ def launched(marker: Any, small: bool) -> None:
     """After a launch: track it by ``marker`` if the slot is free (None: nothing to track)."""
     slot = _slot
     if slot.marker is None and marker is not None:
-        slot.marker, slot.small = marker, small
+        slot.marker, slot.small = (marker if small else weakref.ref(marker)), small
         if slot.since != K - 1:
             slot.since = 0
 
@@ -125,6 +134,7 @@ def _wait(x: Any) -> bool:
 
 def drain() -> None:
     """Wait for the tracked launch and forget it (used before clearing caches)."""
-    marker, _slot.marker, _slot.since = _slot.marker, None, 0
+    marker = _slot.get()
+    _slot.marker, _slot.since = None, 0
     if marker is not None:
         _wait(marker)
