@@ -242,11 +242,6 @@ def fastpath_data(
     )
 
 
-def flatten_one_level(x: Any) -> tuple[Any, Any] | None:
-    """``(children, aux)`` of a pytree node, None for a leaf (jaxlib's registry, in C++)."""
-    return _tree_util.default_registry.flatten_one_level(x)
-
-
 def dispatch_flatten(tree: Any) -> tuple[list[Any], Any]:
     """Flatten with the registry jaxlib's C++ dispatcher uses for outputs."""
     return _tree_util.dispatch_registry.flatten(tree, None)
