@@ -57,18 +57,6 @@ def test_jit_around_a_constraint_is_partitioned() -> None:
         assert_laid_out(got, mesh, P("b", "a"), 2 * x)
 
 
-def test_jit_around_pjit_with_typed_keys_and_grad() -> None:
-    def loss(w: Any, key: Any) -> Any:
-        return jnp.sum(jnp.sin(w) * jax.random.normal(key, w.shape))
-
-    w, key = arange(8, 4), jax.random.key(1)
-    want = jax.jit(jax.grad(loss))(w, key)
-    with mesh_ctx(*MESH_2D) as mesh:
-        got = jax.jit(jax.grad(pjit(loss, (P("a"), None), None)))(w, key)
-        assert_close(got, want)
-        assert_laid_out(got, mesh, P("a"))
-
-
 def test_jit_around_pjit_with_inputs_on_another_device_set_fails_like_jax() -> None:
     x = jax.device_put(arange(16, 8), jax.devices()[0])  # committed to device 0 only
     with mesh_ctx(*MESH_2D):

@@ -98,9 +98,11 @@ def test_grad_of_a_function_taking_a_key() -> None:
     w, key = arange(8, 4), jax.random.key(7)
     want = jax.jit(jax.grad(loss))(w, key)
     with mesh_ctx(*MESH_2D) as mesh:
-        got = jax.grad(pjit(loss, (P("a"), None), None))(w, key)
-        assert_close(got, want)
-        _laid_out(got, mesh, P("a"))
+        grad = jax.grad(pjit(loss, (P("a"), None), None))
+        for run in (grad, jax.jit(grad)):  # eagerly, and inside jax.jit with numpy w
+            got = run(w, key)
+            assert_close(got, want)
+            _laid_out(got, mesh, P("a"))
 
 
 def test_vmap_over_a_key_batch() -> None:
