@@ -1,18 +1,17 @@
 """partitioner: run ordinary JAX functions partitioned over a device mesh.
 
-The public surface, and only it. See docs/architecture.md for the pipeline.
+The public surface, and only it. The pipeline lives in the private package
+``partitioner._src`` (see docs/architecture.md); ``partitioner.testing`` exposes
+the few internals the tests look at.
 """
 
-from . import lower as _lower  # noqa: F401  (registers our MLIR lowering rules)
-from . import options
-from . import rules as _rules  # noqa: F401  (registers our transformation rules)
-from .api import pjit
-from .dispatch import clear_caches
-from .dispatch.fastpath import PjitWrapped
-from .events import add_listener, recording
-from .inspect import Residual, residuals
-from .options import partitioner, set_partitioner
-from .spec import (
+from . import inspect, options, sharding_spec
+from ._src.dispatch import clear_caches
+from ._src.events import add_listener, recording
+from ._src.options import partitioner, set_partitioner
+from ._src.pjit import PjitWrapped, pjit
+from ._src.residuals import Residual, residuals
+from ._src.spec import (
     REPLICATED,
     UNCONSTRAINED,
     ParsedPartitionSpec,
@@ -23,8 +22,8 @@ from .spec import (
     parse_op_sharding,
     prepare_axis_resources,
 )
-from .stages import Compiled, Lowered
-from .trace.constraint import with_sharding_constraint
+from ._src.stages import Compiled, Lowered
+from ._src.trace.constraint import with_sharding_constraint
 
 __all__ = [
     "REPLICATED",
@@ -39,6 +38,7 @@ __all__ = [
     "add_listener",
     "clear_caches",
     "get_aval_sharding_proto",
+    "inspect",
     "mesh",
     "options",
     "parse_op_sharding",
@@ -48,5 +48,6 @@ __all__ = [
     "recording",
     "residuals",
     "set_partitioner",
+    "sharding_spec",
     "with_sharding_constraint",
 ]

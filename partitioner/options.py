@@ -1,99 +1,25 @@
 """Library options: which SPMD partitioner to target, and which dispatch path to use.
 
-Why library options and not only jax's flags: tests and users compare both
-partitioners (and both dispatch paths) in one process. The partitioner choice
-defaults to ``jax_use_shardy_partitioner``.
-
-NOTE [options in cache keys]: a cached executable must never be reused under
-another setting. jaxlib's C++ dispatch cache keys on jax's own configuration,
-so :func:`partitioner` also sets jax's ``jax_use_shardy_partitioner`` for its
-block (nested ``jax.jit`` code is then lowered for the same partitioner, which
-it must be anyway). Process-wide changes (:func:`set_partitioner`,
-:func:`set_fast_path`) empty the fast-path caches instead.
+``partitioner("gspmd" | "shardy")`` for a block of this thread, ``set_partitioner``
+for the process (None follows jax's ``jax_use_shardy_partitioner``);
+``fast_path(False)`` / ``set_fast_path(False)`` make every call take the
+pure-Python dispatch path (the C++ one is the default).
 """
 
-from __future__ import annotations
+from ._src.options import (
+    fast_path,
+    fast_path_enabled,
+    partitioner,
+    set_fast_path,
+    set_partitioner,
+    use_shardy,
+)
 
-import contextlib
-import threading
-from collections.abc import Iterator
-
-from . import _jax_private
-
-
-class _Local(threading.local):
-    shardy: bool | None = None
-
-
-_local = _Local()
-_global_shardy: bool | None = None
-_fast_path = True
-
-
-def use_shardy() -> bool:
-    """True when lowering should target Shardy, False for GSPMD."""
-    if _local.shardy is not None:
-        return _local.shardy
-    if _global_shardy is not None:
-        return _global_shardy
-    return _jax_private.jax_uses_shardy()
-
-
-def _parse(name: str | None) -> bool | None:
-    if name is None:
-        return None
-    if name not in ("shardy", "gspmd"):
-        raise ValueError(f"partitioner must be 'shardy', 'gspmd' or None, got {name!r}")
-    return name == "shardy"
-
-
-def _clear_fast_paths() -> None:
-    from .dispatch.fastpath import clear_fast_paths
-
-    clear_fast_paths()
-
-
-def set_partitioner(name: str | None) -> None:
-    """Set the process-wide default: ``"shardy"``, ``"gspmd"``, or None (follow jax)."""
-    global _global_shardy
-    _global_shardy = _parse(name)
-    _clear_fast_paths()
-
-
-@contextlib.contextmanager
-def partitioner(name: str | None) -> Iterator[None]:
-    """Use ``"shardy"`` or ``"gspmd"`` (None: the default) in this thread for the block."""
-    choice = _parse(name)
-    previous = _local.shardy
-    _local.shardy = choice
-    try:
-        if choice is None:
-            yield
-        else:
-            with _jax_private.shardy_config(choice):
-                yield
-    finally:
-        _local.shardy = previous
-
-
-def fast_path_enabled() -> bool:
-    """True when cached calls may run in jaxlib's C++ dispatcher."""
-    return _fast_path
-
-
-def set_fast_path(enabled: bool) -> None:
-    """Process-wide: let cached calls run in C++ (True) or always take the Python path."""
-    global _fast_path
-    _fast_path = bool(enabled)
-    _clear_fast_paths()
-
-
-@contextlib.contextmanager
-def fast_path(enabled: bool) -> Iterator[None]:
-    """:func:`set_fast_path` for the block (process-wide), restored afterwards."""
-    previous = _fast_path
-    set_fast_path(enabled)
-    try:
-        yield
-    finally:
-        set_fast_path(previous)
+__all__ = [
+    "fast_path",
+    "fast_path_enabled",
+    "partitioner",
+    "set_fast_path",
+    "set_partitioner",
+    "use_shardy",
+]

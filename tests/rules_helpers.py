@@ -14,8 +14,7 @@ import jax.extend
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from partitioner.trace.constraint import sharding_constraint_p
-from partitioner.trace.primitive import pjit_p
+from partitioner.testing import pjit_p, sharding_constraint_p
 
 #: Tolerances for float32 results computed with different reduction orders
 #: (sharded vs. unsharded dots and sums). Values are O(1).

@@ -14,8 +14,13 @@ from jax.sharding import NamedSharding
 
 import partitioner as pt
 from partitioner import PartitionSpec as P
-from partitioner.dispatch import executables, window
-from partitioner.dispatch.cache import ExecutableCache
+from partitioner.testing import (
+    MAX_IN_FLIGHT,
+    ExecutableCache,
+    current_mesh,
+    executable_cache,
+    runs_windowed,
+)
 
 
 @pytest.fixture(params=["cpp", "python"])
@@ -109,7 +114,7 @@ def test_compile_once_under_threads(mesh8):
     x = np.ones((8, 4), np.float32)
     barrier = threading.Barrier(6)
     results, errors = [], []
-    current = pt.spec.current_mesh("test")
+    current = current_mesh("test")
 
     def worker():
         try:
@@ -213,7 +218,7 @@ def test_cache_is_bounded_lru():
 
 def test_dropped_function_frees_its_executables(mesh8):
     gc.collect()
-    before = len(executables)
+    before = len(executable_cache)
 
     def make_and_call():
         def local(x):
@@ -224,7 +229,7 @@ def test_dropped_function_frees_its_executables(mesh8):
 
     make_and_call()
     gc.collect()
-    assert len(executables) == before
+    assert len(executable_cache) == before
 
 
 def test_clear_caches_forces_recompile(mesh8):
@@ -237,23 +242,20 @@ def test_clear_caches_forces_recompile(mesh8):
     assert events["trace"] == 1 and events["compile"] == 1
 
 
-def test_many_unblocked_collective_launches_do_not_hang(dispatch_path, mesh8, monkeypatch):
+def test_many_unblocked_collective_launches_do_not_hang(dispatch_path, mesh8):
     """NOTE [CPU collective window]: 500 in-flight calls of a program with an all-reduce.
 
     Plain jax.jit hangs XLA's CPU rendezvous past ~32 in flight; the collective
     timeout flags in conftest.py turn a regression into an abort, not a hang.
     """
-    waits = []
-    real_wait = window._wait
-    monkeypatch.setattr(window, "_wait", lambda x: waits.append(1) or real_wait(x))
     f = pt.pjit(lambda x: x - x.sum(), in_axis_resources=P("a"), out_axis_resources=P("a"))
     x = jax.block_until_ready(f(np.ones((64,), np.float32)))
-    assert f._dispatcher._call((x,), {})[1].windowed
-    outs = [f(x) for _ in range(500)]
+    assert runs_windowed(f, x)
+    with pt.recording() as events:
+        outs = [f(x) for _ in range(500)]
     jax.block_until_ready(outs)
-    # One wait per K launches, whichever dispatch path ran them.
-    assert 500 // window.K - 2 <= len(waits) <= 500 // window.K + 2
-    assert window._slot.since < window.K
+    # One wait per MAX_IN_FLIGHT launches, whichever dispatch path ran them.
+    assert abs(events["window_wait"] - 500 // MAX_IN_FLIGHT) <= 2
     want = np.ones(64, np.float32) - 64
     want = want - want.sum()
     np.testing.assert_allclose(np.asarray(outs[-1]), want)
@@ -262,7 +264,7 @@ def test_many_unblocked_collective_launches_do_not_hang(dispatch_path, mesh8, mo
 def test_programs_without_collectives_are_not_windowed(mesh8):
     f = pt.pjit(lambda x: x * 2, in_axis_resources=P("a"), out_axis_resources=P("a"))
     x = np.ones((8,), np.float32)
-    assert not f._dispatcher._call((x,), {})[1].windowed
+    assert not runs_windowed(f, x)
 
 
 def test_calling_with_a_donated_array_raises_not_crashes(dispatch_path, mesh8):

@@ -15,22 +15,26 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from jax._src.lib import xla_client as xc
 from jax.sharding import AxisType, Mesh, NamedSharding
 
-from partitioner import PartitionSpec, get_aval_sharding_proto, parse_op_sharding
-from partitioner._jax_private import xla_client as xc
-from partitioner.spec import (
+from partitioner import (
     REPLICATED,
     UNCONSTRAINED,
     ParsedPartitionSpec,
-    devices_indices_map,
+    PartitionSpec,
+    get_aval_sharding_proto,
+    parse_op_sharding,
+)
+from partitioner.sharding_spec import devices_indices_map, sharding_spec_from_parsed
+from partitioner.testing import (
+    Unparseable,
     hlo_sharding_text,
     parse_op_sharding_parsed,
     sdy_mesh_text,
     sdy_sharding_text,
-    sharding_spec_from_parsed,
+    unflatten_superdims,
 )
-from partitioner.spec.op_sharding import _Unparseable, unflatten_superdims
 
 OpSharding = xc.OpSharding
 HloSharding = xc.HloSharding
@@ -218,7 +222,7 @@ def test_unflatten_superdims_result_always_rebuilds_its_input(assignment) -> Non
     assignment = np.asarray(assignment)
     try:
         dims = unflatten_superdims(assignment)
-    except _Unparseable:
+    except Unparseable:
         return
     np.testing.assert_array_equal(rebuild_from_superdims(dims, assignment.size), assignment)
 

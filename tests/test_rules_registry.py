@@ -14,14 +14,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import MESH_2D, mesh_ctx
+from jax._src import core
+from jax._src.interpreters import ad, batching, mlir
+from jax._src.interpreters import partial_eval as pe
 from rules_helpers import assert_tree_close, constraint_eqns
 
 import partitioner  # noqa: F401  (registers every rule)
 from partitioner import PartitionSpec as P
 from partitioner import with_sharding_constraint
-from partitioner._jax_private import ad, batching, core, mlir, pe
-from partitioner.trace.constraint import sharding_constraint_p
-from partitioner.trace.primitive import pjit_p
+from partitioner.testing import pjit_p, sharding_constraint_p
 
 
 def _has_impl(prim: Any) -> bool:

@@ -17,12 +17,11 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from jax._src.lib import xla_client as xc
 from jax.sharding import AxisType, Mesh, NamedSharding
 
-from partitioner import PartitionSpec
-from partitioner._jax_private import xla_client as xc
-from partitioner.spec import (
-    UNCONSTRAINED,
+from partitioner import UNCONSTRAINED, PartitionSpec
+from partitioner.sharding_spec import (
     Chunked,
     NoSharding,
     Replicated,

@@ -18,8 +18,7 @@ from partitioner import (
     PartitionSpec,
     prepare_axis_resources,
 )
-from partitioner.spec import broadcast_prefix, check_spec, check_specs
-from partitioner.spec.checks import shape_of
+from partitioner.testing import broadcast_prefix, check_spec, check_specs
 
 JaxP = jax.sharding.PartitionSpec
 Pair = namedtuple("Pair", ["w", "b"])
@@ -38,7 +37,7 @@ def check_args(in_specs, args, mesh, **kw) -> None:
     """What pjit does with in_axis_resources: parse, broadcast over args, check."""
     parsed = prepare_axis_resources(in_specs, "in_axis_resources")
     specs, paths = broadcast_prefix(parsed, args, api="pjit", what="in_axis_resources")
-    shapes = [shape_of(x) for x in jax.tree_util.tree_leaves(args)]
+    shapes = [np.shape(x) for x in jax.tree_util.tree_leaves(args)]
     check_specs("pjit", "in_axis_resources", specs, paths, shapes, mesh, **kw)
 
 

@@ -8,7 +8,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from .. import _jax_private as jp
+from .. import jax_private as jp
 
 T = TypeVar("T")
 R = TypeVar("R")

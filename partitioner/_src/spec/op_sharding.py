@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 from jax.sharding import Mesh
 
-from .._errors import MSG_UNPARSEABLE_OP_SHARDING
-from .._jax_private import xla_client as xc
+from ..errors import MSG_UNPARSEABLE_OP_SHARDING
+from ..jax_private import xla_client as xc
 from .parsed import REPLICATED, ParsedPartitionSpec
 from .partition_spec import PartitionSpec, Spec, is_spec
 
@@ -172,7 +172,7 @@ def _device_order(proto: Any) -> np.ndarray:
     return np.asarray(list(proto.tile_assignment_devices), dtype=np.int64)
 
 
-class _Unparseable(Exception):
+class Unparseable(Exception):
     pass
 
 
@@ -182,14 +182,14 @@ def unflatten_superdims(assignment: Sequence[int] | np.ndarray) -> list[tuple[in
     Properties (tested): if it returns ``dims`` (for *any* input), then
     ``assignment[k] == sum(((k // prod(sizes before i)) % size_i) * stride_i)``;
     and every transposition of a reshaped ``np.arange(n)`` is accepted. Other
-    inputs raise ``_Unparseable`` unless they are such runs (it does not check
+    inputs raise ``Unparseable`` unless they are such runs (it does not check
     that the runs form a permutation; ``_axis_order`` does). A run of size ``s``
     and stride ``t`` may span several mesh axes at once (``np.arange(8)`` is one
     run); :func:`explode_superdims` splits it.
     """
     flat = np.asarray(assignment, dtype=np.int64)
     if flat.size == 0 or flat[0] != 0:
-        raise _Unparseable("the assignment does not start at device position 0")
+        raise Unparseable("the assignment does not start at device position 0")
     dims: list[tuple[int, int]] = []
     while flat.size > 1:
         stride = int(flat[1])
@@ -197,13 +197,13 @@ def unflatten_superdims(assignment: Sequence[int] | np.ndarray) -> list[tuple[in
         while size < flat.size and flat[size] == size * stride:
             size += 1
         if size < 2 or flat.size % size:
-            raise _Unparseable("the assignment is not a transposition of the mesh")
+            raise Unparseable("the assignment is not a transposition of the mesh")
         # The run length comes from the first run only; every other run must
         # repeat it from its own start, or the (size, stride) pair describes
         # some other assignment (e.g. [0, 1, 3, 2] would read as [0, 1, 3, 4]).
         runs = flat.reshape(-1, size)
         if not np.array_equal(runs, runs[:, :1] + stride * np.arange(size)):
-            raise _Unparseable("the assignment is not a transposition of the mesh")
+            raise Unparseable("the assignment is not a transposition of the mesh")
         dims.append((size, stride))
         flat = runs[:, 0]
     return dims
@@ -223,7 +223,7 @@ def explode_superdims(
         while size > 1:
             i = by_stride.get(stride)
             if i is None or size % sizes[i]:
-                raise _Unparseable(
+                raise Unparseable(
                     f"a run of {size} devices with stride {stride} does not follow mesh axes"
                 )
             out.append(i)
@@ -240,7 +240,7 @@ def _axis_order(proto: Any, mesh: Mesh) -> list[Any]:
     strides = [math.prod(sizes[i + 1 :]) for i in range(len(sizes))]
     devices = _device_order(proto)
     if devices.size != math.prod(sizes) or sorted(devices.tolist()) != list(range(devices.size)):
-        raise _Unparseable(
+        raise Unparseable(
             f"it assigns {devices.size} tiles but the mesh has {math.prod(sizes)} devices"
         )
     order = explode_superdims(sizes, strides, unflatten_superdims(devices))[::-1]
@@ -251,7 +251,7 @@ def _axis_order(proto: Any, mesh: Mesh) -> list[Any]:
         else np.zeros(1, int)
     )
     if len(perm_sizes) != len(sizes) or not np.array_equal(rebuilt, devices):
-        raise _Unparseable("the tile assignment is not a transposition of the mesh devices")
+        raise Unparseable("the tile assignment is not a transposition of the mesh devices")
     return [names[i] for i in order]
 
 
@@ -276,13 +276,13 @@ def parse_op_sharding_parsed(op_sharding: Any, mesh: Mesh) -> ParsedPartitionSpe
         return REPLICATED
     try:
         if kind != T.OTHER:
-            raise _Unparseable(f"sharding type {kind.name} has no PartitionSpec")
+            raise Unparseable(f"sharding type {kind.name} has no PartitionSpec")
         tile_dims = list(proto.tile_assignment_dimensions)
         n_trailing = 1 if proto.replicate_on_last_tile_dim else len(proto.last_tile_dims)
         if any(t != T.REPLICATED for t in proto.last_tile_dims):
-            raise _Unparseable("only replicated subgroups have a PartitionSpec")
+            raise Unparseable("only replicated subgroups have a PartitionSpec")
         if math.prod(tile_dims) != _device_order(proto).size:
-            raise _Unparseable(f"tile dimensions {tile_dims} do not multiply to the device count")
+            raise Unparseable(f"tile dimensions {tile_dims} do not multiply to the device count")
         order = iter(_axis_order(proto, mesh))
         sizes = dict(mesh.shape)
         partitions: list[tuple[Any, ...]] = []
@@ -291,11 +291,11 @@ def parse_op_sharding_parsed(op_sharding: Any, mesh: Mesh) -> ParsedPartitionSpe
             while tile > 1:
                 axis = next(order, None)
                 if axis is None or tile % sizes[axis]:
-                    raise _Unparseable(f"a tile dimension of {tile} splits a mesh axis")
+                    raise Unparseable(f"a tile dimension of {tile} splits a mesh axis")
                 axes.append(axis)
                 tile //= sizes[axis]
             partitions.append(tuple(axes))
-    except _Unparseable as e:
+    except Unparseable as e:
         raise ValueError(
             MSG_UNPARSEABLE_OP_SHARDING.format(
                 op_sharding=proto, mesh_shape=dict(mesh.shape), detail=e

@@ -3,7 +3,8 @@
 NOTE [CPU collective window]: XLA's CPU backend hangs its collective rendezvous
 when more than ~32 executions of a multi-device program with collectives are
 in flight at once (its per-device limit is not exposed; a chain of donated
-train steps hangs too). So no more than ``K`` launches of ours may be in flight.
+train steps hangs too). So no more than ``MAX_IN_FLIGHT`` (K below) launches of
+ours may be in flight.
 
 How, at the price jax.jit pays (nothing) in time, memory and errors:
 - *Sampled.* One launch in K is tracked: its *marker* (one of its outputs) sits
@@ -34,8 +35,10 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
+from ..events import emit
+
 #: Launches allowed in flight.
-K = 16
+MAX_IN_FLIGHT = 16
 #: Markers up to this size per device stay in the slot until waited for.
 SMALL_MARKER_BYTES = 1 << 16
 
@@ -87,13 +90,13 @@ def make_room() -> None:
         return
     marker = slot.get()
     if marker is None:  # a large marker the caller dropped: as if donated
-        slot.marker, slot.since = None, max(slot.since, K - 1)
+        slot.marker, slot.since = None, max(slot.since, MAX_IN_FLIGHT - 1)
         return
-    if slot.since >= K:
+    if slot.since >= MAX_IN_FLIGHT:
         slot.marker = None
         # Donated since: track the launch about to happen and wait for it at
         # the next one (``launched`` keeps since == K - 1).
-        slot.since = 0 if _wait(marker) else K - 1
+        slot.since = 0 if _wait(marker) else MAX_IN_FLIGHT - 1
         return
     if not slot.small and _finished(marker):
         slot.marker = None
@@ -109,7 +112,7 @@ def launched(marker: Any, small: bool) -> None:
     slot = _slot
     if slot.marker is None and marker is not None:
         slot.marker, slot.small = (marker if small else weakref.ref(marker)), small
-        if slot.since != K - 1:
+        if slot.since != MAX_IN_FLIGHT - 1:
             slot.since = 0
 
 
@@ -122,6 +125,7 @@ def _finished(x: Any) -> bool:
 
 def _wait(x: Any) -> bool:
     """Wait for the launch ``x`` tracks; False if ``x`` was donated since."""
+    emit("window_wait")
     try:
         if not x.is_ready():  # block_until_ready() releases the GIL: costly even when done
             x.block_until_ready()

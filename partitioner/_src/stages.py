@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from jax.tree_util import tree_flatten, tree_unflatten
 
-from . import _jax_private as jp
+from . import jax_private as jp
 from . import options
 from .compile import compile_lowered
 from .dispatch.execute import Runnable, execute, make_runnable
@@ -20,7 +20,7 @@ from .lower.module import LoweredModule, lower_pjit_body
 from .spec.partition_spec import Spec
 
 if TYPE_CHECKING:
-    from .api import CallPlan
+    from .pjit import CallPlan
 
 
 def lower_plan(plan: CallPlan, name: str) -> Lowered:
@@ -81,6 +81,11 @@ class Compiled:
     def __init__(self, runnable: Runnable, plan: CallPlan) -> None:
         self._runnable = runnable
         self._plan = plan
+
+    @property
+    def executable(self) -> Runnable:
+        """The built executable behind this object (partitioner internals, for tools)."""
+        return self._runnable
 
     @property
     def _executable(self) -> Any:

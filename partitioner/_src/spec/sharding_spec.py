@@ -31,7 +31,7 @@ from typing import Any, TypeAlias
 import numpy as np
 from jax.sharding import Mesh
 
-from .._jax_private import xla_client as xc
+from ..jax_private import xla_client as xc
 from .checks import check_spec
 from .parsed import ParsedPartitionSpec
 

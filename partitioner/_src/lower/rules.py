@@ -14,7 +14,7 @@ from typing import Any
 
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from .. import _jax_private as jp
+from .. import jax_private as jp
 from ..spec.parsed import ParsedPartitionSpec
 from ..trace.constraint import sharding_constraint_p
 from ..trace.primitive import pjit_p
@@ -136,7 +136,7 @@ mlir.register_lowering(sharding_constraint_p, _sharding_constraint_lowering)
 def _intermediate_shardings(jaxpr: Any) -> Iterator[tuple[NamedSharding, Any, str]]:
     """One sharding over the mesh of each of our equations in ``jaxpr`` (this level only).
 
-    NOTE [device assignment under jax.jit] in ``_jax_private.py``: the enclosing
+    NOTE [device assignment under jax.jit] in ``jax_private.py``: the enclosing
     computation then runs on the mesh's devices, as it does around jax's own
     ``jit(..., in_shardings=...)``, and two different device sets are an error.
     """

@@ -19,7 +19,7 @@ from typing import Any
 from jax.sharding import Mesh
 from jax.tree_util import PyTreeDef, tree_flatten, tree_unflatten
 
-from .. import _jax_private as jp
+from .. import jax_private as jp
 from ..events import emit
 
 core, lu, pe = jp.core, jp.lu, jp.pe

@@ -18,7 +18,7 @@ import jax
 from jax.sharding import NamedSharding
 from jax.tree_util import KeyPath, keystr
 
-from .._errors import MSG_NOT_A_PREFIX
+from ..errors import MSG_NOT_A_PREFIX
 from .parsed import REPLICATED, ParsedPartitionSpec
 from .partition_spec import is_spec
 

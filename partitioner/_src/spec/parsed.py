@@ -15,7 +15,7 @@ from typing import Any
 
 from jax.sharding import Mesh, NamedSharding
 
-from .._errors import MSG_DUPLICATE_AXIS, MSG_NOT_A_SPEC, MSG_UNCONSTRAINED_IN_PJIT
+from ..errors import MSG_DUPLICATE_AXIS, MSG_NOT_A_SPEC, MSG_UNCONSTRAINED_IN_PJIT
 from .partition_spec import (
     UNCONSTRAINED,
     AxisName,

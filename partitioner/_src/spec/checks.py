@@ -14,7 +14,7 @@ from typing import Any
 from jax.sharding import Mesh
 from jax.tree_util import KeyPath, keystr
 
-from .._errors import MSG_NOT_DIVISIBLE, MSG_RANK, MSG_UNDEFINED_AXIS
+from ..errors import MSG_NOT_DIVISIBLE, MSG_RANK, MSG_UNDEFINED_AXIS
 from .parsed import ParsedPartitionSpec
 
 

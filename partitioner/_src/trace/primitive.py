@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._jax_private import core
+from ..jax_private import core
 
 pjit_p = core.Primitive("pjit")
 pjit_p.multiple_results = True

@@ -54,7 +54,7 @@ from jax.tree_util import (
     tree_unflatten,
 )
 
-from .. import _jax_private as jp
+from .. import jax_private as jp
 from .. import options
 from ..events import emit
 from ..trace.primitive import pjit_p
@@ -67,7 +67,7 @@ from .execute import (
 )
 
 if TYPE_CHECKING:
-    from ..api import CallPlan, PjitFunction
+    from ..pjit import CallPlan, PjitFunction
 
 _CPP_CAPACITY = 1024
 _PY_CAPACITY = 1024

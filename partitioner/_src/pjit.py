@@ -24,7 +24,8 @@ from jax.tree_util import (
     tree_unflatten,
 )
 
-from . import _jax_private as jp
+from . import jax_private as jp
+from . import rules as _rules  # noqa: F401  (registers the transformation rules)
 from .dispatch.execute import check_usable
 from .dispatch.fastpath import Dispatcher, PjitWrapped
 from .spec.checks import check_specs

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _jax_private as jp
+from .. import jax_private as jp
 from ..trace.constraint import sharding_constraint_p
 from ..trace.primitive import pjit_p
 from ._common import keep_where, with_params

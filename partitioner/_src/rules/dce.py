@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _jax_private as jp
+from .. import jax_private as jp
 from ..trace.primitive import pjit_p
 from ._common import cache_per_jaxpr, keep_where, with_params
 

@@ -13,7 +13,7 @@ import jax
 from jax.sharding import NamedSharding
 from jax.tree_util import tree_flatten_with_path, tree_unflatten
 
-from .._jax_private import core
+from ..jax_private import core
 from ..spec.checks import check_spec
 from ..spec.mesh_env import resolve_mesh
 from ..spec.parsed import ParsedPartitionSpec

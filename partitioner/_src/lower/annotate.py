@@ -17,7 +17,7 @@ from typing import Any
 
 from jax.sharding import Mesh
 
-from .. import _jax_private as jp
+from .. import jax_private as jp
 from ..spec.op_sharding import get_aval_sharding_proto, sdy_mesh_text, sdy_sharding_text
 from ..spec.parsed import ParsedPartitionSpec
 

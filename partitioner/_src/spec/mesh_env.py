@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 from jax.sharding import AxisType, Mesh
 
-from .. import _jax_private
-from .._errors import MSG_BAD_MESH, MSG_MESH_MISMATCH, MSG_NO_MESH
+from .. import jax_private
+from ..errors import MSG_BAD_MESH, MSG_MESH_MISMATCH, MSG_NO_MESH
 
 
 def as_auto_mesh(m: Mesh) -> Mesh:
@@ -72,11 +72,11 @@ def mesh(devices: Any, axis_names: Sequence[Any]) -> Iterator[Mesh]:
         The ``jax.sharding.Mesh`` now in context.
     """
     m = make_mesh(devices, axis_names)
-    _jax_private.push_mesh(m)
+    jax_private.push_mesh(m)
     try:
         yield m
     finally:
-        _jax_private.pop_mesh()
+        jax_private.pop_mesh()
 
 
 def current_mesh(api: str) -> Mesh:
@@ -96,7 +96,7 @@ def resolve_mesh(api: str, named: Sequence[tuple[str, Any]]) -> Mesh:
         ValueError: a NamedSharding's mesh differs from the mesh in context (or
             from the other NamedShardings' mesh); names both meshes.
     """
-    m = _jax_private.ambient_mesh()
+    m = jax_private.ambient_mesh()
     if m is None and not named:
         raise RuntimeError(MSG_NO_MESH.format(api=api))
     mesh = as_auto_mesh(m if m is not None else named[0][1])
@@ -120,5 +120,5 @@ def _describe(m: Mesh) -> str:
 
 def maybe_current_mesh() -> Mesh | None:
     """The innermost mesh in context (Auto-typed), or None."""
-    m = _jax_private.ambient_mesh()
+    m = jax_private.ambient_mesh()
     return None if m is None else as_auto_mesh(m)

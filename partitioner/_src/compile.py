@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _jax_private as jp
+from . import jax_private as jp
 from .events import emit
 from .lower.module import LoweredModule, lower_pjit_body
 from .spec.op_sharding import parse_op_sharding_parsed

@@ -12,7 +12,7 @@ from typing import Any
 
 from jax.sharding import Mesh
 
-from .. import _jax_private as jp
+from .. import jax_private as jp
 from ..spec.parsed import ParsedPartitionSpec
 from ..trace.constraint import sharding_constraint_p
 from ..trace.primitive import pjit_p

@@ -14,7 +14,7 @@ from typing import Any
 
 from jax.sharding import Mesh
 
-from .. import _jax_private as jp
+from .. import jax_private as jp
 from ..events import emit
 from ..spec.parsed import ParsedPartitionSpec
 from . import annotate

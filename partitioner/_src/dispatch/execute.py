@@ -15,7 +15,7 @@ from typing import Any
 import jax
 from jax.sharding import Mesh, NamedSharding
 
-from .. import _jax_private as jp
+from .. import jax_private as jp
 from .. import options
 from ..compile import CompiledExecutable, compile_lowered
 from ..events import emit

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .. import _jax_private as jp
+from .. import jax_private as jp
 from ..trace.primitive import pjit_p
 from ._common import keep_where, with_params
 

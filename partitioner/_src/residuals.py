@@ -1,0 +1,79 @@
+"""Inspection: where partitioner's values live.
+
+Why: users asked jax for years which layout XLA picked for the values a
+backward pass keeps (residuals). partitioner leaves those layouts to XLA (NOTE
+[residual shardings] in rules/partial_eval.py) and can read them back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+
+from . import jax_private as jp
+from .dispatch.execute import bytes_per_device, get_runnable
+from .spec.partition_spec import Spec
+from .trace.primitive import pjit_p
+
+
+@dataclass(frozen=True)
+class Residual:
+    """One value the forward pass of a pjit keeps for its backward pass."""
+
+    pjit_name: str  # the (forward) pjit call that produces it
+    index: int  # its position among that call's outputs
+    shape: tuple[int, ...]
+    dtype: Any
+    spec: Spec  # the layout XLA chose for it
+    nbytes_per_device: int
+
+    def __str__(self) -> str:
+        return f"{self.pjit_name}[{self.index}]: {self.dtype}{list(self.shape)} {self.spec} ({self.nbytes_per_device} B/device)"
+
+
+def _forward_eqns(jaxpr: Any) -> list[Any]:
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive is pjit_p and None in eqn.params["out_axis_resources"]:
+            found.append(eqn)
+        for sub in jp.core.subjaxprs(eqn.params["jaxpr"].jaxpr) if eqn.primitive is pjit_p else ():
+            found.extend(_forward_eqns(sub))
+    return found
+
+
+def residuals(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Residual]:
+    """The residuals ``jax.vjp(fun, *args)`` keeps from each pjit inside ``fun``.
+
+    Each forward-half pjit is compiled exactly as dispatch would compile it
+    (same cache), and its residual outputs' layouts are parsed from the
+    executable. Needs the mesh in context, like calling ``fun``.
+    """
+    closed = jax.make_jaxpr(lambda *a: jax.vjp(lambda *b: fun(*b, **kwargs), *a))(*args)
+    out: list[Residual] = []
+    for eqn in _forward_eqns(closed.jaxpr):
+        params = eqn.params
+        runnable = get_runnable(**params)
+        mesh = params["mesh"]
+        for i, (requested, chosen, aval) in enumerate(
+            zip(
+                params["out_axis_resources"],
+                runnable.compiled.out_specs,
+                params["jaxpr"].out_avals,
+                strict=True,
+            )
+        ):
+            if requested is None:
+                out.append(
+                    Residual(
+                        params["name"],
+                        i,
+                        tuple(aval.shape),
+                        aval.dtype,
+                        chosen.to_partition_spec(),
+                        bytes_per_device(aval, chosen, mesh),
+                    )
+                )
+    return out

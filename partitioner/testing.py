@@ -1,0 +1,71 @@
+"""Internals exposed for partitioner's own tests, and for debugging it.
+
+Not part of the API: names here may change between releases without notice.
+They are gathered in one module so that everything else under ``partitioner._src``
+stays private, and so that a test's reach into the internals is visible in one
+import line.
+
+What is here, and why a test needs it:
+
+- ``pjit_p``, ``sharding_constraint_p``: the primitives, to check that every jax
+  transformation registry has a rule for them.
+- ``executable_cache``, ``ExecutableCache``: the compile-once cache, to count its
+  entries and exercise its threading contract directly.
+- ``MAX_IN_FLIGHT``: the bound of the CPU collective window (launches of CPU
+  programs with collectives that may be in flight); the window's waits are
+  observable as ``window_wait`` events (``partitioner.recording``).
+- ``runs_windowed(f, *args)``: whether a call goes through that window.
+- The spec stage's helpers, tested on their own: ``broadcast_prefix``,
+  ``check_spec``, ``check_specs``, ``current_mesh``, ``maybe_current_mesh``,
+  ``as_auto_mesh``, ``parse_op_sharding_parsed``, ``hlo_sharding_text``,
+  ``sdy_mesh_text``, ``sdy_sharding_text``, ``unflatten_superdims`` and the error it
+  raises for an assignment that is not a transposition of the mesh, ``Unparseable``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._src.dispatch.cache import ExecutableCache
+from ._src.dispatch.execute import executables as executable_cache
+from ._src.dispatch.window import MAX_IN_FLIGHT
+from ._src.spec.checks import check_spec, check_specs
+from ._src.spec.mesh_env import as_auto_mesh, current_mesh, maybe_current_mesh
+from ._src.spec.op_sharding import (
+    Unparseable,
+    hlo_sharding_text,
+    parse_op_sharding_parsed,
+    sdy_mesh_text,
+    sdy_sharding_text,
+    unflatten_superdims,
+)
+from ._src.spec.tree import broadcast_prefix
+from ._src.trace.constraint import sharding_constraint_p
+from ._src.trace.primitive import pjit_p
+
+
+def runs_windowed(f: Any, *args: Any, **kwargs: Any) -> bool:
+    """Whether calling the pjit-ed ``f`` with these arguments enters the CPU window."""
+    return bool(f.lower(*args, **kwargs).compile().executable.windowed)
+
+
+__all__ = [
+    "MAX_IN_FLIGHT",
+    "ExecutableCache",
+    "Unparseable",
+    "as_auto_mesh",
+    "broadcast_prefix",
+    "check_spec",
+    "check_specs",
+    "current_mesh",
+    "executable_cache",
+    "hlo_sharding_text",
+    "maybe_current_mesh",
+    "parse_op_sharding_parsed",
+    "pjit_p",
+    "runs_windowed",
+    "sdy_mesh_text",
+    "sdy_sharding_text",
+    "sharding_constraint_p",
+    "unflatten_superdims",
+]
