@@ -8,14 +8,13 @@ every layout the user asked for and chooses the rest.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from . import jax_private as jp
 from .events import emit
-from .lower.module import LoweredModule, lower_pjit_body
+from .lower.module import LoweredModule
 from .spec.op_sharding import parse_op_sharding_parsed
 from .spec.parsed import REPLICATED, ParsedPartitionSpec
 
@@ -39,17 +38,6 @@ def compile_options(lowered: LoweredModule) -> Any:
         False
     ]
     return opts
-
-
-@dataclass
-class CompiledExecutable:
-    """A loaded executable and the specs of its inputs and outputs as XLA chose them."""
-
-    lowered: LoweredModule
-    executable: Any  # xla_client.LoadedExecutable
-    in_specs: tuple[ParsedPartitionSpec, ...]
-    out_specs: tuple[ParsedPartitionSpec, ...]
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _logical(spec: ParsedPartitionSpec | None, aval: Any) -> ParsedPartitionSpec | None:
@@ -95,26 +83,17 @@ def _compile_once(lowered: LoweredModule) -> Any:
     )
 
 
-def compile_lowered(lowered: LoweredModule, jaxpr: Any) -> CompiledExecutable:
-    """Compile with XLA; read back the layouts XLA settled on as specs.
+def compile_module(
+    lowered: LoweredModule,
+) -> tuple[Any, list[ParsedPartitionSpec | None], list[ParsedPartitionSpec | None]]:
+    """Compile with XLA; read back the layouts XLA settled on, as specs.
 
-    Where XLA was free to choose (a ``None`` spec) and chose a layout no
-    partition spec can express, that value is pinned to replicated and
-    ``jaxpr`` (the body ``lowered`` came from) lowered and compiled again:
-    results are only ever described by a spec that is exactly their layout.
+    Returns:
+        ``(loaded executable, input specs, output specs)``; a spec is None where
+        XLA, free to choose, chose a layout no partition spec can express (the
+        build pipeline then pins it, ``dispatch/executable.py``).
     """
     exe = _compile_once(lowered)
     in_specs = _chosen_specs(exe.get_parameter_shardings(), lowered.in_avals, lowered.mesh)
     out_specs = _chosen_specs(exe.get_output_shardings(), lowered.out_avals, lowered.mesh)
-    if None in in_specs or None in out_specs:
-        lowered = lower_pjit_body(
-            jaxpr,
-            [s if s is not None else REPLICATED for s in in_specs],
-            [s if s is not None else REPLICATED for s in out_specs],
-            lowered.mesh,
-            lowered.donate_requested,
-            lowered.name,
-            lowered.shardy,
-        )
-        return compile_lowered(lowered, jaxpr)
-    return CompiledExecutable(lowered, exe, tuple(in_specs), tuple(out_specs))  # type: ignore[arg-type]
+    return exe, in_specs, out_specs

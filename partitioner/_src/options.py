@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from . import jax_private
 
@@ -47,17 +47,28 @@ def _parse(name: str | None) -> bool | None:
     return name == "shardy"
 
 
-def _clear_fast_paths() -> None:
-    from .dispatch.fastpath import clear_fast_paths
+_on_change: list[Callable[[], None]] = []
 
-    clear_fast_paths()
+
+def on_change(callback: Callable[[], None]) -> None:
+    """Call ``callback()`` after every process-wide change (NOTE [options in cache keys]).
+
+    Dispatch subscribes its fast-path cache clearing here, so options (at the
+    bottom of the pipeline) never import dispatch.
+    """
+    _on_change.append(callback)
+
+
+def _changed() -> None:
+    for callback in _on_change:
+        callback()
 
 
 def set_partitioner(name: str | None) -> None:
     """Set the process-wide default: ``"shardy"``, ``"gspmd"``, or None (follow jax)."""
     global _global_shardy
     _global_shardy = _parse(name)
-    _clear_fast_paths()
+    _changed()
 
 
 @contextlib.contextmanager
@@ -85,7 +96,7 @@ def set_fast_path(enabled: bool) -> None:
     """Process-wide: let cached calls run in C++ (True) or always take the Python path."""
     global _fast_path
     _fast_path = bool(enabled)
-    _clear_fast_paths()
+    _changed()
 
 
 @contextlib.contextmanager

@@ -8,10 +8,12 @@ prefixes -> check specs against the mesh and shapes -> trace (cached) ->
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Callable, Hashable, Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from jax.sharding import Mesh
@@ -27,14 +29,15 @@ from jax.tree_util import (
 from . import jax_private as jp
 from . import rules as _rules  # noqa: F401  (registers the transformation rules)
 from .dispatch.execute import check_usable
-from .dispatch.fastpath import Dispatcher, PjitWrapped
+from .dispatch.fastpath import Dispatcher
 from .spec.checks import check_specs
 from .spec.mesh_env import resolve_mesh
 from .spec.parsed import REPLICATED, ParsedPartitionSpec
 from .spec.tree import broadcast_prefix, meshes_named_by, prepare_axis_resources
+from .stages import Lowered, lower_plan
+from .trace.plan import CallPlan, SplitArguments, check_hashable, split_arguments
+from .trace.primitive import PjitParams
 from .trace.tracing import TracedBody, check_mesh_unchanged, trace_body
-
-_API = "pjit"
 
 
 def _index_tuple(value: int | Sequence[int] | None, what: str) -> tuple[int, ...]:
@@ -63,15 +66,13 @@ def _name_tuple(value: str | Sequence[str] | None, what: str) -> tuple[str, ...]
 
 
 @dataclass(frozen=True)
-class _Split:
+class _Bound:
     """A call's arguments, bound to the signature and split into static and dynamic."""
 
     args: tuple[Any, ...]  # positional, keyword arguments for positional parameters moved in
     kwargs: dict[str, Any]
+    split: SplitArguments
     dyn_idx: list[int]  # positions of the dynamic positional arguments
-    dyn_args: tuple[Any, ...]
-    dyn_kwargs: dict[str, Any]
-    static_vals: tuple[tuple[int | str, Any], ...]  # (position or name, value)
     donate: set[int]
     donate_kw: set[str]
 
@@ -87,26 +88,12 @@ class _Flat:
     donated: tuple[bool, ...]
 
 
-@dataclass(frozen=True)
-class CallPlan:
-    """Everything one call (or ``.lower``) needs, computed from its arguments."""
-
-    mesh: Mesh
-    args_flat: tuple[Any, ...]  # tracer constants first, then the dynamic leaves
-    params: dict[str, Any]
-    in_tree: PyTreeDef  # of (dynamic positional args, dynamic kwargs)
-    out_tree: PyTreeDef
-    in_avals: tuple[Any, ...]
-    num_consts: int
-    static_key: Any
-
-
 class PjitFunction:
-    """The planner behind a pjit-ed function: checks, traces and lowers calls.
+    """The planner behind a pjit-ed function: checks arguments and traces calls.
 
-    Users hold the callable :func:`pjit` returns (jaxlib's C++ dispatcher
-    around this planner, see ``dispatch/fastpath.py``); it is reachable there as
-    ``f._partitioner``.
+    Users hold the :class:`PjitWrapped` :func:`pjit` returns; its calls go to
+    the dispatcher (``dispatch/fastpath.py``), which asks this planner for a
+    :class:`CallPlan` on a miss.
     """
 
     def __init__(
@@ -123,7 +110,7 @@ class PjitFunction:
             raise TypeError(
                 f"pjit: expected a callable to partition, got {fun!r} of type {type(fun).__name__}"
             )
-        self._fun = fun
+        self.fun = fun
         if isinstance(in_axis_resources, list):
             # The top level stands for the argument tuple, so a list there is read
             # as that tuple (as jax.jit reads in_shardings); lists deeper down
@@ -147,14 +134,14 @@ class PjitFunction:
             self._signature: inspect.Signature | None = inspect.signature(fun)
         except (TypeError, ValueError):
             self._signature = None
-        self._name = getattr(fun, "__name__", type(fun).__name__)
+        self.name = getattr(fun, "__name__", type(fun).__name__)
         self._donated_positions: dict[int, list[int]] = {}  # by number of positional args
 
     def _positional_params(self) -> list[inspect.Parameter]:
         params = list(self._signature.parameters.values()) if self._signature else []
         return [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
-    def _cpp_statics(self) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    def cpp_statics(self) -> tuple[tuple[int, ...], tuple[str, ...]]:
         """Static positions and names for the C++ dispatcher, each completed from the other.
 
         jaxlib's dispatcher treats positional and keyword static arguments
@@ -174,14 +161,14 @@ class PjitFunction:
         if any(i < 0 for i in self._static_argnums):
             if not positional or any(p.kind is p.VAR_POSITIONAL for p in params):
                 raise ValueError(
-                    f"pjit {self._name}: negative static_argnums need a function with a fixed number of positional parameters"
+                    f"pjit {self.name}: negative static_argnums need a function with a fixed number of positional parameters"
                 )
             nums |= {i + len(positional) for i in self._static_argnums if i < 0}
         return tuple(sorted(nums)), tuple(sorted(names))
 
     # --- arguments ---
 
-    def _bind(
+    def _bind_signature(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Move keyword arguments that name positional parameters into ``args``."""
@@ -209,16 +196,16 @@ class PjitFunction:
             j = i + n if i < 0 else i
             if not 0 <= j < n:
                 raise ValueError(
-                    f"pjit {self._name}: {what}={nums} but the function was called with {n} positional "
+                    f"pjit {self.name}: {what}={nums} but the function was called with {n} positional "
                     f"argument(s); every index must be < {n}. Pass the argument positionally or drop it "
                     f"from {what}."
                 )
             out.add(j)
         return out
 
-    def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Split:
+    def _bind_and_split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Bound:
         """Bind keyword arguments, then separate static from dynamic arguments."""
-        args, kwargs = self._bind(args, kwargs)
+        args, kwargs = self._bind_signature(args, kwargs)
         n = len(args)
         static_pos_names, static_kw = self._argnums_for_names(self._static_argnames)
         donate_pos_names, donate_kw = self._argnums_for_names(self._donate_argnames)
@@ -226,65 +213,58 @@ class PjitFunction:
         static |= {i for i in static_pos_names if i < n}
         donate = self._normalized_argnums(self._donate_argnums, n, "donate_argnums")
         donate |= {i for i in donate_pos_names if i < n}
-        static_vals = tuple((i, args[i]) for i in sorted(static)) + tuple(
-            sorted((k, v) for k, v in kwargs.items() if k in static_kw)
-        )
-        for where, v in static_vals:
-            if not isinstance(v, Hashable):
-                raise TypeError(
-                    f"pjit {self._name}: static argument {where!r} of type {type(v).__name__} is "
-                    "not hashable; static arguments must be hashable (e.g. a tuple instead of a list)."
-                )
-        dyn_idx = [i for i in range(n) if i not in static]
-        return _Split(
+        split = split_arguments(args, kwargs, static, static_kw)
+        check_hashable(split.statics, self.name)
+        return _Bound(
             args=args,
             kwargs=kwargs,
-            dyn_idx=dyn_idx,
-            dyn_args=tuple(args[i] for i in dyn_idx),
-            dyn_kwargs={k: v for k, v in kwargs.items() if k not in static_kw},
-            static_vals=static_vals,
+            split=split,
+            dyn_idx=[i for i in range(n) if i not in static],
             donate=donate,
             donate_kw=donate_kw,
         )
 
-    def _flatten(self, split: _Split, mesh: Mesh) -> _Flat:
+    def _flatten(self, bound: _Bound, mesh: Mesh) -> _Flat:
         """Flatten the dynamic arguments with key paths, give each leaf a spec, check them."""
-        leaves_with_paths, in_tree = tree_flatten_with_path((split.dyn_args, split.dyn_kwargs))
+        split = bound.split
+        leaves_with_paths, in_tree = tree_flatten_with_path(
+            (split.dynamic_args, split.dynamic_kwargs)
+        )
         arg_specs, _ = broadcast_prefix(
             self._in_specs,
-            split.dyn_args,
-            api=f"pjit {self._name} in_axis_resources",
+            split.dynamic_args,
+            api=f"pjit {self.name} in_axis_resources",
             what="positional arguments",
         )
         n_pos = len(arg_specs)
         specs = tuple(arg_specs) + (REPLICATED,) * (len(leaves_with_paths) - n_pos)
         # Key paths name the *original* positional index (static ones included).
         paths: list[KeyPath] = [
-            (SequenceKey(split.dyn_idx[path[1].idx]),) + path[2:]  # type: ignore[attr-defined]
+            (SequenceKey(bound.dyn_idx[path[1].idx]),) + path[2:]  # type: ignore[attr-defined]
             if i < n_pos
             else path[1:]
             for i, (path, _) in enumerate(leaves_with_paths)
         ]
         leaves = [leaf for _, leaf in leaves_with_paths]
         for leaf, path in zip(leaves, paths):
-            check_usable(leaf, mesh, f"pjit {self._name}: argument args{keystr(path)}")
-        avals = tuple(_abstractify(leaf, path, self._name) for leaf, path in zip(leaves, paths))
+            check_usable(leaf, mesh, f"pjit {self.name}: argument args{keystr(path)}")
+        avals = tuple(_abstractify(leaf, path, self.name) for leaf, path in zip(leaves, paths))
         check_specs(
-            f"pjit {self._name}", "argument args", specs, paths, [a.shape for a in avals], mesh
+            f"pjit {self.name}", "argument args", specs, paths, [a.shape for a in avals], mesh
         )
         donated = tuple(
-            path[0].idx in split.donate if i < n_pos else path[0].key in split.donate_kw  # type: ignore[attr-defined]
+            path[0].idx in bound.donate if i < n_pos else path[0].key in bound.donate_kw  # type: ignore[attr-defined]
             for i, path in enumerate(paths)
         )
         return _Flat(leaves, in_tree, specs, avals, donated)
 
     def plan(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallPlan:
         """Check the arguments, trace the body (cached) and build ``pjit_p``'s params."""
-        mesh = resolve_mesh(f"pjit {self._name}", self._named_meshes)
-        check_mesh_unchanged(mesh, f"pjit {self._name}")
-        split = self._split(args, kwargs)
-        flat = self._flatten(split, mesh)
-        static_vals = split.static_vals
+        mesh = resolve_mesh(f"pjit {self.name}", self._named_meshes)
+        check_mesh_unchanged(mesh, f"pjit {self.name}")
+        bound = self._bind_and_split(args, kwargs)
+        flat = self._flatten(bound, mesh)
+        static_vals = bound.split.statics
 
         def rebuild(leaves: list[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
             d_args, d_kwargs = tree_unflatten(flat.in_tree, leaves)
@@ -296,46 +276,42 @@ class PjitFunction:
             kw.update((k, v) for k, v in static_vals if isinstance(k, str))
             return tuple(full), kw
 
-        static_key = (flat.in_tree, tuple((k, _HashableStatic(v)) for k, v in static_vals))
+        trace_key = (flat.in_tree, tuple((k, _HashableStatic(v)) for k, v in static_vals))
         debug_info = jp.api_util.debug_info(
             "pjit",
-            self._fun,
-            split.args,
-            split.kwargs,
+            self.fun,
+            bound.args,
+            bound.kwargs,
             static_argnums=[i for i, _ in static_vals if isinstance(i, int)],
             static_argnames=[k for k, _ in static_vals if isinstance(k, str)],
             signature=self._signature,
         )
-        traced = trace_body(self._fun, rebuild, flat.avals, mesh, static_key, debug_info)
+        traced = trace_body(self.fun, rebuild, flat.avals, mesh, trace_key, debug_info)
         consts = traced.tracer_consts
-        params = dict(
+        params = PjitParams(
             jaxpr=traced.jaxpr,
             in_axis_resources=(REPLICATED,) * len(consts) + flat.specs,
             out_axis_resources=self._out_specs_for(traced, mesh),
             mesh=mesh,
             donated_invars=(False,) * len(consts) + flat.donated,
-            name=self._name,
+            name=self.name,
         )
         return CallPlan(
-            mesh,
-            tuple(consts) + tuple(flat.leaves),
-            params,
-            flat.in_tree,
-            traced.out_tree,
-            flat.avals,
-            len(consts),
-            static_key,
+            params=params,
+            args_flat=tuple(consts) + tuple(flat.leaves),
+            in_tree=flat.in_tree,
+            out_tree=traced.out_tree,
+            in_avals=flat.avals,
+            num_consts=len(consts),
         )
 
     def _out_specs_for(self, traced: TracedBody, mesh: Mesh) -> tuple[ParsedPartitionSpec, ...]:
         out_avals = traced.jaxpr.out_avals
         outs = tree_unflatten(traced.out_tree, list(out_avals))
         specs, paths = broadcast_prefix(
-            self._out_specs, outs, api=f"pjit {self._name} out_axis_resources", what="outputs"
+            self._out_specs, outs, api=f"pjit {self.name} out_axis_resources", what="outputs"
         )
-        check_specs(
-            f"pjit {self._name}", "output", specs, paths, [a.shape for a in out_avals], mesh
-        )
+        check_specs(f"pjit {self.name}", "output", specs, paths, [a.shape for a in out_avals], mesh)
         return tuple(specs)
 
     def donated_positions(self, n: int) -> list[int]:
@@ -347,16 +323,69 @@ class PjitFunction:
             positions = self._donated_positions[n] = sorted(i for i in wanted if 0 <= i < n)
         return positions
 
-    # --- entry points ---
+    def __repr__(self) -> str:
+        return f"pjit({self.name})"
 
-    def lower(self, *args: Any, **kwargs: Any) -> Any:
-        """Lower for these arguments (arrays or ``jax.ShapeDtypeStruct``s): a ``Lowered``."""
-        from .stages import lower_plan
 
-        return lower_plan(self.plan(args, kwargs), self._name)
+class PjitWrapped:
+    """What :func:`partitioner.pjit` returns: call it, ``.lower(...)`` it.
+
+    NOTE [pjit callable]: a call must go straight into jaxlib's C++ dispatcher,
+    yet the object must not *be* jaxlib's dispatcher class: jax treats that
+    class as its own ``jax.jit`` (``jax.eval_shape`` reads its internals), and
+    wrappers such as ``jax.jit``/``jax.vmap`` copy instance attributes like
+    ``lower`` onto themselves. So each pjit-ed function gets a tiny subclass
+    whose ``__call__`` *is* the C++ callable (a staticmethod: no Python frame
+    on the hot path), and ``lower``/``clear_cache`` are ordinary methods that
+    wrappers do not copy. The dispatcher may replace that ``__call__`` by a
+    guard (NOTE [guarded C++ calls] in ``dispatch/fastpath.py``).
+    """
+
+    _planner: PjitFunction
+    _dispatcher: Dispatcher
+
+    if TYPE_CHECKING:  # each subclass's __call__ is the C++ callable (or its guard)
+
+        def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    @staticmethod
+    def make(planner: PjitFunction, dispatcher: Dispatcher) -> PjitWrapped:
+        cpp = dispatcher.take_cpp()
+        cls = type(
+            f"pjit[{planner.name}]",
+            (PjitWrapped,),
+            {"__call__": staticmethod(cpp), "__slots__": ()},
+        )
+        self: PjitWrapped = object.__new__(cls)
+        object.__setattr__(self, "_planner", planner)
+        object.__setattr__(self, "_dispatcher", dispatcher)
+        functools.update_wrapper(self, planner.fun)  # type: ignore[arg-type]
+        # A weak reference: the class holds the C++ callable, which holds the
+        # dispatcher; a strong one back would keep a dropped function alive.
+        cls_ref = weakref.ref(cls)
+
+        def replace_call(make_call: Callable[[Any], Callable[..., Any]]) -> None:
+            live = cls_ref()
+            if live is not None:
+                live.__call__ = staticmethod(make_call(cpp))  # type: ignore[method-assign]
+
+        dispatcher.replace_call = replace_call
+        return self
+
+    def lower(self, *args: Any, **kwargs: Any) -> Lowered:
+        """Lower for these arguments (arrays or ``jax.ShapeDtypeStruct``s)."""
+        return lower_plan(self._planner.plan(args, kwargs))
+
+    def clear_cache(self) -> None:
+        """Forget this function's fast-path entries (executables stay in the shared cache)."""
+        self._dispatcher.clear()
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        # Decorated methods bind like plain functions.
+        return self if obj is None else functools.partial(self, obj)
 
     def __repr__(self) -> str:
-        return f"pjit({self._name})"
+        return f"<pjit-ed function {self._planner.name}>"
 
 
 class _HashableStatic:
@@ -466,4 +495,13 @@ def pjit(
         static_argnames,
         donate_argnames,
     )
-    return Dispatcher(planner, *planner._cpp_statics()).public_callable()
+    static_argnums_cpp, static_argnames_cpp = planner.cpp_statics()
+    dispatcher = Dispatcher(
+        planner.name,
+        planner.fun,
+        planner.plan,
+        planner.donated_positions,
+        static_argnums_cpp,
+        static_argnames_cpp,
+    )
+    return PjitWrapped.make(planner, dispatcher)

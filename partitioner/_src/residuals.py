@@ -14,9 +14,10 @@ from typing import Any
 import jax
 
 from . import jax_private as jp
-from .dispatch.execute import bytes_per_device, get_runnable
+from .dispatch.executable import bytes_per_device
+from .dispatch.execute import get_executable
 from .spec.partition_spec import Spec
-from .trace.primitive import pjit_p
+from .trace.primitive import PjitParams, pjit_p
 
 
 @dataclass(frozen=True)
@@ -34,13 +35,14 @@ class Residual:
         return f"{self.pjit_name}[{self.index}]: {self.dtype}{list(self.shape)} {self.spec} ({self.nbytes_per_device} B/device)"
 
 
-def _forward_eqns(jaxpr: Any) -> list[Any]:
+def _forward_eqns(jaxpr: Any) -> list[PjitParams]:
+    """The params of every forward-half pjit in ``jaxpr``, nested ones included."""
     found = []
     for eqn in jaxpr.eqns:
         if eqn.primitive is pjit_p and None in eqn.params["out_axis_resources"]:
-            found.append(eqn)
-        for sub in jp.core.subjaxprs(eqn.params["jaxpr"].jaxpr) if eqn.primitive is pjit_p else ():
-            found.extend(_forward_eqns(sub))
+            found.append(PjitParams.of(eqn.params))
+    for sub in jp.core.subjaxprs(jaxpr):
+        found.extend(_forward_eqns(sub))
     return found
 
 
@@ -53,27 +55,25 @@ def residuals(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Residu
     """
     closed = jax.make_jaxpr(lambda *a: jax.vjp(lambda *b: fun(*b, **kwargs), *a))(*args)
     out: list[Residual] = []
-    for eqn in _forward_eqns(closed.jaxpr):
-        params = eqn.params
-        runnable = get_runnable(**params)
-        mesh = params["mesh"]
+    for params in _forward_eqns(closed.jaxpr):
+        executable = get_executable(params)
         for i, (requested, chosen, aval) in enumerate(
             zip(
-                params["out_axis_resources"],
-                runnable.compiled.out_specs,
-                params["jaxpr"].out_avals,
+                params.out_axis_resources,
+                executable.out_specs,
+                params.jaxpr.out_avals,
                 strict=True,
             )
         ):
             if requested is None:
                 out.append(
                     Residual(
-                        params["name"],
+                        params.name,
                         i,
                         tuple(aval.shape),
                         aval.dtype,
                         chosen.to_partition_spec(),
-                        bytes_per_device(aval, chosen, mesh),
+                        bytes_per_device(aval, chosen, params.mesh),
                     )
                 )
     return out

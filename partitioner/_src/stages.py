@@ -8,39 +8,27 @@ partition specs by ``parse_op_sharding``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jax.tree_util import tree_flatten, tree_unflatten
 
 from . import jax_private as jp
 from . import options
-from .compile import compile_lowered
-from .dispatch.execute import Runnable, execute, make_runnable
+from .dispatch.executable import Executable, finish
+from .dispatch.execute import run
 from .lower.module import LoweredModule, lower_pjit_body
 from .spec.partition_spec import Spec
-
-if TYPE_CHECKING:
-    from .pjit import CallPlan
+from .trace.plan import CallPlan
 
 
-def lower_plan(plan: CallPlan, name: str) -> Lowered:
-    """Lower the body a :class:`~partitioner.api.CallPlan` describes."""
+def lower_plan(plan: CallPlan) -> Lowered:
+    """Lower the body a :class:`CallPlan` describes."""
     if plan.num_consts:
         raise ValueError(
-            f"pjit {name}.lower: the function closes over values of an enclosing transformation "
-            "(tracers); lower it outside jax transformations."
+            f"pjit {plan.params.name}.lower: the function closes over values of an enclosing "
+            "transformation (tracers); lower it outside jax transformations."
         )
-    p = plan.params
-    module = lower_pjit_body(
-        p["jaxpr"],
-        p["in_axis_resources"],
-        p["out_axis_resources"],
-        p["mesh"],
-        p["donated_invars"],
-        name,
-        options.use_shardy(),
-    )
-    return Lowered(module, plan)
+    return Lowered(lower_pjit_body(plan.params, options.use_shardy()), plan)
 
 
 class Lowered:
@@ -70,26 +58,20 @@ class Lowered:
 
     def compile(self) -> Compiled:
         """Compile with XLA's SPMD partitioner; the result is reusable."""
-        return Compiled(
-            make_runnable(compile_lowered(self._module, self._plan.params["jaxpr"])), self._plan
-        )
+        return Compiled(finish(self._module, self._plan.params.jaxpr), self._plan)
 
 
 class Compiled:
     """A compiled pjit: call it with the dynamic arguments only."""
 
-    def __init__(self, runnable: Runnable, plan: CallPlan) -> None:
-        self._runnable = runnable
+    def __init__(self, executable: Executable, plan: CallPlan) -> None:
+        self._executable = executable
         self._plan = plan
 
     @property
-    def executable(self) -> Runnable:
+    def executable(self) -> Executable:
         """The built executable behind this object (partitioner internals, for tools)."""
-        return self._runnable
-
-    @property
-    def _executable(self) -> Any:
-        return self._runnable.compiled.executable
+        return self._executable
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         leaves, tree = tree_flatten((args, kwargs))
@@ -107,30 +89,28 @@ class Compiled:
                     f"got {got.dtype.name}{list(got.shape)}. A compiled function only accepts the "
                     "shapes and dtypes it was lowered for; lower again for new ones."
                 )
-        outs = execute(self._runnable, leaves)
-        return tree_unflatten(self._plan.out_tree, outs)
+        return run(self._executable, leaves, self._plan.out_tree)[0]
 
     def as_text(self) -> str:
         """The partitioned HLO XLA produced (per-device shapes and collectives)."""
-        return "\n\n".join(m.to_string() for m in self._executable.hlo_modules())
+        return "\n\n".join(m.to_string() for m in self._executable.loaded.hlo_modules())
 
     def cost_analysis(self) -> Any:
-        return self._executable.cost_analysis()
+        """XLA's cost estimates for one device's program (flops, bytes accessed, ...)."""
+        return self._executable.loaded.cost_analysis()
 
     def memory_analysis(self) -> Any:
         """XLA's per-device memory statistics (argument, output, temp, alias sizes in bytes)."""
-        return self._executable.get_compiled_memory_stats()
+        return self._executable.loaded.get_compiled_memory_stats()
 
     @property
     def input_shardings(self) -> Any:
         """The input layouts, as PartitionSpecs parsed from the executable's OpShardings."""
-        specs = [
-            s.to_partition_spec() for s in self._runnable.compiled.in_specs[self._plan.num_consts :]
-        ]
+        specs = [s.to_partition_spec() for s in self._executable.in_specs[self._plan.num_consts :]]
         return tree_unflatten(self._plan.in_tree, specs)
 
     @property
     def output_shardings(self) -> Any:
         """The output layouts, as PartitionSpecs parsed from the executable's OpShardings."""
-        specs: list[Spec] = [s.to_partition_spec() for s in self._runnable.compiled.out_specs]
+        specs: list[Spec] = [s.to_partition_spec() for s in self._executable.out_specs]
         return tree_unflatten(self._plan.out_tree, specs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..trace.tracing import trace_cache
 from . import window
 from .execute import executables
 from .fastpath import clear_fast_paths
@@ -13,8 +14,6 @@ def clear_caches() -> None:
     The next call of any pjit-ed function traces, lowers and compiles again.
     Pending launches in the CPU collective window are waited for first.
     """
-    from ..trace.tracing import trace_cache
-
     window.drain()
     clear_fast_paths()
     executables.clear()

@@ -2,99 +2,49 @@
 
 Arguments already laid out as their spec asks are passed through untouched (no
 copy); everything else (numpy arrays, Python scalars, arrays laid out another
-way) is placed with ``jax.device_put`` first.
+way) is placed with ``jax.device_put`` first. ``pjit_p``'s impl lives here too:
+running a body eagerly is this module's job.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import jax
 from jax.sharding import Mesh, NamedSharding
+from jax.tree_util import PyTreeDef, tree_unflatten
 
 from .. import jax_private as jp
 from .. import options
-from ..compile import CompiledExecutable, compile_lowered
 from ..events import emit
-from ..lower.module import lower_pjit_body
 from ..spec.op_sharding import parse_op_sharding_parsed
 from ..spec.parsed import REPLICATED, ParsedPartitionSpec
+from ..trace.primitive import PjitParams, pjit_p
 from . import window
 from .cache import ExecutableCache
-
-
-@dataclass
-class Runnable:
-    """A compiled body with everything a call needs precomputed."""
-
-    compiled: CompiledExecutable
-    in_shardings: tuple[NamedSharding, ...]
-    out_shardings: tuple[NamedSharding, ...]
-    out_handler: Any  # jax's results handler
-    windowed: bool  # runs through the CPU collective window (window.py)
-    marker: int | None  # the output a windowed launch is tracked by (window.marker_index)
-    small_marker: bool  # that output is at most window.SMALL_MARKER_BYTES per device
-    donated: tuple[int, ...]  # positions of the inputs whose buffers the outputs reuse
-    physical_inputs: bool  # some input is a typed PRNG key, run on its physical array
-
-
-def named_sharding(mesh: Mesh, spec: ParsedPartitionSpec) -> NamedSharding:
-    return NamedSharding(mesh, spec.to_closed_spec())
-
-
-def make_runnable(compiled: CompiledExecutable) -> Runnable:
-    lowered = compiled.lowered
-    mesh = lowered.mesh
-    in_sh = tuple(named_sharding(mesh, s) for s in compiled.in_specs)
-    out_sh = tuple(named_sharding(mesh, s) for s in compiled.out_specs)
-    handler = jp.results_handler(lowered.out_avals, out_sh)
-    platform = mesh.devices.flat[0].platform
-    windowed = window.needs_window(compiled.executable, platform, mesh.size)
-    out_bytes = [
-        bytes_per_device(a, s, mesh) for a, s in zip(lowered.out_avals, compiled.out_specs)
-    ]
-    marker = window.marker_index(lowered.out_avals, out_bytes) if windowed else None
-    small = marker is not None and out_bytes[marker] <= window.SMALL_MARKER_BYTES
-    donated = tuple(i for i, d in enumerate(lowered.donated) if d)
-    physical = any(jp.is_extended(a) for a in lowered.in_avals)
-    return Runnable(compiled, in_sh, out_sh, handler, windowed, marker, small, donated, physical)
-
-
-def bytes_per_device(aval: Any, spec: ParsedPartitionSpec, mesh: Mesh) -> int:
-    """Bytes one device holds of a value of ``aval`` laid out with ``spec``."""
-    shard = spec.shard_shape(tuple(aval.shape), mesh)
-    physical = jp.physical_aval(aval)  # typed PRNG keys: the trailing key dims
-    per_element = math.prod(physical.shape[len(shard) :]) * physical.dtype.itemsize
-    return math.prod(shard) * per_element
-
+from .executable import Executable, build
 
 executables = ExecutableCache()
 
 
-def get_runnable(
-    jaxpr: Any,
-    in_axis_resources: tuple[ParsedPartitionSpec | None, ...],
-    out_axis_resources: tuple[ParsedPartitionSpec | None, ...],
-    mesh: Mesh,
-    donated_invars: tuple[bool, ...],
-    name: str,
-) -> Runnable:
+def get_executable(params: PjitParams) -> Executable:
     """The compiled executable for these params (NOTE [executable cache])."""
     shardy = options.use_shardy()
 
-    def build() -> Runnable:
-        emit("cache_miss", name=name)
-        lowered = lower_pjit_body(
-            jaxpr, in_axis_resources, out_axis_resources, mesh, donated_invars, name, shardy
-        )
-        return make_runnable(compile_lowered(lowered, jaxpr))
+    def build_it() -> Executable:
+        emit("cache_miss", name=params.name)
+        return build(params, shardy)
 
-    key = (in_axis_resources, out_axis_resources, mesh, donated_invars, shardy)
-    runnable, _ = executables.get_or_compile(jaxpr, key, build)
-    return runnable
+    key = (
+        params.in_axis_resources,
+        params.out_axis_resources,
+        params.mesh,
+        params.donated_invars,
+        shardy,
+    )
+    executable, _ = executables.get_or_compile(params.jaxpr, key, build_it)
+    return executable
 
 
 def check_live(x: Any, where: str) -> None:
@@ -158,21 +108,27 @@ def place_args_reporting(
     return placed, moved_committed
 
 
-def execute_placed(runnable: Runnable, placed: Sequence[Any]) -> list[Any]:
-    """Run on arguments already laid out as ``runnable.in_shardings``."""
-    if runnable.physical_inputs:
+def execute_placed(executable: Executable, placed: Sequence[Any]) -> list[Any]:
+    """Run on arguments already laid out as ``executable.in_shardings``."""
+    if executable.physical_inputs:
         placed = [jp.physical_array(x) for x in placed]
-    if runnable.windowed:
+    if executable.windowed:
         window.make_room()
-    results = runnable.compiled.executable.execute_sharded(list(placed))
-    outs = results.consume_with_handlers(runnable.out_handler.handlers)
-    if runnable.marker is not None:
-        window.launched(outs[runnable.marker], runnable.small_marker)
+    results = executable.loaded.execute_sharded(list(placed))
+    outs = results.consume_with_handlers(executable.out_handler.handlers)
+    if executable.marker is not None:
+        window.launched(outs[executable.marker], executable.small_marker)
     return outs
 
 
-def execute(runnable: Runnable, args: Sequence[Any]) -> list[Any]:
-    return execute_placed(runnable, place_args_reporting(args, runnable.in_shardings)[0])
+def run(executable: Executable, leaves: Sequence[Any], out_tree: PyTreeDef) -> tuple[Any, bool]:
+    """Place ``leaves``, execute, and unflatten the outputs with ``out_tree``.
+
+    Returns:
+        ``(outputs, moved_committed)``: see :func:`place_args_reporting`.
+    """
+    placed, moved = place_args_reporting(leaves, executable.in_shardings)
+    return tree_unflatten(out_tree, execute_placed(executable, placed)), moved
 
 
 def spec_of_arg(x: Any, mesh: Mesh) -> ParsedPartitionSpec:
@@ -193,13 +149,18 @@ def spec_of_arg(x: Any, mesh: Mesh) -> ParsedPartitionSpec:
     return REPLICATED
 
 
-def call_impl(args: Sequence[Any], **params: Any) -> list[Any]:
-    """``pjit_p``'s impl: run the body eagerly on concrete arguments."""
-    specs = params["in_axis_resources"]
-    if None in specs:
-        mesh = params["mesh"]
-        specs = tuple(
-            spec_of_arg(x, mesh) if s is None else s for s, x in zip(specs, args, strict=True)
+def _pjit_impl(*args: Any, **kwargs: Any) -> list[Any]:
+    """Run the body eagerly on concrete arguments (jax calls this outside any trace)."""
+    params = PjitParams.of(kwargs)
+    if None in params.in_axis_resources:
+        params = params.replace(
+            in_axis_resources=tuple(
+                spec_of_arg(x, params.mesh) if s is None else s
+                for s, x in zip(params.in_axis_resources, args, strict=True)
+            )
         )
-        params = dict(params, in_axis_resources=specs)
-    return execute(get_runnable(**params), args)
+    executable = get_executable(params)
+    return execute_placed(executable, place_args_reporting(args, executable.in_shardings)[0])
+
+
+pjit_p.def_impl(_pjit_impl)

@@ -10,7 +10,7 @@ the C++ cache key, so with it off every call reaches the Python path):
 - **Python**: our own dict keyed on the same signature; a hit skips planning,
   tracing and checks and goes straight to argument placement and execution.
 
-Misses take the slow path (``PjitFunction.plan`` + bind). Calls that cannot
+Misses take the slow path (the front door's ``plan`` + bind). Calls that cannot
 take a fast path always take the slow path (which still hits the executable
 cache): any transformation in progress, tracer constants, and committed inputs
 that had to be moved to another layout.
@@ -30,99 +30,33 @@ call handed one of those same objects again (``step(state); step(state)``, the
 common slip): it raises a RuntimeError naming the consumed argument. Older
 consumed arguments, or consumed leaves passed in new containers, are not caught
 on this path (they crash in jaxlib, as under jax.jit); every Python path checks
-every leaf. Once such an executable is handed to C++, the function's
-``__call__`` becomes this guard; every other function's ``__call__`` is the C++
-callable itself.
+every leaf. Once such an executable is handed to C++, the dispatcher asks its
+front door to make the guard the function's ``__call__`` (``replace_call``);
+every other function's ``__call__`` is the C++ callable itself.
 """
 
 from __future__ import annotations
 
-import functools
 import operator
 import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
-from jax.tree_util import (
-    DictKey,
-    SequenceKey,
-    tree_flatten,
-    tree_flatten_with_path,
-    tree_unflatten,
-)
+from jax.tree_util import DictKey, SequenceKey, tree_flatten, tree_flatten_with_path
 
 from .. import jax_private as jp
 from .. import options
 from ..events import emit
-from ..trace.primitive import pjit_p
+from ..trace.plan import CallPlan, split_arguments
 from . import window
-from .execute import (
-    Runnable,
-    execute_placed,
-    get_runnable,
-    place_args_reporting,
-)
-
-if TYPE_CHECKING:
-    from ..pjit import CallPlan, PjitFunction
+from .executable import Executable
+from .execute import get_executable, run
 
 _CPP_CAPACITY = 1024
-_PY_CAPACITY = 1024
-
-
-class PjitWrapped:
-    """What :func:`partitioner.pjit` returns: call it, ``.lower(...)`` it.
-
-    NOTE [pjit callable]: a call must go straight into jaxlib's C++ dispatcher,
-    yet the object must not *be* jaxlib's dispatcher class: jax treats that
-    class as its own ``jax.jit`` (``jax.eval_shape`` reads its internals), and
-    wrappers such as ``jax.jit``/``jax.vmap`` copy instance attributes like
-    ``lower`` onto themselves. So each pjit-ed function gets a tiny subclass
-    whose ``__call__`` *is* the C++ callable (a staticmethod: no Python frame
-    on the hot path), and ``lower``/``clear_cache`` are ordinary methods that
-    wrappers do not copy.
-    """
-
-    _cpp: Any
-    _dispatcher: Dispatcher
-
-    if TYPE_CHECKING:  # each subclass's __call__ is the C++ callable itself
-
-        def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
-
-    @staticmethod
-    def make(dispatcher: Dispatcher, cpp: Any) -> PjitWrapped:
-        fun = dispatcher._fn._fun
-        cls = type(
-            f"pjit[{dispatcher._fn._name}]",
-            (PjitWrapped,),
-            {"__call__": staticmethod(cpp), "__slots__": ()},
-        )
-        self: PjitWrapped = object.__new__(cls)
-        object.__setattr__(self, "_cpp", cpp)
-        object.__setattr__(self, "_dispatcher", dispatcher)
-        functools.update_wrapper(self, fun)  # type: ignore[arg-type]
-        dispatcher._wrapped_cls = weakref.ref(cls)
-        return self
-
-    def lower(self, *args: Any, **kwargs: Any) -> Any:
-        """Lower for these arguments (arrays or ``jax.ShapeDtypeStruct``s): a ``Lowered``."""
-        return self._dispatcher._fn.lower(*args, **kwargs)
-
-    def clear_cache(self) -> None:
-        """Forget this function's fast-path entries (executables stay in the shared cache)."""
-        self._dispatcher.clear()
-
-    def __get__(self, obj: Any, objtype: Any = None) -> Any:
-        # Decorated methods bind like plain functions.
-        return self if obj is None else functools.partial(self, obj)
-
-    def __repr__(self) -> str:
-        return f"<pjit-ed function {self._dispatcher._fn._name}>"
-
+_PYTHON_CAPACITY = 1024
 
 _live: weakref.WeakSet[Dispatcher] = weakref.WeakSet()
 
@@ -133,15 +67,13 @@ def clear_fast_paths() -> None:
         d.clear()
 
 
+options.on_change(clear_fast_paths)  # NOTE [options in cache keys]
+
+
 @dataclass(frozen=True)
 class _Hit:
-    runnable: Runnable
+    executable: Executable
     out_tree: Any
-
-
-def _bind(plan: CallPlan) -> Any:
-    """Bind ``pjit_p`` for a planned call (staging it, or running it via the impl)."""
-    return tree_unflatten(plan.out_tree, pjit_p.bind(*plan.args_flat, **plan.params))
 
 
 def _leaf_signature(x: Any) -> Any:
@@ -178,31 +110,48 @@ def _marker_getter(path: tuple[Any, ...]) -> Callable[[Any], Any]:
 
 
 class Dispatcher:
-    """Routes calls of one ``PjitFunction`` through the C++ or Python fast path."""
+    """Routes the calls of one pjit-ed function through the C++ or Python fast path.
+
+    A front door gives it what it needs, explicitly: the function and its name
+    (for jaxlib and messages), ``plan(args, kwargs) -> CallPlan`` (checks and
+    trace), ``donated_positions(n)`` (which of ``n`` positional arguments are
+    donated), and the static argument positions and names. It gives back, once
+    (:meth:`take_cpp`), the C++ callable that is the function's ``__call__``; when
+    that must become a guard (NOTE [guarded C++ calls]) it calls
+    ``replace_call(make_guard)``, which the front door sets: ``make_guard`` turns
+    the C++ callable into the new ``__call__``.
+    """
 
     def __init__(
-        self, fn: PjitFunction, static_argnums: tuple[int, ...], static_argnames: tuple[str, ...]
+        self,
+        name: str,
+        fun: Callable[..., Any],
+        plan: Callable[[tuple[Any, ...], dict[str, Any]], CallPlan],
+        donated_positions: Callable[[int], list[int]],
+        static_argnums: tuple[int, ...],
+        static_argnames: tuple[str, ...],
     ) -> None:
-        self._fn = fn
+        self.name = name
+        self._plan = plan
+        self._donated_positions = donated_positions
         self._static_argnums = frozenset(static_argnums)
         self._static_argnames = frozenset(static_argnames)
         self._cpp_cache = jp.cpp_dispatch_cache(_CPP_CAPACITY)
-        cpp = jp.cpp_dispatcher(
-            fn._name,
-            fn._fun,
+        # Only users hold the C++ callable (inside what the front door returns);
+        # nothing here points back at it once taken, so a dropped function is
+        # freed at once, with its fast-path entries.
+        self._cpp: Any = jp.cpp_dispatcher(
+            name,
+            fun,
             self._cpp_miss,
             sorted(static_argnums),
             sorted(static_argnames),
             ("partitioner", id(self)),
             self._cpp_cache,
         )
-        # Only users hold the C++ callable (inside the PjitWrapped); nothing here
-        # points back at it, so a dropped function is freed at once, with its
-        # fast-path entries.
-        self._public: Any = cpp
-        self._py: dict[Any, _Hit] = {}
-        self._py_lock = threading.Lock()
-        self._wrapped_cls: weakref.ref[type] | None = None
+        self.replace_call: Callable[[Callable[[Any], Callable[..., Any]]], None] | None = None
+        self._python_cache: dict[Any, _Hit] = {}
+        self._python_cache_lock = threading.Lock()
         self._guarded = False
         self._windowed = False
         self._donates = False
@@ -211,39 +160,41 @@ class Dispatcher:
         self._small_marker = True
         _live.add(self)
 
-    def public_callable(self) -> PjitWrapped:
-        """The callable users get (see :class:`PjitWrapped`)."""
-        cpp, self._public = self._public, None
-        return PjitWrapped.make(self, cpp)
+    def take_cpp(self) -> Any:
+        """The C++ callable, handed over to the front door (this keeps no reference)."""
+        cpp, self._cpp = self._cpp, None
+        if cpp is None:
+            raise RuntimeError("internal error: the C++ callable was taken twice; please report")
+        return cpp
 
     def clear(self) -> None:
         """Forget this function's fast-path entries (executables stay in the shared cache)."""
         self._cpp_cache.clear()
-        with self._py_lock:
-            self._py.clear()
+        with self._python_cache_lock:
+            self._python_cache.clear()
 
     # --- guarded C++ calls (NOTE [guarded C++ calls]) ---
 
-    def _install_guard(self, runnable: Runnable, out: Any) -> None:
-        """Route this function's calls through a guard from now on (NOTE [guarded C++ calls])."""
-        self._windowed = self._windowed or runnable.windowed
-        self._donates = self._donates or bool(runnable.donated)
-        if runnable.marker is not None:
-            self._marker_of = _marker_getter(tree_flatten_with_path(out)[0][runnable.marker][0])
-            self._small_marker = runnable.small_marker
-        cls = self._wrapped_cls() if self._wrapped_cls is not None else None
-        if self._guarded or cls is None:
+    def _install_guard(self, executable: Executable, out: Any) -> None:
+        """Route this function's calls through a guard from now on."""
+        self._windowed = self._windowed or executable.windowed
+        self._donates = self._donates or bool(executable.aliased)
+        if executable.marker is not None:
+            path = tree_flatten_with_path(out)[0][executable.marker][0]
+            self._marker_of = _marker_getter(path)
+            self._small_marker = executable.small_marker
+        if self._guarded or self.replace_call is None:
             return
-        cls.__call__ = staticmethod(self._make_guard(cls.__dict__["__call__"].__func__))  # type: ignore[method-assign]
+        self.replace_call(self._make_guard)
         self._guarded = True
 
     def _make_guard(self, cpp: Any) -> Callable[..., Any]:
         """The guard around ``cpp``; a closure, as every attribute lookup shows in the step time."""
-        fn = self._fn
+        plan = self._plan
 
         def guarded(*args: Any, **kwargs: Any) -> Any:
             if self._donates and self._donating_again(args, kwargs):
-                fn.plan(args, kwargs)  # raises if one was consumed, naming it
+                plan(args, kwargs)  # raises if one was consumed, naming it
             if not self._windowed:
                 return cpp(*args, **kwargs)
             window.make_room()
@@ -256,7 +207,7 @@ class Dispatcher:
 
     def _donating_again(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         """Note this call's donated arguments; True if the previous call donated one of them."""
-        positions = self._fn.donated_positions(len(args))
+        positions = self._donated_positions(len(args))
         if len(positions) == 1 and not kwargs:  # the common case, kept cheap
             donated: Any = {id(args[positions[0]])}
         else:
@@ -268,10 +219,10 @@ class Dispatcher:
     # --- misses ---
 
     def _cpp_miss(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, bool]:
-        out, runnable, cpp_ok = self._call(args, kwargs)
-        if runnable is not None and runnable.donated:
+        out, executable, cpp_ok = self._call(args, kwargs)
+        if executable is not None and executable.aliased:
             self._donating_again(args, kwargs)
-        if not cpp_ok or runnable is None or not options.fast_path_enabled():
+        if not cpp_ok or executable is None or not options.fast_path_enabled():
             return out, None, False
         leaves, tree = jp.dispatch_flatten(out)
         if not all(isinstance(x, jax.Array) for x in leaves):
@@ -279,29 +230,25 @@ class Dispatcher:
         # jaxlib's dispatcher sees physical arrays: a key array is flattened
         # (dispatch registry) into its u32 data, so the signature and the
         # outputs are described physically.
-        in_avals = runnable.compiled.lowered.in_avals
+        in_avals = executable.lowered.in_avals
         data = jp.fastpath_data(
-            runnable.compiled.executable,
+            executable.loaded,
             tree,
-            [jp.physical_sharding(a, s) for a, s in zip(in_avals, runnable.in_shardings)],
+            [jp.physical_sharding(a, s) for a, s in zip(in_avals, executable.in_shardings)],
             [x.sharding for x in leaves],
             [x.aval for x in leaves],
         )
-        if runnable.windowed or runnable.donated:
-            self._install_guard(runnable, out)
+        if executable.windowed or executable.aliased:
+            self._install_guard(executable, out)
         return out, data, False
 
-    def _key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, list[Any]]:
-        statics = tuple((i, args[i]) for i in sorted(self._static_argnums) if i < len(args))
-        static_kw = tuple(sorted((k, v) for k, v in kwargs.items() if k in self._static_argnames))
-        dyn_args = tuple(a for i, a in enumerate(args) if i not in self._static_argnums)
-        dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self._static_argnames}
-        leaves, tree = tree_flatten((dyn_args, dyn_kwargs))
+    def _python_key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, list[Any]]:
+        split = split_arguments(args, kwargs, self._static_argnums, self._static_argnames)
+        leaves, tree = tree_flatten((split.dynamic_args, split.dynamic_kwargs))
         key = (
             tree,
             tuple(map(_leaf_signature, leaves)),
-            statics,
-            static_kw,
+            split.statics,
             jp.ambient_mesh(),
             jp.trace_context(),
         )
@@ -310,33 +257,31 @@ class Dispatcher:
 
     def _call(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[Any, Runnable | None, bool]:
-        """Run one call; returns (outputs, runnable, whether C++ may cache it)."""
+    ) -> tuple[Any, Executable | None, bool]:
+        """Run one call; returns (outputs, executable, whether C++ may cache it)."""
         if not jp.at_top_level():
-            return _bind(self._fn.plan(args, kwargs)), None, False
+            return self._plan(args, kwargs).bind(), None, False
         try:
-            key, leaves = self._key(args, kwargs)
+            key, leaves = self._python_key(args, kwargs)
         except TypeError:  # an unhashable static value: plan() reports it
             key, leaves = None, []
-        hit = self._py.get(key) if key is not None else None
+        hit = self._python_cache.get(key) if key is not None else None
         if hit is not None:
             try:
-                placed, moved = place_args_reporting(leaves, hit.runnable.in_shardings)
+                out, moved = run(hit.executable, leaves, hit.out_tree)
             except (RuntimeError, ValueError):
-                self._fn.plan(args, kwargs)  # the same check, naming the argument's path
+                self._plan(args, kwargs)  # the same check, naming the argument's path
                 raise
-            out = tree_unflatten(hit.out_tree, execute_placed(hit.runnable, placed))
-            return out, hit.runnable, not moved
-        emit("dispatch_miss", name=self._fn._name)
-        plan = self._fn.plan(args, kwargs)
+            return out, hit.executable, not moved
+        emit("dispatch_miss", name=self.name)
+        plan = self._plan(args, kwargs)
         if plan.num_consts:
-            return _bind(plan), None, False
-        runnable = get_runnable(**plan.params)
-        placed, moved = place_args_reporting(plan.args_flat, runnable.in_shardings)
-        out = tree_unflatten(plan.out_tree, execute_placed(runnable, placed))
+            return plan.bind(), None, False
+        executable = get_executable(plan.params)
+        out, moved = run(executable, plan.args_flat, plan.out_tree)
         if not moved and key is not None:
-            with self._py_lock:
-                if len(self._py) >= _PY_CAPACITY:
-                    self._py.pop(next(iter(self._py)))
-                self._py[key] = _Hit(runnable, plan.out_tree)
-        return out, runnable, not moved
+            with self._python_cache_lock:
+                if len(self._python_cache) >= _PYTHON_CAPACITY:
+                    self._python_cache.pop(next(iter(self._python_cache)))
+                self._python_cache[key] = _Hit(executable, plan.out_tree)
+        return out, executable, not moved

@@ -17,6 +17,7 @@ from jax.sharding import Mesh
 from .. import jax_private as jp
 from ..events import emit
 from ..spec.parsed import ParsedPartitionSpec
+from ..trace.primitive import PjitParams
 from . import annotate
 from . import rules as _rules  # noqa: F401  (registers the MLIR lowering rules)
 
@@ -25,7 +26,14 @@ mlir, sharding_impls, xla_bridge = jp.mlir, jp.sharding_impls, jp.xla_bridge
 
 @dataclass(frozen=True)
 class LoweredModule:
-    """A lowered, annotated module plus what compilation and execution need."""
+    """A lowered, annotated module plus what compilation and execution need.
+
+    It keeps the params it was lowered for except the jaxpr: executables built
+    from it are cached *weakly* on the jaxpr (NOTE [executable cache]), so
+    nothing they hold may point back at it. ``aliased`` says which inputs'
+    buffers outputs really reuse, a subset of ``donation_requested``
+    (``plan_donation``).
+    """
 
     module: Any  # ir.Module
     name: str
@@ -33,32 +41,33 @@ class LoweredModule:
     shardy: bool
     in_avals: tuple[Any, ...]
     out_avals: tuple[Any, ...]
-    in_specs: tuple[ParsedPartitionSpec | None, ...]
+    in_specs: tuple[ParsedPartitionSpec | None, ...]  # None: XLA chooses
     out_specs: tuple[ParsedPartitionSpec | None, ...]
-    donate_requested: tuple[bool, ...]
-    donated: tuple[bool, ...]  # inputs whose buffers are really reused
+    donation_requested: tuple[bool, ...]
+    aliased: tuple[bool, ...]
     host_callbacks: tuple[Any, ...]
     keepalive: Any
+
+    def params(self, jaxpr: Any) -> PjitParams:
+        """The params this module was lowered for, given the body it came from."""
+        return PjitParams(
+            jaxpr=jaxpr,
+            in_axis_resources=self.in_specs,
+            out_axis_resources=self.out_specs,
+            mesh=self.mesh,
+            donated_invars=self.donation_requested,
+            name=self.name,
+        )
 
     def as_text(self) -> str:
         return str(self.module)
 
 
-def _sharded_shape(
-    aval: Any, spec: ParsedPartitionSpec | None, mesh: Mesh
-) -> tuple[Any, ...] | None:
+def _sharded_shape(aval: Any, spec: ParsedPartitionSpec | None, mesh: Mesh) -> Any:
+    """What decides whether two buffers can alias: per-device shape, dtype, layout."""
     if spec is None:
         return None
-    sizes = dict(mesh.shape)
-    per_dim = [1] * len(aval.shape)
-    for d, axes in enumerate(spec.partitions):
-        for a in axes:
-            per_dim[d] *= sizes[a]
-    return (
-        tuple(s // k for s, k in zip(aval.shape, per_dim)),
-        aval.dtype,
-        spec.to_partition_spec(),
-    )
+    return (spec.shard_shape(tuple(aval.shape), mesh), aval.dtype, spec.to_partition_spec())
 
 
 def plan_donation(
@@ -104,28 +113,23 @@ def plan_donation(
     return tuple(a is not None for a in aliases), tuple(aliases)
 
 
-def lower_pjit_body(
-    jaxpr: Any,
-    in_specs: Sequence[ParsedPartitionSpec | None],
-    out_specs: Sequence[ParsedPartitionSpec | None],
-    mesh: Mesh,
-    donated: Sequence[bool],
-    name: str,
-    shardy: bool,
-) -> LoweredModule:
-    """Lower ``jaxpr`` over ``mesh`` and annotate ``main`` with our shardings.
+def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
+    """Lower ``params.jaxpr`` over its mesh and annotate ``main`` with our shardings.
 
     A ``None`` spec (inputs or outputs) leaves the value for XLA to shard.
     """
-    emit("lower", name=name)
+    emit("lower", name=params.name)
+    mesh, jaxpr = params.mesh, params.jaxpr
     devices = tuple(mesh.devices.flat)
     backend = xla_bridge.get_device_backend(devices[0])
-    in_avals = tuple(jaxpr.in_avals)
-    out_avals = tuple(jaxpr.out_avals)
-    usable, aliases = plan_donation(in_avals, in_specs, donated, out_avals, out_specs, mesh, name)
+    in_avals, out_avals = tuple(jaxpr.in_avals), tuple(jaxpr.out_avals)
+    in_specs, out_specs = params.in_axis_resources, params.out_axis_resources
+    aliased, aliases = plan_donation(
+        in_avals, in_specs, params.donated_invars, out_avals, out_specs, mesh, params.name
+    )
     with jp.shardy_config(shardy):
         result = mlir.lower_jaxpr_to_module(
-            f"pjit_{name}",
+            f"pjit_{params.name}",
             jaxpr,
             num_const_args=0,
             in_avals=in_avals,
@@ -146,15 +150,15 @@ def lower_pjit_body(
             )
     return LoweredModule(
         module=result.module,
-        name=name,
+        name=params.name,
         mesh=mesh,
         shardy=shardy,
         in_avals=in_avals,
         out_avals=out_avals,
-        in_specs=tuple(in_specs),
-        out_specs=tuple(out_specs),
-        donate_requested=tuple(donated),
-        donated=usable,
+        in_specs=in_specs,
+        out_specs=out_specs,
+        donation_requested=params.donated_invars,
+        aliased=aliased,
         host_callbacks=tuple(result.host_callbacks),
         keepalive=result.keepalive,
     )

@@ -19,16 +19,6 @@ def keep_where(xs: Sequence[T], keep: Sequence[bool]) -> tuple[T, ...]:
     return tuple(x for x, k in zip(xs, keep, strict=True) if k)
 
 
-def with_params(params: dict[str, Any], **updates: Any) -> dict[str, Any]:
-    """A copy of pjit params with some entries replaced (and lengths checked)."""
-    new = dict(params, **updates)
-    jaxpr = new["jaxpr"]
-    n_in, n_out = len(jaxpr.in_avals), len(jaxpr.out_avals)
-    assert len(new["in_axis_resources"]) == n_in == len(new["donated_invars"]), (n_in, new)
-    assert len(new["out_axis_resources"]) == n_out, (n_out, new)
-    return new
-
-
 def cache_per_jaxpr(fn: Callable[..., R]) -> Callable[..., R]:
     """Memoise ``fn(jaxpr, *hashable_args)``, dropping entries with the jaxpr.
 

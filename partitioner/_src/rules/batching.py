@@ -15,8 +15,7 @@ from jax.sharding import Mesh
 from .. import jax_private as jp
 from ..spec.parsed import ParsedPartitionSpec
 from ..trace.constraint import sharding_constraint_p
-from ..trace.primitive import pjit_p
-from ._common import with_params
+from ..trace.primitive import PjitParams, pjit_p
 
 batching = jp.batching
 not_mapped = None  # jax marks an unbatched value with None
@@ -73,28 +72,28 @@ def batch_spec(
 
 
 def _pjit_batcher(
-    axis_data: Any, vals_in: Any, dims_in: Any, **params: Any
+    axis_data: Any, vals_in: Any, dims_in: Any, **kwargs: Any
 ) -> tuple[list[Any], list[Any]]:
+    params = PjitParams.of(kwargs)
     vals_in = [
         x if d is not_mapped or d == 0 else batching.moveaxis(x, d, 0)
         for x, d in zip(vals_in, dims_in, strict=True)
     ]
     in_batched = [d is not not_mapped for d in dims_in]
-    new_jaxpr, out_batched = batching.batch_jaxpr(params["jaxpr"], axis_data, in_batched, False)
-    mesh, spmd, size = params["mesh"], _spmd_axes(axis_data), axis_data.size
-    new_params = with_params(
-        params,
-        jaxpr=new_jaxpr,
+    batched_jaxpr, out_batched = batching.batch_jaxpr(params.jaxpr, axis_data, in_batched, False)
+    mesh, spmd, size = params.mesh, _spmd_axes(axis_data), axis_data.size
+    batched = params.replace(
+        jaxpr=batched_jaxpr,
         in_axis_resources=tuple(
             batch_spec(s, 0, spmd, mesh, size) if b else s
-            for s, b in zip(params["in_axis_resources"], in_batched, strict=True)
+            for s, b in zip(params.in_axis_resources, in_batched, strict=True)
         ),
         out_axis_resources=tuple(
             batch_spec(s, 0, spmd, mesh, size) if b else s
-            for s, b in zip(params["out_axis_resources"], out_batched, strict=True)
+            for s, b in zip(params.out_axis_resources, out_batched, strict=True)
         ),
     )
-    outs = pjit_p.bind(*vals_in, **new_params)
+    outs = batched.bind(*vals_in)
     return outs, [0 if b else not_mapped for b in out_batched]
 
 

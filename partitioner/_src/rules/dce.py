@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from .. import jax_private as jp
-from ..trace.primitive import pjit_p
-from ._common import cache_per_jaxpr, keep_where, with_params
+from ..trace.primitive import PjitParams, pjit_p
+from ._common import cache_per_jaxpr, keep_where
 
 pe, core = jp.pe, jp.core
 
@@ -20,21 +20,21 @@ def _dce_body(jaxpr: Any, used_outputs: tuple[bool, ...]) -> tuple[Any, list[boo
 def _pjit_dce(used_outputs: list[bool], eqn: Any) -> tuple[list[bool], Any]:
     if not any(used_outputs) and not pe.has_effects(eqn):
         return [False] * len(eqn.invars), None
-    new_jaxpr, used_inputs = _dce_body(eqn.params["jaxpr"], tuple(used_outputs))
-    params = with_params(
-        eqn.params,
-        jaxpr=new_jaxpr,
-        in_axis_resources=keep_where(eqn.params["in_axis_resources"], used_inputs),
-        out_axis_resources=keep_where(eqn.params["out_axis_resources"], used_outputs),
-        donated_invars=keep_where(eqn.params["donated_invars"], used_inputs),
+    params = PjitParams.of(eqn.params)
+    pruned_jaxpr, used_inputs = _dce_body(params.jaxpr, tuple(used_outputs))
+    pruned = params.replace(
+        jaxpr=pruned_jaxpr,
+        in_axis_resources=keep_where(params.in_axis_resources, used_inputs),
+        out_axis_resources=keep_where(params.out_axis_resources, used_outputs),
+        donated_invars=keep_where(params.donated_invars, used_inputs),
     )
     new_invars = keep_where(eqn.invars, used_inputs)
     new_eqn = core.new_jaxpr_eqn(
         list(new_invars),
         list(keep_where(eqn.outvars, used_outputs)),
         pjit_p,
-        params,
-        core.eqn_effects(params["jaxpr"], new_invars),
+        pruned.as_kwargs(),
+        core.eqn_effects(pruned_jaxpr, new_invars),
         eqn.source_info,
         eqn.ctx,
     )

@@ -11,8 +11,8 @@ from typing import Any
 
 from .. import jax_private as jp
 from ..trace.constraint import sharding_constraint_p
-from ..trace.primitive import pjit_p
-from ._common import keep_where, with_params
+from ..trace.primitive import PjitParams, pjit_p
+from ._common import keep_where
 
 ad = jp.ad
 
@@ -20,24 +20,23 @@ ad = jp.ad
 # --- pjit ---
 
 
-def _pjit_jvp(primals_in: Any, tangents_in: Any, **params: Any) -> tuple[list[Any], list[Any]]:
+def _pjit_jvp(primals_in: Any, tangents_in: Any, **kwargs: Any) -> tuple[list[Any], list[Any]]:
+    params = PjitParams.of(kwargs)
     nz_in = [type(t) is not ad.Zero for t in tangents_in]
-    jaxpr = params["jaxpr"]
-    jaxpr_jvp, nz_out = ad.jvp_jaxpr(jaxpr, nz_in, instantiate=False)
-    in_specs, out_specs = params["in_axis_resources"], params["out_axis_resources"]
-    new_params = with_params(
-        params,
+    jaxpr_jvp, nz_out = ad.jvp_jaxpr(params.jaxpr, nz_in, instantiate=False)
+    in_specs, out_specs = params.in_axis_resources, params.out_axis_resources
+    jvp_params = params.replace(
         jaxpr=jaxpr_jvp,
         in_axis_resources=(*in_specs, *keep_where(in_specs, nz_in)),
         out_axis_resources=(*out_specs, *keep_where(out_specs, nz_out)),
-        donated_invars=(*params["donated_invars"], *(False,) * sum(nz_in)),
-        name=f"jvp({params['name']})",
+        donated_invars=(*params.donated_invars, *(False,) * sum(nz_in)),
+        name=f"jvp({params.name})",
     )
-    outs = pjit_p.bind(*primals_in, *keep_where(tangents_in, nz_in), **new_params)
+    outs = jvp_params.bind(*primals_in, *keep_where(tangents_in, nz_in))
     primals_out, nz_tangents = outs[: len(out_specs)], iter(outs[len(out_specs) :])
     tangents_out = [
         next(nz_tangents) if nz else ad.Zero(aval.to_tangent_aval())
-        for nz, aval in zip(nz_out, jaxpr.out_avals, strict=True)
+        for nz, aval in zip(nz_out, params.jaxpr.out_avals, strict=True)
     ]
     return primals_out, tangents_out
 

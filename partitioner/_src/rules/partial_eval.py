@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import jax_private as jp
-from ..trace.primitive import pjit_p
-from ._common import keep_where, with_params
+from ..trace.primitive import PjitParams, pjit_p
+from ._common import keep_where
 
 pe, core, source_info_util = jp.pe, jp.core, jp.source_info_util
 
@@ -45,21 +45,18 @@ def _unprune(
 # --- partial eval (JaxprTrace) ---
 
 
-def _pjit_partial_eval(trace: Any, *in_tracers: Any, **params: Any) -> list[Any]:
-    jaxpr = params["jaxpr"]
-    in_specs, out_specs = params["in_axis_resources"], params["out_axis_resources"]
-    in_pvals = [t.pval for t in in_tracers]
-    known_ins = tuple(pv.is_known() for pv in in_pvals)
-    unknown_ins = tuple(not k for k in known_ins)
-    known_jaxpr, unknown_jaxpr, unknown_outs, res_avals, in_fwd_res = (
-        pe.partial_eval_jaxpr_nounits_fwd(jaxpr, unknown_ins, instantiate=False)
-    )
-    known_outs = tuple(not u for u in unknown_outs)
-    num_res = len(res_avals)
-    known_out_specs = keep_where(out_specs, known_outs) + (None,) * num_res
+def _prune_forwarded(
+    known_jaxpr: Any, known_out_specs: tuple[Any, ...], num_res: int
+) -> tuple[Any, tuple[Any, ...], list[int | None], list[int | None]]:
+    """Drop the known half's outputs that another value already provides.
 
-    # Known outputs that are just known inputs: forward (only where XLA may
-    # choose the output layout anyway, so forwarding changes nothing).
+    Returns:
+        ``(known_jaxpr, known_out_specs, in_fwd, out_fwd)``: the pruned half and
+        its specs; ``in_fwd[i]`` is the known input that output ``i`` merely
+        forwards (kept only where XLA may choose its layout anyway, so
+        forwarding changes nothing), ``out_fwd[i]`` the primal output a
+        residual duplicates (it is returned once).
+    """
     num_primals = len(known_jaxpr.out_avals) - num_res
     in_fwd = pe._jaxpr_forwarding(known_jaxpr.jaxpr)
     in_fwd = [
@@ -70,79 +67,89 @@ def _pjit_partial_eval(trace: Any, *in_tracers: Any, **params: Any) -> list[Any]
     known_out_specs = keep_where(known_out_specs, keep)
     num_primals = sum(keep[:num_primals])
 
-    # Residuals that are also primal outputs: return them once.
-    out_vars, res_vars = (
-        known_jaxpr.jaxpr.outvars[:num_primals],
-        known_jaxpr.jaxpr.outvars[num_primals:],
-    )
+    out_vars = known_jaxpr.jaxpr.outvars[:num_primals]
     index = {id(v): i for i, v in enumerate(out_vars)}
+    res_vars = known_jaxpr.jaxpr.outvars[num_primals:]
     out_fwd = [None] * num_primals + [index.get(id(v)) for v in res_vars]
     keep = [f is None for f in out_fwd]
     known_jaxpr = pe.prune_closed_jaxpr_outputs(known_jaxpr, keep)
-    known_out_specs = keep_where(known_out_specs, keep)
+    return known_jaxpr, keep_where(known_out_specs, keep), in_fwd, out_fwd
+
+
+def _pjit_partial_eval(trace: Any, *in_tracers: Any, **kwargs: Any) -> list[Any]:
+    params = PjitParams.of(kwargs)
+    jaxpr, in_specs, out_specs = params.jaxpr, params.in_axis_resources, params.out_axis_resources
+    in_pvals = [t.pval for t in in_tracers]
+    known_ins = tuple(pv.is_known() for pv in in_pvals)
+    unknown_ins = tuple(not k for k in known_ins)
+    known_jaxpr, unknown_jaxpr, unknown_outs, res_avals, in_fwd_res = (
+        pe.partial_eval_jaxpr_nounits_fwd(jaxpr, unknown_ins, instantiate=False)
+    )
+    known_outs = tuple(not u for u in unknown_outs)
+    known_jaxpr, known_out_specs, in_fwd, out_fwd = _prune_forwarded(
+        known_jaxpr, keep_where(out_specs, known_outs) + (None,) * len(res_avals), len(res_avals)
+    )
 
     # A known input that is also a residual or a forwarded output must outlive
     # the known half, so it is not donated there.
     n_consts = len(jaxpr.consts)
     kept_alive = {f - n_consts for f in in_fwd_res if f is not None and f >= n_consts}
     kept_alive |= {f for f in in_fwd if f is not None}
-    known_donated = tuple(
-        d and i not in kept_alive
-        for i, d in enumerate(keep_where(params["donated_invars"], known_ins))
-    )
-    known_params = with_params(
-        params,
+    known = params.replace(
         jaxpr=known_jaxpr,
         in_axis_resources=keep_where(in_specs, known_ins),
         out_axis_resources=known_out_specs,
-        donated_invars=known_donated,
+        donated_invars=tuple(
+            d and i not in kept_alive
+            for i, d in enumerate(keep_where(params.donated_invars, known_ins))
+        ),
     )
     known_inputs = [pv.get_known() for pv in in_pvals if pv.is_known()]
     # A known half that computes nothing (every output unknown, every residual
     # forwarded) is not run: it would compile and execute an empty program.
-    if known_jaxpr.out_avals or known_jaxpr.effects:
-        known_outs_all = pjit_p.bind(*known_inputs, **known_params)
-    else:
-        known_outs_all = []
-    known_outs_all = _unprune(out_fwd, known_outs_all)
-    known_outs_all = _unprune(in_fwd, known_outs_all, known_inputs)
+    ran = known.bind(*known_inputs) if known_jaxpr.out_avals or known_jaxpr.effects else []
+    known_outs_all = _unprune(in_fwd, _unprune(out_fwd, ran), known_inputs)
     n_known_primals = sum(known_outs)
-    known_out_vals, res_returned = (
-        known_outs_all[:n_known_primals],
-        iter(known_outs_all[n_known_primals:]),
-    )
+    known_out_vals = known_outs_all[:n_known_primals]
+    res_returned = iter(known_outs_all[n_known_primals:])
     sources = [*jaxpr.consts, *known_inputs]
     residuals = [next(res_returned) if f is None else sources[f] for f in in_fwd_res]
-    res_tracers = [trace.new_instantiated_const(r) for r in residuals]
 
     # A residual forwarded from a known input keeps that input's spec.
-    known_in_specs = [None] * len(jaxpr.consts) + list(keep_where(in_specs, known_ins))
+    known_in_specs = [None] * n_consts + list(keep_where(in_specs, known_ins))
     res_specs = tuple(None if f is None else known_in_specs[f] for f in in_fwd_res)
-    unknown_params = with_params(
-        params,
+    unknown = params.replace(
         jaxpr=unknown_jaxpr,
         in_axis_resources=res_specs + keep_where(in_specs, unknown_ins),
         out_axis_resources=keep_where(out_specs, unknown_outs),
-        donated_invars=(False,) * len(residuals)
-        + keep_where(params["donated_invars"], unknown_ins),
+        donated_invars=(False,) * len(residuals) + keep_where(params.donated_invars, unknown_ins),
     )
-    unknown_tracers_in = [*res_tracers, *(t for t in in_tracers if not t.pval.is_known())]
-    unknown_tracers_out = [
-        pe.JaxprTracer(trace, pe.PartialVal.unknown(a), None) for a in unknown_jaxpr.out_avals
+    unknown_tracers_out = _stage_unknown_half(trace, unknown, residuals, in_tracers)
+    known_iter, unknown_iter = iter(known_out_vals), iter(unknown_tracers_out)
+    return [next(unknown_iter) if u else next(known_iter) for u in unknown_outs]
+
+
+def _stage_unknown_half(
+    trace: Any, unknown: PjitParams, residuals: list[Any], in_tracers: Sequence[Any]
+) -> list[Any]:
+    """Stage the unknown half as one ``pjit_p`` equation of ``trace``; its output tracers."""
+    res_tracers = [trace.new_instantiated_const(r) for r in residuals]
+    tracers_in = [*res_tracers, *(t for t in in_tracers if not t.pval.is_known())]
+    tracers_out = [
+        pe.JaxprTracer(trace, pe.PartialVal.unknown(a), None) for a in unknown.jaxpr.out_avals
     ]
     eqn = pe.new_eqn_recipe(
         trace,
-        unknown_tracers_in,
-        unknown_tracers_out,
+        tracers_in,
+        tracers_out,
         pjit_p,
-        unknown_params,
-        core.positional_effects(unknown_jaxpr),
+        unknown.as_kwargs(),
+        core.positional_effects(unknown.jaxpr),
         source_info_util.current(),
     )
-    for t in unknown_tracers_out:
+    for t in tracers_out:
         t.recipe = eqn
-    known_iter, unknown_iter = iter(known_out_vals), iter(unknown_tracers_out)
-    return [next(unknown_iter) if u else next(known_iter) for u in unknown_outs]
+    return tracers_out
 
 
 pe.custom_partial_eval_rules[pjit_p] = _pjit_partial_eval
@@ -161,22 +168,29 @@ def _pjit_partial_eval_custom_params(
     params_known: dict[str, Any],
     params_staged: dict[str, Any],
 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    # jax has already put each half's jaxpr in; the specs and flags follow it
+    # (so the halves are validated only once complete).
     known_in = [not u for u in unks_in]
-    new_known = with_params(
-        params_known,
-        in_axis_resources=keep_where(params_known["in_axis_resources"], known_in),
-        out_axis_resources=keep_where(params_known["out_axis_resources"], kept_outs_known)
-        + (None,) * num_res_out,
-        donated_invars=keep_where(params_known["donated_invars"], known_in),
+    known = PjitParams.of(
+        {
+            **params_known,
+            "in_axis_resources": keep_where(params_known["in_axis_resources"], known_in),
+            "out_axis_resources": keep_where(params_known["out_axis_resources"], kept_outs_known)
+            + (None,) * num_res_out,
+            "donated_invars": keep_where(params_known["donated_invars"], known_in),
+        }
     )
-    new_staged = with_params(
-        params_staged,
-        in_axis_resources=(None,) * num_res_in
-        + keep_where(params_staged["in_axis_resources"], inst_in),
-        out_axis_resources=keep_where(params_staged["out_axis_resources"], kept_outs_staged),
-        donated_invars=(False,) * num_res_in + keep_where(params_staged["donated_invars"], inst_in),
+    staged = PjitParams.of(
+        {
+            **params_staged,
+            "in_axis_resources": (None,) * num_res_in
+            + keep_where(params_staged["in_axis_resources"], inst_in),
+            "out_axis_resources": keep_where(params_staged["out_axis_resources"], kept_outs_staged),
+            "donated_invars": (False,) * num_res_in
+            + keep_where(params_staged["donated_invars"], inst_in),
+        }
     )
-    return new_known, new_staged
+    return known.as_kwargs(), staged.as_kwargs()
 
 
 def _pjit_partial_eval_custom(saveable: Any, unks_in: Any, inst_in: Any, eqn: Any) -> Any:

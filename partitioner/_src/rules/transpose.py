@@ -12,8 +12,8 @@ from typing import Any
 
 from .. import jax_private as jp
 from ..trace.constraint import sharding_constraint_p
-from ..trace.primitive import pjit_p
-from ._common import cache_per_jaxpr, keep_where, with_params
+from ..trace.primitive import PjitParams, pjit_p
+from ._common import cache_per_jaxpr, keep_where
 
 ad, core, lu, pe = jp.ad, jp.core, jp.lu, jp.pe
 
@@ -51,9 +51,9 @@ def _transposed_jaxpr(
 # --- pjit ---
 
 
-def _pjit_transpose(cts_in: Any, *primals_in: Any, **params: Any) -> list[Any]:
-    jaxpr = params["jaxpr"]
-    in_specs, out_specs = params["in_axis_resources"], params["out_axis_resources"]
+def _pjit_transpose(cts_in: Any, *primals_in: Any, **kwargs: Any) -> list[Any]:
+    params = PjitParams.of(kwargs)
+    jaxpr, in_specs, out_specs = params.jaxpr, params.in_axis_resources, params.out_axis_resources
     undef = tuple(ad.is_undefined_primal(x) for x in primals_in)
     nz_cts = tuple(type(ct) is not ad.Zero for ct in cts_in)
     known = [x for x, u in zip(primals_in, undef, strict=True) if not u]
@@ -62,17 +62,14 @@ def _pjit_transpose(cts_in: Any, *primals_in: Any, **params: Any) -> list[Any]:
     t_jaxpr, nz_out = _transposed_jaxpr(jaxpr, undef, nz_cts, in_avals)
     linear_specs = keep_where(in_specs, undef)
     t_in_specs = keep_where(in_specs, [not u for u in undef]) + keep_where(out_specs, nz_cts)
-    t_params = with_params(
-        params,
+    transposed = params.replace(
         jaxpr=t_jaxpr,
         in_axis_resources=t_in_specs,
         out_axis_resources=keep_where(linear_specs, nz_out),
         donated_invars=(False,) * len(in_avals),
-        name=f"transpose({params['name']})",
+        name=f"transpose({params.name})",
     )
-    outs = iter(
-        pjit_p.bind(*known, *cts, **t_params) if t_jaxpr.out_avals or t_jaxpr.effects else []
-    )
+    outs = iter(transposed.bind(*known, *cts) if t_jaxpr.out_avals or t_jaxpr.effects else [])
     nz_iter = iter(nz_out)
     result: list[Any] = []
     for x, u in zip(primals_in, undef, strict=True):

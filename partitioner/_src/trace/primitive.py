@@ -1,27 +1,86 @@
-"""The ``pjit`` primitive: what a partitioned call looks like inside a jaxpr.
+"""The ``pjit`` primitive and its typed parameters.
 
 Why our own primitive (not ``jax.jit``'s): its params carry *our* parsed specs
 and mesh, so every transformation rule, the lowering and the dispatch path read
 the partitioning from one place and jax's caches (keyed on hashable params) work.
 
-Params (all hashable):
-    jaxpr: the ClosedJaxpr of the body (inputs are flat, static args removed).
-    in_axis_resources / out_axis_resources: one ParsedPartitionSpec per flat
-        input / output, or None where XLA chooses the layout (residuals, see
-        NOTE [residual shardings] in rules/partial_eval.py).
-    mesh: the Auto-typed ``jax.sharding.Mesh`` the call runs over.
-    donated_invars: one bool per flat input.
-    name: the function's name, for HLO module and error messages.
+Why a dataclass beside it: jax hands rules the params as a flat keyword dict
+(and must see the ``jaxpr`` there, to find sub-jaxprs). Rules read them through
+:class:`PjitParams`, which names and types every field and checks the invariants
+that tie them together, instead of string lookups and asserts in every rule.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
+from jax.sharding import Mesh
+
 from ..jax_private import core
+from ..spec.parsed import ParsedPartitionSpec
 
 pjit_p = core.Primitive("pjit")
 pjit_p.multiple_results = True
+
+
+@dataclasses.dataclass(frozen=True)
+class PjitParams:
+    """The parameters of one ``pjit_p`` equation (all hashable).
+
+    Attributes:
+        jaxpr: the ClosedJaxpr of the body (flat inputs, static arguments removed).
+        in_axis_resources / out_axis_resources: one ParsedPartitionSpec per flat
+            input / output, or None where XLA chooses the layout (residuals, see
+            NOTE [residual shardings] in rules/partial_eval.py).
+        mesh: the Auto-typed ``jax.sharding.Mesh`` the call runs over.
+        donated_invars: one bool per flat input: the caller asks to donate it.
+        name: the function's name, for the HLO module and messages.
+
+    Invariants (checked at construction): one spec and one donation flag per
+    jaxpr input, one spec per jaxpr output.
+    """
+
+    jaxpr: core.ClosedJaxpr
+    in_axis_resources: tuple[ParsedPartitionSpec | None, ...]
+    out_axis_resources: tuple[ParsedPartitionSpec | None, ...]
+    mesh: Mesh
+    donated_invars: tuple[bool, ...]
+    name: str
+
+    def __post_init__(self) -> None:
+        for field in ("in_axis_resources", "out_axis_resources", "donated_invars"):
+            object.__setattr__(self, field, tuple(getattr(self, field)))
+        n_in, n_out = len(self.jaxpr.in_avals), len(self.jaxpr.out_avals)
+        if not len(self.in_axis_resources) == len(self.donated_invars) == n_in:
+            raise ValueError(
+                f"internal error: pjit {self.name} has {n_in} inputs but "
+                f"{len(self.in_axis_resources)} input specs and {len(self.donated_invars)} "
+                "donation flags; please report"
+            )
+        if len(self.out_axis_resources) != n_out:
+            raise ValueError(
+                f"internal error: pjit {self.name} has {n_out} outputs but "
+                f"{len(self.out_axis_resources)} output specs; please report"
+            )
+
+    @classmethod
+    def of(cls, params: Mapping[str, Any]) -> PjitParams:
+        """The typed view of an equation's (or a rule's) keyword params."""
+        return cls(**params)
+
+    def replace(self, **changes: Any) -> PjitParams:
+        """A copy with some fields replaced (the invariants are checked again)."""
+        return dataclasses.replace(self, **changes)
+
+    def as_kwargs(self) -> dict[str, Any]:
+        """The flat keyword params ``pjit_p.bind`` and jax's machinery take."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def bind(self, *args: Any) -> Any:
+        """``pjit_p.bind(*args)`` with these params: staged, or run by the impl."""
+        return pjit_p.bind(*args, **self.as_kwargs())
 
 
 def _pjit_abstract_eval(*avals: Any, jaxpr: core.ClosedJaxpr, **_: Any) -> tuple[Any, Any]:
@@ -29,17 +88,6 @@ def _pjit_abstract_eval(*avals: Any, jaxpr: core.ClosedJaxpr, **_: Any) -> tuple
 
 
 pjit_p.def_effectful_abstract_eval(_pjit_abstract_eval)
-
-
-def _pjit_impl(*args: Any, **params: Any) -> list[Any]:
-    # Imported lazily: dispatch imports lowering and compilation, which import
-    # this module for the primitive itself.
-    from ..dispatch.execute import call_impl
-
-    return call_impl(args, **params)
-
-
-pjit_p.def_impl(_pjit_impl)
 
 
 def _pjit_pp_rule(eqn: Any, context: Any, settings: Any) -> Any:

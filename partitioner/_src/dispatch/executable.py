@@ -1,0 +1,108 @@
+"""The one build pipeline: lower -> compile -> (retry) -> an ``Executable``.
+
+Every path that needs a compiled pjit body comes here: dispatch (through the
+executable cache), ``Lowered.compile()`` (from a module already lowered) and
+``partitioner.inspect``. Lowering and compilation stay single-purpose
+(``lower/module.py``, ``compile.py``); the policy that ties them together, the
+retry below, lives only here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from jax.sharding import Mesh, NamedSharding
+
+from .. import jax_private as jp
+from ..compile import compile_module
+from ..lower.module import LoweredModule, lower_pjit_body
+from ..spec.parsed import REPLICATED, ParsedPartitionSpec
+from ..trace.primitive import PjitParams
+from . import window
+
+
+@dataclass(frozen=True)
+class Executable:
+    """A compiled pjit body with everything a call needs precomputed.
+
+    Invariants: ``in_specs`` / ``out_specs`` are the layouts XLA settled on, each
+    exactly expressible as a spec (the build pins any other); ``in_shardings`` and
+    ``out_shardings`` are their NamedShardings over the mesh.
+    """
+
+    lowered: LoweredModule
+    loaded: Any  # the xla_client LoadedExecutable
+    in_specs: tuple[ParsedPartitionSpec, ...]
+    out_specs: tuple[ParsedPartitionSpec, ...]
+    in_shardings: tuple[NamedSharding, ...]
+    out_shardings: tuple[NamedSharding, ...]
+    out_handler: Any  # jax's results handler: per-device buffers -> jax.Arrays
+    windowed: bool  # runs through the CPU collective window (window.py)
+    marker: int | None  # the output a windowed launch is tracked by (window.marker_index)
+    small_marker: bool  # that output is at most window.SMALL_MARKER_BYTES per device
+    aliased: tuple[int, ...]  # positions of the inputs whose buffers outputs reuse
+    physical_inputs: bool  # some input is a typed PRNG key, run on its physical array
+
+
+def build(params: PjitParams, shardy: bool) -> Executable:
+    """Lower and compile the body ``params`` describe, for Shardy or GSPMD."""
+    return finish(lower_pjit_body(params, shardy), params.jaxpr)
+
+
+def finish(lowered: LoweredModule, jaxpr: Any) -> Executable:
+    """Compile ``lowered`` (lowered from ``jaxpr``) into an :class:`Executable`.
+
+    Where XLA was free to choose (a ``None`` spec) and chose a layout no
+    partition spec can express, every layout is pinned to what XLA chose (that
+    one to replicated) and the body lowered and compiled again: results are only
+    ever described by a spec that is exactly their layout.
+    """
+    loaded, in_specs, out_specs = compile_module(lowered)
+    if None in in_specs or None in out_specs:
+        pinned = lowered.params(jaxpr).replace(
+            in_axis_resources=[s if s is not None else REPLICATED for s in in_specs],
+            out_axis_resources=[s if s is not None else REPLICATED for s in out_specs],
+        )
+        return finish(lower_pjit_body(pinned, lowered.shardy), jaxpr)
+    return _executable(lowered, loaded, tuple(in_specs), tuple(out_specs))  # type: ignore[arg-type]
+
+
+def named_sharding(mesh: Mesh, spec: ParsedPartitionSpec) -> NamedSharding:
+    return NamedSharding(mesh, spec.to_closed_spec())
+
+
+def bytes_per_device(aval: Any, spec: ParsedPartitionSpec, mesh: Mesh) -> int:
+    """Bytes one device holds of a value of ``aval`` laid out with ``spec``."""
+    shard = spec.shard_shape(tuple(aval.shape), mesh)
+    physical = jp.physical_aval(aval)  # typed PRNG keys: the trailing key dims
+    per_element = math.prod(physical.shape[len(shard) :]) * physical.dtype.itemsize
+    return math.prod(shard) * per_element
+
+
+def _executable(
+    lowered: LoweredModule,
+    loaded: Any,
+    in_specs: tuple[ParsedPartitionSpec, ...],
+    out_specs: tuple[ParsedPartitionSpec, ...],
+) -> Executable:
+    mesh = lowered.mesh
+    out_sh = tuple(named_sharding(mesh, s) for s in out_specs)
+    windowed = window.needs_window(loaded, mesh.devices.flat[0].platform, mesh.size)
+    out_bytes = [bytes_per_device(a, s, mesh) for a, s in zip(lowered.out_avals, out_specs)]
+    marker = window.marker_index(lowered.out_avals, out_bytes) if windowed else None
+    return Executable(
+        lowered=lowered,
+        loaded=loaded,
+        in_specs=in_specs,
+        out_specs=out_specs,
+        in_shardings=tuple(named_sharding(mesh, s) for s in in_specs),
+        out_shardings=out_sh,
+        out_handler=jp.results_handler(lowered.out_avals, out_sh),
+        windowed=windowed,
+        marker=marker,
+        small_marker=marker is not None and out_bytes[marker] <= window.SMALL_MARKER_BYTES,
+        aliased=tuple(i for i, a in enumerate(lowered.aliased) if a),
+        physical_inputs=any(jp.is_extended(a) for a in lowered.in_avals),
+    )
