@@ -31,10 +31,7 @@ def op_sharding(
     aval: Any, spec: ParsedPartitionSpec, mesh: Mesh, positions: Sequence[int] | None = None
 ) -> Any:
     """Our OpSharding for ``spec``, renumbered to module positions (NOTE [device positions])."""
-    proto = get_aval_sharding_proto(aval, spec, mesh, encoding="explicit" if positions else "iota")
-    if positions is not None and proto.type == xc.OpSharding.Type.OTHER:
-        proto.tile_assignment_devices = [positions[d] for d in proto.tile_assignment_devices]
-    return proto
+    return get_aval_sharding_proto(aval, spec, mesh, encoding="iota", device_positions=positions)
 
 
 def gspmd_attr(

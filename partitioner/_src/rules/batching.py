@@ -7,7 +7,6 @@ A constraint leaves a plain batch dimension open for XLA (``UNCONSTRAINED``).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from jax.sharding import Mesh
@@ -59,13 +58,14 @@ def batch_spec(
                 f"vmap spmd_axis_name={spmd_axes!r}: mesh axis {axis!r} already partitions the "
                 f"spec {spec.describe()}; a mesh axis can partition one dimension only."
             )
-    divisor = math.prod(sizes[a] for a in spmd_axes)
+    batched = spec.insert_axis_partitions(dim, spmd_axes)
+    divisor = batched.shards_per_dim(mesh, dim + 1)[dim]
     if batch_size % divisor:
         raise ValueError(
             f"vmap spmd_axis_name={spmd_axes!r}: the batch size {batch_size} is not divisible by "
             f"{divisor}, the product of the sizes of mesh axes {spmd_axes}."
         )
-    return spec.insert_axis_partitions(dim, spmd_axes)
+    return batched
 
 
 # --- pjit ---

@@ -7,7 +7,6 @@ as an opaque shape error deep in the partitioner.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,8 +58,9 @@ def check_spec(
         )
     if not check_divisible:
         return
-    for dim, axes in enumerate(spec.partitions):
-        divisor = math.prod(mesh_shape[a] for a in axes)
+    for dim, (axes, divisor) in enumerate(
+        zip(spec.partitions, spec.shards_per_dim(mesh, len(spec.partitions)), strict=True)
+    ):
         if shape[dim] % divisor:
             raise ValueError(
                 MSG_NOT_DIVISIBLE.format(

@@ -23,52 +23,32 @@ from jax.sharding import Mesh
 
 from ..errors import MSG_UNPARSEABLE_OP_SHARDING
 from ..jax_private import xla_client as xc
+from .checks import check_spec
 from .parsed import REPLICATED, ParsedPartitionSpec
-from .partition_spec import PartitionSpec, Spec, is_spec
+from .partition_spec import PartitionSpec, Spec
 
 OpSharding = xc.OpSharding
 HloSharding = xc.HloSharding
 
 
-def _as_parsed(axis_resources: Any) -> ParsedPartitionSpec:
-    if isinstance(axis_resources, ParsedPartitionSpec):
-        return axis_resources
-    if axis_resources is None or is_spec(axis_resources):
-        return ParsedPartitionSpec.from_user_input(
-            axis_resources, "get_aval_sharding_proto axis_resources", allow_unconstrained=True
-        )
-    raise TypeError(
-        f"get_aval_sharding_proto: axis_resources must be a PartitionSpec, a ParsedPartitionSpec "
-        f"or None, got {type(axis_resources).__name__}"
-    )
-
-
 def _tiling(
-    ndim: int, spec: ParsedPartitionSpec, mesh: Mesh
+    shape: tuple[int, ...], spec: ParsedPartitionSpec, mesh: Mesh
 ) -> tuple[list[int], list[int], list[int], bool] | None:
     """``(tile_dims, reshape_dims, perm, replicate_last)`` for ``spec``, or None if replicated.
 
     ``reshape_dims``/``perm`` are over the mesh's non-size-1 axes (see NOTE [mesh axis order]).
+
+    Raises:
+        ValueError: an axis not in the mesh, or a spec longer than the rank.
     """
+    check_spec(spec, shape, mesh, "get_aval_sharding_proto", check_divisible=False)
     sizes = dict(mesh.shape)
     names = [a for a in mesh.axis_names if sizes[a] != 1]
-    for axis in spec.mesh_axes:
-        if axis not in sizes:
-            raise ValueError(
-                f"get_aval_sharding_proto: the spec {spec.describe()} names mesh axis {axis!r}, "
-                f"which is not in the mesh (axes {tuple(mesh.axis_names)})."
-            )
-    if len(spec.partitions) > ndim:
-        raise ValueError(
-            f"get_aval_sharding_proto: the spec {spec.describe()} is longer than the value's "
-            f"rank {ndim}."
-        )
     used = [a for a in spec.mesh_axes if sizes[a] != 1]
     if not used:
         return None
     unused = [a for a in names if a not in used]
-    parts = list(spec.partitions) + [()] * (ndim - len(spec.partitions))
-    tile_dims = [math.prod(sizes[a] for a in axes) for axes in parts]
+    tile_dims = list(spec.shards_per_dim(mesh, len(shape)))
     replicate_last = bool(unused)
     if replicate_last:
         tile_dims.append(math.prod(sizes[a] for a in unused))
@@ -77,7 +57,12 @@ def _tiling(
 
 
 def get_aval_sharding_proto(
-    aval: Any, axis_resources: Any, mesh: Mesh, *, encoding: str = "explicit"
+    aval: Any,
+    axis_resources: Any,
+    mesh: Mesh,
+    *,
+    encoding: str = "explicit",
+    device_positions: Sequence[int] | None = None,
 ) -> Any:  # xla_client.OpSharding
     """The ``OpSharding`` that lays a value of ``aval.shape`` out as the spec says.
 
@@ -87,14 +72,20 @@ def get_aval_sharding_proto(
         mesh: a ``jax.sharding.Mesh``; its devices may be any objects.
         encoding: ``"explicit"`` (``tile_assignment_devices``) or ``"iota"``
             (``iota_reshape_dims`` + ``iota_transpose_perm``); the same sharding.
+        device_positions: where each mesh device sits in another device
+            assignment (``device_positions[i]`` for ``mesh.devices.flat[i]``);
+            the explicit device list is renumbered to it (NOTE [device
+            positions] in ``lower/annotate.py``). Implies ``"explicit"``.
 
     Returns:
         REPLICATED for a spec that partitions nothing; otherwise OTHER, tiled as in
         NOTE [mesh axis order]. ``HloSharding.from_proto`` of it equals jax's
         ``NamedSharding(mesh, spec)._to_xla_hlo_sharding(ndim)``.
     """
-    spec = _as_parsed(axis_resources)
-    tiling = _tiling(len(aval.shape), spec, mesh)
+    spec = ParsedPartitionSpec.coerce(
+        axis_resources, "get_aval_sharding_proto axis_resources", allow_unconstrained=True
+    )
+    tiling = _tiling(tuple(aval.shape), spec, mesh)
     proto = OpSharding()
     if tiling is None:
         proto.type = OpSharding.Type.REPLICATED
@@ -102,14 +93,17 @@ def get_aval_sharding_proto(
     tile_dims, reshape_dims, perm, replicate_last = tiling
     proto.type = OpSharding.Type.OTHER
     proto.tile_assignment_dimensions = tile_dims
-    if encoding == "iota":
+    if encoding not in ("explicit", "iota"):
+        raise ValueError(f"encoding must be 'explicit' or 'iota', got {encoding!r}")
+    if encoding == "iota" and device_positions is None:
         proto.iota_reshape_dims = reshape_dims
         proto.iota_transpose_perm = perm
-    elif encoding == "explicit":
-        positions = np.arange(math.prod(reshape_dims)).reshape(reshape_dims)
-        proto.tile_assignment_devices = [int(d) for d in positions.transpose(perm).flat]
     else:
-        raise ValueError(f"encoding must be 'explicit' or 'iota', got {encoding!r}")
+        order = np.arange(math.prod(reshape_dims)).reshape(reshape_dims).transpose(perm).flat
+        renumber: Sequence[int] = (
+            device_positions if device_positions is not None else range(mesh.size)
+        )
+        proto.tile_assignment_devices = [int(renumber[int(d)]) for d in order]
     proto.replicate_on_last_tile_dim = replicate_last
     return proto
 
@@ -149,7 +143,7 @@ def sdy_sharding_text(ndim: int, axis_resources: Any, mesh_name: str = "mesh") -
     Unconstrained dims are open (``{?}``); every other dim is closed, so XLA
     neither adds axes to it nor drops them.
     """
-    spec = _as_parsed(axis_resources)
+    spec = ParsedPartitionSpec.coerce(axis_resources, "sdy_sharding_text", allow_unconstrained=True)
     parts = list(spec.partitions) + [()] * (ndim - len(spec.partitions))
     dims = []
     for d, axes in enumerate(parts):

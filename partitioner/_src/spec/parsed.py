@@ -140,6 +140,22 @@ class ParsedPartitionSpec:
             partitions.append(axes)
         return cls(entry, partitions, unconstrained_dims=frozenset(unconstrained))
 
+    @classmethod
+    def coerce(
+        cls, value: Any, where: str, *, allow_unconstrained: bool = False
+    ) -> ParsedPartitionSpec:
+        """``value`` as a parsed spec: a parsed spec as is, ``None`` replicated, else parsed.
+
+        The one conversion every API that takes "a spec" uses (spec trees,
+        ``get_aval_sharding_proto``, ``sharding_spec_from_parsed``).
+
+        Raises:
+            TypeError / ValueError: as :meth:`from_user_input`, naming ``where``.
+        """
+        if isinstance(value, ParsedPartitionSpec):
+            return value
+        return cls.from_user_input(value, where, allow_unconstrained=allow_unconstrained)
+
     def insert_axis_partitions(
         self, dim: int, axes: tuple[AxisName, ...], *, unconstrained: bool = False
     ) -> ParsedPartitionSpec:

@@ -328,10 +328,9 @@ def sharding_spec_from_parsed(aval_shape: tuple[int, ...], spec: Any, mesh: Mesh
         ValueError: the spec names an axis not in ``mesh``, is longer than the rank,
             or has an UNCONSTRAINED dimension (which has no definite layout).
     """
-    if not isinstance(spec, ParsedPartitionSpec):
-        spec = ParsedPartitionSpec.from_user_input(
-            spec, "sharding_spec_from_parsed spec", allow_unconstrained=True
-        )
+    spec = ParsedPartitionSpec.coerce(
+        spec, "sharding_spec_from_parsed spec", allow_unconstrained=True
+    )
     shape = tuple(aval_shape)
     check_spec(spec, shape, mesh, "sharding_spec_from_parsed", check_divisible=False)
     if spec.unconstrained_dims:

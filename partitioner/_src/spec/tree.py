@@ -19,7 +19,7 @@ from jax.sharding import NamedSharding
 from jax.tree_util import KeyPath, keystr
 
 from ..errors import MSG_NOT_A_PREFIX
-from .parsed import REPLICATED, ParsedPartitionSpec
+from .parsed import ParsedPartitionSpec
 from .partition_spec import is_spec
 
 
@@ -37,13 +37,8 @@ def prepare_axis_resources(tree: Any, arg_name: str, *, allow_unconstrained: boo
     """
 
     def parse(path: KeyPath, leaf: Any) -> ParsedPartitionSpec:
-        where = f"{arg_name}{keystr(path)}"
-        if isinstance(leaf, ParsedPartitionSpec):
-            return leaf
-        if leaf is None:
-            return REPLICATED
-        return ParsedPartitionSpec.from_user_input(
-            leaf, where, allow_unconstrained=allow_unconstrained
+        return ParsedPartitionSpec.coerce(
+            leaf, f"{arg_name}{keystr(path)}", allow_unconstrained=allow_unconstrained
         )
 
     def reject_non_spec(path: KeyPath, leaf: Any) -> Any:

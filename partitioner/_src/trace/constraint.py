@@ -6,7 +6,6 @@ Its own primitive, so it survives tracing and every transformation carries it
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import jax
@@ -62,12 +61,12 @@ def _constraint_impl(x: Any, *, axis_resources: ParsedPartitionSpec, mesh: Any) 
     # A jax.Array cannot be split unevenly (XLA pads only inside a computation),
     # so a dimension its axes do not divide is laid out unpartitioned too: the
     # value is the same, and uneven constraints stay allowed (no divisibility check).
-    sizes = dict(mesh.shape)
     shape = jax.numpy.shape(x)
-    entries = []
-    for d, axes in enumerate(axis_resources.partitions):
-        divides = shape[d] % math.prod(sizes[a] for a in axes) == 0
-        entries.append(axes if axes and divides else None)
+    shards = axis_resources.shards_per_dim(mesh, len(shape))
+    entries = [
+        axes if axes and shape[d] % shards[d] == 0 else None
+        for d, axes in enumerate(axis_resources.partitions)
+    ]
     return jax.device_put(x, NamedSharding(mesh, jax.sharding.PartitionSpec(*entries)))
 
 
