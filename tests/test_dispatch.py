@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import arange
 from jax.sharding import NamedSharding
 
 import partitioner as pt
@@ -61,6 +62,7 @@ def test_cached_calls_skip_planning(dispatch_path, mesh8):
 
 
 def test_new_signature_misses_and_reshard_still_hits_executable(dispatch_path, mesh8):
+    pt.clear_caches()  # no equal program compiled by an earlier test (NOTE [executable cache])
     f = pt.pjit(lambda x: x + 1, in_axis_resources=P("a"), out_axis_resources=P("a"))
     base = np.arange(16, dtype=np.float32).reshape(8, 2)
     jax.block_until_ready(f(base))
@@ -276,3 +278,20 @@ def test_calling_with_a_donated_array_raises_not_crashes(dispatch_path, mesh8):
     assert x.is_deleted()
     with pytest.raises(RuntimeError, match="deleted"):
         f(x)
+
+
+def test_vmap_of_pjit_and_pjit_of_vmap_share_one_executable(mesh8):
+    """Equal layouts, equal keys (NOTE [executable cache]): one compile serves both."""
+
+    def f(x):
+        return jnp.sin(x) * 2 + x.sum()
+
+    x = arange(3, 8)
+    want = jax.vmap(f)(x)
+    with pt.recording() as events:
+        a = jax.vmap(pt.pjit(f, P("a"), P("a")))(x)  # the batch dim inserted by our rule
+        b = pt.pjit(jax.vmap(f), P(None, "a"), P(None, "a"))(x)  # written by the user
+    assert events["compile"] == 1, events
+    np.testing.assert_allclose(np.asarray(a), np.asarray(want), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(b), np.asarray(want), rtol=1e-6)
+    assert a.sharding.is_equivalent_to(b.sharding, 2)

@@ -1,9 +1,14 @@
-"""The executable cache: compile once per signature, even under threads.
+"""The executable cache: compile once per program and layout, even under threads.
 
 NOTE [executable cache]:
 - Key: (jaxpr, specs in/out, mesh, donation, partitioner choice). The jaxpr is
   held *weakly*: when the function that produced it is dropped (and with it
   the trace cache entry), its executables are freed.
+- Equal programs share: a jaxpr structurally equal to one already compiled for
+  the same rest of the key (``trace/equality.py``: e.g. ``vmap`` of a pjit-ed
+  function, and a pjit of the vmapped function) gets that executable, and
+  parsed specs compare by layout alone (not by how they were written), so
+  equal layouts are equal keys. The comparison runs on misses only.
 - Bounded: least-recently-used entries beyond ``capacity`` are evicted.
 - Compile once: the first caller of a key compiles; concurrent callers with
   the same key wait on an event (GIL released) and share the result. A
@@ -25,60 +30,105 @@ from typing import Any
 @dataclass
 class _Entry:
     done: threading.Event = field(default_factory=threading.Event)
-    owner: int = field(default_factory=threading.get_ident)
+    compiling_thread: int = field(default_factory=threading.get_ident)
     value: Any = None
     error: BaseException | None = None
 
 
 class ExecutableCache:
-    """A bounded, thread-safe, weakly-keyed compile-once cache."""
+    """A bounded, thread-safe, weakly-keyed compile-once cache.
 
-    def __init__(self, capacity: int = 4096) -> None:
+    Args:
+        capacity: entries kept (least recently used evicted first).
+        same_program: whether two key objects stand for the same program (their
+            entries are then shared); identity only when None.
+        shape_of: a cheap hashable digest of a key object, equal for equal
+            programs, which narrows the search for twins.
+    """
+
+    def __init__(
+        self,
+        capacity: int = 4096,
+        same_program: Callable[[Any, Any], bool] | None = None,
+        shape_of: Callable[[Any], Hashable] | None = None,
+    ) -> None:
         self.capacity = capacity
+        self._same_program = same_program
+        self._shape_of = shape_of
         self._entries: collections.OrderedDict[Hashable, _Entry] = collections.OrderedDict()
-        self._by_owner: dict[int, set[Hashable]] = {}
-        # Re-entrant: an owner's finalizer may run while this thread holds the lock.
+        self._keys_of: dict[int, set[Hashable]] = {}  # id(program) -> its keys
+        # (shape_of(program), key_rest) -> programs compiled for it, weakly, with their keys
+        self._twins: dict[Hashable, list[tuple[weakref.ref[Any], Hashable]]] = {}
+        self._buckets_of: dict[int, set[Hashable]] = {}  # id(program) -> its twin buckets
+        # Re-entrant: a program's finalizer may run while this thread holds the lock.
         self._lock = threading.RLock()
 
-    def _key(self, owner: Any, rest: Hashable) -> Hashable:
-        oid = id(owner)
-        if oid not in self._by_owner:
-            self._by_owner[oid] = set()
-            weakref.finalize(owner, self._drop_owner, oid)
-        key = (oid, rest)
-        self._by_owner[oid].add(key)
+    def _key(self, program: Any, key_rest: Hashable) -> Hashable:
+        pid = id(program)
+        if pid not in self._keys_of:
+            self._keys_of[pid] = set()
+            weakref.finalize(program, self._drop_program, pid)
+        key = (pid, key_rest)
+        self._keys_of[pid].add(key)
         return key
 
-    def _drop_owner(self, oid: int) -> None:
+    def _drop_program(self, pid: int) -> None:
         with self._lock:
-            for key in self._by_owner.pop(oid, ()):
+            for key in self._keys_of.pop(pid, ()):
                 self._entries.pop(key, None)
+            for bucket in self._buckets_of.pop(pid, ()):
+                live = [(r, k) for r, k in self._twins.get(bucket, ()) if r() is not None]
+                if live:
+                    self._twins[bucket] = live
+                else:
+                    self._twins.pop(bucket, None)
+
+    def _twin_entry(self, program: Any, key_rest: Hashable, key: Hashable) -> _Entry | None:
+        """The entry of an equal program compiled for ``key_rest``; registers ``program``."""
+        if self._same_program is None or self._shape_of is None:
+            return None
+        bucket = (self._shape_of(program), key_rest)
+        candidates = self._twins.setdefault(bucket, [])
+        self._buckets_of.setdefault(id(program), set()).add(bucket)
+        found = None
+        for ref, twin_key in candidates:
+            twin = ref()
+            entry = self._entries.get(twin_key)
+            if twin is not None and entry is not None and self._same_program(twin, program):
+                found = entry
+                break
+        candidates.append((weakref.ref(program), key))
+        return found
 
     def get_or_compile(
-        self, owner: Any, rest: Hashable, compile_fn: Callable[[], Any]
+        self, program: Any, key_rest: Hashable, compile_fn: Callable[[], Any]
     ) -> tuple[Any, bool]:
-        """The cached value for ``(owner, rest)``, compiling it at most once.
+        """The cached value for ``(program, key_rest)``, compiling it at most once.
 
         Args:
-            owner: the object whose lifetime bounds the entry (the jaxpr).
-            rest: the hashable remainder of the key.
+            program: the object whose lifetime bounds the entry (the jaxpr).
+            key_rest: the hashable remainder of the key.
             compile_fn: builds the value on a miss.
 
         Returns:
             ``(value, missed)``.
         """
         with self._lock:
-            key = self._key(owner, rest)
+            key = self._key(program, key_rest)
             entry = self._entries.get(key)
-            mine = entry is None
+            mine = False
             if entry is None:
-                entry = self._entries[key] = _Entry()
+                entry = self._twin_entry(program, key_rest, key)
+                mine = entry is None
+                if entry is None:
+                    entry = _Entry()
+                self._entries[key] = entry
                 self._evict()
             else:
                 self._entries.move_to_end(key)
         if not mine:
             if not entry.done.is_set():
-                if entry.owner == threading.get_ident():
+                if entry.compiling_thread == threading.get_ident():
                     raise RuntimeError(
                         "partitioner: a compilation re-entered itself (the function being "
                         "compiled calls the same pjit with the same signature)."
@@ -99,14 +149,16 @@ class ExecutableCache:
     def _evict(self) -> None:
         while len(self._entries) > self.capacity:
             key, _ = self._entries.popitem(last=False)
-            owned = self._by_owner.get(key[0])  # type: ignore[index]
-            if owned is not None:
-                owned.discard(key)
+            keys = self._keys_of.get(key[0])  # type: ignore[index]
+            if keys is not None:
+                keys.discard(key)
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
-            for keys in self._by_owner.values():
+            self._twins.clear()
+            self._buckets_of.clear()
+            for keys in self._keys_of.values():
                 keys.clear()
 
     def __len__(self) -> int:

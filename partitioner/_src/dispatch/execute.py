@@ -20,12 +20,19 @@ from .. import options
 from ..events import emit
 from ..spec.op_sharding import parse_op_sharding_parsed
 from ..spec.parsed import REPLICATED, ParsedPartitionSpec
+from ..trace.equality import closed_jaxprs_equal
 from ..trace.primitive import PjitParams, pjit_p
 from . import window
 from .cache import ExecutableCache
 from .executable import Executable, build
 
-executables = ExecutableCache()
+
+def _program_shape(jaxpr: Any) -> Any:
+    """A cheap digest equal for structurally equal jaxprs (narrows the twin search)."""
+    return (tuple(jaxpr.in_avals), tuple(jaxpr.out_avals), len(jaxpr.jaxpr.eqns))
+
+
+executables = ExecutableCache(same_program=closed_jaxprs_equal, shape_of=_program_shape)
 
 
 def get_executable(params: PjitParams) -> Executable:

@@ -39,8 +39,9 @@ class ParsedPartitionSpec:
 
     Invariants: ``partitions[d]`` is a tuple of mesh axis names (``()`` means
     unpartitioned); no axis name appears twice; ``d in unconstrained_dims`` implies
-    ``partitions[d] == ()``. Equality and hashing ignore the user's spec (which only
-    feeds messages), so two spellings of one layout share caches.
+    ``partitions[d] == ()``. Equality and hashing see the layout only, not the
+    user's spec (which only feeds messages) nor the sync level, so every spelling
+    of one layout shares caches.
     """
 
     __slots__ = ("partitions", "unconstrained_dims", "unsafe_user_spec", "sync")
@@ -210,10 +211,13 @@ class ParsedPartitionSpec:
     # --- value semantics ---
 
     def _key(self) -> tuple[Any, ...]:
+        # The layout only: neither the user's spelling nor the sync level, so a
+        # spec vmap rewrote equals the user spec with the same layout and both
+        # share one executable (NOTE [executable cache]).
         parts = list(self.partitions)
         while parts and parts[-1] == () and len(parts) - 1 not in self.unconstrained_dims:
             parts.pop()
-        return (tuple(parts), self.unconstrained_dims, self.sync)
+        return (tuple(parts), self.unconstrained_dims)
 
     def __hash__(self) -> int:
         return hash(self._key())

@@ -1,0 +1,103 @@
+"""When two jaxprs are the same program: structural equality up to variable names.
+
+Why: the same body reaches the executable cache as different jaxpr objects, e.g.
+``jax.vmap`` of a pjit-ed ``f`` (our batching rule batches ``f``'s jaxpr) and a
+pjit of ``jax.vmap(f)`` (traced afresh). Equal programs with equal layouts must
+share one executable (NOTE [executable cache]).
+
+The comparison is exact and conservative: equations must use the same primitive
+objects with equal params (sub-jaxprs compared the same way, other values by
+``==`` where that gives a plain bool, else by identity), literals must be equal
+values of equal types, constants must be the very same objects, and variables must
+correspond one to one with equal avals. Anything it cannot compare counts as
+different, which only costs a compile.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..jax_private import core
+
+
+def closed_jaxprs_equal(a: Any, b: Any) -> bool:
+    """Whether ClosedJaxprs ``a`` and ``b`` are the same program (see the module docstring)."""
+    if a is b:
+        return True
+    if len(a.consts) != len(b.consts) or any(x is not y for x, y in zip(a.consts, b.consts)):
+        return False
+    return _jaxprs_equal(a.jaxpr, b.jaxpr)
+
+
+def _jaxprs_equal(a: Any, b: Any) -> bool:
+    env: dict[Any, Any] = {}
+
+    def bind(xs: Any, ys: Any) -> bool:
+        if len(xs) != len(ys):
+            return False
+        for x, y in zip(xs, ys):
+            if x.aval != y.aval:
+                return False
+            env[x] = y
+        return True
+
+    def same_atom(x: Any, y: Any) -> bool:
+        if isinstance(x, core.Literal) or isinstance(y, core.Literal):
+            return (
+                isinstance(x, core.Literal)
+                and isinstance(y, core.Literal)
+                and x.aval == y.aval
+                and _values_equal(x.val, y.val)
+            )
+        return env.get(x) is y
+
+    if not (bind(a.constvars, b.constvars) and bind(a.invars, b.invars)):
+        return False
+    if len(a.eqns) != len(b.eqns) or a.effects != b.effects:
+        return False
+    for ea, eb in zip(a.eqns, b.eqns):
+        if ea.primitive is not eb.primitive or len(ea.invars) != len(eb.invars):
+            return False
+        if not all(same_atom(x, y) for x, y in zip(ea.invars, eb.invars)):
+            return False
+        if not _params_equal(ea.params, eb.params) or not bind(ea.outvars, eb.outvars):
+            return False
+    return len(a.outvars) == len(b.outvars) and all(
+        same_atom(x, y) for x, y in zip(a.outvars, b.outvars)
+    )
+
+
+def _params_equal(pa: dict[str, Any], pb: dict[str, Any]) -> bool:
+    return pa.keys() == pb.keys() and all(_values_equal(pa[k], pb[k]) for k in pa)
+
+
+def _values_equal(x: Any, y: Any) -> bool:
+    if x is y:
+        return True
+    if isinstance(x, core.ClosedJaxpr) and isinstance(y, core.ClosedJaxpr):
+        return closed_jaxprs_equal(x, y)
+    if isinstance(x, core.Jaxpr) and isinstance(y, core.Jaxpr):
+        return _jaxprs_equal(x, y)
+    if isinstance(x, (tuple, list)) and isinstance(y, (tuple, list)):
+        return (
+            type(x) is type(y)
+            and len(x) == len(y)
+            and all(_values_equal(u, v) for u, v in zip(x, y))
+        )
+    if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+        return (
+            isinstance(x, np.ndarray)
+            and isinstance(y, np.ndarray)
+            and x.dtype == y.dtype
+            and x.shape == y.shape
+            and bool(np.array_equal(x, y))
+        )
+    if type(x) is not type(y):
+        return False
+    try:
+        same = x == y
+    except Exception:
+        return False
+    return bool(same) if isinstance(same, (bool, np.bool_)) else False
