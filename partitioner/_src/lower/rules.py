@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -17,23 +18,31 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from .. import jax_private as jp
 from ..spec.parsed import ParsedPartitionSpec
 from ..trace.constraint import sharding_constraint_p
-from ..trace.primitive import pjit_p
+from ..trace.primitive import PjitParams, pjit_p
 from . import annotate
 
 mlir, sharding_impls = jp.mlir, jp.sharding_impls
 
-_SINGLE_DEVICE = "single-device"
+
+@dataclass(frozen=True)
+class _Placement:
+    """How the mesh's devices sit in the module being lowered (NOTE [device positions]).
+
+    ``positions[i]`` is where mesh device ``i`` sits (None: the identity);
+    ``single_device``: the enclosing computation runs on one device, where
+    constraints mean nothing and are skipped (the values are still exact).
+    """
+
+    positions: tuple[int, ...] | None = None
+    single_device: bool = False
 
 
-def _device_positions(ctx: Any, mesh: Mesh, what: str) -> Sequence[int] | None | str:
-    """Where each mesh device sits in the enclosing module (NOTE [device positions]).
-
-    Returns None for the identity, ``_SINGLE_DEVICE`` when the enclosing
-    computation runs on one device (constraints are then meaningless and
-    skipped: the values are still computed exactly), else the positions.
+def _placement(ctx: Any, mesh: Mesh, what: str) -> _Placement:
+    """Where each mesh device sits in the enclosing module.
 
     Raises:
-        ValueError: the enclosing module runs on other devices than the mesh.
+        ValueError: the enclosing module runs on other devices than the mesh, or
+            is a manual-SPMD body (shard_map / pmap).
     """
     axis_ctx = ctx.module_context.axis_context
     if not isinstance(axis_ctx, sharding_impls.ShardingContext):
@@ -43,13 +52,13 @@ def _device_positions(ctx: Any, mesh: Mesh, what: str) -> Sequence[int] | None |
         )
     assignment = axis_ctx.device_assignment
     if axis_ctx.num_devices == 1 and mesh.size > 1:
-        return _SINGLE_DEVICE
+        return _Placement(single_device=True)
     if assignment is None:
         if axis_ctx.num_devices != mesh.size:
             raise ValueError(
                 f"{what}: the enclosing computation has {axis_ctx.num_devices} devices, the mesh {mesh.size}"
             )
-        return None
+        return _Placement()
     index = {d: i for i, d in enumerate(assignment)}
     positions = [index.get(d) for d in mesh.devices.flat]
     if len(assignment) != mesh.size or any(p is None for p in positions):
@@ -60,8 +69,8 @@ def _device_positions(ctx: Any, mesh: Mesh, what: str) -> Sequence[int] | None |
             "the enclosing jit."
         )
     if positions == list(range(len(positions))):
-        return None
-    return positions  # type: ignore[return-value]
+        return _Placement()
+    return _Placement(positions=tuple(p for p in positions if p is not None))
 
 
 def _constrain_all(
@@ -70,11 +79,12 @@ def _constrain_all(
     avals: Sequence[Any],
     specs: Sequence[ParsedPartitionSpec | None],
     mesh: Mesh,
-    positions: Any,
+    placement: _Placement,
 ) -> list[Any]:
-    if positions == _SINGLE_DEVICE:
+    if placement.single_device:
         return list(values)
     shardy = jp.jax_uses_shardy()
+    positions = placement.positions
     return [
         v if spec is None else annotate.constrain(ctx, v, aval, spec, mesh, shardy, positions)
         for v, aval, spec in zip(values, avals, specs, strict=True)
@@ -84,23 +94,16 @@ def _constrain_all(
 # --- pjit ---
 
 
-def _pjit_lowering(
-    ctx: Any,
-    *args: Any,
-    jaxpr: Any,
-    in_axis_resources: tuple[ParsedPartitionSpec | None, ...],
-    out_axis_resources: tuple[ParsedPartitionSpec | None, ...],
-    mesh: Mesh,
-    donated_invars: tuple[bool, ...],
-    name: str,
-) -> list[Any]:
-    positions = _device_positions(ctx, mesh, f"pjit {name}")
-    ins = _constrain_all(ctx, args, ctx.avals_in, in_axis_resources, mesh, positions)
-    effects = list(jp.effects.ordered_effects.filter_in(jaxpr.effects))
+def _pjit_lowering(ctx: Any, *args: Any, **kwargs: Any) -> list[Any]:
+    params = PjitParams.of(kwargs)
+    mesh = params.mesh
+    placement = _placement(ctx, mesh, f"pjit {params.name}")
+    ins = _constrain_all(ctx, args, ctx.avals_in, params.in_axis_resources, mesh, placement)
+    effects = list(jp.effects.ordered_effects.filter_in(params.jaxpr.effects))
     tokens_in = ctx.tokens_in.subset(effects)
     outs, tokens = mlir.call_lowering(
-        f"pjit_{name}",
-        jaxpr,
+        f"pjit_{params.name}",
+        params.jaxpr,
         None,
         ctx.module_context,
         ctx.avals_in,
@@ -111,7 +114,7 @@ def _pjit_lowering(
         const_lowering=ctx.const_lowering,
     )
     ctx.set_tokens_out(ctx.tokens_in.update_tokens(tokens))
-    return _constrain_all(ctx, outs, ctx.avals_out, out_axis_resources, mesh, positions)
+    return _constrain_all(ctx, outs, ctx.avals_out, params.out_axis_resources, mesh, placement)
 
 
 mlir.register_lowering(pjit_p, _pjit_lowering, cacheable=False)
@@ -123,8 +126,8 @@ mlir.register_lowering(pjit_p, _pjit_lowering, cacheable=False)
 def _sharding_constraint_lowering(
     ctx: Any, x: Any, *, axis_resources: ParsedPartitionSpec, mesh: Mesh
 ) -> list[Any]:
-    positions = _device_positions(ctx, mesh, "with_sharding_constraint")
-    return _constrain_all(ctx, [x], ctx.avals_in, [axis_resources], mesh, positions)
+    placement = _placement(ctx, mesh, "with_sharding_constraint")
+    return _constrain_all(ctx, [x], ctx.avals_in, [axis_resources], mesh, placement)
 
 
 mlir.register_lowering(sharding_constraint_p, _sharding_constraint_lowering)

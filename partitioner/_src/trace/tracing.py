@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jax.sharding import Mesh
-from jax.tree_util import PyTreeDef, tree_flatten, tree_unflatten
+from jax.tree_util import PyTreeDef, tree_flatten
 
 from .. import jax_private as jp
 from ..events import emit
@@ -149,7 +149,3 @@ def trace_body(
     traced = TracedBody(core.ClosedJaxpr(jaxpr, consts), out_tree_box[-1], ())
     trace_cache.put(fun, key, traced)
     return traced
-
-
-def unflatten_out(traced: TracedBody, leaves: list[Any]) -> Any:
-    return tree_unflatten(traced.out_tree, leaves)
