@@ -96,6 +96,7 @@ def test_static_and_keyword_arguments_on_fast_path(dispatch_path, mesh8):
 
 
 def test_partitioner_choice_is_part_of_the_key(mesh8):
+    pt.clear_caches()  # no equal program compiled by an earlier test
     f = pt.pjit(lambda x: x + 2, in_axis_resources=P("a"), out_axis_resources=P("a"))
     x = np.ones((8,), np.float32)
     with pt.partitioner("shardy"):
@@ -109,6 +110,8 @@ def test_partitioner_choice_is_part_of_the_key(mesh8):
 
 
 def test_compile_once_under_threads(mesh8):
+    pt.clear_caches()  # no equal program compiled by an earlier test
+
     def body(x):
         return jnp.cos(x) + 1
 
@@ -282,6 +285,7 @@ def test_calling_with_a_donated_array_raises_not_crashes(dispatch_path, mesh8):
 
 def test_vmap_of_pjit_and_pjit_of_vmap_share_one_executable(mesh8):
     """Equal layouts, equal keys (NOTE [executable cache]): one compile serves both."""
+    pt.clear_caches()  # no equal program compiled by an earlier test
 
     def f(x):
         return jnp.sin(x) * 2 + x.sum()
