@@ -11,11 +11,13 @@ from collections import namedtuple
 import jax
 import numpy as np
 import pytest
+from helpers import MESH_2D, mesh_ctx
 
 from partitioner import (
     UNCONSTRAINED,
     ParsedPartitionSpec,
     PartitionSpec,
+    pjit,
     prepare_axis_resources,
 )
 from partitioner.testing import broadcast_prefix, check_spec, check_specs
@@ -179,3 +181,28 @@ def test_namedtuple_for_the_argument_tuple(mesh) -> None:
 def test_spec_subtree_where_the_argument_is_a_leaf(mesh) -> None:
     with pytest.raises(ValueError, match=r"prefix.*at \[0\]"):
         check_args(({"w": None},), (np.zeros(2),), mesh)
+
+
+# --- every bad leaf at once ---
+
+
+def test_a_spec_tree_reports_every_bad_leaf_at_once() -> None:
+    P = PartitionSpec
+    specs = {"w": "x", "b": P("y", "y"), "ok": P("x"), "u": P(UNCONSTRAINED)}
+    with pytest.raises(TypeError) as info:
+        prepare_axis_resources(specs, "pjit in_axis_resources")
+    message = str(info.value)
+    assert "3 spec leaves are invalid" in message
+    for path in ("['w']", "['b']", "['u']"):
+        assert f"pjit in_axis_resources{path}" in message
+    assert "['ok']" not in message
+
+
+def test_shape_checks_report_every_bad_leaf_at_once() -> None:
+    x = {"a": np.ones((6, 4), np.float32), "b": np.ones((4,), np.float32)}
+    with mesh_ctx(*MESH_2D), pytest.raises(ValueError) as info:
+        pjit(lambda t: t, ({"a": PartitionSpec("a"), "b": PartitionSpec("a", "b")},), None)(x)
+    message = str(info.value)
+    assert "2 spec leaves are invalid" in message
+    assert "args[0]['a']" in message and "not divisible by" in message
+    assert "args[0]['b']" in message and "rank 1" in message

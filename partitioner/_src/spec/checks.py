@@ -13,8 +13,21 @@ from typing import Any
 from jax.sharding import Mesh
 from jax.tree_util import KeyPath, keystr
 
-from ..errors import MSG_NOT_DIVISIBLE, MSG_RANK, MSG_UNDEFINED_AXIS
 from .parsed import ParsedPartitionSpec
+
+MSG_NOT_DIVISIBLE = """\
+{where}: dimension {dim} of shape {shape} has size {size}, which is not divisible by \
+{divisor}, the product of the sizes of mesh axes {axes} it is split over ({sizes}). \
+Pad the dimension to a multiple of {divisor}, or partition it over fewer axes."""
+
+MSG_RANK = """\
+{where}: the spec {spec} has {spec_len} entries but the value has rank {ndim} \
+(shape {shape}). A spec can be at most as long as the value's rank (ndim); drop the \
+trailing entries, e.g. {suggestion}."""
+
+MSG_UNDEFINED_AXIS = """\
+{where}: the spec {spec} names mesh axis {axis!r}, which is not in the current mesh \
+(axes {mesh_axes}). Did you forget the mesh, or misspell the axis? Use one of {mesh_axes}."""
 
 
 def _where(api: str, what: str, path: KeyPath) -> str:
@@ -85,9 +98,36 @@ def check_specs(
     *,
     check_divisible: bool = True,
 ) -> None:
-    """:func:`check_spec` for flat lists of specs, key paths and shapes."""
+    """:func:`check_spec` for flat lists of specs, key paths and shapes.
+
+    Raises:
+        ValueError: every bad leaf's problem at once (see :func:`raise_all`).
+    """
+    errors: list[Exception] = []
     for spec, path, shape in zip(specs, paths, shapes, strict=True):
-        check_spec(spec, shape, mesh, _where(api, what, path), check_divisible=check_divisible)
+        try:
+            check_spec(spec, shape, mesh, _where(api, what, path), check_divisible=check_divisible)
+        except ValueError as e:
+            errors.append(e)
+    raise_all(errors, f"{api} {what}")
+
+
+def raise_all(errors: Sequence[Exception], where: str) -> None:
+    """Raise nothing, the one error, or one error listing every problem of a spec tree.
+
+    Why all at once (as jax's ``shard_map`` does): fixing a tree of specs one
+    leaf per run is slow, and seeing every bad leaf shows a pattern (a mesh
+    axis misspelt everywhere) that one message hides. The combined error is a
+    TypeError if any problem is one, else a ValueError; each line is one leaf's
+    full message, naming its path.
+    """
+    if not errors:
+        return
+    if len(errors) == 1:
+        raise errors[0]
+    kind = TypeError if any(isinstance(e, TypeError) for e in errors) else ValueError
+    lines = "\n".join(f"  - {e}" for e in errors)
+    raise kind(f"{where}: {len(errors)} spec leaves are invalid:\n{lines}")
 
 
 def shape_of(x: Any) -> tuple[int, ...]:

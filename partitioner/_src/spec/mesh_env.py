@@ -15,7 +15,24 @@ import numpy as np
 from jax.sharding import AxisType, Mesh
 
 from .. import jax_private
-from ..errors import MSG_BAD_MESH, MSG_MESH_MISMATCH, MSG_NO_MESH
+
+MSG_BAD_MESH = """\
+mesh(devices, axis_names): {detail}. Pass a numpy array of devices with one named axis per
+dimension, e.g. mesh(np.array(jax.devices()).reshape(4, 2), ('data', 'model'))."""
+
+MSG_MESH_MISMATCH = """\
+{where}: this NamedSharding is over the mesh {mesh}, but the call runs over {source}, \
+{expected}. A NamedSharding given as a spec must use that mesh: build it from the same \
+mesh, or pass its PartitionSpec alone (NamedSharding(mesh, spec).spec)."""
+
+MSG_NO_MESH = """\
+{api} needs a mesh in context, but none is active.
+Wrap the call in a mesh context:
+
+    with partitioner.mesh(devices, ("data", "model")):   # or: with jax.sharding.Mesh(...)
+        y = f(x)
+
+The mesh is looked up when the function is called or lowered, not when pjit is applied."""
 
 
 def as_auto_mesh(m: Mesh) -> Mesh:

@@ -21,11 +21,15 @@ from typing import Any
 import numpy as np
 from jax.sharding import Mesh
 
-from ..errors import MSG_UNPARSEABLE_OP_SHARDING
 from ..jax_private import xla_client as xc
 from .checks import check_spec
 from .parsed import REPLICATED, ParsedPartitionSpec
 from .partition_spec import PartitionSpec, Spec
+
+MSG_UNPARSEABLE_OP_SHARDING = """\
+parse_op_sharding: the OpSharding {op_sharding} cannot be expressed as a PartitionSpec over \
+the mesh {mesh_shape}: {detail}. Only shardings whose tiles follow mesh axes (as
+get_aval_sharding_proto builds them) have a spec."""
 
 OpSharding = xc.OpSharding
 HloSharding = xc.HloSharding

@@ -15,7 +15,6 @@ from typing import Any
 
 from jax.sharding import Mesh, NamedSharding
 
-from ..errors import MSG_DUPLICATE_AXIS, MSG_NOT_A_SPEC, MSG_UNCONSTRAINED_IN_PJIT
 from .partition_spec import (
     UNCONSTRAINED,
     AxisName,
@@ -24,6 +23,20 @@ from .partition_spec import (
     check_no_reduced,
     is_spec,
 )
+
+MSG_DUPLICATE_AXIS = """\
+{where}: the spec {spec} uses mesh axis {axis!r} more than once. Each mesh axis can \
+partition at most one dimension of a value; e.g. PartitionSpec('x', 'y') instead of \
+PartitionSpec('x', 'x')."""
+
+MSG_NOT_A_SPEC = """\
+{where}: expected a PartitionSpec, a NamedSharding or None as a spec leaf, got {value!r} \
+of type {type_name}. Wrap axis names in a spec: PartitionSpec({value!r}) instead of {value!r}."""
+
+MSG_UNCONSTRAINED_IN_PJIT = """\
+{where}: the spec {spec} marks dimension {dim} UNCONSTRAINED, which only \
+with_sharding_constraint accepts. pjit needs a definite layout for its inputs and \
+outputs: use None (replicated) or a mesh axis name there."""
 
 
 class SpecSync(enum.IntEnum):

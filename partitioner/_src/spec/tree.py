@@ -18,9 +18,15 @@ import jax
 from jax.sharding import NamedSharding
 from jax.tree_util import KeyPath, keystr
 
-from ..errors import MSG_NOT_A_PREFIX
+from .checks import raise_all
 from .parsed import ParsedPartitionSpec
 from .partition_spec import is_spec
+
+MSG_NOT_A_PREFIX = """\
+{api}: the spec tree is not a pytree prefix of the {what} at {path}: {detail}.
+Specs must mirror the structure of the {what} (or a prefix of it, one spec standing for a
+whole subtree). For arguments, pass one spec per positional argument:
+in_axis_resources=(PartitionSpec('x'), None) for f(x, y)."""
 
 
 def is_spec_leaf(x: Any) -> bool:
@@ -36,19 +42,20 @@ def prepare_axis_resources(tree: Any, arg_name: str, *, allow_unconstrained: boo
     ``None`` or a container is rejected with a TypeError naming its path.
     """
 
-    def parse(path: KeyPath, leaf: Any) -> ParsedPartitionSpec:
-        return ParsedPartitionSpec.coerce(
-            leaf, f"{arg_name}{keystr(path)}", allow_unconstrained=allow_unconstrained
-        )
-
-    def reject_non_spec(path: KeyPath, leaf: Any) -> Any:
-        if not is_spec_leaf(leaf):
-            # from_user_input raises the TypeError with the path.
-            ParsedPartitionSpec.from_user_input(leaf, f"{arg_name}{keystr(path)}")
-        return leaf
-
-    jax.tree_util.tree_map_with_path(reject_non_spec, tree, is_leaf=is_spec_leaf)
-    return jax.tree_util.tree_map_with_path(parse, tree, is_leaf=is_spec_leaf)
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_spec_leaf)
+    parsed: list[ParsedPartitionSpec] = []
+    errors: list[Exception] = []
+    for path, leaf in leaves:
+        try:
+            parsed.append(
+                ParsedPartitionSpec.coerce(
+                    leaf, f"{arg_name}{keystr(path)}", allow_unconstrained=allow_unconstrained
+                )
+            )
+        except (TypeError, ValueError) as e:
+            errors.append(e)
+    raise_all(errors, arg_name)
+    return jax.tree_util.tree_unflatten(treedef, parsed)
 
 
 def meshes_named_by(tree: Any, arg_name: str) -> list[tuple[str, Any]]:
