@@ -169,6 +169,11 @@ def physical_sharding(aval: Any, sharding: Any) -> Any:
     return sharding_impls.physical_sharding(aval, sharding) if is_extended(aval) else sharding
 
 
+def pp_eqn(eqn: Any, context: Any, settings: Any) -> Any:
+    """jax's default pretty-printing of an equation (for a custom ``pp_eqn_rules`` entry)."""
+    return core._pp_eqn(eqn, context, settings)
+
+
 def results_handler(avals: Any, shardings: Any) -> Any:
     """Turns an executable's per-device output buffers into committed jax.Arrays."""
     return pxla.global_avals_to_results_handler(avals, shardings, committed=True)

@@ -18,6 +18,7 @@ from typing import Any
 
 from jax.sharding import Mesh
 
+from .. import jax_private as jp
 from ..jax_private import core
 from ..spec.parsed import ParsedPartitionSpec
 
@@ -103,7 +104,7 @@ def _pjit_pp_rule(eqn: Any, context: Any, settings: Any) -> Any:
     if not any(params["donated_invars"]):
         del params["donated_invars"]
     new_eqn = eqn.replace(params=params)
-    return core._pp_eqn(new_eqn, context, settings)
+    return jp.pp_eqn(new_eqn, context, settings)
 
 
 core.pp_eqn_rules[pjit_p] = _pjit_pp_rule

@@ -1,0 +1,170 @@
+"""The package's imports go one way, down the pipeline (issue 9).
+
+Reads every module of ``partitioner`` as source (nothing is imported), builds the
+graph of imports between them, and fails on a cycle, on an import that points
+up the pipeline, on an import hidden inside a function, and on a module reaching
+into another module's private names. docs/architecture.md draws the same layers.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "partitioner"
+
+#: The pipeline, bottom to top; a module may import only from its own layer's
+#: package or from layers below (docs/architecture.md).
+LAYERS: list[tuple[str, ...]] = [
+    ("_src.jax_private", "_src.events", "_src.options"),
+    ("_src.spec",),
+    ("_src.trace",),
+    ("_src.rules", "_src.lower"),
+    ("_src.compile",),
+    ("_src.dispatch",),
+    ("_src.stages", "_src.residuals"),
+    ("_src.pjit",),  # front doors
+    ("options", "inspect", "sharding_spec", "testing"),  # public modules
+    ("__init__",),  # the public surface
+]
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE).with_suffix("")
+    parts = rel.parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" and len(parts) > 1 else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _package_of(name: str, path: Path) -> str:
+    return name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+
+def _imports(name: str, path: Path) -> list[tuple[str, ast.AST, bool]]:
+    """``(imported partitioner module, node, at module level)`` for every import."""
+    tree = ast.parse(path.read_text())
+    top_level = {id(n) for n in tree.body}
+    here = _package_of(name, path)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here.split(".") if here and here != "__init__" else []
+                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            elif node.module and node.module.startswith("partitioner"):
+                target = node.module.removeprefix("partitioner").lstrip(".")
+            else:
+                continue
+            for alias in node.names:  # `from . import x` imports the module x
+                sub = f"{target}.{alias.name}" if target else alias.name
+                found.append((sub if sub in _modules() else target, node, id(node) in top_level))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("partitioner."):
+                    found.append(
+                        (alias.name.removeprefix("partitioner."), node, id(node) in top_level)
+                    )
+    return [(t or "__init__", n, top) for t, n, top in found if (t or "__init__") in _modules()]
+
+
+def _layer(name: str) -> int:
+    for i, prefixes in enumerate(LAYERS):
+        if any(name == p or name.startswith(p + ".") for p in prefixes):
+            return i
+    raise AssertionError(f"module {name} has no layer in LAYERS: place it in the pipeline")
+
+
+def _graph() -> dict[str, set[str]]:
+    return {
+        name: {t for t, _, _ in _imports(name, path) if t != name}
+        for name, path in _modules().items()
+    }
+
+
+def test_every_module_has_a_layer() -> None:
+    for name in _modules():
+        _layer(name)
+
+
+def test_no_import_cycle() -> None:
+    graph = _graph()
+    state: dict[str, str] = {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                cycle = stack[stack.index(nxt) :] + [nxt] if nxt in stack else [node, nxt]
+                pytest.fail(f"import cycle: {' -> '.join(cycle)}")
+            if nxt not in state:
+                visit(nxt, [*stack, nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+
+
+def test_imports_point_down_the_pipeline() -> None:
+    wrong = []
+    for name, path in _modules().items():
+        for target, node, _ in _imports(name, path):
+            same_package = _package_of(name, path) == _package_of(target, _modules()[target])
+            if _layer(target) > _layer(name) or (
+                _layer(target) == _layer(name) and not same_package and target != name
+            ):
+                wrong.append(f"{name}:{node.lineno} imports {target}")
+    assert not wrong, "imports up (or across) the pipeline:\n" + "\n".join(wrong)
+
+
+def test_no_import_hidden_in_a_function() -> None:
+    lazy = [
+        f"{name}:{node.lineno} imports {target}"
+        for name, path in _modules().items()
+        for target, node, top in _imports(name, path)
+        if not top and not _under_type_checking(path, node)
+    ]
+    assert not lazy, "lazy imports hide cycles:\n" + "\n".join(lazy)
+
+
+def _under_type_checking(path: Path, node: ast.AST) -> bool:
+    tree = ast.parse(path.read_text())
+    for block in ast.walk(tree):
+        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test):
+            if any(n.lineno == getattr(node, "lineno", -1) for n in ast.walk(block)):
+                return True
+    return False
+
+
+def test_no_module_reads_another_modules_private_names() -> None:
+    bad = []
+    for name, path in _modules().items():
+        if name == "_src.jax_private":
+            continue  # the one gateway to jax's private API, by design
+        tree = ast.parse(path.read_text())
+        aliases = {
+            alias.asname or alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+            for alias in node.names
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and _private(node.attr):
+                owner = node.value
+                # mod._x for an imported module of ours, or a._b._c: another
+                # object's internals reached through one's own.
+                if isinstance(owner, ast.Name) and owner.id in aliases:
+                    bad.append(f"{name}:{node.lineno} reads {ast.unparse(node)}")
+                elif isinstance(owner, ast.Attribute) and _private(owner.attr):
+                    bad.append(f"{name}:{node.lineno} reads {ast.unparse(node)}")
+    assert not bad, "private names read from outside their module:\n" + "\n".join(bad)
+
+
+def _private(attr: str) -> bool:
+    return attr.startswith("_") and not attr.startswith("__")
