@@ -3,7 +3,7 @@
 Why: real loops donate their state (``state, loss = step(state, batch)`` with
 ``donate_argnums=0``) and block on the loss every step. Donating executables, and
 on CPU those with collectives, need a little Python around each C++ call
-(NOTE [guarded C++ calls] in ``partitioner/dispatch/fastpath.py``); this figure
+(NOTE [guarded C++ calls] in ``partitioner/_src/dispatch/fastpath.py``); this figure
 holds that to the target. Four programs: 10 and 200 parameter leaves, with
 collectives (parameters replicated, the gradient all-reduced over the sharded
 batch) and without (parameters sharded like the batch, no communication). Each
