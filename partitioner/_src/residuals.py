@@ -39,8 +39,10 @@ def _forward_eqns(jaxpr: Any) -> list[PjitParams]:
     """The params of every forward-half pjit in ``jaxpr``, nested ones included."""
     found = []
     for eqn in jaxpr.eqns:
-        if eqn.primitive is pjit_p and None in eqn.params["out_axis_resources"]:
-            found.append(PjitParams.of(eqn.params))
+        if eqn.primitive is pjit_p:
+            params = PjitParams.of(eqn.params)
+            if None in params.out_axis_resources:
+                found.append(params)
     for sub in jp.core.subjaxprs(jaxpr):
         found.extend(_forward_eqns(sub))
     return found
