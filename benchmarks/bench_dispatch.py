@@ -80,7 +80,7 @@ def contenders(case: Case, mesh: Mesh, quick: bool) -> Contenders:
     ]
     ours = partitioner.pjit(_elementwise, case.spec, case.spec)
     theirs = jax.jit(_elementwise, in_shardings=sharding, out_shardings=sharding)
-    executable = ours.lower(*args).compile()._executable
+    executable = ours.lower(*args).compile().executable.loaded
 
     def call_ours() -> Any:
         return ours(*args)

@@ -27,6 +27,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import partitioner
+from partitioner.testing import call_is_guarded
 
 NAME = "loop"
 TARGET = common.Target("<= 1.05", hi=1.05)
@@ -104,8 +105,7 @@ def measure(case: Case, mesh: Mesh, rounds: int, steps: int) -> tuple[common.Row
             jax.tree.leaves(final["partitioner"]), jax.tree.leaves(final["jax.jit"]), strict=True
         )
     )
-    # Whether the calls ran through the thin Python guard around the C++ call.
-    guarded = type(ours).__dict__["__call__"].__func__ is not ours._cpp
+    guarded = call_is_guarded(ours)  # the thin Python guard around the C++ call
     row = common.compare(
         case.name,
         "us/step",

@@ -14,7 +14,9 @@ What is here, and why a test needs it:
 - ``MAX_IN_FLIGHT``: the bound of the CPU collective window (launches of CPU
   programs with collectives that may be in flight); the window's waits are
   observable as ``window_wait`` events (``partitioner.recording``).
-- ``runs_windowed(f, *args)``: whether a call goes through that window.
+- ``runs_windowed(f, *args)``: whether a call goes through that window;
+  ``call_is_guarded(f)``: whether ``f``'s calls run through the guard around the C++
+  call (NOTE [guarded C++ calls]).
 - The spec stage's helpers, tested on their own: ``broadcast_prefix``,
   ``check_spec``, ``check_specs``, ``current_mesh``, ``maybe_current_mesh``,
   ``as_auto_mesh``, ``parse_op_sharding_parsed``, ``hlo_sharding_text``,
@@ -24,6 +26,7 @@ What is here, and why a test needs it:
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 from ._src.dispatch.cache import ExecutableCache
@@ -44,6 +47,15 @@ from ._src.trace.constraint import sharding_constraint_p
 from ._src.trace.primitive import pjit_p
 
 
+def call_is_guarded(f: Any) -> bool:
+    """Whether the pjit-ed ``f``'s calls go through the Python guard around the C++ call.
+
+    NOTE [guarded C++ calls]: the guard is a Python function; otherwise ``__call__``
+    is jaxlib's C++ callable itself.
+    """
+    return isinstance(type(f).__dict__["__call__"].__func__, types.FunctionType)
+
+
 def runs_windowed(f: Any, *args: Any, **kwargs: Any) -> bool:
     """Whether calling the pjit-ed ``f`` with these arguments enters the CPU window."""
     return bool(f.lower(*args, **kwargs).compile().executable.windowed)
@@ -55,6 +67,7 @@ __all__ = [
     "Unparseable",
     "as_auto_mesh",
     "broadcast_prefix",
+    "call_is_guarded",
     "check_spec",
     "check_specs",
     "current_mesh",

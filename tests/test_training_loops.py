@@ -20,7 +20,7 @@ from jax.sharding import Mesh, NamedSharding
 import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import pjit
-from partitioner.testing import MAX_IN_FLIGHT
+from partitioner.testing import MAX_IN_FLIGHT, call_is_guarded
 
 
 @pytest.fixture(params=["cpp", "python"])
@@ -162,3 +162,13 @@ def test_a_loop_holds_no_more_arrays_than_jax_jit(dispatch_path, mesh, donate: b
     w_theirs, theirs_live = run(theirs)
     assert ours_live == theirs_live == [1] * 20 + [0]
     assert_close(w_ours, w_theirs)
+
+
+def test_only_donating_or_windowed_functions_are_guarded(mesh) -> None:
+    batch = arange(32, 8)
+    donating = pjit(_step, (SPECS, P("data")), (SPECS, None), donate_argnums=0)
+    plain = pjit(lambda x: x * 2, P("data"), P("data"))
+    for _ in range(2):
+        state, _ = donating(_init(), batch)
+        plain(batch)
+    assert call_is_guarded(donating) and not call_is_guarded(plain)
