@@ -31,12 +31,15 @@ def compile_options(lowered: LoweredModule) -> Any:
     build = opts.executable_build_options
     build.use_spmd_partitioning = True
     build.use_shardy_partitioner = lowered.shardy
-    build.allow_spmd_sharding_propagation_to_output = [s is None for s in lowered.out_specs] or [
-        False
-    ]
-    build.allow_spmd_sharding_propagation_to_parameters = [s is None for s in lowered.in_specs] or [
-        False
-    ]
+    tokens = [False] * len(lowered.ordered_effects)  # main's leading token arguments/results
+    build.allow_spmd_sharding_propagation_to_output = [
+        *tokens,
+        *(s is None for s in lowered.out_specs),
+    ] or [False]
+    build.allow_spmd_sharding_propagation_to_parameters = [
+        *tokens,
+        *(s is None for s in lowered.in_specs),
+    ] or [False]
     return opts
 
 
@@ -94,6 +97,22 @@ def compile_module(
         build pipeline then pins it, ``dispatch/executable.py``).
     """
     exe = _compile_once(lowered)
-    in_specs = _chosen_specs(exe.get_parameter_shardings(), lowered.in_avals, lowered.mesh)
-    out_specs = _chosen_specs(exe.get_output_shardings(), lowered.out_avals, lowered.mesh)
+    n_tokens = len(lowered.ordered_effects)
+    in_specs = _chosen_specs(
+        _without_tokens(exe.get_parameter_shardings(), n_tokens, len(lowered.in_avals)),
+        lowered.in_avals,
+        lowered.mesh,
+    )
+    out_specs = _chosen_specs(
+        _without_tokens(exe.get_output_shardings(), n_tokens, len(lowered.out_avals)),
+        lowered.out_avals,
+        lowered.mesh,
+    )
     return exe, in_specs, out_specs
+
+
+def _without_tokens(shardings: Any, n_tokens: int, n_values: int) -> Any:
+    """Drop the shardings of main's leading tokens (ordered effects), when listed one by one."""
+    if shardings is None or not n_tokens or len(shardings) != n_tokens + n_values:
+        return shardings
+    return shardings[n_tokens:]

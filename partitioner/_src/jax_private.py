@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from jax._src import api_util, core, effects, sharding_impls, source_info_util, xla_bridge
+from jax._src import array as _array
 from jax._src import config as _config
 from jax._src import dispatch as _dispatch
 from jax._src import dtypes as _dtypes
@@ -26,6 +27,9 @@ from jax._src.lib import (
 )
 from jax._src.lib.mlir import ir
 from jax._src.lib.mlir.dialects import sdy
+from jax.sharding import Mesh as _Mesh
+from jax.sharding import NamedSharding as _NamedSharding
+from jax.sharding import PartitionSpec as _P
 
 # Re-exported modules: the complete list of private jax modules partitioner
 # reaches into (each use elsewhere goes through this name).
@@ -172,6 +176,35 @@ def physical_sharding(aval: Any, sharding: Any) -> Any:
 def pp_eqn(eqn: Any, context: Any, settings: Any) -> Any:
     """jax's default pretty-printing of an equation (for a custom ``pp_eqn_rules`` entry)."""
     return core._pp_eqn(eqn, context, settings)
+
+
+# --- runtime tokens: ordered effects across executions ---
+
+
+def token_inputs(effects: Any, devices: Any) -> list[Any]:
+    """The input token buffer of each ordered effect, for a launch on ``devices``.
+
+    jax keeps, per effect, the token the last launch returned (``dispatch.runtime_tokens``),
+    so launches of any program with the effect run their effects in launch order, and
+    ``jax.effects_barrier()`` waits for them.
+    """
+    return [_dispatch.runtime_tokens.get_token_input(e, list(devices))._buf for e in effects]
+
+
+def record_tokens(effects: Any, results: Any, devices: Any) -> None:
+    """Take a launch's output tokens out of ``results`` (first) and make them current."""
+    token_bufs = results.consume_with_handlers([lambda xs: xs] * len(effects), strict=False)
+    runtime_token = results.consume_token()
+    for i, device in enumerate(devices):
+        _dispatch.runtime_tokens.set_output_runtime_token(device, runtime_token.get_token(i))
+    for effect, bufs in zip(effects, token_bufs, strict=True):
+        if len(bufs) == 1:
+            token = bufs[0]
+        else:
+            owners = [next(iter(b.sharding.device_set)) for b in bufs]
+            sharding = _NamedSharding(_Mesh(owners, "x"), _P("x"))
+            token = _array.make_array_from_single_device_arrays((0,), sharding, bufs)
+        _dispatch.runtime_tokens.set_token_result(effect, core.Token(token))
 
 
 def results_handler(avals: Any, shardings: Any) -> Any:

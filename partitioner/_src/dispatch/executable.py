@@ -44,6 +44,8 @@ class Executable:
     small_marker: bool  # that output is at most window.SMALL_MARKER_BYTES per device
     aliased: tuple[int, ...]  # positions of the inputs whose buffers outputs reuse
     physical_inputs: bool  # some input is a typed PRNG key, run on its physical array
+    # Runs with runtime tokens (ordered effects, host callbacks), on the Python path.
+    uses_tokens: bool
 
 
 def build(params: PjitParams, shardy: bool) -> Executable:
@@ -105,4 +107,5 @@ def _executable(
         small_marker=marker is not None and out_bytes[marker] <= window.SMALL_MARKER_BYTES,
         aliased=tuple(i for i, a in enumerate(lowered.aliased) if a),
         physical_inputs=any(jp.is_extended(a) for a in lowered.in_avals),
+        uses_tokens=bool(lowered.ordered_effects or lowered.host_callbacks),
     )

@@ -121,7 +121,14 @@ def execute_placed(executable: Executable, placed: Sequence[Any]) -> list[Any]:
         placed = [jp.physical_array(x) for x in placed]
     if executable.windowed:
         window.make_room()
-    results = executable.loaded.execute_sharded(list(placed))
+    if executable.uses_tokens:
+        effects, devices = executable.lowered.ordered_effects, executable.lowered.mesh.devices.flat
+        results = executable.loaded.execute_sharded(
+            [*jp.token_inputs(effects, devices), *placed], with_tokens=True
+        )
+        jp.record_tokens(effects, results, devices)
+    else:
+        results = executable.loaded.execute_sharded(list(placed))
     outs = results.consume_with_handlers(executable.out_handler.handlers)
     if executable.marker is not None:
         window.launched(outs[executable.marker], executable.small_marker)

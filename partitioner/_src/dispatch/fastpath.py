@@ -222,7 +222,12 @@ class Dispatcher:
         out, executable, cpp_ok = self._call(args, kwargs)
         if executable is not None and executable.aliased:
             self._donating_again(args, kwargs)
-        if not cpp_ok or executable is None or not options.fast_path_enabled():
+        if (
+            not cpp_ok
+            or executable is None
+            or executable.uses_tokens  # runtime tokens are threaded in Python, as jax does
+            or not options.fast_path_enabled()
+        ):
             return out, None, False
         leaves, tree = jp.dispatch_flatten(out)
         if not all(isinstance(x, jax.Array) for x in leaves):

@@ -88,6 +88,8 @@ def set_main_shardings(
 
     A ``None`` spec leaves that value unannotated, so XLA's propagation picks
     its sharding (used for residuals, which are never forced to replicate).
+    Ordered effects give ``main`` leading token arguments and results (jax's
+    calling convention); tokens carry no sharding.
     """
     main = find_main(module)
     key = "sdy.sharding" if shardy else "mhlo.sharding"
@@ -98,9 +100,13 @@ def set_main_shardings(
         aval = jp.physical_aval(aval)
         return shardy_attr(aval, spec, symbol) if shardy else gspmd_attr(aval, spec, mesh)
 
-    def merged(old: Any, avals: Sequence[Any], specs: Sequence[ParsedPartitionSpec | None]) -> Any:
+    def merged(
+        old: Any, n_tokens: int, avals: Sequence[Any], specs: Sequence[ParsedPartitionSpec | None]
+    ) -> Any:
         dicts = []
-        for i, (aval, spec) in enumerate(zip(avals, specs, strict=True)):
+        for i, (aval, spec) in enumerate(
+            [(None, None)] * n_tokens + list(zip(avals, specs, strict=True))
+        ):
             entries = {} if old is None else {n.name: n.attr for n in ir.DictAttr(old[i])}  # type: ignore[attr-defined]
             if spec is not None:
                 entries[key] = attr(aval, spec)
@@ -114,10 +120,8 @@ def set_main_shardings(
     n_tokens_out = len(ir.FunctionType(ir.TypeAttr(attrs["function_type"]).value).results) - len(
         out_avals
     )
-    if n_tokens_in or n_tokens_out:
-        raise NotImplementedError("ordered effects are not supported inside pjit")
-    attrs["arg_attrs"] = merged(old_args, in_avals, in_specs)
-    attrs["res_attrs"] = merged(old_res, out_avals, out_specs)
+    attrs["arg_attrs"] = merged(old_args, n_tokens_in, in_avals, in_specs)
+    attrs["res_attrs"] = merged(old_res, n_tokens_out, out_avals, out_specs)
 
 
 def find_main(module: Any) -> Any:

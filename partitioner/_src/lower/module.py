@@ -45,6 +45,7 @@ class LoweredModule:
     out_specs: tuple[ParsedPartitionSpec | None, ...]
     donation_requested: tuple[bool, ...]
     aliased: tuple[bool, ...]
+    ordered_effects: tuple[Any, ...]  # main's leading token arguments and results, in order
     host_callbacks: tuple[Any, ...]
     keepalive: Any
 
@@ -113,6 +114,25 @@ def plan_donation(
     return tuple(a is not None for a in aliases), tuple(aliases)
 
 
+def ordered_effects_of(params: PjitParams) -> tuple[Any, ...]:
+    """The ordered effects of the body, each a token through ``main``.
+
+    Raises:
+        ValueError: an ordered effect XLA cannot shard (``jax.debug.callback(...,
+            ordered=True)``) on more than one device, as ``jax.jit`` says it.
+    """
+    ordered = tuple(jp.effects.ordered_effects.filter_in(params.jaxpr.effects))
+    unshardable = [e for e in ordered if not jp.effects.shardable_ordered_effects.contains(e)]
+    if unshardable and params.mesh.size > 1:
+        raise ValueError(
+            f"pjit {params.name}: the following ordered effects are not supported for more "
+            f"than 1 device: {unshardable}. jax.jit refuses them too; use an unordered "
+            "callback (ordered=False), partitioner.host_callback.id_tap (ordered, on any "
+            "number of devices), or a mesh of one device."
+        )
+    return ordered
+
+
 def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
     """Lower ``params.jaxpr`` over its mesh and annotate ``main`` with our shardings.
 
@@ -127,13 +147,14 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
     aliased, aliases = plan_donation(
         in_avals, in_specs, params.donated_invars, out_avals, out_specs, mesh, params.name
     )
+    ordered = ordered_effects_of(params)
     with jp.shardy_config(shardy):
         result = mlir.lower_jaxpr_to_module(
             f"pjit_{params.name}",
             jaxpr,
             num_const_args=0,
             in_avals=in_avals,
-            ordered_effects=[],
+            ordered_effects=list(ordered),
             platforms=[backend.platform],
             backend=backend,
             axis_context=sharding_impls.ShardingContext(len(devices), devices),
@@ -159,6 +180,7 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
         out_specs=out_specs,
         donation_requested=params.donated_invars,
         aliased=aliased,
+        ordered_effects=ordered,
         host_callbacks=tuple(result.host_callbacks),
         keepalive=result.keepalive,
     )
