@@ -25,8 +25,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("_src.compile",),
     ("_src.dispatch",),
     ("_src.stages", "_src.residuals"),
-    ("_src.pjit",),  # front doors
-    ("options", "inspect", "sharding_spec", "testing"),  # public modules
+    ("_src.pjit", "_src.host_callback"),  # front doors
+    ("options", "inspect", "sharding_spec", "testing", "host_callback"),  # public modules
     ("__init__",),  # the public surface
 ]
 

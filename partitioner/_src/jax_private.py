@@ -12,6 +12,7 @@ from typing import Any
 
 from jax._src import api_util, core, effects, sharding_impls, source_info_util, xla_bridge
 from jax._src import array as _array
+from jax._src import callback as _callback
 from jax._src import config as _config
 from jax._src import dispatch as _dispatch
 from jax._src import dtypes as _dtypes
@@ -283,3 +284,42 @@ def fastpath_data(
 def dispatch_flatten(tree: Any) -> tuple[list[Any], Any]:
     """Flatten with the registry jaxlib's C++ dispatcher uses for outputs."""
     return _tree_util.dispatch_registry.flatten(tree, None)
+
+
+# --- host callbacks (partitioner.host_callback) ---
+
+
+def emit_python_callback(
+    ctx: Any,
+    callback: Callable[..., Any],
+    token: Any,
+    operands: list[Any],
+    operand_avals: list[Any],
+    result_avals: list[Any],
+    *,
+    has_side_effect: bool,
+    partitioned: bool = False,
+    sharding: Any = None,
+) -> tuple[Any, Any, Any]:
+    """jax's host-callback custom call: ``(results, token out, callback object)``.
+
+    ``partitioned``: one call per device with its shard; otherwise one call with
+    the global value where ``sharding`` puts it (MAXIMAL) or on every replica.
+    """
+    return _callback.emit_python_callback(
+        ctx,
+        callback,
+        token,
+        operands,
+        operand_avals,
+        result_avals,
+        has_side_effect=has_side_effect,
+        returns_token=True,
+        partitioned=partitioned,
+        sharding=sharding,
+    )
+
+
+def requires_devices_during_lowering(primitive: Any) -> None:
+    """Make ``jax.jit`` pass its device assignment to lowerings of programs using ``primitive``."""
+    _dispatch.prim_requires_devices_during_lowering.add(primitive)

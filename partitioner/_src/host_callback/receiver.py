@@ -1,0 +1,422 @@
+"""The tap receiver: a byte-bounded queue, program order, one consumer thread.
+
+The design of the seed's ``outfeed_receiver.cc``, on today's runtime: there is no
+outfeed, so the producers are the host callbacks XLA runs inside a program (and
+eager taps). A producer only copies its arrays to host memory and hands them
+over; one consumer thread runs the tap functions, in program order.
+
+NOTE [tap back pressure]: the queue is bounded in *bytes*. A producer waits while
+the queued bytes are at or over the cap, so the queue never holds more than the
+cap plus one payload, however slow the tap functions: the program producing taps
+slows down instead (its callback blocks). The consumer takes an item off the
+queue before running its tap function, so a tap function that itself calls jax
+(``np.asarray``, a jitted function) finds room freed for the program it waits on;
+a tap the consumer thread itself produces (an eager ``id_tap`` inside a tap
+function) never waits, since nobody else would make room.
+
+NOTE [device tap order]: a global tap runs once, on the program's first device,
+threaded on the ordered-effect token, so global taps arrive in program order and
+in call order. A ``tap_with_device`` tap runs on every device, concurrently and
+without a token (XLA cannot partition a token through a per-device callback), so
+its lowering adds a *marker*: a global callback without operands, on the token,
+that opens the site's next round in program order. The :class:`Sequencer` matches
+the k-th shard device p sends from a site to that site's k-th round (every device
+of an SPMD program runs every tap site, in its own order), and hands a round to
+the queue once all its devices have sent theirs, in device order, never ahead of
+an earlier tap. Taps parked behind an unfinished round are not in the queue yet
+and do not count against its cap: how many there are is bounded by how far the
+devices of one program run apart.
+
+Errors: a tap function that raises is logged with its traceback and counted; later
+taps still run. The first such error is raised, chained, as
+:class:`TapFunctionException` at the next :meth:`Receiver.barrier` or at
+:meth:`Receiver.stop`.
+
+Shutdown: :meth:`Receiver.stop` waits for every launched program's taps and for
+the queue to drain, at most ``timeout_sec`` (a hanging tap function is logged, not
+waited for), then ends the thread. The process's receiver does this at
+interpreter exit, so no tap is lost.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+
+logger = logging.getLogger("partitioner.host_callback")
+
+#: Default cap on the bytes of tap payloads waiting for the consumer.
+DEFAULT_MAX_QUEUE_BYTES = 256 << 20
+#: Default bound on how long a receiver's stop (and interpreter exit) waits for taps.
+DEFAULT_TIMEOUT_SEC = 10.0
+
+
+class TapFunctionException(Exception):
+    """A tap function raised; raised at the next ``barrier_wait()`` or receiver stop.
+
+    The first error is the ``__cause__``; the count of errors is in the message.
+    """
+
+
+@dataclass(frozen=True)
+class TapItem:
+    """One tap function call waiting in the queue: ``run()`` calls it; ``nbytes`` of payload."""
+
+    run: Callable[[], None]
+    nbytes: int
+
+
+# --- program order across devices ---
+
+
+class _Slot:
+    """One tap in program order: a global tap (one part) or a round of a device tap."""
+
+    __slots__ = ("missing", "parts")
+
+    def __init__(self, n: int) -> None:
+        self.parts: list[TapItem | None] = [None] * n
+        self.missing = n
+
+    def fill(self, position: int, item: TapItem) -> None:
+        self.parts[position] = item
+        self.missing -= 1
+
+
+class Sequencer:
+    """Puts taps into the queue in program order (NOTE [device tap order]).
+
+    Args:
+        deliver: called, under the sequencer's lock, with each item in order.
+    """
+
+    def __init__(self, deliver: Callable[[TapItem], None]) -> None:
+        self._deliver = deliver
+        self._lock = threading.Lock()
+        self._slots: collections.deque[_Slot] = collections.deque()
+        self._open: dict[object, collections.deque[_Slot]] = {}  # site -> rounds lacking a device
+        self._early: dict[tuple[object, int], collections.deque[TapItem]] = {}
+
+    def put(self, item: TapItem) -> None:
+        """A global tap: next in program order."""
+        slot = _Slot(1)
+        slot.fill(0, item)
+        with self._lock:
+            self._slots.append(slot)
+            self._drain()
+
+    def open_round(self, site: object, n: int) -> None:
+        """The next round of device tap ``site`` (on ``n`` devices) is next in program order."""
+        slot = _Slot(n)
+        with self._lock:
+            for p in range(n):
+                early = self._early.get((site, p))
+                if early:
+                    slot.fill(p, early.popleft())
+                    if not early:
+                        del self._early[(site, p)]
+            self._slots.append(slot)
+            if slot.missing:
+                self._open.setdefault(site, collections.deque()).append(slot)
+            self._drain()
+
+    def put_shard(self, site: object, position: int, item: TapItem) -> None:
+        """Device ``position``'s part of its next round of tap ``site``."""
+        with self._lock:
+            rounds = self._open.get(site)
+            slot = next((s for s in rounds if s.parts[position] is None), None) if rounds else None
+            if slot is None:  # its round is not open yet
+                self._early.setdefault((site, position), collections.deque()).append(item)
+                return
+            slot.fill(position, item)
+            while rounds and not rounds[0].missing:
+                rounds.popleft()
+            if not rounds:
+                del self._open[site]
+            self._drain()
+
+    def flush(self) -> None:
+        """Hand over what arrived of unfinished rounds (every program has finished)."""
+        with self._lock:
+            if any(s.missing for s in self._slots) or self._early:
+                logger.error(
+                    "partitioner.host_callback: some tap_with_device taps arrived from only "
+                    "part of their devices; delivering the parts that arrived."
+                )
+            for slot in self._slots:
+                slot.missing = 0
+            self._drain()
+            for items in self._early.values():
+                for item in items:
+                    self._deliver(item)
+            self._open.clear()
+            self._early.clear()
+
+    def _drain(self) -> None:
+        while self._slots and not self._slots[0].missing:
+            for item in self._slots.popleft().parts:
+                if item is not None:
+                    self._deliver(item)
+
+
+# --- the receiver ---
+
+
+@dataclass
+class _Stats:
+    taps_enqueued: int = 0
+    taps_delivered: int = 0  # tap functions that ran (raising or not)
+    queued_bytes: int = 0
+    peak_queued_bytes: int = 0
+    tap_exceptions: int = 0
+    errors_since_barrier: list[BaseException] = field(default_factory=list)
+
+
+class Receiver:
+    """A bounded tap queue with one consumer thread (NOTE [tap back pressure]).
+
+    Args:
+        name: shown in the thread name and the logs.
+        max_queue_bytes: the cap on queued payload bytes (producers wait above it).
+        timeout_sec: how long :meth:`stop` waits for pending taps.
+    """
+
+    def __init__(self, name: str, max_queue_bytes: int, timeout_sec: float) -> None:
+        if isinstance(max_queue_bytes, bool) or not isinstance(max_queue_bytes, int):
+            raise TypeError(
+                f"outfeed_receiver: max_queue_bytes must be an int, got {max_queue_bytes!r}"
+            )
+        if max_queue_bytes <= 0:
+            raise ValueError(
+                f"outfeed_receiver: max_queue_bytes must be positive, got {max_queue_bytes}"
+            )
+        if isinstance(timeout_sec, bool) or not isinstance(timeout_sec, (int, float)):
+            raise TypeError(f"outfeed_receiver: timeout_sec must be a number, got {timeout_sec!r}")
+        if not timeout_sec > 0:
+            raise ValueError(f"outfeed_receiver: timeout_sec must be > 0, got {timeout_sec}")
+        self.name = name
+        self.max_queue_bytes = max_queue_bytes
+        self.timeout_sec = float(timeout_sec)
+        self.sequencer = Sequencer(self._enqueue)
+        self._queue: collections.deque[TapItem] = collections.deque()
+        self._cond = threading.Condition()
+        self._stats = _Stats()
+        self._stopping = False
+        self._thread = threading.Thread(
+            target=self._consume, name=f"partitioner-tap-receiver{'-' + name if name else ''}"
+        )
+        # Daemon: a tap function that hangs must not hang interpreter exit; stop()
+        # (at exit too) waits for the queue, at most timeout_sec.
+        self._thread.daemon = True
+        self._thread.start()
+
+    def in_consumer(self) -> bool:
+        """True on the thread that runs tap functions."""
+        return threading.current_thread() is self._thread
+
+    # --- producers ---
+
+    def _enqueue(self, item: TapItem) -> None:
+        """Queue a tap; wait while the queue is full (NOTE [tap back pressure])."""
+        with self._cond:
+            if not self.in_consumer():
+                while self._stats.queued_bytes >= self.max_queue_bytes and not self._stopping:
+                    self._cond.wait()
+            self._queue.append(item)
+            stats = self._stats
+            stats.taps_enqueued += 1
+            stats.queued_bytes += item.nbytes
+            stats.peak_queued_bytes = max(stats.peak_queued_bytes, stats.queued_bytes)
+            self._cond.notify_all()
+
+    # --- the consumer ---
+
+    def _consume(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._stopping:
+                    self._cond.wait()
+                if not self._queue:
+                    return  # stopping and drained
+                item = self._queue.popleft()
+                self._stats.queued_bytes -= item.nbytes
+                self._cond.notify_all()  # room for waiting producers
+            error = None
+            try:
+                item.run()
+            except Exception as e:  # the tap function's, reported at the next barrier
+                error = e
+                logger.error(
+                    "partitioner.host_callback: a tap function raised (it is reported at "
+                    "the next barrier_wait()):\n%s",
+                    "".join(traceback.format_exception(e)),
+                )
+            with self._cond:
+                self._stats.taps_delivered += 1
+                if error is not None:
+                    self._stats.tap_exceptions += 1
+                    self._stats.errors_since_barrier.append(error)
+                self._cond.notify_all()
+
+    # --- synchronisation ---
+
+    def barrier(self, timeout: float | None = None) -> None:
+        """Return once every tap launched so far has run; raise a pending tap error.
+
+        Raises:
+            RuntimeError: called from a tap function (it would wait for itself).
+            TimeoutError: ``timeout`` seconds passed first.
+            TapFunctionException: a tap function raised since the last barrier.
+        """
+        if self.in_consumer():
+            raise RuntimeError(
+                "barrier_wait() was called from inside a tap function; it would wait for "
+                "itself. Call it from the code that launches the computations."
+            )
+        deadline = None if timeout is None else time.monotonic() + timeout
+        _wait_for_launched_programs(timeout)
+        self.sequencer.flush()
+        with self._cond:
+            target = self._stats.taps_enqueued
+            while self._stats.taps_delivered < target:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(
+                        f"{target - self._stats.taps_delivered} taps still pending after "
+                        f"{timeout} s (a tap function may hang)"
+                    )
+                self._cond.wait(left)
+            errors, self._stats.errors_since_barrier = self._stats.errors_since_barrier, []
+        if errors:
+            raise TapFunctionException(
+                f"{len(errors)} tap function call(s) raised; the first error is the cause "
+                "(tracebacks were logged)."
+            ) from errors[0]
+
+    def stop(self) -> None:
+        """Drain (at most ``timeout_sec``), end the consumer thread; raise pending tap errors."""
+        try:
+            self.barrier(timeout=self.timeout_sec)
+        except TimeoutError as e:
+            logger.error(
+                "partitioner.host_callback: receiver %r stopped with taps pending: %s",
+                self.name,
+                e,
+            )
+        finally:
+            with self._cond:
+                self._stopping = True  # producers stop waiting for room
+                self._cond.notify_all()
+            self._thread.join(timeout=self.timeout_sec)
+
+    def stats(self) -> dict[str, int]:
+        """Taps delivered, bytes queued now and at most, tap functions that raised."""
+        with self._cond:
+            s = self._stats
+            return {
+                "taps_delivered": s.taps_delivered,
+                "queued_bytes": s.queued_bytes,
+                "peak_queued_bytes": s.peak_queued_bytes,
+                "tap_exceptions": s.tap_exceptions,
+            }
+
+    def __repr__(self) -> str:
+        return f"<tap receiver {self.name!r} max_queue_bytes={self.max_queue_bytes}>"
+
+
+def _wait_for_launched_programs(timeout: float | None) -> None:
+    """``jax.effects_barrier()``, given up on after ``timeout`` seconds.
+
+    Why bounded: a program whose tap callback waits for room in a full queue
+    finishes only when a tap function returns; at exit, a hanging one must not
+    hang the interpreter (the waiting helper thread is a daemon).
+    """
+    if timeout is None:
+        jax.effects_barrier()
+        return
+    waiter = threading.Thread(target=jax.effects_barrier, daemon=True)
+    waiter.start()
+    waiter.join(timeout)
+
+
+# --- the process's receiver ---
+
+_lock = threading.RLock()
+_current: Receiver | None = None
+_settings: dict[str, Any] = {
+    "name": "",
+    "max_queue_bytes": DEFAULT_MAX_QUEUE_BYTES,
+    "timeout_sec": DEFAULT_TIMEOUT_SEC,
+}
+_exit_hook_installed = False
+
+
+def current() -> Receiver:
+    """The running receiver; the first call starts one with the current settings."""
+    global _current, _exit_hook_installed
+    receiver = _current
+    if receiver is not None:
+        return receiver
+    with _lock:
+        if _current is None:
+            _current = Receiver(**_settings)
+            if not _exit_hook_installed:
+                # Registered after jax is imported, so it runs before jax's own
+                # exit hooks: the programs can still finish their taps.
+                atexit.register(_stop_at_exit)
+                _exit_hook_installed = True
+        return _current
+
+
+def running() -> Receiver | None:
+    """The running receiver, or None (nothing started one yet)."""
+    return _current
+
+
+def restart(*, persist: bool, **settings: Any) -> Receiver:
+    """Stop the running receiver (draining it), then start one with ``settings``.
+
+    ``persist``: later lazily started receivers use these settings too (a config
+    call) rather than the defaults (an ``outfeed_receiver()`` context).
+
+    Raises:
+        TapFunctionException: a tap function of the old receiver raised (the new one
+            is started first).
+    """
+    global _current
+    with _lock:
+        old = _current
+        new = Receiver(**{**_settings, **settings})  # validates before stopping the old one
+        if persist:
+            _settings.update(settings)
+        try:
+            if old is not None:
+                old.stop()
+        finally:
+            _current = new
+    return new
+
+
+def stop() -> None:
+    """Drain and stop the running receiver; the next tap starts a new one."""
+    global _current
+    with _lock:
+        receiver, _current = _current, None
+        if receiver is not None:
+            receiver.stop()
+
+
+def _stop_at_exit() -> None:
+    try:
+        stop()
+    except TapFunctionException as e:
+        logger.error("partitioner.host_callback: at exit: %s (cause: %r)", e, e.__cause__)

@@ -1,0 +1,27 @@
+"""Host callbacks: see values computed inside partitioned programs (seed ``host_callback``).
+
+``id_tap(tap_func, arg)`` is the identity on ``arg`` that calls ``tap_func`` on the host
+with a copy of it, in program order; ``id_print`` prints. A byte-bounded receiver runs the
+tap functions on one thread (back pressure slows the program, never memory);
+``barrier_wait()`` waits for every tap launched so far. docs/api.md describes them.
+"""
+
+from ._src.host_callback.api import (
+    barrier_wait,
+    configure_receiver,
+    id_print,
+    id_tap,
+    outfeed_receiver,
+    receiver_stats,
+)
+from ._src.host_callback.receiver import TapFunctionException
+
+__all__ = [
+    "TapFunctionException",
+    "barrier_wait",
+    "configure_receiver",
+    "id_print",
+    "id_tap",
+    "outfeed_receiver",
+    "receiver_stats",
+]
