@@ -34,5 +34,5 @@ def bench(session: nox.Session) -> None:
 @nox.session
 def examples(session: nox.Session) -> None:
     session.install("-e", ".[test]")  # the flax and optax the client examples use
-    for script in ("quickstart.py", "flax_t5x_style.py", "flax_nnx.py"):
+    for script in ("quickstart.py", "flax_t5x_style.py", "flax_nnx.py", "tap_training.py"):
         session.run("python", f"examples/{script}")

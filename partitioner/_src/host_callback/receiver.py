@@ -304,8 +304,10 @@ class Receiver:
 
     def stop(self) -> None:
         """Drain (at most ``timeout_sec``), end the consumer thread; raise pending tap errors."""
+        drained = False
         try:
             self.barrier(timeout=self.timeout_sec)
+            drained = True
         except TimeoutError as e:
             logger.error(
                 "partitioner.host_callback: receiver %r stopped with taps pending: %s",
@@ -316,7 +318,8 @@ class Receiver:
             with self._cond:
                 self._stopping = True  # producers stop waiting for room
                 self._cond.notify_all()
-            self._thread.join(timeout=self.timeout_sec)
+            if drained:  # else a tap function hangs: the daemon thread is left to it
+                self._thread.join(timeout=self.timeout_sec)
 
     def stats(self) -> dict[str, int]:
         """Taps delivered, bytes queued now and at most, tap functions that raised."""
@@ -362,19 +365,25 @@ _exit_hook_installed = False
 
 def current() -> Receiver:
     """The running receiver; the first call starts one with the current settings."""
-    global _current, _exit_hook_installed
+    global _current
     receiver = _current
     if receiver is not None:
         return receiver
     with _lock:
         if _current is None:
-            _current = Receiver(**_settings)
-            if not _exit_hook_installed:
-                # Registered after jax is imported, so it runs before jax's own
-                # exit hooks: the programs can still finish their taps.
-                atexit.register(_stop_at_exit)
-                _exit_hook_installed = True
+            _current = _start(_settings)
         return _current
+
+
+def _start(settings: dict[str, Any]) -> Receiver:
+    global _exit_hook_installed
+    receiver = Receiver(**settings)
+    if not _exit_hook_installed:
+        # Registered after jax is imported, so it runs before jax's own exit
+        # hooks: the programs can still finish their taps.
+        atexit.register(_stop_at_exit)
+        _exit_hook_installed = True
+    return receiver
 
 
 def running() -> Receiver | None:
@@ -395,7 +404,7 @@ def restart(*, persist: bool, **settings: Any) -> Receiver:
     global _current
     with _lock:
         old = _current
-        new = Receiver(**{**_settings, **settings})  # validates before stopping the old one
+        new = _start({**_settings, **settings})  # validates before stopping the old one
         if persist:
             _settings.update(settings)
         try:
