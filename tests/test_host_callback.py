@@ -369,3 +369,42 @@ def test_bad_input_gets_clear_errors() -> None:
         id_tap(print, np.ones(2), transforms=("mine",))
     with pytest.raises(TypeError, match="output_stream must have a write"):
         id_print(np.ones(2), output_stream="stdout")
+
+
+def test_id_tap_inside_shard_map_is_a_clear_error() -> None:
+    mesh = jax.sharding.Mesh(devices(8), ("x",))
+    body = jax.shard_map(lambda x: id_tap(print, x), mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    with pytest.raises(ValueError, match="shard_map"):
+        jax.jit(body)(np.arange(8.0))
+
+
+def test_result_may_hold_prng_keys_through_jit_and_grad(partitioner_mode) -> None:
+    rec = Recorder()
+
+    def f(x: Any, key: Any) -> Any:
+        y, key = id_tap(rec, x.sum(), result=(x * 2, key), what="k")
+        return (y * jax.random.uniform(key, y.shape)).sum()
+
+    key = jax.random.key(3)
+    x = np.arange(8.0, dtype=np.float32)
+    with mesh8():
+        got = pjit(jax.grad(f), (P("x"), None), P("x"))(x, key)
+    calls = rec.take()
+    assert [c[2] for c in calls] == [(), ("jvp", "transpose")]
+    np.testing.assert_allclose(calls[0][1], x.sum())
+    want = jax.grad(lambda x: (x * 2 * jax.random.uniform(key, x.shape)).sum())(x)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
+    rec.take()
+
+
+def test_a_tap_function_may_tap_eagerly() -> None:
+    seen: list[str] = []
+
+    def outer(x: Any, transforms: Any) -> None:
+        seen.append("outer")
+        id_tap(lambda v, transforms: seen.append("inner"), x)
+
+    jax.jit(lambda x: id_tap(outer, x))(np.ones(2))
+    barrier_wait()
+    barrier_wait()  # the inner tap was queued while the outer one ran
+    assert seen == ["outer", "inner"]

@@ -59,11 +59,11 @@ def id_tap(
             f"id_tap: keyword(s) {reserved} are passed to the tap function by id_tap itself; "
             "rename them."
         )
-    flat_args, arg_treedef = _flatten_checked(arg, "arg")
+    flat_args, arg_treedef = _flatten_checked(arg, "arg", keys_allowed=False)
     flat_results: list[Any] = []
     result_treedef = None
-    if result is not None:
-        flat_results, result_treedef = _flatten_checked(result, "result")
+    if result is not None:  # passed through, never copied: PRNG keys are fine
+        flat_results, result_treedef = _flatten_checked(result, "result", keys_allowed=True)
     tap = Tap(tap_func, kwargs, arg_treedef, tap_with_device)
     outs = id_tap_p.bind(
         *flat_args,
@@ -78,12 +78,14 @@ def id_tap(
     return arg_treedef.unflatten(outs)
 
 
-def _flatten_checked(tree: Any, name: str) -> tuple[list[Any], Any]:
+def _flatten_checked(tree: Any, name: str, *, keys_allowed: bool) -> tuple[list[Any], Any]:
     leaves_with_paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
     for path, leaf in leaves_with_paths:
         where = f"{name}{jax.tree_util.keystr(path)}"
         dtype = getattr(leaf, "dtype", None)
         if jp.is_extended(leaf):
+            if keys_allowed:
+                continue
             raise TypeError(
                 f"id_tap: {where} is a typed PRNG key array ({dtype}); tap "
                 "jax.random.key_data(key) instead."
