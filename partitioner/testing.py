@@ -7,8 +7,10 @@ import line.
 
 What is here, and why a test needs it:
 
-- ``pjit_p``, ``sharding_constraint_p``: the primitives, to check that every jax
-  transformation registry has a rule for them.
+- ``pjit_p``, ``sharding_constraint_p``, ``id_tap_p``: the primitives, to check that
+  every jax transformation registry has a rule for them.
+- ``Sequencer``, ``TapItem``: the tap receiver's program-order bookkeeping (NOTE
+  [device tap order]), driven directly with arrivals in any interleaving.
 - ``executable_cache``, ``ExecutableCache``: the compile-once cache, to count its
   entries and exercise its threading contract directly.
 - ``MAX_IN_FLIGHT``: the bound of the CPU collective window (launches of CPU
@@ -32,6 +34,8 @@ from typing import Any
 from ._src.dispatch.cache import ExecutableCache
 from ._src.dispatch.execute import executables as executable_cache
 from ._src.dispatch.window import MAX_IN_FLIGHT
+from ._src.host_callback.primitive import id_tap_p
+from ._src.host_callback.receiver import Sequencer, TapItem
 from ._src.spec.checks import check_spec, check_specs
 from ._src.spec.mesh_env import as_auto_mesh, current_mesh, maybe_current_mesh
 from ._src.spec.op_sharding import (
@@ -64,6 +68,8 @@ def runs_windowed(f: Any, *args: Any, **kwargs: Any) -> bool:
 __all__ = [
     "MAX_IN_FLIGHT",
     "ExecutableCache",
+    "Sequencer",
+    "TapItem",
     "Unparseable",
     "as_auto_mesh",
     "broadcast_prefix",
@@ -73,6 +79,7 @@ __all__ = [
     "current_mesh",
     "executable_cache",
     "hlo_sharding_text",
+    "id_tap_p",
     "maybe_current_mesh",
     "parse_op_sharding_parsed",
     "pjit_p",

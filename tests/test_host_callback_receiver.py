@@ -62,6 +62,30 @@ def test_slow_consumer_keeps_the_queue_under_cap_plus_one_payload(partitioner_mo
     assert cap <= stats["peak_queued_bytes"] <= cap + payload, stats
 
 
+def test_slow_consumer_of_device_taps_stays_under_cap_plus_one_round(partitioner_mode) -> None:
+    cap, shard = 1 << 20, 100 << 10  # 1 MiB cap; 100 KiB per device, 800 KiB a round
+    n = 20
+    seen: list[tuple[int, int]] = []
+
+    def slow(x: Any, transforms: Any, device: Any) -> None:
+        time.sleep(0.002)
+        seen.append((int(x[0]), device.id))
+
+    def f(x: Any) -> Any:
+        def body(i: Any, x: Any) -> Any:
+            return id_tap(slow, x + i.astype(x.dtype), result=x, tap_with_device=True)
+
+        return jax.lax.fori_loop(0, n, body, x)
+
+    x = np.zeros(8 * shard // 4, np.float32)
+    with outfeed_receiver(max_queue_bytes=cap), partitioner.mesh(devices(8), ("x",)):
+        pjit(f, P("x"), P("x"))(x)
+        barrier_wait()
+        stats = receiver_stats()
+    assert seen == [(i, d) for i in range(n) for d in range(8)]
+    assert cap <= stats["peak_queued_bytes"] <= cap + 8 * shard, stats
+
+
 def test_tap_errors_are_counted_raised_at_the_barrier_and_later_taps_run() -> None:
     seen: list[float] = []
 
@@ -250,3 +274,47 @@ def test_a_hanging_tap_function_does_not_hang_exit_beyond_the_timeout() -> None:
     assert "main done" in proc.stdout and "tap started" in proc.stdout
     assert "stopped with taps pending" in proc.stderr, proc.stderr[-2000:]
     assert took < 60, took
+
+
+# --- program order across devices (the Sequencer, driven directly) ---
+
+
+def _sequencer() -> tuple[Any, list[str]]:
+    from partitioner.testing import Sequencer
+
+    out: list[str] = []
+    return Sequencer(lambda item: out.append(item.run()), lambda: None), out
+
+
+def _item(name: str) -> Any:
+    from partitioner.testing import TapItem
+
+    return TapItem(lambda: name, 1)
+
+
+def test_sequencer_delivers_rounds_whole_in_program_order() -> None:
+    seq, out = _sequencer()
+    site = object()
+    seq.put(_item("g0"))
+    seq.put_shard(site, 1, _item("d1 r0"))  # before its round opens
+    seq.open_round(site, 3)
+    seq.put(_item("g1"))  # waits behind the open round
+    seq.put_shard(site, 2, _item("d2 r0"))
+    seq.put_shard(site, 2, _item("d2 r1"))  # device 2 runs ahead, into round 1
+    seq.open_round(site, 3)
+    assert out == ["g0"]
+    seq.put_shard(site, 0, _item("d0 r0"))
+    assert out == ["g0", "d0 r0", "d1 r0", "d2 r0", "g1"]
+    seq.put_shard(site, 1, _item("d1 r1"))
+    seq.put_shard(site, 0, _item("d0 r1"))
+    assert out[5:] == ["d0 r1", "d1 r1", "d2 r1"]
+
+
+def test_sequencer_flush_hands_over_partial_rounds() -> None:
+    seq, out = _sequencer()
+    site = object()
+    seq.open_round(site, 2)
+    seq.put(_item("g"))
+    seq.put_shard(site, 1, _item("d1"))
+    seq.flush()
+    assert out == ["d1", "g"]

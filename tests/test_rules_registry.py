@@ -22,7 +22,7 @@ from rules_helpers import assert_tree_close, constraint_eqns
 import partitioner  # noqa: F401  (registers every rule)
 from partitioner import PartitionSpec as P
 from partitioner import with_sharding_constraint
-from partitioner.testing import pjit_p, sharding_constraint_p
+from partitioner.testing import id_tap_p, pjit_p, sharding_constraint_p
 
 
 def _has_impl(prim: Any) -> bool:
@@ -68,6 +68,17 @@ def test_pjit_p_has_rule(rule: str) -> None:
 @pytest.mark.parametrize("rule", CONSTRAINT_RULES)
 def test_sharding_constraint_p_has_rule(rule: str) -> None:
     assert RULES[rule](sharding_constraint_p), f"sharding_constraint_p has no {rule} rule"
+
+
+# id_tap_p is a plain effectful primitive too: jax's generic partial eval (which keeps
+# an effectful equation with known inputs in the known pass), remat and DCE (which
+# keeps effectful equations) handle it.
+TAP_RULES = ("impl", "abstract eval", "MLIR lowering", "JVP", "transpose", "batching")
+
+
+@pytest.mark.parametrize("rule", TAP_RULES)
+def test_id_tap_p_has_rule(rule: str) -> None:
+    assert RULES[rule](id_tap_p), f"id_tap_p has no {rule} rule"
 
 
 def test_every_registered_rule_is_ours() -> None:

@@ -5,14 +5,18 @@ outfeed, so the producers are the host callbacks XLA runs inside a program (and
 eager taps). A producer only copies its arrays to host memory and hands them
 over; one consumer thread runs the tap functions, in program order.
 
-NOTE [tap back pressure]: the queue is bounded in *bytes*. A producer waits while
-the queued bytes are at or over the cap, so the queue never holds more than the
-cap plus one payload, however slow the tap functions: the program producing taps
-slows down instead (its callback blocks). The consumer takes an item off the
-queue before running its tap function, so a tap function that itself calls jax
-(``np.asarray``, a jitted function) finds room freed for the program it waits on;
-a tap the consumer thread itself produces (an eager ``id_tap`` inside a tap
-function) never waits, since nobody else would make room.
+NOTE [tap back pressure]: the queue is bounded in *bytes*. A producer queues its
+tap, then waits while the queued bytes are at or over the cap, so the queue holds
+at most the cap plus one tap (one round of a ``tap_with_device`` tap, which
+arrives whole), however slow the tap functions: the program producing taps slows
+down instead (its callback blocks). Producers never wait while holding a lock
+another producer needs. The consumer takes an item off the queue before running
+its tap function, so a tap function that itself calls jax (``np.asarray``, a
+jitted function) finds room freed for the program it waits on; a tap the consumer
+thread itself produces (an eager ``id_tap`` inside a tap function) never waits,
+since nobody else would make room. (A tap function that runs a program which
+itself taps can still wait forever once the queue is full: that program's tap
+waits for the consumer, which waits for the program.)
 
 NOTE [device tap order]: a global tap runs once, on the program's first device,
 threaded on the ordered-effect token, so global taps arrive in program order and
@@ -96,11 +100,17 @@ class Sequencer:
     """Puts taps into the queue in program order (NOTE [device tap order]).
 
     Args:
-        deliver: called, under the sequencer's lock, with each item in order.
+        append: queues an item without waiting (called under the sequencer's lock,
+            so items keep their order).
+        wait_for_room: back pressure, applied after the lock is released: a thread
+            waiting for room never holds up another producer's bookkeeping.
     """
 
-    def __init__(self, deliver: Callable[[TapItem], None]) -> None:
-        self._deliver = deliver
+    def __init__(
+        self, append: Callable[[TapItem], None], wait_for_room: Callable[[], None]
+    ) -> None:
+        self._deliver = append
+        self._wait_for_room = wait_for_room
         self._lock = threading.Lock()
         self._slots: collections.deque[_Slot] = collections.deque()
         self._open: dict[object, collections.deque[_Slot]] = {}  # site -> rounds lacking a device
@@ -113,6 +123,7 @@ class Sequencer:
         with self._lock:
             self._slots.append(slot)
             self._drain()
+        self._wait_for_room()
 
     def open_round(self, site: object, n: int) -> None:
         """The next round of device tap ``site`` (on ``n`` devices) is next in program order."""
@@ -128,6 +139,7 @@ class Sequencer:
             if slot.missing:
                 self._open.setdefault(site, collections.deque()).append(slot)
             self._drain()
+        self._wait_for_room()
 
     def put_shard(self, site: object, position: int, item: TapItem) -> None:
         """Device ``position``'s part of its next round of tap ``site``."""
@@ -136,13 +148,14 @@ class Sequencer:
             slot = next((s for s in rounds if s.parts[position] is None), None) if rounds else None
             if slot is None:  # its round is not open yet
                 self._early.setdefault((site, position), collections.deque()).append(item)
-                return
-            slot.fill(position, item)
-            while rounds and not rounds[0].missing:
-                rounds.popleft()
-            if not rounds:
-                del self._open[site]
-            self._drain()
+            else:
+                slot.fill(position, item)
+                while rounds and not rounds[0].missing:
+                    rounds.popleft()
+                if not rounds:
+                    del self._open[site]
+                self._drain()
+        self._wait_for_room()
 
     def flush(self) -> None:
         """Hand over what arrived of unfinished rounds (every program has finished)."""
@@ -206,11 +219,12 @@ class Receiver:
         self.name = name
         self.max_queue_bytes = max_queue_bytes
         self.timeout_sec = float(timeout_sec)
-        self.sequencer = Sequencer(self._enqueue)
+        self.sequencer = Sequencer(self._append, self._wait_for_room)
         self._queue: collections.deque[TapItem] = collections.deque()
         self._cond = threading.Condition()
         self._stats = _Stats()
-        self._stopping = False
+        self._stopping = False  # producers no longer wait for room
+        self._closed = False  # the thread has ended: late taps run where they arrive
         self._thread = threading.Thread(
             target=self._consume, name=f"partitioner-tap-receiver{'-' + name if name else ''}"
         )
@@ -225,18 +239,27 @@ class Receiver:
 
     # --- producers ---
 
-    def _enqueue(self, item: TapItem) -> None:
-        """Queue a tap; wait while the queue is full (NOTE [tap back pressure])."""
+    def _append(self, item: TapItem) -> None:
+        """Queue a tap (the sequencer's order); after the receiver stopped, run it here."""
         with self._cond:
-            if not self.in_consumer():
-                while self._stats.queued_bytes >= self.max_queue_bytes and not self._stopping:
-                    self._cond.wait()
-            self._queue.append(item)
-            stats = self._stats
-            stats.taps_enqueued += 1
-            stats.queued_bytes += item.nbytes
-            stats.peak_queued_bytes = max(stats.peak_queued_bytes, stats.queued_bytes)
-            self._cond.notify_all()
+            closed = self._closed
+            if not closed:
+                self._queue.append(item)
+                stats = self._stats
+                stats.taps_enqueued += 1
+                stats.queued_bytes += item.nbytes
+                stats.peak_queued_bytes = max(stats.peak_queued_bytes, stats.queued_bytes)
+                self._cond.notify_all()
+        if closed:  # a straggler (a program launched during stop): never dropped
+            self._run(item)
+
+    def _wait_for_room(self) -> None:
+        """Back pressure (NOTE [tap back pressure]): wait while the queue is at its cap."""
+        if self.in_consumer():
+            return  # nobody else would make room
+        with self._cond:
+            while self._stats.queued_bytes >= self.max_queue_bytes and not self._stopping:
+                self._cond.wait()
 
     # --- the consumer ---
 
@@ -250,22 +273,26 @@ class Receiver:
                 item = self._queue.popleft()
                 self._stats.queued_bytes -= item.nbytes
                 self._cond.notify_all()  # room for waiting producers
-            error = None
-            try:
-                item.run()
-            except Exception as e:  # the tap function's, reported at the next barrier
-                error = e
-                logger.error(
-                    "partitioner.host_callback: a tap function raised (it is reported at "
-                    "the next barrier_wait()):\n%s",
-                    "".join(traceback.format_exception(e)),
-                )
-            with self._cond:
-                self._stats.taps_delivered += 1
-                if error is not None:
-                    self._stats.tap_exceptions += 1
-                    self._stats.errors_since_barrier.append(error)
-                self._cond.notify_all()
+            self._run(item)
+
+    def _run(self, item: TapItem) -> None:
+        """Call a tap function; an error is logged and kept for the next barrier."""
+        error = None
+        try:
+            item.run()
+        except Exception as e:
+            error = e
+            logger.error(
+                "partitioner.host_callback: a tap function raised (it is reported at "
+                "the next barrier_wait()):\n%s",
+                "".join(traceback.format_exception(e)),
+            )
+        with self._cond:
+            self._stats.taps_delivered += 1
+            if error is not None:
+                self._stats.tap_exceptions += 1
+                self._stats.errors_since_barrier.append(error)
+            self._cond.notify_all()
 
     # --- synchronisation ---
 
@@ -316,10 +343,18 @@ class Receiver:
             )
         finally:
             with self._cond:
-                self._stopping = True  # producers stop waiting for room
+                self._stopping = True
                 self._cond.notify_all()
             if drained:  # else a tap function hangs: the daemon thread is left to it
                 self._thread.join(timeout=self.timeout_sec)
+                late: list[TapItem] = []
+                with self._cond:
+                    self._closed = not self._thread.is_alive()
+                    if self._closed:  # taps queued between the drain and the thread's end
+                        late, self._queue = list(self._queue), collections.deque()
+                        self._stats.queued_bytes -= sum(item.nbytes for item in late)
+                for item in late:
+                    self._run(item)
 
     def stats(self) -> dict[str, int]:
         """Taps delivered, bytes queued now and at most, tap functions that raised."""
@@ -419,9 +454,15 @@ def stop() -> None:
     """Drain and stop the running receiver; the next tap starts a new one."""
     global _current
     with _lock:
-        receiver, _current = _current, None
-        if receiver is not None:
+        receiver = _current
+        if receiver is None:
+            return
+        try:
+            # Still current while it drains: the taps of programs in flight reach
+            # it, not a fresh receiver that would run them after the drain.
             receiver.stop()
+        finally:
+            _current = None
 
 
 def _stop_at_exit() -> None:
