@@ -353,6 +353,25 @@ def test_10k_taps_from_8_devices_arrive_complete_and_in_order(partitioner_mode) 
     np.testing.assert_array_equal(np.asarray(outs[-1]), np.full(8, 2500.0))
 
 
+def test_10k_device_taps_arrive_complete_in_round_and_device_order(partitioner_mode) -> None:
+    seen: list[tuple[int, int]] = []
+
+    def f(x: Any) -> Any:
+        def body(i: Any, x: Any) -> Any:
+            tap = lambda v, transforms, device: seen.append((int(v[0]), device.id))  # noqa: E731
+            return id_tap(tap, x + i.astype(x.dtype), result=x, tap_with_device=True) + 1
+
+        return jax.lax.fori_loop(0, 625, body, x)
+
+    with mesh8():
+        g = pjit(f, P("x"), P("x"))
+        for _ in range(2):
+            g(np.zeros(8, np.float32))
+    barrier_wait()
+    assert len(seen) == 10_000
+    assert seen == [(2 * i, d) for i in range(625) for d in range(8)] * 2
+
+
 # --- bad input ---
 
 
