@@ -5,7 +5,7 @@ The public surface, and only it. The pipeline lives in the private package
 the few internals the tests look at.
 """
 
-from . import host_callback, inspect, options, sharding_spec
+from . import distributed, host_callback, inspect, options, sharding_spec
 from ._src.dispatch import clear_caches
 from ._src.events import add_listener, recording
 from ._src.options import partitioner, set_partitioner
@@ -37,6 +37,7 @@ __all__ = [
     "SpecSync",
     "add_listener",
     "clear_caches",
+    "distributed",
     "get_aval_sharding_proto",
     "host_callback",
     "inspect",

@@ -297,11 +297,11 @@ def test_sequencer_delivers_rounds_whole_in_program_order() -> None:
     site = object()
     seq.put(_item("g0"))
     seq.put_shard(site, 1, _item("d1 r0"))  # before its round opens
-    seq.open_round(site, 3)
+    seq.open_round(site, (0, 1, 2))
     seq.put(_item("g1"))  # waits behind the open round
     seq.put_shard(site, 2, _item("d2 r0"))
     seq.put_shard(site, 2, _item("d2 r1"))  # device 2 runs ahead, into round 1
-    seq.open_round(site, 3)
+    seq.open_round(site, (0, 1, 2))
     assert out == ["g0"]
     seq.put_shard(site, 0, _item("d0 r0"))
     assert out == ["g0", "d0 r0", "d1 r0", "d2 r0", "g1"]
@@ -310,10 +310,23 @@ def test_sequencer_delivers_rounds_whole_in_program_order() -> None:
     assert out[5:] == ["d0 r1", "d1 r1", "d2 r1"]
 
 
+def test_sequencer_rounds_of_a_process_holding_some_devices() -> None:
+    # Process 1 of a two-process program holds positions 4..7 of 8.
+    seq, out = _sequencer()
+    site = object()
+    seq.put_shard(site, 6, _item("d6"))
+    seq.open_round(site, (4, 5, 6, 7))
+    for p in (7, 5):
+        seq.put_shard(site, p, _item(f"d{p}"))
+    assert out == []
+    seq.put_shard(site, 4, _item("d4"))
+    assert out == ["d4", "d5", "d6", "d7"]
+
+
 def test_sequencer_flush_hands_over_partial_rounds() -> None:
     seq, out = _sequencer()
     site = object()
-    seq.open_round(site, 2)
+    seq.open_round(site, (0, 1))
     seq.put(_item("g"))
     seq.put_shard(site, 1, _item("d1"))
     seq.flush()

@@ -15,6 +15,7 @@ from jax._src import array as _array
 from jax._src import callback as _callback
 from jax._src import config as _config
 from jax._src import dispatch as _dispatch
+from jax._src import distributed as _distributed
 from jax._src import dtypes as _dtypes
 from jax._src import linear_util as lu
 from jax._src import mesh as _mesh_lib
@@ -323,3 +324,11 @@ def emit_python_callback(
 def requires_devices_during_lowering(primitive: Any) -> None:
     """Make ``jax.jit`` pass its device assignment to lowerings of programs using ``primitive``."""
     _dispatch.prim_requires_devices_during_lowering.add(primitive)
+
+
+# --- multi-process jobs (partitioner.distributed) ---
+
+
+def distributed_client() -> Any:
+    """The coordination-service client ``jax.distributed.initialize`` connected (key-value store)."""
+    return _distributed.global_state.client

@@ -21,6 +21,7 @@ from ..lower.module import LoweredModule, lower_pjit_body
 from ..spec.parsed import REPLICATED, ParsedPartitionSpec
 from ..trace.primitive import PjitParams
 from . import window
+from .agreement import check_same_program
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ def finish(lowered: LoweredModule, jaxpr: Any) -> Executable:
     one to replicated) and the body lowered and compiled again: results are only
     ever described by a spec that is exactly their layout.
     """
+    check_same_program(lowered)  # NOTE [program agreement]
     loaded, in_specs, out_specs = compile_module(lowered)
     if None in in_specs or None in out_specs:
         pinned = lowered.params(jaxpr).replace(

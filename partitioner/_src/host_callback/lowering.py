@@ -55,9 +55,15 @@ def _id_tap_lowering(
     devices = getattr(axis_ctx, "device_assignment", None)
     num_devices = getattr(axis_ctx, "num_devices", 1)
     if tap.with_device and num_devices > 1:
-        site = _emit_device_tap(ctx, operands, avals, tap, transforms, batch_dims, devices)
-        # The round's place in program order (NOTE [device tap order]).
-        _emit_global(ctx, [], [], lambda: current().sequencer.open_round(site, num_devices))
+        site, local, marker_opens = _emit_device_tap(
+            ctx, operands, avals, tap, transforms, batch_dims, devices
+        )
+
+        def open_round() -> None:  # the round's place in program order (NOTE [device tap order])
+            if marker_opens:
+                current().sequencer.open_round(site, local)
+
+        _emit_global(ctx, [], [], open_round)
         return list(args)
 
     device = devices[0] if devices else None
@@ -118,14 +124,23 @@ def _emit_device_tap(
     transforms: tuple[str, ...],
     batch_dims: tuple[int | None, ...] | None,
     devices: Sequence[Any] | None,
-) -> object:
-    """The partitioned callback of a ``tap_with_device`` tap; returns its site for the sequencer."""
+) -> tuple[object, tuple[int, ...], bool]:
+    """The partitioned callback of a ``tap_with_device`` tap.
+
+    Returns:
+        ``(site, local, marker_opens)``: the site for the sequencer, the positions of
+        this process's devices, and whether the marker (which runs with the first
+        device) opens the rounds here; else this process's first device does.
+    """
     n = ctx.module_context.axis_context.num_devices
     # The iota's layout needs only the device count: module positions are the
     # identity (NOTE [device positions]). A lowering not told its devices (none
     # known today) still runs, with ``device=None``.
     mesh = Mesh(np.array(jax.devices()[:n] if devices is None else devices), (_DEVICE_AXIS,))
     named = [None] * n if devices is None else list(devices)
+    me = jax.process_index()
+    local = tuple(p for p in range(n) if devices is None or devices[p].process_index == me)
+    marker_opens = 0 in local
     position_aval = core.ShapedArray((n,), np.int32)
     positions = annotate.constrain(
         ctx,
@@ -140,7 +155,10 @@ def _emit_device_tap(
     def on_host(position: Any, *arrays: Any) -> tuple[()]:
         p = int(position[0])
         copies = [host_copy(a) for a in arrays]
-        current().sequencer.put_shard(site, p, tap.item(copies, transforms, batch_dims, named[p]))
+        sequencer = current().sequencer
+        if p == local[0] and not marker_opens:
+            sequencer.open_round(site, local)
+        sequencer.put_shard(site, p, tap.item(copies, transforms, batch_dims, named[p]))
         return ()
 
     in_avals = [position_aval, *avals]
@@ -154,4 +172,4 @@ def _emit_device_tap(
         has_side_effect=True,
         partitioned=True,
     )
-    return site
+    return site, local, marker_opens

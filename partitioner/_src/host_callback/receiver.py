@@ -23,7 +23,9 @@ threaded on the ordered-effect token, so global taps arrive in program order and
 in call order. A ``tap_with_device`` tap runs on every device, concurrently and
 without a token (XLA cannot partition a token through a per-device callback), so
 its lowering adds a *marker*: a global callback without operands, on the token,
-that opens the site's next round in program order. The :class:`Sequencer` matches
+that opens the site's next round in program order. (In a multi-process program
+the marker runs only in the process owning the first device; the others open a
+round when their own first device's shard arrives.) The :class:`Sequencer` matches
 the k-th shard device p sends from a site to that site's k-th round (every device
 of an SPMD program runs every tap site, in its own order), and hands a round to
 the queue once all its devices have sent theirs, in device order, never ahead of
@@ -83,13 +85,13 @@ class TapItem:
 
 
 class _Slot:
-    """One tap in program order: a global tap (one part) or a round of a device tap."""
+    """One tap in program order: a global tap, or a round of a device tap (one part per device)."""
 
     __slots__ = ("missing", "parts")
 
-    def __init__(self, n: int) -> None:
-        self.parts: list[TapItem | None] = [None] * n
-        self.missing = n
+    def __init__(self, positions: tuple[int, ...]) -> None:
+        self.parts: dict[int, TapItem | None] = dict.fromkeys(positions)
+        self.missing = len(positions)
 
     def fill(self, position: int, item: TapItem) -> None:
         self.parts[position] = item
@@ -118,18 +120,22 @@ class Sequencer:
 
     def put(self, item: TapItem) -> None:
         """A global tap: next in program order."""
-        slot = _Slot(1)
+        slot = _Slot((0,))
         slot.fill(0, item)
         with self._lock:
             self._slots.append(slot)
             self._drain()
         self._wait_for_room()
 
-    def open_round(self, site: object, n: int) -> None:
-        """The next round of device tap ``site`` (on ``n`` devices) is next in program order."""
-        slot = _Slot(n)
+    def open_round(self, site: object, positions: tuple[int, ...]) -> None:
+        """The next round of device tap ``site`` is next in program order.
+
+        ``positions``: the devices (positions in the program's device assignment)
+        whose shards this process receives.
+        """
+        slot = _Slot(positions)
         with self._lock:
-            for p in range(n):
+            for p in positions:
                 early = self._early.get((site, p))
                 if early:
                     slot.fill(p, early.popleft())
@@ -176,7 +182,7 @@ class Sequencer:
 
     def _drain(self) -> None:
         while self._slots and not self._slots[0].missing:
-            for item in self._slots.popleft().parts:
+            for _, item in sorted(self._slots.popleft().parts.items()):
                 if item is not None:
                     self._deliver(item)
 

@@ -1,0 +1,180 @@
+"""Host-local data <-> global arrays over a mesh spanning processes (seed 001).
+
+NOTE [host-local positional semantics]: a process holds a block of each global
+array: along a dimension partitioned over mesh axes, the part its own devices
+cover (they must form one block of the mesh); a dimension not partitioned, or
+partitioned only over axes that stay within the process, whole. The host-local
+array is that block, so its shape is the global shape divided, per dimension, by
+how many processes the dimension's mesh axes span. ``host_local_to_global`` builds
+the global array from every process's block without moving data between
+processes; ``global_to_host_local`` gives each process its block back (its device
+buffers, no copy). ``host_local_slice`` says which rows that is, so a loader reads
+only its shard of a dataset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+
+from ..spec.parsed import ParsedPartitionSpec
+from ..spec.tree import broadcast_prefix
+
+
+def _process_block(mesh: Mesh) -> dict[str, tuple[int, int]]:
+    """Per mesh axis: (this process's first index along it, how many it holds).
+
+    Raises:
+        ValueError: this process's devices do not form one block of the mesh.
+    """
+    me = jax.process_index()
+    mine = np.vectorize(lambda d: d.process_index == me)(mesh.devices)
+    if not mine.any():
+        raise ValueError(
+            f"host-local arrays: the mesh {dict(mesh.shape)} has no device of process {me}"
+        )
+    block: dict[str, tuple[int, int]] = {}
+    where = np.argwhere(mine)
+    lo, hi = where.min(axis=0), where.max(axis=0) + 1
+    if (
+        int(np.prod(hi - lo)) != int(mine.sum())
+        or not mine[tuple(slice(a, b) for a, b in zip(lo, hi))].all()
+    ):
+        raise ValueError(
+            f"host-local arrays: process {me}'s devices do not form one block of the mesh "
+            f"{dict(mesh.shape)} (device ids {mesh.device_ids.tolist()}); arrange the mesh so each "
+            "process's devices are contiguous, e.g. np.array(jax.devices()).reshape(...)"
+        )
+    for name, a, b in zip(mesh.axis_names, lo, hi, strict=True):
+        block[name] = (int(a), int(b - a))
+    return block
+
+
+def _split(spec: ParsedPartitionSpec, mesh: Mesh, ndim: int) -> list[tuple[int, int]]:
+    """Per dimension: (how many process blocks it is split into, this process's block index)."""
+    block = _process_block(mesh)
+    parts = list(spec.partitions) + [()] * (ndim - len(spec.partitions))
+    out = []
+    for axes in parts:
+        count, index = 1, 0
+        for axis in axes:  # major to minor, as the sharding lays them out
+            if axis not in block:
+                raise ValueError(
+                    f"{spec.describe()} names the axis {axis!r}, which the mesh "
+                    f"{dict(mesh.shape)} does not have"
+                )
+            start, size = block[axis]
+            blocks = mesh.shape[axis] // size
+            count, index = count * blocks, index * blocks + start // size
+        out.append((count, index))
+    return out
+
+
+def host_local_slice(global_shape: Sequence[int], mesh: Mesh, spec: Any) -> tuple[slice, ...]:
+    """The slice of a global array of ``global_shape`` this process holds (its loader reads it).
+
+    Raises:
+        ValueError: a partitioned dimension not divisible by its number of blocks,
+            or a mesh this process has no contiguous block of.
+    """
+    parsed = ParsedPartitionSpec.coerce(spec, "host_local_slice")
+    out = []
+    for d, (size, (count, index)) in enumerate(
+        zip(global_shape, _split(parsed, mesh, len(global_shape)), strict=True)
+    ):
+        if size % count:
+            raise ValueError(
+                f"host_local_slice: dimension {d} of size {size} is split over {count} processes by "
+                f"{parsed.describe()}; it must be divisible by {count}"
+            )
+        step = size // count
+        out.append(slice(index * step, (index + 1) * step))
+    return tuple(out)
+
+
+def host_local_to_global(tree: Any, mesh: Mesh, specs: Any) -> Any:
+    """Global ``jax.Array``s from each process's host-local blocks (NOTE [host-local positional semantics]).
+
+    Args:
+        tree: a pytree of numpy arrays (or jax.Arrays, or scalars): this process's blocks.
+        mesh: a mesh over the devices of every process.
+        specs: a spec (prefix) tree for ``tree``: PartitionSpec or None leaves.
+
+    Raises:
+        ValueError: a spec names an axis the mesh lacks; a block's partitioned
+            dimension is not divisible by the devices it spreads over within the process.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    spec_leaves, paths = broadcast_prefix(specs, tree, api="host_local_to_global", what="specs")
+    out = []
+    for leaf, spec, path in zip(leaves, spec_leaves, paths, strict=True):
+        where = f"tree{jax.tree_util.keystr(path)}"
+        out.append(_to_global(np.asarray(leaf), mesh, spec, where))
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def _to_global(local: np.ndarray, mesh: Mesh, spec: Any, where: str) -> jax.Array:
+    parsed = ParsedPartitionSpec.coerce(spec, f"host_local_to_global {where}")
+    split = _split(parsed, mesh, local.ndim)
+    global_shape = tuple(n * count for n, (count, _) in zip(local.shape, split, strict=True))
+    sharding = NamedSharding(mesh, parsed.to_partition_spec())
+    offsets = [n * index for n, (_, index) in zip(local.shape, split, strict=True)]
+    arrays = []
+    for device, found in sharding.addressable_devices_indices_map(global_shape).items():
+        index = found or tuple(slice(None) for _ in global_shape)
+        local_index = tuple(
+            slice((s.start or 0) - off, (s.stop if s.stop is not None else n) - off)
+            for s, off, n in zip(index, offsets, global_shape, strict=True)
+        )
+        piece = local[local_index]
+        if any(
+            (s.stop or n) - (s.start or 0) != p
+            for s, n, p in zip(index, global_shape, piece.shape, strict=True)
+        ):
+            raise ValueError(
+                f"host_local_to_global: {where} of shape {local.shape} cannot be laid out as "
+                f"{parsed.describe()} over this process's devices: a partitioned dimension must "
+                "be divisible by the devices it is split over"
+            )
+        arrays.append(jax.device_put(piece, device))
+    return jax.make_array_from_single_device_arrays(global_shape, sharding, arrays)
+
+
+def global_to_host_local(tree: Any, mesh: Mesh, specs: Any) -> Any:
+    """This process's blocks of global arrays, as arrays over its own devices.
+
+    The inverse of :func:`host_local_to_global`: each result is laid out by ``specs``
+    over the process's part of the mesh, on the same device buffers (no copy).
+
+    Raises:
+        ValueError: an array is not laid out as its spec says over ``mesh``.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    spec_leaves, paths = broadcast_prefix(specs, tree, api="global_to_host_local", what="specs")
+    block = _process_block(mesh)
+    local_mesh = Mesh(
+        mesh.devices[tuple(slice(start, start + size) for start, size in block.values())],
+        mesh.axis_names,
+    )
+    out = []
+    for leaf, spec, path in zip(leaves, spec_leaves, paths, strict=True):
+        where = f"tree{jax.tree_util.keystr(path)}"
+        parsed = ParsedPartitionSpec.coerce(spec, f"global_to_host_local {where}")
+        wanted = NamedSharding(mesh, parsed.to_partition_spec())
+        if not isinstance(leaf, jax.Array) or not leaf.sharding.is_equivalent_to(wanted, leaf.ndim):
+            raise ValueError(
+                f"global_to_host_local: {where} must be a jax.Array laid out as "
+                f"{parsed.describe()} over the mesh {dict(mesh.shape)}, got "
+                f"{getattr(leaf, 'sharding', type(leaf).__name__)}"
+            )
+        split = _split(parsed, mesh, leaf.ndim)
+        local_shape = tuple(n // count for n, (count, _) in zip(leaf.shape, split, strict=True))
+        local_sharding = NamedSharding(local_mesh, parsed.to_partition_spec())
+        by_device = {s.device: s.data for s in leaf.addressable_shards}
+        shards = [by_device[d] for d in local_sharding.addressable_devices_indices_map(local_shape)]
+        out.append(jax.make_array_from_single_device_arrays(local_shape, local_sharding, shards))
+    return jax.tree_util.tree_unflatten(treedef, out)
