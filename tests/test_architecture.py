@@ -26,7 +26,15 @@ LAYERS: list[tuple[str, ...]] = [
     ("_src.dispatch",),
     ("_src.stages", "_src.residuals"),
     ("_src.pjit", "_src.host_callback", "_src.distributed"),  # front doors
-    ("options", "inspect", "sharding_spec", "testing", "host_callback", "distributed", "launch"),  # public modules
+    (
+        "options",
+        "inspect",
+        "sharding_spec",
+        "testing",
+        "host_callback",
+        "distributed",
+        "launch",
+    ),  # public modules
     ("__init__",),  # the public surface
 ]
 

@@ -59,4 +59,6 @@ def lines_of(output: str, process: int) -> list[str]:
 
 def values(output: str, process: int, key: str) -> list[str]:
     """The rest of each line ``key ...`` process ``process`` printed."""
-    return [line[len(key) + 1 :] for line in lines_of(output, process) if line.startswith(key + " ")]
+    return [
+        line[len(key) + 1 :] for line in lines_of(output, process) if line.startswith(key + " ")
+    ]

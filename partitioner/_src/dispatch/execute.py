@@ -122,7 +122,8 @@ def execute_placed(executable: Executable, placed: Sequence[Any]) -> list[Any]:
     if executable.windowed:
         window.make_room()
     if executable.uses_tokens:
-        effects, devices = executable.lowered.ordered_effects, executable.lowered.mesh.devices.flat
+        # This process's devices: in a multi-process program the tokens live there only.
+        effects, devices = executable.lowered.ordered_effects, executable.loaded.local_devices()
         results = executable.loaded.execute_sharded(
             [*jp.token_inputs(effects, devices), *placed], with_tokens=True
         )

@@ -14,6 +14,7 @@ only its shard of a dataset.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -120,6 +121,15 @@ def host_local_to_global(tree: Any, mesh: Mesh, specs: Any) -> Any:
 def _to_global(local: np.ndarray, mesh: Mesh, spec: Any, where: str) -> jax.Array:
     parsed = ParsedPartitionSpec.coerce(spec, f"host_local_to_global {where}")
     split = _split(parsed, mesh, local.ndim)
+    block = _process_block(mesh)
+    for d, axes in enumerate(parsed.partitions):
+        within = math.prod(block[axis][1] for axis in axes)
+        if d < local.ndim and local.shape[d] % within:
+            raise ValueError(
+                f"host_local_to_global: {where} has shape {local.shape}; its dimension {d} "
+                f"({local.shape[d]}) is split over {within} of this process's devices by "
+                f"{parsed.describe()} and must be divisible by {within}"
+            )
     global_shape = tuple(n * count for n, (count, _) in zip(local.shape, split, strict=True))
     sharding = NamedSharding(mesh, parsed.to_partition_spec())
     offsets = [n * index for n, (_, index) in zip(local.shape, split, strict=True)]
@@ -130,17 +140,7 @@ def _to_global(local: np.ndarray, mesh: Mesh, spec: Any, where: str) -> jax.Arra
             slice((s.start or 0) - off, (s.stop if s.stop is not None else n) - off)
             for s, off, n in zip(index, offsets, global_shape, strict=True)
         )
-        piece = local[local_index]
-        if any(
-            (s.stop or n) - (s.start or 0) != p
-            for s, n, p in zip(index, global_shape, piece.shape, strict=True)
-        ):
-            raise ValueError(
-                f"host_local_to_global: {where} of shape {local.shape} cannot be laid out as "
-                f"{parsed.describe()} over this process's devices: a partitioned dimension must "
-                "be divisible by the devices it is split over"
-            )
-        arrays.append(jax.device_put(piece, device))
+        arrays.append(jax.device_put(local[local_index], device))
     return jax.make_array_from_single_device_arrays(global_shape, sharding, arrays)
 
 

@@ -1,0 +1,106 @@
+"""pjit over meshes that span processes (issue 11): features, training, faults.
+
+Each test starts a job of 2 (one test 4) local processes through
+``python -m partitioner.launch`` (``mp_helpers.run_job``: bounded by ``timeout -k``,
+no orphans, localhost only) and reads what the processes printed.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import jax
+import numpy as np
+import pytest
+from mp_helpers import WORKERS, lines_of, run_job, values
+
+import partitioner
+from partitioner import PartitionSpec as P
+
+sys.path.insert(0, str(WORKERS))
+from train_step import SPECS, STEPS, batch, init_params, train_step  # noqa: E402
+
+
+def _explain(proc: Any) -> str:
+    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
+
+
+def test_every_pjit_feature_runs_across_two_processes() -> None:
+    proc = run_job("features")
+    assert proc.returncode == 0, _explain(proc)
+    expected = {
+        "numpy inputs",
+        "global array inputs",
+        "cached calls on the fast path",
+        "static args",
+        "donation",
+        "lower().compile()",
+        "grad",
+        "vmap",
+        "nested pjit and constraints",
+    }
+    for process in (0, 1):
+        lines = lines_of(proc.stdout, process)
+        assert expected <= {line[3:] for line in lines if line.startswith("OK ")}, _explain(proc)
+        assert any(line.startswith("OK residuals") for line in lines)
+        assert "DONE" in lines
+    # Host callbacks fire on the process that owns the device: the global tap on
+    # process 0 (device 0), each process's tap_with_device on its own 4 devices.
+    assert values(proc.stdout, 0, "TAPS") == ["1 own-devices"], _explain(proc)
+    assert values(proc.stdout, 1, "TAPS") == ["0 own-devices"], _explain(proc)
+
+
+def _reference_losses() -> list[float]:
+    """The same steps in this (single, 8-device) process, on a 2x4 mesh."""
+    devices = np.array(jax.devices()).reshape(2, 4)
+    with partitioner.mesh(devices, ("data", "model")):
+        step = partitioner.pjit(train_step, (SPECS, P("data"), P("data")), (SPECS, None))
+        params, (x, y) = init_params(), batch()
+        losses = []
+        for _ in range(STEPS):
+            params, loss = step(params, x, y)
+            losses.append(float(loss))
+    return losses
+
+
+@pytest.mark.parametrize(("n", "devices_per_process"), [(2, 4), (4, 2)])
+def test_train_matches_one_process(n: int, devices_per_process: int) -> None:
+    proc = run_job("train", n=n, devices_per_process=devices_per_process)
+    assert proc.returncode == 0, _explain(proc)
+    got = dict(line.split(" ") for line in values(proc.stdout, 0, "LOSS"))
+    losses = [float(got[str(i)]) for i in range(STEPS)]
+    np.testing.assert_allclose(losses, _reference_losses(), rtol=0, atol=1e-6)
+    assert all("DONE" in lines_of(proc.stdout, i) for i in range(n))
+
+
+def test_a_killed_process_is_named_by_the_others_within_the_heartbeat_timeout() -> None:
+    heartbeat = 3.0
+    start = time.time()
+    proc = run_job("die", heartbeat_timeout=heartbeat, grace=20.0, timeout=90)
+    ended = time.time()
+    assert proc.returncode == 128 + 9, _explain(proc)  # the first failure: SIGKILL
+    assert "process 1 failed" in proc.stderr and "signal SIGKILL (killed)" in proc.stderr
+    survivor = "\n".join(lines_of(proc.stderr, 0))
+    assert "process 1 of 2 was lost" in survivor, _explain(proc)
+    assert "NOT REACHED" not in proc.stdout
+    killed = float(values(proc.stdout, 1, "KILLED")[0])
+    # Process 0 stopped on its own (before the launcher's 20 s grace), within the
+    # heartbeat timeout plus the watchdog's reaction and the job's teardown.
+    assert ended - killed < heartbeat + 10, (ended - killed, _explain(proc))
+    assert "stopping the processes still running" not in proc.stderr
+    print(
+        f"lost process noticed and the job ended {ended - killed:.1f} s after the kill "
+        f"(job took {ended - start:.1f} s)"
+    )
+
+
+def test_a_mismatched_program_is_a_clear_error_not_a_hang() -> None:
+    proc = run_job("mismatch", timeout=90)
+    assert proc.returncode == 1, _explain(proc)
+    for process in (0, 1):
+        err = "\n".join(lines_of(proc.stderr, process))
+        assert "the processes are not running the same program" in err, _explain(proc)
+        assert "float32[8,8]" in err and "float32[16,8]" in err
+    assert "RESULT" not in proc.stdout
