@@ -26,7 +26,7 @@ from ..spec.parsed import ParsedPartitionSpec
 from ..spec.tree import broadcast_prefix
 
 
-def _process_block(mesh: Mesh) -> dict[str, tuple[int, int]]:
+def _process_block(mesh: Mesh) -> dict[Any, tuple[int, int]]:
     """Per mesh axis: (this process's first index along it, how many it holds).
 
     Raises:
@@ -38,7 +38,7 @@ def _process_block(mesh: Mesh) -> dict[str, tuple[int, int]]:
         raise ValueError(
             f"host-local arrays: the mesh {dict(mesh.shape)} has no device of process {me}"
         )
-    block: dict[str, tuple[int, int]] = {}
+    block: dict[Any, tuple[int, int]] = {}
     where = np.argwhere(mine)
     lo, hi = where.min(axis=0), where.max(axis=0) + 1
     if (
@@ -123,7 +123,7 @@ def _to_global(local: np.ndarray, mesh: Mesh, spec: Any, where: str) -> jax.Arra
     split = _split(parsed, mesh, local.ndim)
     block = _process_block(mesh)
     for d, axes in enumerate(parsed.partitions):
-        within = math.prod(block[axis][1] for axis in axes)
+        within = math.prod([block[axis][1] for axis in axes])
         if d < local.ndim and local.shape[d] % within:
             raise ValueError(
                 f"host_local_to_global: {where} has shape {local.shape}; its dimension {d} "
