@@ -42,7 +42,11 @@ def setup_env() -> None:
     if "jax" in sys.modules:
         raise RuntimeError("benchmarks/common.py must be imported before jax (it sets XLA_FLAGS)")
     flags = os.environ.get("XLA_FLAGS", "").split()
-    flags += [f for f in _XLA_FLAGS if f.split("=")[0] not in {g.split("=")[0] for g in flags}]
+    ours = _XLA_FLAGS
+    if os.environ.get("PARTITIONER_DEVICES_PER_PROCESS"):
+        # A process of a partitioner.launch job: the launcher sets its device count.
+        ours = tuple(f for f in ours if "device_count" not in f)
+    flags += [f for f in ours if f.split("=")[0] not in {g.split("=")[0] for g in flags}]
     os.environ["XLA_FLAGS"] = " ".join(flags)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 

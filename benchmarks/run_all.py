@@ -17,7 +17,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-FIGURES = ("dispatch", "compile", "step", "loop", "memory", "lowering", "callbacks")
+FIGURES = ("dispatch", "compile", "step", "loop", "memory", "lowering", "callbacks", "multiprocess")
 
 
 def run_figure(name: str, flags: list[str]) -> tuple[int, float]:

@@ -19,8 +19,27 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 
+#: A block that starts with ``# examples/<file>.py`` shows that file: it must match it
+#: exactly, and it runs where the file runs (a multi-process example runs under the
+#: launcher in tests/multiprocess), not here.
+_SHOWN_FILE = re.compile(r"^# (examples/\S+\.py)")
+
+
 def python_blocks(path: Path) -> list[str]:
-    return _BLOCK.findall(path.read_text())
+    return [b for b in _BLOCK.findall(path.read_text()) if not _SHOWN_FILE.match(b)]
+
+
+def test_blocks_showing_a_file_match_it() -> None:
+    shown = 0
+    for path in DOCS:
+        for block in _BLOCK.findall(path.read_text()):
+            match = _SHOWN_FILE.match(block)
+            if match:
+                shown += 1
+                assert block == (ROOT / match.group(1)).read_text(), (
+                    f"{path.name}: {match.group(1)}"
+                )
+    assert shown >= 1
 
 
 def test_the_readme_has_runnable_blocks() -> None:

@@ -26,7 +26,8 @@ def run_job(
     heartbeat_timeout: float = 3.0,
     grace: float | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``workers/<worker>.py args`` as ``n`` processes; return the launcher's result."""
+    """Run ``workers/<worker>.py args`` (or ``worker``, a path under the repository root,
+    e.g. ``examples/x.py``) as ``n`` processes; return the launcher's result."""
     command = [
         "timeout",
         "-k",
@@ -44,7 +45,8 @@ def run_job(
     ]
     if grace is not None:
         command += ["--grace", str(grace)]
-    command += ["--", sys.executable, str(WORKERS / f"{worker}.py"), *args]
+    script = ROOT / worker if worker.endswith(".py") else WORKERS / f"{worker}.py"
+    command += ["--", sys.executable, str(script), *args]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run(
         command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout + 30

@@ -104,3 +104,26 @@ def test_a_mismatched_program_is_a_clear_error_not_a_hang() -> None:
         assert "the processes are not running the same program" in err, _explain(proc)
         assert "float32[8,8]" in err and "float32[16,8]" in err
     assert "RESULT" not in proc.stdout
+
+
+def test_the_readme_example_matches_jax_jit_on_the_whole_data() -> None:
+    proc = run_job("examples/multiprocess_train.py")
+    assert proc.returncode == 0, _explain(proc)
+    x = np.sin(np.arange(64, dtype=np.float32)[:, None] + np.arange(16, dtype=np.float32))
+    w = np.full((16, 8), 0.1, np.float32)
+
+    @jax.jit
+    def step(w: Any, x: Any) -> Any:
+        loss, g = jax.value_and_grad(lambda w: jax.numpy.mean(jax.numpy.tanh(x @ w) ** 2))(w)
+        return w - 0.5 * g, loss
+
+    want = []
+    for _ in range(5):
+        w, loss = step(w, x)
+        want.append(f"{float(loss):.6f}")
+    for process in (0, 1):
+        got = [
+            line.split()[-1] for line in lines_of(proc.stdout, process) if line.startswith("step ")
+        ]
+        assert got == want, _explain(proc)
+        assert "my block of x: (32, 16) of (64, 16)" in lines_of(proc.stdout, process)
