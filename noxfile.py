@@ -33,6 +33,12 @@ def bench(session: nox.Session) -> None:
 
 @nox.session
 def examples(session: nox.Session) -> None:
-    session.install("-e", ".[test]")  # the flax and optax the client examples use
-    for script in ("quickstart.py", "flax_t5x_style.py", "flax_nnx.py", "tap_training.py"):
+    session.install("-e", ".[test]")  # the flax, optax and orbax the client examples use
+    for script in (
+        "quickstart.py",
+        "flax_t5x_style.py",
+        "flax_nnx.py",
+        "tap_training.py",
+        "checkpoint_reshard.py",
+    ):
         session.run("python", f"examples/{script}")
