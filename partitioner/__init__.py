@@ -6,6 +6,7 @@ the few internals the tests look at.
 """
 
 from . import distributed, host_callback, inspect, options, sharding_spec
+from ._src.colocated.api import colocated_python
 from ._src.dispatch import clear_caches
 from ._src.events import add_listener, recording
 from ._src.options import partitioner, set_partitioner
@@ -37,6 +38,7 @@ __all__ = [
     "SpecSync",
     "add_listener",
     "clear_caches",
+    "colocated_python",
     "distributed",
     "get_aval_sharding_proto",
     "host_callback",

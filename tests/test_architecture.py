@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("_src.dispatch",),
     ("_src.stages", "_src.residuals"),
     ("_src.pjit", "_src.host_callback", "_src.distributed"),  # front doors
+    ("_src.colocated",),  # built on the front doors
     (
         "options",
         "inspect",

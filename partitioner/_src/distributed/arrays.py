@@ -75,6 +75,29 @@ def _split(spec: ParsedPartitionSpec, mesh: Mesh, ndim: int) -> list[tuple[int, 
     return out
 
 
+def local_mesh(mesh: Mesh) -> Mesh:
+    """This process's block of ``mesh`` (the whole mesh in a single process)."""
+    block = _process_block(mesh)
+    return Mesh(
+        mesh.devices[tuple(slice(start, start + size) for start, size in block.values())],
+        mesh.axis_names,
+    )
+
+
+def local_shape(global_shape: Sequence[int], mesh: Mesh, spec: Any) -> tuple[int, ...]:
+    """The shape of this process's block of a global array laid out as ``spec``."""
+    parsed = ParsedPartitionSpec.coerce(spec, "local_shape")
+    split = _split(parsed, mesh, len(global_shape))
+    return tuple(n // count for n, (count, _) in zip(global_shape, split, strict=True))
+
+
+def global_shape(block_shape: Sequence[int], mesh: Mesh, spec: Any) -> tuple[int, ...]:
+    """The global shape whose blocks (laid out as ``spec``) have ``block_shape``."""
+    parsed = ParsedPartitionSpec.coerce(spec, "global_shape")
+    split = _split(parsed, mesh, len(block_shape))
+    return tuple(n * count for n, (count, _) in zip(block_shape, split, strict=True))
+
+
 def host_local_slice(global_shape: Sequence[int], mesh: Mesh, spec: Any) -> tuple[slice, ...]:
     """The slice of a global array of ``global_shape`` this process holds (its loader reads it).
 
@@ -118,6 +141,32 @@ def host_local_to_global(tree: Any, mesh: Mesh, specs: Any) -> Any:
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
+def host_local_view(x: jax.Array) -> jax.Array:
+    """This process's block of ``x``, laid out by ``x``'s own spec (``x`` itself in one process).
+
+    Raises:
+        ValueError: ``x`` spans processes but is not laid out by a NamedSharding.
+    """
+    if x.is_fully_addressable:
+        return x
+    sharding = x.sharding
+    if not isinstance(sharding, NamedSharding):
+        raise ValueError(
+            f"an array spanning processes must be laid out by a NamedSharding, got {sharding}"
+        )
+    mesh, spec = sharding.mesh, sharding.spec
+    assert isinstance(mesh, Mesh)  # an array's mesh is concrete
+    return _block_of(x, local_mesh(mesh), spec, local_shape(x.shape, mesh, spec))
+
+
+def _block_of(x: jax.Array, mine: Mesh, spec: Any, shape: tuple[int, ...]) -> jax.Array:
+    """``x``'s shards on this process's devices, as one array of ``shape`` over ``mine``."""
+    sharding = NamedSharding(mine, spec)
+    by_device = {s.device: s.data for s in x.addressable_shards}
+    shards = [by_device[d] for d in sharding.addressable_devices_indices_map(shape)]
+    return jax.make_array_from_single_device_arrays(shape, sharding, shards)
+
+
 def _to_global(local: np.ndarray, mesh: Mesh, spec: Any, where: str) -> jax.Array:
     parsed = ParsedPartitionSpec.coerce(spec, f"host_local_to_global {where}")
     split = _split(parsed, mesh, local.ndim)
@@ -155,11 +204,7 @@ def global_to_host_local(tree: Any, mesh: Mesh, specs: Any) -> Any:
     """
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     spec_leaves, paths = broadcast_prefix(specs, tree, api="global_to_host_local", what="specs")
-    block = _process_block(mesh)
-    local_mesh = Mesh(
-        mesh.devices[tuple(slice(start, start + size) for start, size in block.values())],
-        mesh.axis_names,
-    )
+    mine = local_mesh(mesh)
     out = []
     for leaf, spec, path in zip(leaves, spec_leaves, paths, strict=True):
         where = f"tree{jax.tree_util.keystr(path)}"
@@ -171,10 +216,7 @@ def global_to_host_local(tree: Any, mesh: Mesh, specs: Any) -> Any:
                 f"{parsed.describe()} over the mesh {dict(mesh.shape)}, got "
                 f"{getattr(leaf, 'sharding', type(leaf).__name__)}"
             )
-        split = _split(parsed, mesh, leaf.ndim)
-        local_shape = tuple(n // count for n, (count, _) in zip(leaf.shape, split, strict=True))
-        local_sharding = NamedSharding(local_mesh, parsed.to_partition_spec())
-        by_device = {s.device: s.data for s in leaf.addressable_shards}
-        shards = [by_device[d] for d in local_sharding.addressable_devices_indices_map(local_shape)]
-        out.append(jax.make_array_from_single_device_arrays(local_shape, local_sharding, shards))
+        out.append(
+            _block_of(leaf, mine, parsed.to_partition_spec(), local_shape(leaf.shape, mesh, parsed))
+        )
     return jax.tree_util.tree_unflatten(treedef, out)

@@ -1,0 +1,410 @@
+"""``colocated_python``: Python that runs where the shards live, asynchronously (seed 002).
+
+A call checks its arguments, finds (or builds) the *specialized* function for their
+shapes, dtypes and layouts, and hands the call to it (NOTE [colocated execution]
+in ``runtime.py``). The first call of a specialization without ``out_specs_fn``
+runs synchronously, to discover the output layout; every later call returns at
+once.
+
+NOTE [specialization caches] (the seed's): looking up a specialization by its
+input layouts compares shardings, which is slow, so each callable keeps two
+caches for the same entries: one keyed by the *ids* of the arguments' shardings
+(fast; valid while the entry keeps those sharding objects alive), one keyed by
+the layouts themselves. A miss in the first and a hit in the second moves the
+entry's id key to the new sharding objects. ``jax.clear_caches()`` empties both
+(they are registered with jax); a callable that is garbage collected frees its
+entries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+from jax.extend.backend import register_backend_cache
+
+from .. import jax_private as jp
+from ..distributed.arrays import host_local_view
+from ..events import emit
+from .layout import OutputLayout, check_output, layout_from_outputs, layout_from_specs
+from .runtime import PROMISES, describe_error, logger, worker_for
+
+ShapeDtypeStructTree = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Specialization:
+    """What a callable is specialized to; each field can be given once."""
+
+    in_specs_treedef: Any = None
+    in_specs_leaves: tuple[jax.ShapeDtypeStruct, ...] | None = None
+    out_specs_fn: Callable[..., ShapeDtypeStructTree] | None = None
+    devices: tuple[jax.Device, ...] | None = None
+
+    def update(
+        self,
+        *,
+        in_specs: ShapeDtypeStructTree | None = None,
+        out_specs_fn: Callable[..., ShapeDtypeStructTree] | None = None,
+        devices: Sequence[jax.Device] | None = None,
+    ) -> Specialization:
+        """A copy with more fields given.
+
+        Raises:
+            ValueError: a field given again ("... already specified").
+        """
+        new = self
+        if in_specs is not None:
+            if self.in_specs_leaves is not None:
+                raise ValueError("in_specs already specified")
+            leaves, treedef = jax.tree_util.tree_flatten(in_specs)
+            new = dataclasses.replace(new, in_specs_treedef=treedef, in_specs_leaves=tuple(leaves))
+        if out_specs_fn is not None:
+            if self.out_specs_fn is not None:
+                raise ValueError("out_specs_fn already specified")
+            if not callable(out_specs_fn):
+                raise TypeError(f"out_specs_fn must be callable, got {out_specs_fn!r}")
+            new = dataclasses.replace(new, out_specs_fn=out_specs_fn)
+        if devices is not None:
+            if self.devices is not None:
+                raise ValueError("devices already specified")
+            devices = tuple(devices)
+            if not devices or not all(isinstance(d, jax.Device) for d in devices):
+                raise ValueError(
+                    f"devices must be a non-empty sequence of jax.Device, got {devices!r}"
+                )
+            new = dataclasses.replace(new, devices=devices)
+        return new
+
+
+def _spec_of(x: Any, where: str) -> jax.ShapeDtypeStruct:
+    if not isinstance(x, jax.Array):
+        raise ValueError(
+            f"colocated_python only supports jax.Array as input and output, but {where} is "
+            f"{type(x).__name__}"
+        )
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+
+
+def _device_list(leaves: Sequence[jax.Array]) -> tuple[jax.Device, ...] | None:
+    """The one device list every argument uses (None without arguments).
+
+    Raises:
+        ValueError: arguments on different device lists.
+    """
+    found: dict[tuple[int, ...], tuple[jax.Device, ...]] = {}
+    for x in leaves:
+        devices = jp.device_assignment_of(x.sharding)
+        found.setdefault(tuple(d.id for d in devices), devices)
+    if len(found) > 1:
+        raise ValueError(
+            "colocated_python: all arguments must use the same device list, but got multiple "
+            f"device lists: {sorted(found)}"
+        )
+    return next(iter(found.values()), None)
+
+
+# --- one specialization: its output layout and its calls ---
+
+
+class _Specialized:
+    """A callable specialized to one input layout (NOTE [colocated execution])."""
+
+    def __init__(self, fun: Callable[..., Any], name: str, spec: Specialization) -> None:
+        assert spec.devices is not None
+        self.fun, self.name, self.spec = fun, name, spec
+        self.worker = worker_for(tuple(d.id for d in spec.devices))
+        self.layout: OutputLayout | None = None
+        self._lock = threading.Lock()
+        self.global_mesh = _mesh_of(spec)
+        # The entry keeps its input shardings alive, so their ids stay valid cache keys.
+        self.in_shardings = tuple(
+            getattr(leaf, "sharding", None) for leaf in spec.in_specs_leaves or ()
+        )
+
+    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        local_args, local_kwargs = jax.tree.map(host_local_view, (args, kwargs))
+        with self._lock:
+            if self.layout is None:
+                discovered = self._set_layout(args, kwargs, local_args, local_kwargs)
+                if discovered is not None:
+                    return discovered[0]
+        return self._launch(local_args, local_kwargs)
+
+    def _set_layout(
+        self, args: Any, kwargs: Any, local_args: Any, local_kwargs: Any
+    ) -> tuple[Any] | None:
+        """The output layout, from out_specs_fn or from running this (first) call now.
+
+        Returns:
+            ``(outputs,)`` of the call when it ran to discover the layout, else None.
+        """
+        if self.spec.out_specs_fn is not None:
+            in_specs = jax.tree.map(lambda x: _spec_of(x, "an argument"), (args, kwargs))
+            self._install(layout_from_specs(self.spec.out_specs_fn(*in_specs[0], **in_specs[1])))
+            return None
+        done = threading.Event()
+        box: dict[str, Any] = {}
+
+        def discover() -> None:
+            try:
+                box["out"] = self.fun(*local_args, **local_kwargs)
+            except BaseException as e:  # re-raised in the caller
+                box["error"] = e
+            done.set()
+
+        self.worker.submit(discover)  # after this device list's earlier calls
+        done.wait()
+        if "error" in box:
+            raise box["error"]
+        found = layout_from_outputs(box["out"], self.global_mesh)
+        self._install(found)
+        blocks = found.to_local(jax.tree.leaves(box["out"]))
+        return (jax.tree_util.tree_unflatten(found.treedef, found.assemble(blocks)),)
+
+    def _install(self, found: OutputLayout) -> None:
+        self.layout = found
+        emit("colocated_specialize", name=self.name)
+
+    def _launch(self, local_args: Any, local_kwargs: Any) -> Any:
+        """NOTE [colocated execution]: promise the outputs, queue the function."""
+        out = self.layout
+        assert out is not None
+        structs = out.local_structs()
+        promise_id, pending = PROMISES.promise(structs)
+        name, fun = self.name, self.fun
+
+        def run() -> None:
+            try:
+                blocks = out.to_local(_checked(fun(*local_args, **local_kwargs), out, name))
+            except BaseException as e:  # surfaces where an output is consumed
+                if not structs:
+                    logger.error(
+                        "%s (it has no outputs to carry the error)", describe_error(name, e)
+                    )
+                blocks = PROMISES.errors(structs, describe_error(name, e))
+            PROMISES.fulfil(promise_id, blocks)
+
+        self.worker.submit(run)
+        return jax.tree_util.tree_unflatten(out.treedef, out.assemble(pending))
+
+
+def _mesh_of(spec: Specialization) -> Any:
+    """The arguments' mesh (for a job of several processes), if they have one."""
+    for leaf in spec.in_specs_leaves or ():
+        sharding = getattr(leaf, "sharding", None)
+        if isinstance(sharding, jax.sharding.NamedSharding):
+            return sharding.mesh
+    return None
+
+
+def _checked(outputs: Any, layout: OutputLayout, name: str) -> list[jax.Array]:
+    """The outputs' leaves, if they are what the layout says this process returns.
+
+    Raises:
+        ValueError: another pytree, a leaf that is not a jax.Array, or another
+            shape or dtype than the output specs give for this process's block.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(outputs)
+    if treedef != layout.treedef:
+        raise ValueError(
+            f"colocated_python function {name!r} returned {treedef}, but its output specs "
+            f"say {layout.treedef}"
+        )
+    for i, (leaf, local) in enumerate(zip(leaves, layout.local_shapes, strict=True)):
+        check_output(leaf, i)
+        if tuple(leaf.shape) != local or leaf.dtype != layout.dtypes[i]:
+            raise ValueError(
+                f"colocated_python function {name!r}: output {i} is {leaf.dtype}{list(leaf.shape)} "
+                f"on process {jax.process_index()}, but its output spec says {layout.describe(i)}, "
+                f"so this process's block is {layout.dtypes[i].name}{list(local)}"
+            )
+    return leaves
+
+
+def _check_in_specs(
+    spec: Specialization, treedef: Any, got: Sequence[jax.ShapeDtypeStruct], name: str
+) -> None:
+    """The call's arguments match the ``in_specs`` the callable was specialized to.
+
+    Raises:
+        ValueError: another pytree, shape, dtype or layout, naming the argument.
+    """
+    assert spec.in_specs_leaves is not None
+    if treedef != spec.in_specs_treedef:
+        raise ValueError(
+            f"colocated_python function {name!r} was specialized to in_specs "
+            f"{spec.in_specs_treedef}, but is called with {treedef}"
+        )
+    for i, (want, have) in enumerate(zip(spec.in_specs_leaves, got, strict=True)):
+        same_layout = want.sharding is None or (
+            have.sharding is not None
+            and want.sharding.is_equivalent_to(have.sharding, len(have.shape))
+        )
+        if want.shape != have.shape or want.dtype != have.dtype or not same_layout:
+            raise ValueError(
+                f"colocated_python function {name!r}: argument leaf {i} is {have}, but the "
+                f"function was specialized to in_specs {want}"
+            )
+
+
+# --- the callable and its caches (NOTE [specialization caches]) ---
+
+
+class _Caches:
+    """Every live callable's specialization caches, as one cache jax's clear_caches() empties."""
+
+    def __init__(self) -> None:
+        self._live: weakref.WeakSet[ColocatedFunction] = weakref.WeakSet()
+        register_backend_cache(self, "partitioner.colocated_python")
+
+    def add(self, f: ColocatedFunction) -> None:
+        self._live.add(f)
+
+    def cache_clear(self) -> None:
+        for f in list(self._live):
+            f._clear()  # noqa: SLF001  (the owner of both caches)
+
+    def cache_info(self) -> dict[str, int]:
+        return {"functions": len(self._live)}
+
+    def cache_keys(self) -> list[Any]:
+        return []
+
+
+_CACHES = _Caches()
+
+
+def _weak_key(leaves: Sequence[jax.Array], treedef: Any) -> tuple[Any, ...]:
+    return (treedef, tuple((x.shape, x.dtype, id(x.sharding)) for x in leaves))
+
+
+def _strong_key(leaves: Sequence[jax.Array], treedef: Any) -> tuple[Any, ...]:
+    return (treedef, tuple(_spec_of(x, "an argument") for x in leaves))
+
+
+class ColocatedFunction:
+    """A Python function that runs where its arguments' shards live (``colocated_python(fun)``)."""
+
+    def __init__(self, fun: Callable[..., Any], spec: Specialization) -> None:
+        self.fun = fun
+        self.__name__ = getattr(fun, "__name__", "colocated")
+        self.__doc__ = getattr(fun, "__doc__", None)
+        self._spec = spec
+        self._lock = threading.Lock()
+        self._by_id: dict[tuple[Any, ...], _Specialized] = {}
+        self._by_layout: dict[tuple[Any, ...], _Specialized] = {}
+        _CACHES.add(self)
+
+    def specialize(
+        self,
+        in_specs: ShapeDtypeStructTree | None = None,
+        out_specs_fn: Callable[..., ShapeDtypeStructTree] | None = None,
+        devices: Sequence[jax.Device] | None = None,
+    ) -> ColocatedFunction:
+        """A new callable, further specialized (each field at most once).
+
+        Args:
+            in_specs: the pytree of ``jax.ShapeDtypeStruct`` (with shardings) of
+                ``(args, kwargs)`` every call will have.
+            out_specs_fn: input specs -> output specs; then even the first call is
+                asynchronous.
+            devices: where to run; required for a function without arguments.
+
+        Raises:
+            ValueError: a field specialized twice ("... already specified").
+        """
+        return ColocatedFunction(
+            self.fun,
+            self._spec.update(in_specs=in_specs, out_specs_fn=out_specs_fn, devices=devices),
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the function on the arguments' hosts; returns at once (see the module docstring).
+
+        Raises:
+            ValueError: an argument that is not a jax.Array, arguments on several
+                device lists, or no arguments and no ``devices``.
+        """
+        leaves_with_paths, treedef = jax.tree_util.tree_flatten_with_path((args, kwargs))
+        leaves = []
+        for path, leaf in leaves_with_paths:
+            _spec_of(leaf, f"argument {_where(path)}")
+            leaves.append(leaf)
+        if not leaves and self._spec.devices is None:
+            raise ValueError(
+                "No devices found. colocated_python function without input arguments must be "
+                "first specialized with devices: f.specialize(devices=jax.devices())."
+            )
+        return self._specialized(leaves, treedef)(args, kwargs)
+
+    def _specialized(self, leaves: list[jax.Array], treedef: Any) -> _Specialized:
+        weak = _weak_key(leaves, treedef)
+        found = self._by_id.get(weak)
+        if found is not None:
+            emit("colocated_weak_hit", name=self.__name__)
+            return found
+        with self._lock:
+            strong = _strong_key(leaves, treedef)
+            found = self._by_layout.get(strong)
+            if found is not None:
+                emit("colocated_strong_hit", name=self.__name__)
+            else:
+                spec = self._spec
+                if spec.in_specs_leaves is not None:
+                    _check_in_specs(spec, treedef, strong[1], self.__name__)
+                else:
+                    spec = spec.update(
+                        in_specs=jax.tree_util.tree_unflatten(treedef, list(strong[1]))
+                    )
+                if spec.devices is None:
+                    spec = spec.update(devices=_device_list(leaves))
+                found = _Specialized(self.fun, self.__name__, spec)
+                self._by_layout[strong] = found
+            # Keep one id key per entry: the latest argument shardings'.
+            self._by_id = {k: v for k, v in self._by_id.items() if v is not found}
+            self._by_id[weak] = found
+            found.in_shardings = tuple(x.sharding for x in leaves)
+            return found
+
+    def _clear(self) -> None:
+        with self._lock:
+            self._by_id.clear()
+            self._by_layout.clear()
+
+    def cache_size(self) -> int:
+        """How many specializations are cached (the two caches hold the same ones)."""
+        return len(self._by_layout)
+
+    def __repr__(self) -> str:
+        return f"<colocated_python {self.__name__}>"
+
+
+def _where(path: Any) -> str:
+    """``args[0]['x']`` from a ``(args, kwargs)`` key path."""
+    if not path:
+        return "?"
+    head, rest = path[0], path[1:]
+    root = "args" if getattr(head, "idx", 0) == 0 else "kwargs"
+    return root + jax.tree_util.keystr(rest)
+
+
+def colocated_python(fun: Callable[..., Any]) -> ColocatedFunction:
+    """Make ``fun`` run on the hosts that hold its ``jax.Array`` arguments' shards.
+
+    ``g = colocated_python(fun)``; ``g(*arrays)`` returns at once with ``jax.Array``
+    outputs on the same devices, ready when ``fun`` has run there (in one process:
+    once, on the arguments as given; over processes: once per process, on its
+    host-local part, the outputs assembled into global arrays). Successive calls on
+    the same devices run in call order. See ``ColocatedFunction.specialize``.
+
+    Raises:
+        TypeError: ``fun`` is not callable.
+    """
+    if not callable(fun):
+        raise TypeError(f"colocated_python: fun must be callable, got {fun!r}")
+    return ColocatedFunction(fun, Specialization())

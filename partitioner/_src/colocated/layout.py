@@ -1,0 +1,170 @@
+"""Where a colocated function's outputs live, and their assembly into global arrays.
+
+Each process's call returns (or is promised) its *block* of every output: an
+array over this process's part of the output mesh. In one process that block is
+the whole output; over several, the blocks of all processes are put together
+into one global ``jax.Array`` per output, laid out by the output spec, without a
+copy (the blocks' shards become the global array's shards).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
+
+from ..distributed.arrays import global_shape, local_mesh, local_shape
+
+_ONE_DEVICE_AXIS = "colocated"
+
+
+@dataclass(frozen=True)
+class OutputLayout:
+    """Where a colocated function's outputs live: a mesh and a spec per output.
+
+    ``shapes`` are global; ``local_shapes`` this process's blocks, which the function
+    returns (laid out by ``spec`` over ``local_mesh(mesh)``).
+    """
+
+    treedef: Any
+    shapes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[np.dtype, ...]
+    specs: tuple[PartitionSpec, ...]
+    meshes: tuple[Mesh, ...]
+
+    @property
+    def local_shapes(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(
+            local_shape(shape, mesh, spec)
+            for shape, mesh, spec in zip(self.shapes, self.meshes, self.specs, strict=True)
+        )
+
+    def local_sharding(self, i: int) -> NamedSharding:
+        return NamedSharding(local_mesh(self.meshes[i]), self.specs[i])
+
+    def local_structs(self) -> list[jax.ShapeDtypeStruct]:
+        """This process's block of every output (what a promise is made of)."""
+        return [
+            jax.ShapeDtypeStruct(shape, dtype, sharding=self.local_sharding(i))
+            for i, (shape, dtype) in enumerate(zip(self.local_shapes, self.dtypes, strict=True))
+        ]
+
+    def to_local(self, blocks: Sequence[jax.Array]) -> list[jax.Array]:
+        """``blocks`` laid out as this process's blocks (moved where they are not)."""
+        out = []
+        for i, block in enumerate(blocks):
+            wanted = self.local_sharding(i)
+            if not block.sharding.is_equivalent_to(wanted, block.ndim):
+                block = jax.device_put(block, wanted)
+            out.append(block)
+        return out
+
+    def assemble(self, blocks: Sequence[jax.Array]) -> list[jax.Array]:
+        """The global outputs whose blocks on this process are ``blocks``."""
+        if jax.process_count() == 1:
+            return list(blocks)
+        return [
+            jax.make_array_from_single_device_arrays(
+                shape,
+                NamedSharding(mesh, spec),
+                [shard.data for shard in block.addressable_shards],
+            )
+            for shape, mesh, spec, block in zip(
+                self.shapes, self.meshes, self.specs, blocks, strict=True
+            )
+        ]
+
+    def describe(self, i: int) -> str:
+        return f"{jax.numpy.dtype(self.dtypes[i]).name}{list(self.shapes[i])} laid out as {self.specs[i]}"
+
+
+def mesh_and_spec(sharding: Any, what: str) -> tuple[Mesh, PartitionSpec]:
+    """A sharding as (mesh, spec); a single device is a one-device mesh.
+
+    Raises:
+        ValueError: another kind of sharding.
+    """
+    if isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, Mesh):
+        return sharding.mesh, sharding.spec
+    if isinstance(sharding, SingleDeviceSharding):
+        return Mesh(np.array(list(sharding.device_set)), (_ONE_DEVICE_AXIS,)), PartitionSpec()
+    raise ValueError(
+        f"colocated_python: {what} must be laid out by a NamedSharding over a mesh or on one "
+        f"device, got {sharding}"
+    )
+
+
+def layout_from_specs(out_specs: Any) -> OutputLayout:
+    """The layout ``out_specs_fn`` declares (a pytree of ShapeDtypeStructs with shardings).
+
+    Raises:
+        ValueError: a leaf without a sharding, or not laid out over a mesh or one device.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(out_specs)
+    meshes, specs = [], []
+    for i, leaf in enumerate(leaves):
+        if getattr(leaf, "sharding", None) is None:
+            raise ValueError(
+                f"colocated_python: out_specs_fn's output {i} ({leaf}) has no sharding; give "
+                "jax.ShapeDtypeStruct(shape, dtype, sharding=...)"
+            )
+        mesh, spec = mesh_and_spec(leaf.sharding, f"out_specs_fn's output {i}")
+        meshes.append(mesh)
+        specs.append(spec)
+    return OutputLayout(
+        treedef,
+        tuple(tuple(leaf.shape) for leaf in leaves),
+        tuple(np.dtype(leaf.dtype) for leaf in leaves),
+        tuple(specs),
+        tuple(meshes),
+    )
+
+
+def layout_from_outputs(outputs: Any, global_mesh: Mesh | None) -> OutputLayout:
+    """The layout a first (discovery) call's host-local outputs show.
+
+    In a job of several processes, each output must be laid out over this
+    process's block of ``global_mesh`` (the arguments' mesh); its global shape is
+    the blocks' together.
+
+    Raises:
+        ValueError: an output that is not a ``jax.Array``, or laid out elsewhere.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(outputs)
+    meshes, specs, shapes = [], [], []
+    for i, leaf in enumerate(leaves):
+        check_output(leaf, i)
+        mesh, spec = mesh_and_spec(leaf.sharding, f"output {i}")
+        shape = tuple(leaf.shape)
+        if jax.process_count() == 1:
+            pass  # the block is the whole
+        elif global_mesh is not None and mesh == local_mesh(global_mesh):
+            mesh, shape = global_mesh, global_shape(shape, global_mesh, spec)
+        else:
+            raise ValueError(
+                f"colocated_python: in a job of several processes, output {i} must be laid out "
+                f"over this process's part of the arguments' mesh (or give out_specs_fn), got "
+                f"{leaf.sharding}"
+            )
+        meshes.append(mesh)
+        specs.append(spec)
+        shapes.append(shape)
+    return OutputLayout(
+        treedef,
+        tuple(shapes),
+        tuple(np.dtype(x.dtype) for x in leaves),
+        tuple(specs),
+        tuple(meshes),
+    )
+
+
+def check_output(leaf: Any, i: int) -> None:
+    if not isinstance(leaf, jax.Array):
+        raise ValueError(
+            f"colocated_python only supports jax.Array as input and output, but output {i} is "
+            f"{type(leaf).__name__}"
+        )

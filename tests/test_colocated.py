@@ -1,0 +1,355 @@
+"""colocated_python in one process over 8 devices (issue 12, seed 002).
+
+Values are compared with numpy on the same inputs. Asynchrony and ordering are
+checked with events the function waits on, not with timings: a call that
+returns while its function is still blocked has returned before the function
+ran. The two-process semantics are in tests/multiprocess/test_colocated_mp.py.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import devices
+from jax.sharding import Mesh, NamedSharding
+
+import partitioner
+from partitioner import PartitionSpec as P
+from partitioner import colocated_python, pjit
+
+WAIT_S = 30.0  # a bound on every wait, so a regression fails instead of hanging
+
+
+@pytest.fixture
+def mesh() -> Mesh:
+    return Mesh(np.array(devices(8)).reshape(4, 2), ("data", "model"))
+
+
+def put(x: Any, mesh: Mesh, spec: P) -> jax.Array:
+    return jax.device_put(jnp.asarray(x), NamedSharding(mesh, spec))
+
+
+def doubled(a: jax.Array) -> jax.Array:
+    """``2 * a`` computed on the host, laid out as ``a``."""
+    return jax.device_put(np.asarray(a) * 2, a.sharding)
+
+
+# --- semantics ---
+
+
+def test_runs_once_per_call_on_the_arguments_as_given(mesh: Mesh) -> None:
+    x = put(np.arange(32.0).reshape(8, 4), mesh, P("data", "model"))
+    y = put(np.ones(4, np.int32), mesh, P())
+    seen: list[tuple[Any, ...]] = []
+
+    @colocated_python
+    def f(a: jax.Array, *, b: jax.Array) -> dict[str, jax.Array]:
+        seen.append((a.shape, a.sharding, b.shape, b.dtype))
+        return {"a": doubled(a), "sum": jax.device_put(np.asarray(b).sum(), b.sharding)}
+
+    for call in range(3):
+        out = f(x, b=y)
+        np.testing.assert_array_equal(np.asarray(out["a"]), np.asarray(x) * 2)
+        assert out["a"].sharding.is_equivalent_to(x.sharding, 2)
+        assert int(out["sum"]) == 4 and out["sum"].sharding.is_equivalent_to(y.sharding, 0)
+        assert len(seen) == call + 1
+    assert seen[0] == ((8, 4), x.sharding, (4,), np.int32)
+
+
+def test_a_call_returns_before_the_function_has_run(mesh: Mesh) -> None:
+    x = put(np.arange(16.0), mesh, P("data"))
+    release, started = threading.Event(), threading.Event()
+
+    @colocated_python
+    def f(a: jax.Array) -> jax.Array:
+        started.set()
+        assert release.wait(WAIT_S)
+        return doubled(a)
+
+    g = f.specialize(out_specs_fn=lambda a: a)  # so even the first call is asynchronous
+    out = g(x)
+    assert started.wait(WAIT_S)
+    assert not release.is_set()  # the call returned; the function is still waiting
+    assert isinstance(out, jax.Array) and out.shape == (16,)
+    release.set()
+    np.testing.assert_array_equal(np.asarray(out), np.arange(16.0) * 2)
+
+
+def test_without_out_specs_fn_the_first_call_discovers_the_outputs_and_later_ones_are_async(
+    mesh: Mesh,
+) -> None:
+    x = put(np.arange(16.0), mesh, P("data"))
+    release = threading.Event()
+    ran: list[int] = []
+
+    @colocated_python
+    def f(a: jax.Array) -> jax.Array:
+        if ran:
+            assert release.wait(WAIT_S)
+        ran.append(1)
+        return doubled(a)
+
+    first = f(x)
+    assert ran == [1]  # ran before the call returned: the output layout is learnt from it
+    second = f(x)
+    assert ran == [1]  # waiting for release: the call returned first
+    release.set()
+    np.testing.assert_array_equal(np.asarray(second), np.asarray(first))
+    assert ran == [1, 1]
+
+
+def test_successive_calls_on_the_same_devices_run_in_call_order(mesh: Mesh) -> None:
+    x = put(np.arange(16.0), mesh, P("data"))
+    order: list[int] = []
+    gate = threading.Event()
+
+    @colocated_python
+    def f(a: jax.Array, k: jax.Array) -> jax.Array:
+        assert gate.wait(WAIT_S)
+        order.append(int(k))
+        return jax.device_put(np.asarray(a) * int(k), a.sharding)
+
+    g = f.specialize(out_specs_fn=lambda a, k: a)
+    ks = [put(np.int32(k), mesh, P()) for k in range(12)]
+    outs = [g(x, k) for k in ks]
+    assert order == []
+    gate.set()
+    for k, out in enumerate(outs):
+        np.testing.assert_array_equal(np.asarray(out), np.arange(16.0) * k)
+    assert order == list(range(12))
+
+
+def test_device_work_on_the_same_devices_goes_on_while_the_function_runs(mesh: Mesh) -> None:
+    x = put(np.arange(32.0).reshape(8, 4), mesh, P("data", "model"))
+    release = threading.Event()
+
+    @colocated_python
+    def slow(a: jax.Array) -> jax.Array:
+        assert release.wait(WAIT_S)
+        return doubled(a)
+
+    g = slow.specialize(out_specs_fn=lambda a: a)
+    step = pjit(lambda v: jnp.tanh(v @ v.T).sum(0), P("data", "model"), P("data"))
+    with partitioner.mesh(mesh.devices, mesh.axis_names):
+        pending = g(x)
+        for _ in range(3):  # collectives over all 8 devices, while every device's callback waits
+            got = step(x).block_until_ready()
+    assert not release.is_set()
+    xs = np.asarray(x)
+    np.testing.assert_allclose(np.asarray(got), np.tanh(xs @ xs.T).sum(0), rtol=1e-6)
+    release.set()
+    np.testing.assert_array_equal(np.asarray(pending), xs * 2)
+
+
+def test_outputs_feed_a_pjit_step(mesh: Mesh) -> None:
+    """The loader idiom in one process: a colocated function makes the batch."""
+    step_no = put(np.int32(0), mesh, P())
+
+    @colocated_python
+    def batch(k: jax.Array) -> jax.Array:
+        rows = np.arange(8 * 4, dtype=np.float32).reshape(8, 4) + int(k)
+        return jax.device_put(rows, NamedSharding(mesh, P("data")))
+
+    train = pjit(lambda b, w: jnp.sum(jnp.tanh(b @ w)), (P("data"), P()), P())
+    w = np.linspace(-1, 1, 8, dtype=np.float32).reshape(4, 2)
+    with partitioner.mesh(mesh.devices, mesh.axis_names):
+        for k in range(3):
+            loss = train(batch(step_no + k), w)
+            rows = np.arange(32, dtype=np.float32).reshape(8, 4) + k
+            np.testing.assert_allclose(float(loss), np.tanh(rows @ w).sum(), rtol=1e-5)
+
+
+def test_outputs_may_live_on_another_layout_of_the_devices(mesh: Mesh) -> None:
+    x = put(np.arange(16.0), mesh, P("data"))
+    one = NamedSharding(mesh, P())
+
+    @colocated_python
+    def stats(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+        v = np.asarray(a)
+        first = jax.device_put(v[:1], jax.sharding.SingleDeviceSharding(devices(8)[3]))
+        return jax.device_put(np.stack([v.min(), v.max()]), one), first
+
+    (bounds, first) = stats(x)
+    np.testing.assert_array_equal(np.asarray(bounds), [0.0, 15.0])
+    assert bounds.sharding.is_equivalent_to(one, 1)
+    assert first.devices() == {devices(8)[3]} and float(first[0]) == 0.0
+
+
+def test_a_call_without_inputs_runs_on_the_devices_it_was_specialized_to() -> None:
+    dev = devices(8)[5]
+
+    @colocated_python
+    def make() -> jax.Array:
+        return jax.device_put(np.arange(6, dtype=np.int32), dev)
+
+    out = make.specialize(devices=[dev])()
+    np.testing.assert_array_equal(np.asarray(out), np.arange(6))
+    assert out.devices() == {dev}
+
+
+# --- errors ---
+
+
+def test_an_exception_surfaces_where_an_output_is_consumed_and_does_not_poison_later_calls(
+    mesh: Mesh,
+) -> None:
+    x = put(np.arange(16.0), mesh, P("data"))
+    fail = [True]
+
+    @colocated_python
+    def flaky(a: jax.Array) -> jax.Array:
+        if fail[0]:
+            raise KeyError("no such shard")
+        return doubled(a)
+
+    g = flaky.specialize(out_specs_fn=lambda a: a)
+    out = g(x)  # returns: the error is not raised at the call
+    message = "colocated_python function 'flaky' raised KeyError: 'no such shard'"
+    with pytest.raises(Exception, match=message):
+        out.block_until_ready()
+    with pytest.raises(Exception, match=message):
+        np.asarray(g(x))
+    fail[0] = False
+    np.testing.assert_array_equal(np.asarray(g(x)), np.arange(16.0) * 2)
+
+
+def test_an_exception_in_the_discovery_call_is_raised_at_the_call(mesh: Mesh) -> None:
+    x = put(np.arange(16.0), mesh, P("data"))
+
+    @colocated_python
+    def broken(a: jax.Array) -> jax.Array:
+        raise ZeroDivisionError("bad batch")
+
+    with pytest.raises(ZeroDivisionError, match="bad batch"):
+        broken(x)
+
+
+@pytest.mark.parametrize(
+    ("args", "where"),
+    [((np.ones(4),), r"args\[0\] is ndarray"), ((3.0,), r"args\[0\] is float")],
+)
+def test_an_argument_that_is_not_a_jax_array_is_a_value_error(args: Any, where: str) -> None:
+    f = colocated_python(lambda a: a)
+    with pytest.raises(ValueError, match=f"only supports jax.Array.*{where}"):
+        f(*args)
+
+
+def test_arguments_on_different_device_lists_are_a_value_error(mesh: Mesh) -> None:
+    a = put(np.arange(8.0), mesh, P("data"))
+    other = Mesh(np.array(devices(8)[:4]), ("x",))
+    b = put(np.arange(8.0), other, P("x"))
+    with pytest.raises(ValueError, match="same device list.*multiple device lists"):
+        colocated_python(lambda a, b: a)(a, b)
+
+
+def test_a_call_without_inputs_and_without_devices_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="without input arguments.*specialized with devices"):
+        colocated_python(lambda: None)()
+
+
+def test_outputs_that_disagree_with_out_specs_fn_are_a_clear_error(mesh: Mesh) -> None:
+    x = put(np.arange(16.0), mesh, P("data"))
+
+    @colocated_python
+    def half(a: jax.Array) -> jax.Array:
+        return jax.device_put(np.asarray(a)[:8], a.sharding)
+
+    g = half.specialize(out_specs_fn=lambda a: a)
+    with pytest.raises(
+        Exception, match=r"output 0 is float32\[8\].*output spec says float32\[16\]"
+    ):
+        np.asarray(g(x))
+
+    wrong_tree = colocated_python(lambda a: (a, a)).specialize(out_specs_fn=lambda a: a)
+    with pytest.raises(Exception, match="returned PyTreeDef.*output specs say PyTreeDef"):
+        np.asarray(wrong_tree(x))
+
+    no_sharding = colocated_python(lambda a: a).specialize(
+        out_specs_fn=lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype)
+    )
+    with pytest.raises(ValueError, match="has no sharding"):
+        no_sharding(x)
+
+
+def test_each_field_can_be_specialized_once(mesh: Mesh) -> None:
+    f = colocated_python(lambda a: a)
+    spec = jax.ShapeDtypeStruct((16,), jnp.float32, sharding=NamedSharding(mesh, P("data")))
+    g = f.specialize(in_specs=((spec,), {}), out_specs_fn=lambda a: a, devices=devices(8))
+    with pytest.raises(ValueError, match="in_specs already specified"):
+        g.specialize(in_specs=((spec,), {}))
+    with pytest.raises(ValueError, match="out_specs_fn already specified"):
+        g.specialize(out_specs_fn=lambda a: a)
+    with pytest.raises(ValueError, match="devices already specified"):
+        g.specialize(devices=devices(8))
+    x = put(np.arange(16.0), mesh, P("data"))
+    np.testing.assert_array_equal(np.asarray(g(x)), np.arange(16.0))
+    with pytest.raises(ValueError, match=r"argument leaf 0 is .*\(8,\).*specialized to in_specs"):
+        g(put(np.arange(8.0), mesh, P("data")))
+
+
+def test_bad_specializations_are_rejected(mesh: Mesh) -> None:
+    f = colocated_python(lambda a: a)
+    with pytest.raises(TypeError, match="out_specs_fn must be callable"):
+        f.specialize(out_specs_fn=3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="non-empty sequence of jax.Device"):
+        f.specialize(devices=["cpu:0"])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="fun must be callable"):
+        colocated_python(42)  # type: ignore[arg-type]
+
+
+# --- caches (NOTE [specialization caches]) ---
+
+
+def test_weak_and_strong_cache_hits_and_clear_caches(mesh: Mesh) -> None:
+    @colocated_python
+    def f(a: jax.Array) -> jax.Array:
+        return doubled(a)
+
+    x = put(np.arange(16.0), mesh, P("data"))
+    with partitioner.recording() as first:
+        f(x).block_until_ready()
+    assert first.get("colocated_specialize") == 1 and f.cache_size() == 1
+    with partitioner.recording() as again:
+        f(x).block_until_ready()
+    assert again.get("colocated_weak_hit") == 1 and "colocated_specialize" not in again
+    # An equal layout in a new sharding object: found by value, then by id.
+    y = put(np.arange(16.0) + 1, Mesh(mesh.devices, mesh.axis_names), P("data"))
+    assert y.sharding is not x.sharding
+    with partitioner.recording() as strong:
+        np.testing.assert_array_equal(np.asarray(f(y)), (np.arange(16.0) + 1) * 2)
+    assert strong.get("colocated_strong_hit") == 1 and "colocated_specialize" not in strong
+    with partitioner.recording() as weak:
+        f(y).block_until_ready()
+    assert weak.get("colocated_weak_hit") == 1
+    assert f.cache_size() == 1
+    # Another layout is another specialization.
+    f(put(np.arange(16.0), mesh, P())).block_until_ready()
+    assert f.cache_size() == 2
+
+    jax.clear_caches()
+    assert f.cache_size() == 0
+    with partitioner.recording() as after:
+        np.testing.assert_array_equal(np.asarray(f(x)), np.arange(16.0) * 2)
+    assert after.get("colocated_specialize") == 1 and f.cache_size() == 1
+
+
+def test_a_dropped_function_frees_its_entries(mesh: Mesh) -> None:
+    x = put(np.arange(16.0), mesh, P("data"))
+
+    def body(a: jax.Array) -> jax.Array:
+        return doubled(a)
+
+    f = colocated_python(body)
+    f(x).block_until_ready()
+    f(x).block_until_ready()
+    gone = weakref.ref(f)
+    del f
+    gc.collect()
+    assert gone() is None
