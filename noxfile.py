@@ -27,7 +27,7 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    session.install("-e", ".", "matplotlib")
+    session.install("-e", ".", "matplotlib", "cloudpickle")  # jax's colocated_python needs it
     session.run("python", "benchmarks/run_all.py", *session.posargs)
 
 
@@ -42,3 +42,16 @@ def examples(session: nox.Session) -> None:
         "checkpoint_reshard.py",
     ):
         session.run("python", f"examples/{script}")
+    for script in ("multiprocess_train.py", "colocated_loader.py"):  # jobs of 2 processes
+        session.run(
+            "python",
+            "-m",
+            "partitioner.launch",
+            "-n",
+            "2",
+            "--devices-per-process",
+            "4",
+            "--",
+            "python",
+            f"examples/{script}",
+        )

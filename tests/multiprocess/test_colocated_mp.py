@@ -1,0 +1,62 @@
+"""colocated_python over 2 processes x 4 devices (issue 12): semantics and the loader example.
+
+Each test starts a job through ``python -m partitioner.launch`` (``mp_helpers.run_job``:
+bounded by ``timeout -k``, no orphans, localhost only) and reads what the
+processes printed; the single-process semantics are in tests/test_colocated.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+from mp_helpers import lines_of, run_job
+
+CHECKS = [
+    "discovery call on the host-local part",
+    "once per call per process, outputs assembled into global arrays",
+    "asynchronous, in call order",
+    "an error surfaces on the process that raised, later calls are clean",
+    "no inputs, specialized devices and out_specs_fn",
+    "outputs that disagree with out_specs_fn",
+    "non-jax.Array input",
+]
+
+
+def _explain(proc: Any) -> str:
+    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
+
+
+def test_every_semantic_across_two_processes() -> None:
+    proc = run_job("colocated")
+    assert proc.returncode == 0, _explain(proc)
+    for process in (0, 1):
+        lines = lines_of(proc.stdout, process)
+        assert [line[3:] for line in lines if line.startswith("OK ")] == CHECKS, _explain(proc)
+        assert lines[-1] == "DONE"
+
+
+def test_the_per_host_loader_example_matches_jax_jit_on_the_whole_data() -> None:
+    proc = run_job("examples/colocated_loader.py")
+    assert proc.returncode == 0, _explain(proc)
+
+    def whole_batch(step: int) -> np.ndarray:
+        index = np.arange(64, dtype=np.float32)[:, None] + 64 * step
+        return np.sin(index + np.arange(16, dtype=np.float32))
+
+    @jax.jit
+    def step(w: Any, x: Any) -> Any:
+        loss, g = jax.value_and_grad(lambda w: jax.numpy.mean(jax.numpy.tanh(x @ w) ** 2))(w)
+        return w - 0.5 * g, loss
+
+    w = np.full((16, 8), 0.1, np.float32)
+    want = []
+    for i in range(5):
+        w, loss = step(w, whole_batch(i))
+        want.append(f"{float(loss):.6f}")
+    for process in (0, 1):
+        lines = lines_of(proc.stdout, process)
+        got = [line.split()[-1] for line in lines if line.startswith("step ")]
+        assert got == want, _explain(proc)
+        assert "batch (64, 16) P('data',)" in lines, _explain(proc)
