@@ -17,7 +17,17 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-FIGURES = ("dispatch", "compile", "step", "loop", "memory", "lowering", "callbacks", "multiprocess")
+FIGURES = (
+    "dispatch",
+    "compile",
+    "step",
+    "loop",
+    "memory",
+    "lowering",
+    "callbacks",
+    "multiprocess",
+    "colocated",
+)
 
 
 def run_figure(name: str, flags: list[str]) -> tuple[int, float]:

@@ -174,7 +174,7 @@ class _Specialized:
         """NOTE [colocated execution]: promise the outputs, queue the function."""
         out = self.layout
         assert out is not None
-        structs = out.local_structs()
+        structs = out.local_structs
         promise_id, pending = PROMISES.promise(structs)
         name, fun = self.name, self.fun
 

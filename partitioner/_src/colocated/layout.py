@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import jax
@@ -36,28 +37,36 @@ class OutputLayout:
     specs: tuple[PartitionSpec, ...]
     meshes: tuple[Mesh, ...]
 
-    @property
+    @cached_property
     def local_shapes(self) -> tuple[tuple[int, ...], ...]:
         return tuple(
             local_shape(shape, mesh, spec)
             for shape, mesh, spec in zip(self.shapes, self.meshes, self.specs, strict=True)
         )
 
-    def local_sharding(self, i: int) -> NamedSharding:
-        return NamedSharding(local_mesh(self.meshes[i]), self.specs[i])
+    @cached_property
+    def local_shardings(self) -> tuple[NamedSharding, ...]:
+        """Each output's layout over this process's part of its mesh."""
+        return tuple(
+            NamedSharding(local_mesh(mesh), spec)
+            for mesh, spec in zip(self.meshes, self.specs, strict=True)
+        )
 
-    def local_structs(self) -> list[jax.ShapeDtypeStruct]:
+    @cached_property
+    def local_structs(self) -> tuple[jax.ShapeDtypeStruct, ...]:
         """This process's block of every output (what a promise is made of)."""
-        return [
-            jax.ShapeDtypeStruct(shape, dtype, sharding=self.local_sharding(i))
-            for i, (shape, dtype) in enumerate(zip(self.local_shapes, self.dtypes, strict=True))
-        ]
+        return tuple(
+            jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+            for shape, dtype, sharding in zip(
+                self.local_shapes, self.dtypes, self.local_shardings, strict=True
+            )
+        )
 
     def to_local(self, blocks: Sequence[jax.Array]) -> list[jax.Array]:
         """``blocks`` laid out as this process's blocks (moved where they are not)."""
         out = []
         for i, block in enumerate(blocks):
-            wanted = self.local_sharding(i)
+            wanted = self.local_shardings[i]
             if not block.sharding.is_equivalent_to(wanted, block.ndim):
                 block = jax.device_put(block, wanted)
             out.append(block)
