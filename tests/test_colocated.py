@@ -9,6 +9,9 @@ ran. The two-process semantics are in tests/multiprocess/test_colocated_mp.py.
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
+import textwrap
 import threading
 import weakref
 from typing import Any
@@ -353,3 +356,60 @@ def test_a_dropped_function_frees_its_entries(mesh: Mesh) -> None:
     del f
     gc.collect()
     assert gone() is None
+
+
+def test_a_colocated_function_may_call_another_on_its_devices(mesh: Mesh) -> None:
+    x = put(np.arange(16.0), mesh, P("data"))
+    inner = colocated_python(doubled)
+    inner_async = colocated_python(doubled).specialize(out_specs_fn=lambda a: a)
+
+    @colocated_python
+    def outer(a: jax.Array) -> jax.Array:
+        # Both run as part of this call (no wait on the worker running it) and are
+        # consumed here.
+        return jax.device_put(np.asarray(inner(a)) + np.asarray(inner_async(a)), a.sharding)
+
+    for _ in range(2):  # the discovery call, then an asynchronous one
+        np.testing.assert_array_equal(np.asarray(outer(x)), np.arange(16.0) * 4)
+
+
+def test_calls_already_made_run_before_the_interpreter_exits(tmp_path: Any) -> None:
+    """NOTE [colocated exit]: an effect queued just before exit is not lost."""
+    script = tmp_path / "exit_now.py"
+    out = tmp_path / "written.txt"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import os, time
+            os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+            import jax, numpy as np
+            from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+            import partitioner
+
+            mesh = Mesh(np.array(jax.devices()), ("x",))
+            x = jax.device_put(np.arange(8.0), NamedSharding(mesh, P("x")))
+
+            @partitioner.colocated_python
+            def write(a):
+                time.sleep(0.05)
+                with open({str(out)!r}, "a") as f:
+                    f.write(f"{{float(np.asarray(a).sum())}}\\n")
+                return a
+
+            write = write.specialize(out_specs_fn=lambda a: a)
+            for k in range(10):
+                write(x + k)
+            print("RETURNED", flush=True)  # then exit, with the calls queued
+            """
+        )
+    )
+    proc = subprocess.run(
+        ["timeout", "-k", "5", "120", sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "RETURNED" in proc.stdout
+    written = [float(v) for v in out.read_text().split()]
+    assert written == [float(np.arange(8.0).sum() + 8 * k) for k in range(10)]

@@ -157,8 +157,11 @@ class _Specialized:
                 box["error"] = e
             done.set()
 
-        self.worker.submit(discover)  # after this device list's earlier calls
-        done.wait()
+        if self.worker.is_current():
+            discover()  # called from a colocated function on these devices: run it here
+        else:
+            self.worker.submit(discover)  # after this device list's earlier calls
+            done.wait()
         if "error" in box:
             raise box["error"]
         found = layout_from_outputs(box["out"], self.global_mesh)
@@ -189,7 +192,10 @@ class _Specialized:
                 blocks = PROMISES.errors(structs, describe_error(name, e))
             PROMISES.fulfil(promise_id, blocks)
 
-        self.worker.submit(run)
+        if self.worker.is_current():
+            run()  # a colocated function calling another on its devices: part of its call
+        else:
+            self.worker.submit(run)
         return jax.tree_util.tree_unflatten(out.treedef, out.assemble(pending))
 
 

@@ -30,9 +30,11 @@ same devices see each other's effects in order.
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import logging
 import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -49,13 +51,28 @@ class Worker:
     def __init__(self, name: str) -> None:
         self._cond = threading.Condition()
         self._jobs: list[Callable[[], None]] = []
+        self._busy = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def submit(self, job: Callable[[], None]) -> None:
         with self._cond:
             self._jobs.append(job)
-            self._cond.notify()
+            self._cond.notify_all()
+
+    def is_current(self) -> bool:
+        """True on the worker's own thread (a colocated function calling another)."""
+        return threading.current_thread() is self._thread
+
+    def drain(self, deadline: float) -> int:
+        """Wait until every queued call has run, or ``deadline``; how many did not."""
+        with self._cond:
+            while self._jobs or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return len(self._jobs) + self._busy
+                self._cond.wait(left)
+            return 0
 
     def _run(self) -> None:
         while True:
@@ -63,14 +80,22 @@ class Worker:
                 while not self._jobs:
                     self._cond.wait()
                 job = self._jobs.pop(0)
+                self._busy = True
             try:
                 job()
             except BaseException:  # a job reports its own errors; never lose the worker
                 logger.error("partitioner.colocated: worker error\n%s", traceback.format_exc())
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
 
 
 _workers: dict[tuple[int, ...], Worker] = {}
 _workers_lock = threading.Lock()
+
+#: How long the interpreter's exit waits for queued calls (NOTE [colocated exit]).
+EXIT_TIMEOUT_S = 300.0
 
 
 def worker_for(device_ids: tuple[int, ...]) -> Worker:
@@ -78,8 +103,42 @@ def worker_for(device_ids: tuple[int, ...]) -> Worker:
     with _workers_lock:
         worker = _workers.get(device_ids)
         if worker is None:
+            if not _workers:
+                # Registered at first use, after jax and partitioner.distributed have
+                # registered theirs: exit handlers run last-in first-out, so queued
+                # calls run while the runtime (and a multi-process job) is still up.
+                atexit.register(drain_all, EXIT_TIMEOUT_S)
             worker = _workers[device_ids] = Worker(f"partitioner-colocated-{device_ids[0]}")
         return worker
+
+
+def drain_all(timeout_s: float) -> int:
+    """NOTE [colocated exit]: run every queued call before the interpreter exits.
+
+    A colocated function often has effects (it writes a file, fills a cache), and
+    the caller may exit right after the call returned: the calls already made
+    still run, in order, before exit. The wait is bounded: after ``timeout_s``
+    the calls not yet run are named in an error log and abandoned.
+
+    Returns:
+        How many calls were abandoned.
+    """
+    deadline = time.monotonic() + timeout_s
+    with _workers_lock:
+        workers = list(_workers.items())
+    abandoned = 0
+    for device_ids, worker in workers:
+        left = worker.drain(deadline)
+        if left:
+            logger.error(
+                "partitioner.colocated: exiting with %d colocated call(s) on devices %s not run "
+                "after %.0f s",
+                left,
+                list(device_ids),
+                timeout_s,
+            )
+        abandoned += left
+    return abandoned
 
 
 def describe_error(name: str, e: BaseException) -> str:
