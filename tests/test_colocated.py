@@ -413,3 +413,27 @@ def test_calls_already_made_run_before_the_interpreter_exits(tmp_path: Any) -> N
     assert "RETURNED" in proc.stdout
     written = [float(v) for v in out.read_text().split()]
     assert written == [float(np.arange(8.0).sum() + 8 * k) for k in range(10)]
+
+
+def test_a_function_without_outputs_runs_in_order_and_logs_its_error(
+    mesh: Mesh, caplog: pytest.LogCaptureFixture
+) -> None:
+    x = put(np.arange(16.0), mesh, P("data"))
+    seen: list[float] = []
+
+    @colocated_python
+    def record(a: jax.Array) -> None:
+        total = float(np.asarray(a).sum())
+        if total < 0:
+            raise ValueError(f"negative total {total}")
+        seen.append(total)
+
+    assert record(x) is None  # the discovery call
+    for k in range(1, 4):
+        assert record(x + k) is None
+    assert record(-x - 1) is None  # its error has no output to travel with: it is logged
+    record(x)  # and one more after the failing one
+    # Another function on the same devices: its first call runs after everything queued.
+    np.asarray(colocated_python(lambda a: a)(x))
+    assert seen == [120.0 + 16 * k for k in range(4)] + [120.0]
+    assert "colocated_python function 'record' raised ValueError: negative total" in caplog.text
