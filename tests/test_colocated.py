@@ -437,3 +437,47 @@ def test_a_function_without_outputs_runs_in_order_and_logs_its_error(
     np.asarray(colocated_python(lambda a: a)(x))
     assert seen == [120.0 + 16 * k for k in range(4)] + [120.0]
     assert "colocated_python function 'record' raised ValueError: negative total" in caplog.text
+
+
+# --- real clients: flax and optax states, typed PRNG keys ---
+
+
+def test_flax_params_and_an_optax_state_go_through_whole(mesh: Mesh) -> None:
+    flax_linen = pytest.importorskip("flax.linen")
+    optax = pytest.importorskip("optax")
+    model = flax_linen.Dense(8)
+    params = model.init(jax.random.key(0), jnp.ones((2, 4)))
+    params = jax.device_put(params, NamedSharding(mesh, P()))
+    state = optax.adamw(1e-3).init(params)  # its step count is an uncommitted array
+
+    @colocated_python
+    def squared_norms(p: Any, s: Any) -> Any:
+        return jax.tree.map(
+            lambda a: jax.device_put(np.sum(np.asarray(a) ** 2), a.sharding), (p, s)
+        )
+
+    for _ in range(2):  # the discovery call, then an asynchronous one
+        got = squared_norms(params, state)
+        want = jax.tree.map(lambda a: np.sum(np.asarray(a) ** 2), (params, state))
+        assert jax.tree.structure(got) == jax.tree.structure(want)
+        for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            np.testing.assert_allclose(np.asarray(g), w, rtol=1e-6)
+
+
+def test_typed_prng_keys_in_and_out(mesh: Mesh) -> None:
+    key = jax.device_put(jax.random.key(7), NamedSharding(mesh, P()))
+    rows = NamedSharding(mesh, P("data"))
+
+    def split(k: jax.Array) -> jax.Array:
+        return jax.device_put(jax.random.split(k, 8), rows)
+
+    want = jax.random.key_data(jax.random.split(jax.random.key(7), 8))
+    discovered = colocated_python(split)
+    declared = colocated_python(split).specialize(
+        out_specs_fn=lambda k: jax.ShapeDtypeStruct((8,), k.dtype, sharding=rows)
+    )
+    for f in (discovered, discovered, declared):
+        out = f(key)
+        assert out.dtype == key.dtype and out.shape == (8,)
+        assert out.sharding.is_equivalent_to(rows, 1)
+        np.testing.assert_array_equal(np.asarray(jax.random.key_data(out)), np.asarray(want))

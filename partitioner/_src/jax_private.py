@@ -170,6 +170,11 @@ def physical_array(x: Any) -> Any:
     return getattr(x, "_base_array", x) if is_extended(x) else x
 
 
+def key_impl(dtype: Any) -> Any:
+    """The PRNG implementation of a typed key dtype (for ``jax.random.wrap_key_data``)."""
+    return dtype._impl
+
+
 def physical_sharding(aval: Any, sharding: Any) -> Any:
     """The sharding of the physical array behind a value of ``aval`` laid out as ``sharding``."""
     return sharding_impls.physical_sharding(aval, sharding) if is_extended(aval) else sharding

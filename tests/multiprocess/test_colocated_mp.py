@@ -20,6 +20,7 @@ CHECKS = [
     "an error surfaces on the process that raised, later calls are clean",
     "no inputs, specialized devices and out_specs_fn",
     "outputs that disagree with out_specs_fn",
+    "typed PRNG keys out, assembled",
     "non-jax.Array input",
 ]
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 from jax.extend.backend import register_backend_cache
 
 from .. import jax_private as jp
@@ -88,6 +89,31 @@ def _spec_of(x: Any, where: str) -> jax.ShapeDtypeStruct:
             f"{type(x).__name__}"
         )
     return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+
+
+def _placed(leaves: list[jax.Array]) -> list[jax.Array]:
+    """Uncommitted arguments moved beside the committed ones, replicated (``leaves`` if none).
+
+    Why: as with ``jax.jit``, an array made without a placement (optax's step
+    count, ``jnp.zeros(())``) goes where the other arguments are, instead of
+    putting the call on two device lists.
+    """
+    committed = [x for x in leaves if x.committed]
+    if not committed or len(committed) == len(leaves):
+        return leaves
+    sharding = committed[0].sharding
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        target: jax.sharding.Sharding = jax.sharding.NamedSharding(
+            sharding.mesh, jax.sharding.PartitionSpec()
+        )
+    elif isinstance(sharding, jax.sharding.SingleDeviceSharding):
+        target = sharding
+    else:
+        devices = np.array(jp.device_assignment_of(sharding))
+        target = jax.sharding.NamedSharding(
+            jax.sharding.Mesh(devices, ("colocated",)), jax.sharding.PartitionSpec()
+        )
+    return [x if x.committed else jax.device_put(x, target) for x in leaves]
 
 
 def _device_list(leaves: Sequence[jax.Array]) -> tuple[jax.Device, ...] | None:
@@ -346,6 +372,10 @@ class ColocatedFunction:
                 "No devices found. colocated_python function without input arguments must be "
                 "first specialized with devices: f.specialize(devices=jax.devices())."
             )
+        placed = _placed(leaves)
+        if placed is not leaves:
+            leaves = placed
+            args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
         return self._specialized(leaves, treedef)(args, kwargs)
 
     def _specialized(self, leaves: list[jax.Array], treedef: Any) -> _Specialized:

@@ -18,6 +18,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
+from .. import jax_private as jp
 from ..distributed.arrays import global_shape, local_mesh, local_shape
 
 _ONE_DEVICE_AXIS = "colocated"
@@ -33,7 +34,7 @@ class OutputLayout:
 
     treedef: Any
     shapes: tuple[tuple[int, ...], ...]
-    dtypes: tuple[np.dtype, ...]
+    dtypes: tuple[Any, ...]  # numpy dtypes, or extended ones (typed PRNG keys)
     specs: tuple[PartitionSpec, ...]
     meshes: tuple[Mesh, ...]
 
@@ -54,41 +55,66 @@ class OutputLayout:
 
     @cached_property
     def local_structs(self) -> tuple[jax.ShapeDtypeStruct, ...]:
-        """This process's block of every output (what a promise is made of)."""
+        """This process's block of every output, physically (what a promise is made of)."""
         return tuple(
-            jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+            _physical(jax.ShapeDtypeStruct(shape, dtype, sharding=sharding))
             for shape, dtype, sharding in zip(
                 self.local_shapes, self.dtypes, self.local_shardings, strict=True
             )
         )
 
     def to_local(self, blocks: Sequence[jax.Array]) -> list[jax.Array]:
-        """``blocks`` laid out as this process's blocks (moved where they are not)."""
+        """``blocks`` as this process's physical blocks (moved where they are not).
+
+        Why physical: a typed PRNG key is a ``u32`` array underneath, and the
+        transfer and the assembly carry plain arrays; :meth:`assemble` wraps keys
+        again.
+        """
         out = []
         for i, block in enumerate(blocks):
             wanted = self.local_shardings[i]
             if not block.sharding.is_equivalent_to(wanted, block.ndim):
                 block = jax.device_put(block, wanted)
-            out.append(block)
+            out.append(jp.physical_array(block))
         return out
 
     def assemble(self, blocks: Sequence[jax.Array]) -> list[jax.Array]:
-        """The global outputs whose blocks on this process are ``blocks``."""
-        if jax.process_count() == 1:
-            return list(blocks)
-        return [
-            jax.make_array_from_single_device_arrays(
-                shape,
-                NamedSharding(mesh, spec),
-                [shard.data for shard in block.addressable_shards],
-            )
-            for shape, mesh, spec, block in zip(
-                self.shapes, self.meshes, self.specs, blocks, strict=True
-            )
-        ]
+        """The global outputs whose physical blocks on this process are ``blocks``."""
+        out = []
+        for i, block in enumerate(blocks):
+            if jax.process_count() > 1:
+                whole = _physical(
+                    jax.ShapeDtypeStruct(
+                        self.shapes[i],
+                        self.dtypes[i],
+                        sharding=NamedSharding(self.meshes[i], self.specs[i]),
+                    )
+                )
+                block = jax.make_array_from_single_device_arrays(
+                    whole.shape, whole.sharding, [shard.data for shard in block.addressable_shards]
+                )
+            if jp.is_extended(jax.ShapeDtypeStruct((), self.dtypes[i])):
+                block = jax.random.wrap_key_data(block, impl=jp.key_impl(self.dtypes[i]))
+            out.append(block)
+        return out
 
     def describe(self, i: int) -> str:
-        return f"{jax.numpy.dtype(self.dtypes[i]).name}{list(self.shapes[i])} laid out as {self.specs[i]}"
+        return f"{self.dtypes[i]}{list(self.shapes[i])} laid out as {self.specs[i]}"
+
+
+def _physical(struct: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
+    """The plain array behind ``struct`` (a key array's ``u32`` data, trailing dims whole)."""
+    if not jp.is_extended(struct):
+        return struct
+    physical = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct(struct.shape, struct.dtype))
+    sharding = struct.sharding
+    assert isinstance(sharding, NamedSharding)
+    extra = (None,) * (len(physical.shape) - len(struct.shape))
+    return jax.ShapeDtypeStruct(
+        physical.shape,
+        physical.dtype,
+        sharding=NamedSharding(sharding.mesh, PartitionSpec(*sharding.spec, *extra)),
+    )
 
 
 def mesh_and_spec(sharding: Any, what: str) -> tuple[Mesh, PartitionSpec]:
@@ -127,7 +153,7 @@ def layout_from_specs(out_specs: Any) -> OutputLayout:
     return OutputLayout(
         treedef,
         tuple(tuple(leaf.shape) for leaf in leaves),
-        tuple(np.dtype(leaf.dtype) for leaf in leaves),
+        tuple(leaf.dtype for leaf in leaves),
         tuple(specs),
         tuple(meshes),
     )
@@ -165,7 +191,7 @@ def layout_from_outputs(outputs: Any, global_mesh: Mesh | None) -> OutputLayout:
     return OutputLayout(
         treedef,
         tuple(shapes),
-        tuple(np.dtype(x.dtype) for x in leaves),
+        tuple(x.dtype for x in leaves),
         tuple(specs),
         tuple(meshes),
     )

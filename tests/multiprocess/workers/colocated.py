@@ -144,6 +144,27 @@ else:
     raise AssertionError("out_specs_fn mismatch not reported")
 ok("outputs that disagree with out_specs_fn")
 
+flat = P(("a", "b"))
+
+
+@colocated_python
+def process_keys(a: jax.Array) -> jax.Array:
+    """Four typed keys per process, laid out over this process's devices."""
+    here = a.sharding.mesh
+    return jax.device_put(
+        jax.random.split(jax.random.key(jax.process_index()), 4), NamedSharding(here, flat)
+    )
+
+
+for _ in range(2):  # the discovery call, then an asynchronous one
+    keys = process_keys(x)
+    assert keys.shape == (8,) and keys.dtype == jax.random.key(0).dtype
+    np.testing.assert_array_equal(
+        np.asarray(jax.random.key_data(pd.global_to_host_local(keys, MESH, flat))),
+        np.asarray(jax.random.key_data(jax.random.split(jax.random.key(ME), 4))),
+    )
+ok("typed PRNG keys out, assembled")
+
 try:
     shifted(X)
 except ValueError as e:
