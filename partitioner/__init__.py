@@ -11,6 +11,7 @@ from ._src.dispatch import clear_caches
 from ._src.events import add_listener, recording
 from ._src.options import partitioner, set_partitioner
 from ._src.pjit import PjitWrapped, pjit
+from ._src.pmap import PmapWrapped, pmap, sharding_spec_of
 from ._src.residuals import Residual, residuals
 from ._src.spec import (
     REPLICATED,
@@ -35,6 +36,7 @@ __all__ = [
     "ParsedPartitionSpec",
     "PartitionSpec",
     "PjitWrapped",
+    "PmapWrapped",
     "SpecSync",
     "add_listener",
     "clear_caches",
@@ -48,10 +50,12 @@ __all__ = [
     "parse_op_sharding",
     "partitioner",
     "pjit",
+    "pmap",
     "prepare_axis_resources",
     "recording",
     "residuals",
     "set_partitioner",
     "sharding_spec",
+    "sharding_spec_of",
     "with_sharding_constraint",
 ]

@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("_src.dispatch",),
     ("_src.stages", "_src.residuals"),
     ("_src.pjit", "_src.host_callback", "_src.distributed"),  # front doors
-    ("_src.colocated",),  # built on the front doors
+    ("_src.colocated", "_src.pmap"),  # built on the front doors (pmap reuses PjitWrapped)
     (
         "options",
         "inspect",

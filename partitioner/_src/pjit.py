@@ -341,28 +341,31 @@ class PjitWrapped:
     guard (NOTE [guarded C++ calls] in ``dispatch/fastpath.py``).
     """
 
-    _planner: PjitFunction
+    _planner: Any  # the front door's planner (PjitFunction here)
     _dispatcher: Dispatcher
 
     if TYPE_CHECKING:  # each subclass's __call__ is the C++ callable (or its guard)
 
         def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
-    @staticmethod
-    def make(planner: PjitFunction, dispatcher: Dispatcher) -> PjitWrapped:
+    _kind = "pjit"
+
+    @classmethod
+    def make(cls, planner: Any, dispatcher: Dispatcher) -> PjitWrapped:
+        """The callable for ``planner`` (a front door's planner: ``name``, ``fun``, ``plan``)."""
         cpp = dispatcher.take_cpp()
-        cls = type(
-            f"pjit[{planner.name}]",
-            (PjitWrapped,),
+        sub = type(
+            f"{cls._kind}[{planner.name}]",
+            (cls,),
             {"__call__": staticmethod(cpp), "__slots__": ()},
         )
-        self: PjitWrapped = object.__new__(cls)
+        self: PjitWrapped = object.__new__(sub)
         object.__setattr__(self, "_planner", planner)
         object.__setattr__(self, "_dispatcher", dispatcher)
         functools.update_wrapper(self, planner.fun)  # type: ignore[arg-type]
         # A weak reference: the class holds the C++ callable, which holds the
         # dispatcher; a strong one back would keep a dropped function alive.
-        cls_ref = weakref.ref(cls)
+        cls_ref = weakref.ref(sub)
 
         def replace_call(make_call: Callable[[Any], Callable[..., Any]]) -> None:
             live = cls_ref()
@@ -385,7 +388,7 @@ class PjitWrapped:
         return self if obj is None else functools.partial(self, obj)
 
     def __repr__(self) -> str:
-        return f"<pjit-ed function {self._planner.name}>"
+        return f"<{self._kind}-ed function {self._planner.name}>"
 
 
 class _HashableStatic:

@@ -25,7 +25,7 @@ mlir, sharding_impls = jp.mlir, jp.sharding_impls
 
 
 @dataclass(frozen=True)
-class _Placement:
+class Placement:
     """How the mesh's devices sit in the module being lowered (NOTE [device positions]).
 
     ``positions[i]`` is where mesh device ``i`` sits (None: the identity);
@@ -37,7 +37,7 @@ class _Placement:
     single_device: bool = False
 
 
-def _placement(ctx: Any, mesh: Mesh, what: str) -> _Placement:
+def placement(ctx: Any, mesh: Mesh, what: str) -> Placement:
     """Where each mesh device sits in the enclosing module.
 
     Raises:
@@ -52,13 +52,13 @@ def _placement(ctx: Any, mesh: Mesh, what: str) -> _Placement:
         )
     assignment = axis_ctx.device_assignment
     if axis_ctx.num_devices == 1 and mesh.size > 1:
-        return _Placement(single_device=True)
+        return Placement(single_device=True)
     if assignment is None:
         if axis_ctx.num_devices != mesh.size:
             raise ValueError(
                 f"{what}: the enclosing computation has {axis_ctx.num_devices} devices, the mesh {mesh.size}"
             )
-        return _Placement()
+        return Placement()
     index = {d: i for i, d in enumerate(assignment)}
     positions = [index.get(d) for d in mesh.devices.flat]
     if len(assignment) != mesh.size or any(p is None for p in positions):
@@ -69,8 +69,8 @@ def _placement(ctx: Any, mesh: Mesh, what: str) -> _Placement:
             "the enclosing jit."
         )
     if positions == list(range(len(positions))):
-        return _Placement()
-    return _Placement(positions=tuple(p for p in positions if p is not None))
+        return Placement()
+    return Placement(positions=tuple(p for p in positions if p is not None))
 
 
 def _constrain_all(
@@ -79,12 +79,12 @@ def _constrain_all(
     avals: Sequence[Any],
     specs: Sequence[ParsedPartitionSpec | None],
     mesh: Mesh,
-    placement: _Placement,
+    where: Placement,
 ) -> list[Any]:
-    if placement.single_device:
+    if where.single_device:
         return list(values)
     shardy = jp.jax_uses_shardy()
-    positions = placement.positions
+    positions = where.positions
     return [
         v if spec is None else annotate.constrain(ctx, v, aval, spec, mesh, shardy, positions)
         for v, aval, spec in zip(values, avals, specs, strict=True)
@@ -97,8 +97,8 @@ def _constrain_all(
 def _pjit_lowering(ctx: Any, *args: Any, **kwargs: Any) -> list[Any]:
     params = PjitParams.of(kwargs)
     mesh = params.mesh
-    placement = _placement(ctx, mesh, f"pjit {params.name}")
-    ins = _constrain_all(ctx, args, ctx.avals_in, params.in_axis_resources, mesh, placement)
+    where = placement(ctx, mesh, f"pjit {params.name}")
+    ins = _constrain_all(ctx, args, ctx.avals_in, params.in_axis_resources, mesh, where)
     effects = list(jp.effects.ordered_effects.filter_in(params.jaxpr.effects))
     tokens_in = ctx.tokens_in.subset(effects)
     outs, tokens = mlir.call_lowering(
@@ -114,7 +114,7 @@ def _pjit_lowering(ctx: Any, *args: Any, **kwargs: Any) -> list[Any]:
         const_lowering=ctx.const_lowering,
     )
     ctx.set_tokens_out(ctx.tokens_in.update_tokens(tokens))
-    return _constrain_all(ctx, outs, ctx.avals_out, params.out_axis_resources, mesh, placement)
+    return _constrain_all(ctx, outs, ctx.avals_out, params.out_axis_resources, mesh, where)
 
 
 mlir.register_lowering(pjit_p, _pjit_lowering, cacheable=False)
@@ -126,8 +126,8 @@ mlir.register_lowering(pjit_p, _pjit_lowering, cacheable=False)
 def _sharding_constraint_lowering(
     ctx: Any, x: Any, *, axis_resources: ParsedPartitionSpec, mesh: Mesh
 ) -> list[Any]:
-    placement = _placement(ctx, mesh, "with_sharding_constraint")
-    return _constrain_all(ctx, [x], ctx.avals_in, [axis_resources], mesh, placement)
+    where = placement(ctx, mesh, "with_sharding_constraint")
+    return _constrain_all(ctx, [x], ctx.avals_in, [axis_resources], mesh, where)
 
 
 mlir.register_lowering(sharding_constraint_p, _sharding_constraint_lowering)

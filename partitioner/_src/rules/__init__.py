@@ -1,7 +1,7 @@
-"""Stage 2b: transformation rules for ``pjit_p`` and ``sharding_constraint_p``.
+"""Stage 2b: transformation rules for ``pjit_p``, ``sharding_constraint_p`` and the pmap region.
 
 One module per rule kind; each rule is registered right after its definition.
 Importing this package registers them all.
 """
 
-from . import batching, dce, jvp, partial_eval, transpose  # noqa: F401
+from . import batching, dce, jvp, partial_eval, region, transpose  # noqa: F401

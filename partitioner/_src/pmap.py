@@ -1,0 +1,466 @@
+"""``pmap``: the second front door. A map over devices, as a pjit whose body is a pmap region.
+
+A call flows: split the static (broadcast) arguments -> flatten with key paths ->
+give every leaf its mapped dimension (``in_axes``) -> the axis size and its
+devices -> trace the user's function on one device's blocks under the axis
+environment (NOTE [pmap region] in ``trace/region.py``) -> a ``pjit_p`` over the
+one-axis mesh whose body is the region. From there it is pjit's pipeline: the
+same dispatcher (C++ fast path, executable cache, events, ``clear_caches``), the
+same lowering (the region becomes a manual-SPMD computation) and pjit_p's
+transformation rules, which reach the region's own.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, cast
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+from jax.tree_util import KeyPath, PyTreeDef, keystr, tree_flatten_with_path, tree_unflatten
+
+from . import jax_private as jp
+from .dispatch.fastpath import Dispatcher
+from .lower.region import mapped_spec
+from .pjit import PjitWrapped
+from .spec.parsed import REPLICATED
+from .spec.sharding_spec import ShardingSpec, sharding_spec_from_parsed
+from .trace.plan import CallPlan, split_arguments
+from .trace.primitive import PjitParams
+from .trace.region import RegionParams, block_aval
+from .trace.tracing import trace_body
+
+core, lu, pe = jp.core, jp.lu, jp.pe
+
+_unnamed = itertools.count()
+
+
+def _axes_per_leaf(axes: Any, tree: Any, what: str, name: str) -> list[int | None]:
+    """``axes`` (a pytree prefix of ``tree``, leaves int or None) broadcast to one per leaf.
+
+    Raises:
+        ValueError: ``axes`` is not a prefix of ``tree``, or a leaf is not an int or None.
+    """
+    out: list[int | None] = []
+
+    def expand(axis: Any, subtree: Any) -> None:
+        if axis is not None and not isinstance(axis, (int, np.integer)):
+            raise ValueError(
+                f"pmap {name}: {what} leaves must be an int or None, got {axis!r} of type "
+                f"{type(axis).__name__}"
+            )
+        out.extend([None if axis is None else int(axis)] * len(jax.tree_util.tree_leaves(subtree)))
+
+    try:
+        jax.tree_util.tree_map(expand, axes, tree, is_leaf=lambda x: x is None)
+    except ValueError as e:
+        if str(e).startswith(f"pmap {name}"):
+            raise
+        raise ValueError(
+            f"pmap {name}: {what} {axes!r} is not a pytree prefix of the "
+            f"{'arguments' if what == 'in_axes' else 'outputs'} "
+            f"{jax.tree_util.tree_structure(tree)}: {e}"
+        ) from None
+    return out
+
+
+def _normalized(dim: int | None, ndim: int, where: str, what: str, name: str) -> int | None:
+    if dim is None:
+        return None
+    d = dim + ndim if dim < 0 else dim
+    if not 0 <= d < ndim:
+        raise ValueError(
+            f"pmap {name}: {what} {dim} for {where} of rank {ndim - (what == 'out_axes')} is out "
+            f"of range"
+        )
+    return d
+
+
+class PmapFunction:
+    """The planner behind a pmap-ed function: checks arguments and traces calls."""
+
+    def __init__(
+        self,
+        fun: Callable[..., Any],
+        axis_name: str | None,
+        in_axes: Any,
+        out_axes: Any,
+        static_broadcasted_argnums: int | Sequence[int],
+        devices: Sequence[jax.Device] | None,
+        backend: str | None,
+        axis_size: int | None,
+        donate_argnums: int | Sequence[int],
+    ) -> None:
+        if not callable(fun):
+            raise TypeError(f"pmap: expected a callable to map, got {fun!r}")
+        self.fun = fun
+        self.name = getattr(fun, "__name__", type(fun).__name__)
+        if axis_name is not None and not isinstance(axis_name, str):
+            raise TypeError(f"pmap {self.name}: axis_name must be a str or None, got {axis_name!r}")
+        self.axis_name = axis_name or f"_pmap{next(_unnamed)}"
+        self._in_axes = tuple(in_axes) if isinstance(in_axes, list) else in_axes
+        self.out_axes = out_axes
+        self.static_argnums = _argnums(
+            static_broadcasted_argnums, "static_broadcasted_argnums", self.name
+        )
+        self._donate = _argnums(donate_argnums, "donate_argnums", self.name)
+        if set(self.static_argnums) & set(self._donate):
+            raise ValueError(
+                f"pmap {self.name}: arguments {sorted(set(self.static_argnums) & set(self._donate))} are "
+                "both static and donated"
+            )
+        if devices is not None:
+            devices = tuple(devices)
+            if not devices or not all(isinstance(d, jax.Device) for d in devices):
+                raise ValueError(
+                    f"pmap {self.name}: devices must be a non-empty sequence of jax.Device, got "
+                    f"{devices!r}"
+                )
+        self._devices = devices
+        self._backend = backend
+        if axis_size is not None and (not isinstance(axis_size, int) or axis_size < 1):
+            raise ValueError(
+                f"pmap {self.name}: axis_size must be a positive int, got {axis_size!r}"
+            )
+        self._axis_size = axis_size
+        try:
+            self._signature: inspect.Signature | None = inspect.signature(fun)
+        except (TypeError, ValueError):
+            self._signature = None
+        self._meshes: dict[tuple[int, ...], Mesh] = {}
+        self._body = _Body(self)  # the trace cache's key: one per pmap-ed function
+
+    # --- arguments ---
+
+    def _in_dims(
+        self, dyn_args: tuple[Any, ...], dyn_idx: list[int], leaves_with_paths: list[Any]
+    ) -> tuple[list[int | None], list[KeyPath], int]:
+        """Each flat leaf's mapped dimension (kwargs: 0), its path (original positions), and
+        how many leaves are positional."""
+        axes = self._in_axes
+        if isinstance(axes, tuple) and len(axes) == len(dyn_idx) + len(self.static_argnums):
+            axes = tuple(axes[i] for i in dyn_idx)  # in_axes also covers the static arguments
+        positional = _axes_per_leaf(axes, dyn_args, "in_axes", self.name)
+        n_pos = len(positional)
+        dims = positional + [0] * (len(leaves_with_paths) - n_pos)
+        paths = [
+            (jax.tree_util.SequenceKey(dyn_idx[path[1].idx]), *path[2:]) if i < n_pos else path[1:]
+            for i, (path, _) in enumerate(leaves_with_paths)
+        ]
+        return dims, paths, n_pos
+
+    def _mesh(self, n: int) -> Mesh:
+        """The one-axis mesh of the first ``n`` devices (the given ones, else local ones)."""
+        if self._devices is not None:
+            if n != len(self._devices):
+                raise ValueError(
+                    f"pmap {self.name}: the mapped axis has size {n}, but devices lists "
+                    f"{len(self._devices)} devices; they must be equal"
+                )
+            available = list(self._devices)
+        else:
+            available = jax.local_devices(backend=self._backend)
+            if n > len(available):
+                raise ValueError(
+                    f"pmap {self.name}: the mapped axis has size {n}, larger than the "
+                    f"{len(available)} available {available[0].platform} devices"
+                )
+        chosen = available[:n]
+        key = tuple(d.id for d in chosen)
+        mesh = self._meshes.get(key)
+        if mesh is None:
+            mesh = self._meshes[key] = Mesh(np.array(chosen), (self.axis_name,))
+        return mesh
+
+    def _axis_size_of(self, avals: Sequence[Any], dims: Sequence[int | None], paths: Any) -> int:
+        sizes = {
+            keystr(path): (a.shape[d], d)
+            for a, d, path in zip(avals, dims, paths, strict=True)
+            if d is not None
+        }
+        distinct = {s for s, _ in sizes.values()}
+        if len(distinct) > 1:
+            listed = ", ".join(f"args{p} has {s} at dimension {d}" for p, (s, d) in sizes.items())
+            raise ValueError(f"pmap {self.name}: the mapped axis sizes differ: {listed}")
+        if not distinct:
+            if self._axis_size is None:
+                raise ValueError(
+                    f"pmap {self.name}: no argument is mapped (in_axes all None); give axis_size"
+                )
+            return self._axis_size
+        (n,) = distinct
+        if self._axis_size is not None and self._axis_size != n:
+            raise ValueError(
+                f"pmap {self.name}: axis_size={self._axis_size} but the mapped arguments have "
+                f"size {n}"
+            )
+        return n
+
+    def plan(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallPlan:
+        """Check the arguments, trace the body (cached) and build the pjit over the region."""
+        n_args = len(args)
+        for i in self.static_argnums:
+            if i >= n_args:
+                raise ValueError(
+                    f"pmap {self.name}: static_broadcasted_argnums={self.static_argnums} but the function "
+                    f"was called with {n_args} positional argument(s)"
+                )
+        split = split_arguments(args, kwargs, set(self.static_argnums), ())
+        for where, value in split.statics:
+            if not isinstance(value, Hashable):
+                raise TypeError(
+                    f"pmap {self.name}: static argument {where} of type {type(value).__name__} is not "
+                    "hashable; static arguments must be hashable (e.g. a tuple instead of a list)"
+                )
+        dyn_idx = [i for i in range(n_args) if i not in self.static_argnums]
+        leaves_with_paths, in_tree = tree_flatten_with_path(
+            (split.dynamic_args, split.dynamic_kwargs)
+        )
+        dims, paths, n_pos = self._in_dims(split.dynamic_args, dyn_idx, leaves_with_paths)
+        leaves = [leaf for _, leaf in leaves_with_paths]
+        avals = [_abstractify(leaf, path, self.name) for leaf, path in zip(leaves, paths)]
+        dims = [
+            _normalized(d, a.ndim, f"argument args{keystr(p)}", "in_axes", self.name)
+            for d, a, p in zip(dims, avals, paths, strict=True)
+        ]
+        n = self._axis_size_of(avals, dims, paths)
+        mesh = self._mesh(n)
+        statics = split.statics
+        body = self._trace(in_tree, statics, avals, dims, n, mesh)
+        consts, trace_consts = body.const_values
+        region = RegionParams(
+            body=body.jaxpr,
+            axis_name=self.axis_name,
+            mesh=mesh,
+            in_dims=(None,) * (len(consts) + len(trace_consts)) + tuple(dims),
+            out_dims=body.out_dims,
+            name=self.name,
+        )
+        global_jaxpr = _global_jaxpr(
+            region, consts, [*map(jp.shaped_abstractify, trace_consts), *avals]
+        )
+        donated = {i for i in self._donate if i < n_args}
+        flags = tuple(
+            i < n_pos and path[0].idx in donated  # type: ignore[attr-defined]
+            for i, path in enumerate(paths)
+        )
+        params = PjitParams(
+            jaxpr=global_jaxpr,
+            in_axis_resources=(REPLICATED,) * len(trace_consts)
+            + tuple(mapped_spec(self.axis_name, d) for d in dims),
+            out_axis_resources=tuple(mapped_spec(self.axis_name, d) for d in body.out_dims),
+            mesh=mesh,
+            donated_invars=(False,) * len(trace_consts) + flags,
+            name=self.name,
+        )
+        return CallPlan(
+            params=params,
+            args_flat=tuple(trace_consts) + tuple(leaves),
+            in_tree=in_tree,
+            out_tree=body.out_tree,
+            in_avals=tuple(avals),
+            num_consts=len(trace_consts),
+        )
+
+    def _trace(
+        self,
+        in_tree: PyTreeDef,
+        statics: tuple[tuple[int | str, Any], ...],
+        avals: list[Any],
+        dims: list[int | None],
+        n: int,
+        mesh: Mesh,
+    ) -> _TracedRegion:
+        """The per-device body on blocks, traced under the axis environment."""
+
+        def rebuild(blocks: list[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+            leaves = [
+                b if d is None else jax.lax.squeeze(b, (d,))
+                for b, d in zip(blocks, dims, strict=True)
+            ]
+            d_args, d_kwargs = tree_unflatten(in_tree, leaves)
+            full = list(d_args)
+            for i, v in statics:
+                full.insert(int(i), v)
+            return tuple(full), d_kwargs
+
+        block_avals = tuple(block_aval(a, d) for a, d in zip(avals, dims, strict=True))
+        debug_info = jp.api_util.debug_info("pmap", self.fun, tuple(avals), {})
+        key = (in_tree, tuple((k, _Static(v)) for k, v in statics), tuple(dims), self.axis_name, n)
+        try:
+            with core.extend_axis_env_nd([(self.axis_name, n)]):
+                traced = trace_body(self._body, rebuild, block_avals, mesh, key, debug_info)
+        except NameError as e:
+            raise NameError(f"pmap {self.name}: {e}") from None
+        out_avals = traced.jaxpr.out_avals
+        out_axes = (
+            _axes_per_leaf(
+                self.out_axes,
+                tree_unflatten(traced.out_tree, list(out_avals)),
+                "out_axes",
+                self.name,
+            )
+            if traced.out_tree.num_leaves
+            else []
+        )
+        out_dims = tuple(
+            _normalized(d, a.ndim, f"output {i}", "out_axes", self.name)
+            for i, (d, a) in enumerate(zip(out_axes, out_avals, strict=True))
+        )
+        jaxpr = traced.jaxpr
+        consts = tuple(jaxpr.consts)
+        const_free = core.ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr.jaxpr), ())
+        return _TracedRegion(const_free, traced.out_tree, out_dims, (consts, traced.tracer_consts))
+
+    def donated_positions(self, n: int) -> list[int]:
+        return sorted(i for i in self._donate if i < n)
+
+    def __repr__(self) -> str:
+        return f"pmap({self.name})"
+
+
+class _TracedRegion:
+    """A traced per-device body: const-free jaxpr, output tree and dims, the constants."""
+
+    def __init__(
+        self, jaxpr: Any, out_tree: PyTreeDef, out_dims: tuple[int | None, ...], consts: Any
+    ) -> None:
+        self.jaxpr, self.out_tree, self.out_dims, self.const_values = (
+            jaxpr,
+            out_tree,
+            out_dims,
+            consts,
+        )
+
+
+class _Body:
+    """The user's function with its outputs expanded at ``out_axes`` (the traced function)."""
+
+    def __init__(self, planner: PmapFunction) -> None:
+        self.planner = planner
+        self.__name__ = planner.name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        out = self.planner.fun(*args, **kwargs)
+        leaves, tree = jax.tree_util.tree_flatten(out)
+        axes = _axes_per_leaf(self.planner.out_axes, out, "out_axes", self.planner.name)
+        expanded = [
+            x if d is None else jax.lax.expand_dims(x, (d if d >= 0 else d + np.ndim(x) + 1,))
+            for x, d in zip(leaves, axes, strict=True)
+        ]
+        return tree_unflatten(tree, expanded)
+
+
+def _global_jaxpr(region: RegionParams, consts: Sequence[Any], in_avals: Sequence[Any]) -> Any:
+    """The pjit body: the region over (constants, inputs), constants closed in."""
+
+    def body(*xs: Any) -> Any:
+        return region.bind(*consts, *xs)
+
+    debug_info = jp.api_util.debug_info("pmap", body, tuple(in_avals), {})
+    jaxpr, _, closed = pe.trace_to_jaxpr_dynamic(
+        lu.wrap_init(body, debug_info=debug_info), list(in_avals)
+    )
+    return core.ClosedJaxpr(jaxpr, closed)
+
+
+def _argnums(value: int | Sequence[int], what: str, name: str) -> tuple[int, ...]:
+    nums = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
+    if not all(isinstance(i, (int, np.integer)) and i >= 0 for i in nums):
+        raise ValueError(f"pmap {name}: {what} must be non-negative ints, got {value!r}")
+    return tuple(int(i) for i in nums)
+
+
+def _abstractify(leaf: Any, path: KeyPath, name: str) -> Any:
+    try:
+        return jp.shaped_abstractify(leaf)
+    except TypeError:
+        raise TypeError(
+            f"pmap {name}: argument args{keystr(path)} of type {type(leaf).__name__} is not a "
+            "valid JAX type; mark it with static_broadcasted_argnums if it is configuration"
+        ) from None
+
+
+class _Static:
+    """A static value in a trace key (equal values hash equal)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, _Static)
+            and type(self.value) is type(other.value)
+            and bool(self.value == other.value)
+        )
+
+
+class PmapWrapped(PjitWrapped):
+    """What :func:`partitioner.pmap` returns (NOTE [pjit callable]: the same mechanics)."""
+
+    _kind = "pmap"
+
+
+def pmap(
+    fun: Callable[..., Any],
+    axis_name: str | None = None,
+    *,
+    in_axes: Any = 0,
+    out_axes: Any = 0,
+    static_broadcasted_argnums: int | Sequence[int] = (),
+    devices: Sequence[jax.Device] | None = None,
+    backend: str | None = None,
+    axis_size: int | None = None,
+    donate_argnums: int | Sequence[int] = (),
+) -> PmapWrapped:
+    """Map ``fun`` over the leading (``in_axes``) dimension of its arguments, one slice per device.
+
+    The semantics of ``jax.pmap``: collectives over ``axis_name`` inside,
+    ``in_axes``/``out_axes`` pytree prefixes with ``None`` for broadcast inputs and
+    unmapped outputs, keyword arguments mapped over their leading dimension. The
+    outputs are ``jax.Array``s laid out one slice per device
+    (``partitioner.sharding_spec_of`` gives their ``ShardingSpec``).
+    """
+    planner = PmapFunction(
+        fun,
+        axis_name,
+        in_axes,
+        out_axes,
+        static_broadcasted_argnums,
+        devices,
+        backend,
+        axis_size,
+        donate_argnums,
+    )
+    dispatcher = Dispatcher(
+        planner.name,
+        planner.fun,
+        planner.plan,
+        planner.donated_positions,
+        planner.static_argnums,
+        (),
+    )
+    return cast(PmapWrapped, PmapWrapped.make(planner, dispatcher))
+
+
+def sharding_spec_of(x: jax.Array) -> ShardingSpec:
+    """The pmap-style ``ShardingSpec`` of ``x``'s layout (a pmap output's: one slice per device).
+
+    Raises:
+        ValueError: ``x`` is not laid out by a NamedSharding over a mesh.
+    """
+    sharding = getattr(x, "sharding", None)
+    if not isinstance(sharding, jax.sharding.NamedSharding) or not isinstance(sharding.mesh, Mesh):
+        raise ValueError(
+            f"sharding_spec_of: expected a jax.Array laid out by a NamedSharding over a mesh, got "
+            f"{sharding if sharding is not None else type(x).__name__}"
+        )
+    return sharding_spec_from_parsed(tuple(x.shape), sharding.spec, sharding.mesh)

@@ -1,0 +1,270 @@
+"""Transformation rules of the pmap region: jvp, vmap, partial eval, transpose, DCE.
+
+Each rule transforms the per-device body with jax's own machinery, *under the
+region's axis environment* (so the body's collectives trace and transform with
+jax's rules for them), and binds a new region with the mapped dimensions each
+new input and output gets (NOTE [pmap region] in ``trace/region.py``):
+- jvp: tangents are mapped like their primals.
+- vmap: the batch dimension goes first, outside and in the block, so every
+  mapped dimension moves one to the right.
+- partial eval (``linearize``, ``grad``): the known region also returns the
+  residuals, one per device: each leaves the region mapped at a new leading
+  dimension and enters the unknown region the same way.
+- transpose: as ``jax.pmap`` (a ``shard_map`` without replication checks) does
+  it: the cotangent of an unmapped output reaches every device divided by the
+  axis size, and the cotangent of an unmapped input is summed over the axis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from .. import jax_private as jp
+from ..trace.region import RegionParams, block_aval, global_aval, pmap_region_p
+from ._common import keep_where
+
+ad, batching, core, lu, pe, source_info_util = (
+    jp.ad,
+    jp.batching,
+    jp.core,
+    jp.lu,
+    jp.pe,
+    jp.source_info_util,
+)
+
+
+def _trace_block_fn(
+    p: RegionParams, fn: Callable[..., Sequence[Any]], block_avals: Sequence[Any], what: str
+) -> Any:
+    """``fn`` on blocks, traced under the region's axis environment, as a ClosedJaxpr."""
+    debug = jp.api_util.debug_info(what, fn, tuple(block_avals), {})
+    with p.axis_env():
+        jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(
+            lu.wrap_init(lambda *xs: list(fn(*xs)), debug_info=debug), list(block_avals)
+        )
+    return core.ClosedJaxpr(jaxpr, consts)
+
+
+# --- jvp ---
+
+
+def _region_jvp(primals: Any, tangents: Any, **kwargs: Any) -> tuple[list[Any], list[Any]]:
+    p = RegionParams.of(kwargs)
+    nz_in = [type(t) is not ad.Zero for t in tangents]
+    with p.axis_env():
+        body, nz_out = ad.jvp_jaxpr(p.body, nz_in, instantiate=False)
+    jvp = p.replace(
+        body=body,
+        in_dims=(*p.in_dims, *keep_where(p.in_dims, nz_in)),
+        out_dims=(*p.out_dims, *keep_where(p.out_dims, nz_out)),
+        name=f"jvp({p.name})",
+    )
+    outs = jvp.bind(*primals, *keep_where(tangents, nz_in))
+    n = len(p.out_dims)
+    nz_iter = iter(outs[n:])
+    out_avals = [
+        global_aval(a, d, p.size) for a, d in zip(p.body.out_avals, p.out_dims, strict=True)
+    ]
+    tangents_out = [
+        next(nz_iter) if nz else ad.Zero(a.to_tangent_aval())
+        for nz, a in zip(nz_out, out_avals, strict=True)
+    ]
+    return list(outs[:n]), tangents_out
+
+
+ad.primitive_jvps[pmap_region_p] = _region_jvp
+
+
+# --- vmap ---
+
+
+def _region_batcher(
+    axis_data: Any, vals_in: Any, dims_in: Any, **kwargs: Any
+) -> tuple[list[Any], list[Any]]:
+    p = RegionParams.of(kwargs)
+    vals = [
+        x if b is None or b == 0 else batching.moveaxis(x, b, 0)
+        for x, b in zip(vals_in, dims_in, strict=True)
+    ]
+    in_batched = [b is not None for b in dims_in]
+    with p.axis_env():
+        body, out_batched = batching.batch_jaxpr(p.body, axis_data, in_batched, False)
+
+    def shifted(dims: Sequence[int | None], batched: Sequence[bool]) -> tuple[int | None, ...]:
+        return tuple(None if d is None else d + int(b) for d, b in zip(dims, batched, strict=True))
+
+    batched = p.replace(
+        body=body,
+        in_dims=shifted(p.in_dims, in_batched),
+        out_dims=shifted(p.out_dims, out_batched),
+    )
+    return list(batched.bind(*vals)), [0 if b else None for b in out_batched]
+
+
+batching.fancy_primitive_batchers[pmap_region_p] = _region_batcher
+
+
+# --- partial eval ---
+
+
+def _region_partial_eval(trace: Any, *in_tracers: Any, **kwargs: Any) -> list[Any]:
+    p = RegionParams.of(kwargs)
+    known_ins = [t.pval.is_known() for t in in_tracers]
+    unknown_ins = [not k for k in known_ins]
+    with p.axis_env():
+        known_body, unknown_body, unknown_outs, res_avals = pe.partial_eval_jaxpr_nounits(
+            p.body, unknown_ins, instantiate=False
+        )
+    known_outs = [not u for u in unknown_outs]
+    n_known_out, n_res = sum(known_outs), len(res_avals)
+
+    def known_fn(*blocks: Any) -> list[Any]:
+        outs = core.eval_jaxpr(known_body.jaxpr, known_body.consts, *blocks)
+        return [*outs[:n_known_out], *(jax.lax.expand_dims(r, (0,)) for r in outs[n_known_out:])]
+
+    def unknown_fn(*blocks: Any) -> Sequence[Any]:
+        res = [jax.lax.squeeze(r, (0,)) for r in blocks[:n_res]]
+        return core.eval_jaxpr(unknown_body.jaxpr, unknown_body.consts, *res, *blocks[n_res:])
+
+    known_in_blocks = keep_where(p.body.in_avals, known_ins)
+    known = p.replace(
+        body=_trace_block_fn(p, known_fn, known_in_blocks, f"known({p.name})"),
+        in_dims=keep_where(p.in_dims, known_ins),
+        out_dims=(*keep_where(p.out_dims, known_outs), *(0,) * n_res),
+    )
+    known_vals = known.bind(*(t.pval.get_known() for t in in_tracers if t.pval.is_known()))
+    res_blocks: list[Any] = [a.update(shape=(1, *a.shape)) for a in res_avals]  # type: ignore[attr-defined]
+    unknown = p.replace(
+        body=_trace_block_fn(
+            p, unknown_fn, [*res_blocks, *keep_where(p.body.in_avals, unknown_ins)], p.name
+        ),
+        in_dims=(*(0,) * n_res, *keep_where(p.in_dims, unknown_ins)),
+        out_dims=keep_where(p.out_dims, unknown_outs),
+    )
+    res_tracers = [trace.new_instantiated_const(r) for r in known_vals[n_known_out:]]
+    tracers_in = [*res_tracers, *(t for t in in_tracers if not t.pval.is_known())]
+    out_avals, _ = pmap_region_p.abstract_eval(*(t.aval for t in tracers_in), **unknown.as_kwargs())
+    tracers_out = [pe.JaxprTracer(trace, pe.PartialVal.unknown(a), None) for a in out_avals]
+    eqn = pe.new_eqn_recipe(
+        trace,
+        tracers_in,
+        tracers_out,
+        pmap_region_p,
+        unknown.as_kwargs(),
+        core.positional_effects(unknown.body),
+        source_info_util.current(),
+    )
+    for t in tracers_out:
+        t.recipe = eqn
+    known_iter, unknown_iter = iter(known_vals[:n_known_out]), iter(tracers_out)
+    return [next(unknown_iter) if u else next(known_iter) for u in unknown_outs]
+
+
+pe.custom_partial_eval_rules[pmap_region_p] = _region_partial_eval
+
+
+# --- transpose ---
+
+
+def _region_transpose(cts_in: Any, *primals_in: Any, **kwargs: Any) -> list[Any]:
+    p = RegionParams.of(kwargs)
+    undef = [ad.is_undefined_primal(x) for x in primals_in]
+    nz_cts = [type(ct) is not ad.Zero for ct in cts_in]
+    known = [x for x, u in zip(primals_in, undef, strict=True) if not u]
+    cts = keep_where(cts_in, nz_cts)
+    body, n = p.body, p.size
+    nz_out_box: list[tuple[bool, ...]] = []
+
+    def transposed(*blocks: Any) -> list[Any]:
+        known_blocks, ct_blocks = iter(blocks[: len(known)]), iter(blocks[len(known) :])
+        primals = [
+            ad.UndefinedPrimal(a) if u else next(known_blocks)
+            for a, u in zip(body.in_avals, undef, strict=True)
+        ]
+        cts_full = []
+        for a, d, nz in zip(body.out_avals, p.out_dims, nz_cts, strict=True):
+            if not nz:
+                cts_full.append(ad.Zero(a.to_ct_aval()))
+                continue
+            ct = next(ct_blocks)
+            if d is None and n > 1 and ct.dtype != jax.dtypes.float0:
+                ct = ct / np.array(n, ct.dtype)  # every device receives a share
+            cts_full.append(ct)
+        cts_out = ad.backward_pass(body.jaxpr, False, body.consts, primals, cts_full)
+        linear = []
+        for ct, u, d in zip(cts_out, undef, p.in_dims, strict=True):
+            if not u:
+                continue
+            if type(ct) is not ad.Zero and ct is not None and d is None:
+                ct = jax.lax.psum(ct, p.axis_name)  # a broadcast input: summed over devices
+            linear.append(ct)
+        nz_out_box.append(tuple(type(ct) is not ad.Zero and ct is not None for ct in linear))
+        return [ct for ct in linear if type(ct) is not ad.Zero and ct is not None]
+
+    block_in = [
+        *(
+            block_aval(core.typeof(x), d)
+            for x, d in zip(known, keep_where(p.in_dims, [not u for u in undef]), strict=True)
+        ),
+        *(
+            block_aval(core.typeof(ct), d)
+            for ct, d in zip(cts, keep_where(p.out_dims, nz_cts), strict=True)
+        ),
+    ]
+    t_body = _trace_block_fn(p, transposed, block_in, f"transpose({p.name})")
+    nz_out = nz_out_box[-1]
+    linear_dims = keep_where(p.in_dims, undef)
+    t = p.replace(
+        body=t_body,
+        in_dims=(*keep_where(p.in_dims, [not u for u in undef]), *keep_where(p.out_dims, nz_cts)),
+        out_dims=keep_where(linear_dims, nz_out),
+        name=f"transpose({p.name})",
+    )
+    outs = iter(t.bind(*known, *cts) if t_body.out_avals else [])
+    nz_iter = iter(nz_out)
+    result: list[Any] = []
+    for x, u in zip(primals_in, undef, strict=True):
+        if not u:
+            result.append(None)
+        elif next(nz_iter):
+            result.append(next(outs))
+        else:
+            result.append(ad.Zero(x.aval.to_ct_aval()))
+    return result
+
+
+ad.primitive_transposes[pmap_region_p] = _region_transpose
+
+
+# --- dce ---
+
+
+def _region_dce(used_outputs: list[bool], eqn: Any) -> tuple[list[bool], Any]:
+    if not any(used_outputs) and not pe.has_effects(eqn):
+        return [False] * len(eqn.invars), None
+    p = RegionParams.of(eqn.params)
+    with p.axis_env():
+        body, used_inputs = pe.dce_jaxpr(p.body.jaxpr, used_outputs)
+    pruned = p.replace(
+        body=core.ClosedJaxpr(body, p.body.consts),
+        in_dims=keep_where(p.in_dims, used_inputs),
+        out_dims=keep_where(p.out_dims, used_outputs),
+    )
+    new_invars = keep_where(eqn.invars, used_inputs)
+    new_eqn = core.new_jaxpr_eqn(
+        list(new_invars),
+        list(keep_where(eqn.outvars, used_outputs)),
+        pmap_region_p,
+        pruned.as_kwargs(),
+        core.eqn_effects(pruned.body, new_invars),
+        eqn.source_info,
+        eqn.ctx,
+    )
+    return used_inputs, new_eqn
+
+
+pe.dce_rules[pmap_region_p] = _region_dce
