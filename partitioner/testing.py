@@ -7,7 +7,7 @@ import line.
 
 What is here, and why a test needs it:
 
-- ``pjit_p``, ``sharding_constraint_p``, ``id_tap_p``: the primitives, to check that
+- ``pjit_p``, ``sharding_constraint_p``, ``id_tap_p``, ``pmap_region_p``: the primitives, to check that
   every jax transformation registry has a rule for them.
 - ``Sequencer``, ``TapItem``: the tap receiver's program-order bookkeeping (NOTE
   [device tap order]), driven directly with arrivals in any interleaving.
@@ -49,6 +49,7 @@ from ._src.spec.op_sharding import (
 from ._src.spec.tree import broadcast_prefix
 from ._src.trace.constraint import sharding_constraint_p
 from ._src.trace.primitive import pjit_p
+from ._src.trace.region import pmap_region_p
 
 
 def call_is_guarded(f: Any) -> bool:
@@ -67,6 +68,7 @@ def runs_windowed(f: Any, *args: Any, **kwargs: Any) -> bool:
 
 __all__ = [
     "MAX_IN_FLIGHT",
+    "pmap_region_p",
     "ExecutableCache",
     "Sequencer",
     "TapItem",

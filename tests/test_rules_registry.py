@@ -22,7 +22,7 @@ from rules_helpers import assert_tree_close, constraint_eqns
 import partitioner  # noqa: F401  (registers every rule)
 from partitioner import PartitionSpec as P
 from partitioner import with_sharding_constraint
-from partitioner.testing import id_tap_p, pjit_p, sharding_constraint_p
+from partitioner.testing import id_tap_p, pjit_p, pmap_region_p, sharding_constraint_p
 
 
 def _has_impl(prim: Any) -> bool:
@@ -65,6 +65,11 @@ def test_pjit_p_has_rule(rule: str) -> None:
     assert RULES[rule](pjit_p), f"pjit_p has no {rule} rule"
 
 
+@pytest.mark.parametrize("rule", list(RULES))
+def test_pmap_region_p_has_rule(rule: str) -> None:
+    assert RULES[rule](pmap_region_p), f"pmap_region_p has no {rule} rule"
+
+
 @pytest.mark.parametrize("rule", CONSTRAINT_RULES)
 def test_sharding_constraint_p_has_rule(rule: str) -> None:
     assert RULES[rule](sharding_constraint_p), f"sharding_constraint_p has no {rule} rule"
@@ -83,7 +88,7 @@ def test_id_tap_p_has_rule(rule: str) -> None:
 
 def test_every_registered_rule_is_ours() -> None:
     # No rule is inherited by accident from a jax primitive of the same name.
-    for prim in (pjit_p, sharding_constraint_p):
+    for prim in (pjit_p, sharding_constraint_p, pmap_region_p):
         for registry in (ad.primitive_jvps, batching.fancy_primitive_batchers):
             assert registry[prim].__module__.startswith("partitioner."), (prim, registry[prim])
     assert pjit_p.multiple_results and not sharding_constraint_p.multiple_results

@@ -2,7 +2,8 @@
 
 Arguments already laid out as their spec asks are passed through untouched (no
 copy); everything else (numpy arrays, Python scalars, arrays laid out another
-way) is placed with ``jax.device_put`` first. ``pjit_p``'s impl lives here too:
+way) is placed with ``jax.device_put`` first. ``pjit_p``'s impl lives here too
+(and the pmap region's, which runs as a pjit):
 running a body eagerly is this module's job.
 """
 
@@ -18,10 +19,12 @@ from jax.tree_util import PyTreeDef, tree_unflatten
 from .. import jax_private as jp
 from .. import options
 from ..events import emit
+from ..lower.region import mapped_spec
 from ..spec.op_sharding import parse_op_sharding_parsed
 from ..spec.parsed import REPLICATED, ParsedPartitionSpec
 from ..trace.equality import closed_jaxprs_equal
 from ..trace.primitive import PjitParams, pjit_p
+from ..trace.region import RegionParams, pmap_region_p
 from . import window
 from .cache import ExecutableCache
 from .executable import Executable, build
@@ -179,3 +182,25 @@ def _pjit_impl(*args: Any, **kwargs: Any) -> list[Any]:
 
 
 pjit_p.def_impl(_pjit_impl)
+
+
+def _region_impl(*args: Any, **kwargs: Any) -> list[Any]:
+    """A pmap region outside any pjit (a rule bound one eagerly): run it as a pjit over its mesh."""
+    region = RegionParams.of(kwargs)
+    avals = [jp.shaped_abstractify(x) for x in args]
+    debug_info = jp.api_util.debug_info("pmap", region.bind, tuple(avals), {})
+    jaxpr, _, consts = jp.pe.trace_to_jaxpr_dynamic(
+        jp.lu.wrap_init(lambda *xs: region.bind(*xs), debug_info=debug_info), avals
+    )
+    params = PjitParams(
+        jaxpr=jp.core.ClosedJaxpr(jaxpr, consts),
+        in_axis_resources=tuple(mapped_spec(region.axis_name, d) for d in region.in_dims),
+        out_axis_resources=tuple(mapped_spec(region.axis_name, d) for d in region.out_dims),
+        mesh=region.mesh,
+        donated_invars=(False,) * len(args),
+        name=region.name,
+    )
+    return _pjit_impl(*args, **params.as_kwargs())
+
+
+pmap_region_p.def_impl(_region_impl)

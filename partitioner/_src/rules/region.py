@@ -268,3 +268,80 @@ def _region_dce(used_outputs: list[bool], eqn: Any) -> tuple[list[bool], Any]:
 
 
 pe.dce_rules[pmap_region_p] = _region_dce
+
+
+# --- partial_eval_jaxpr_custom (jax.checkpoint and remat policies) ---
+
+
+def _region_partial_eval_custom(
+    saveable: Any, unks_in: Sequence[bool], inst_in: Sequence[bool], eqn: Any
+) -> tuple[Any, Any, list[bool], list[bool], list[Any]]:
+    """Split the region into a known and a staged one (residuals mapped at a new dim 0)."""
+    p = RegionParams.of(eqn.params)
+    n_consts = len(p.body.consts)
+    open_body = pe.convert_constvars_jaxpr(p.body.jaxpr)
+    with p.axis_env():
+        known_j, staged_j, unks_out, inst_out, num_res = pe.partial_eval_jaxpr_custom(
+            open_body,
+            [False] * n_consts + list(unks_in),
+            [False] * n_consts + list(inst_in),
+            False,
+            False,
+            saveable,
+        )
+    known_ins = [not u for u in unks_in]
+    known_outs = [not u for u in unks_out]
+    n_known_out = sum(known_outs)
+
+    def known_fn(*blocks: Any) -> list[Any]:
+        outs = core.eval_jaxpr(known_j, (), *p.body.consts, *blocks)
+        return [*outs[:n_known_out], *(jax.lax.expand_dims(r, (0,)) for r in outs[n_known_out:])]
+
+    def staged_fn(*blocks: Any) -> Sequence[Any]:
+        res = [jax.lax.squeeze(r, (0,)) for r in blocks[:num_res]]
+        return core.eval_jaxpr(staged_j, (), *res, *blocks[num_res:])
+
+    res_avals: list[Any] = [v.aval for v in staged_j.invars[:num_res]]
+    known = p.replace(
+        body=_trace_block_fn(p, known_fn, keep_where(p.body.in_avals, known_ins), p.name),
+        in_dims=keep_where(p.in_dims, known_ins),
+        out_dims=(*keep_where(p.out_dims, known_outs), *(0,) * num_res),
+    )
+    staged = p.replace(
+        body=_trace_block_fn(
+            p,
+            staged_fn,
+            [
+                *(a.update(shape=(1, *a.shape)) for a in res_avals),
+                *keep_where(p.body.in_avals, inst_in),
+            ],
+            p.name,
+        ),
+        in_dims=(*(0,) * num_res, *keep_where(p.in_dims, inst_in)),
+        out_dims=keep_where(p.out_dims, inst_out),
+    )
+    res_vars = [core.Var(a.update(shape=(p.size, *a.shape))) for a in res_avals]
+    known_invars = keep_where(eqn.invars, known_ins)
+    eqn_known = core.new_jaxpr_eqn(
+        list(known_invars),
+        [*keep_where(eqn.outvars, known_outs), *res_vars],
+        pmap_region_p,
+        known.as_kwargs(),
+        core.eqn_effects(known.body, known_invars),
+        eqn.source_info,
+        eqn.ctx,
+    )
+    staged_invars = [*res_vars, *keep_where(eqn.invars, inst_in)]
+    eqn_staged = core.new_jaxpr_eqn(
+        staged_invars,
+        list(keep_where(eqn.outvars, inst_out)),
+        pmap_region_p,
+        staged.as_kwargs(),
+        core.eqn_effects(staged.body, staged_invars),
+        eqn.source_info,
+        eqn.ctx,
+    )
+    return eqn_known, eqn_staged, list(unks_out), list(inst_out), res_vars
+
+
+pe.partial_eval_jaxpr_custom_rules[pmap_region_p] = _region_partial_eval_custom
