@@ -219,6 +219,19 @@ def results_handler(avals: Any, shardings: Any) -> Any:
     return pxla.global_avals_to_results_handler(avals, shardings, committed=True)
 
 
+def manual_scoped_op_sharding(mesh: Any, spec: Any, manual_axes: Any, ndim: int) -> Any:
+    """The OpSharding of ``spec`` inside a manual region over ``manual_axes`` of ``mesh``.
+
+    Why jax's: inside a region already manual over some axes, a sharding over the
+    others carries manual subgroups, which only jax's NamedSharding -> HloSharding
+    conversion (over a mesh whose manual axes are typed Manual) writes.
+    """
+    typed = mesh.abstract_mesh.update_axis_types(
+        {a: _mesh_lib.AxisType.Manual for a in manual_axes}
+    )
+    return _NamedSharding(typed, spec)._to_xla_hlo_sharding(ndim).to_proto()
+
+
 def hlo_sharding_of(sharding: Any, ndim: int) -> Any:
     """The HloSharding a jax Sharding lays an ``ndim`` array out with."""
     return sharding._to_xla_hlo_sharding(ndim)

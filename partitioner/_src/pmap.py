@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import math
+import threading
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, cast
 
@@ -30,12 +32,19 @@ from .spec.parsed import REPLICATED
 from .spec.sharding_spec import ShardingSpec, sharding_spec_from_parsed
 from .trace.plan import CallPlan, split_arguments
 from .trace.primitive import PjitParams
-from .trace.region import RegionParams, block_aval
+from .trace.region import RegionParams, block_aval, pmap_region_p
 from .trace.tracing import trace_body
 
 core, lu, pe = jp.core, jp.lu, jp.pe
 
 _unnamed = itertools.count()
+# The axis names of the pmap bodies this thread is tracing (a pmap called while one
+# is being traced is nested in it).
+_tracing = threading.local()
+
+
+def _enclosing_maps() -> tuple[str, ...]:
+    return getattr(_tracing, "stack", ())
 
 
 def _axes_per_leaf(axes: Any, tree: Any, what: str, name: str) -> list[int | None]:
@@ -231,8 +240,13 @@ class PmapFunction:
         statics = split.statics
         body = self._trace(in_tree, statics, avals, dims, n, mesh)
         consts, trace_consts = body.const_values
+        body_jaxpr = body.jaxpr
+        chain = _nested_chain(body_jaxpr, self.name)
+        if chain:  # NOTE [nested pmap]
+            mesh = self._grid(n, chain)
+            body_jaxpr = _placed(body_jaxpr, mesh)
         region = RegionParams(
-            body=body.jaxpr,
+            body=body_jaxpr,
             axis_name=self.axis_name,
             mesh=mesh,
             in_dims=(None,) * (len(consts) + len(trace_consts)) + tuple(dims),
@@ -251,11 +265,16 @@ class PmapFunction:
             jaxpr=global_jaxpr,
             in_axis_resources=(REPLICATED,) * len(trace_consts)
             + tuple(mapped_spec(self.axis_name, d) for d in dims),
-            out_axis_resources=tuple(mapped_spec(self.axis_name, d) for d in body.out_dims),
+            # Outputs of nested maps are also split over the inner axes: XLA keeps the
+            # layout the inner regions give them (read back after compiling).
+            out_axis_resources=tuple(
+                None if chain else mapped_spec(self.axis_name, d) for d in body.out_dims
+            ),
             mesh=mesh,
             donated_invars=(False,) * len(trace_consts) + flags,
             name=self.name,
         )
+        nested = bool(_enclosing_maps())
         return CallPlan(
             params=params,
             args_flat=tuple(trace_consts) + tuple(leaves),
@@ -263,7 +282,27 @@ class PmapFunction:
             out_tree=body.out_tree,
             in_avals=tuple(avals),
             num_consts=len(trace_consts),
+            nested_bind=(lambda *xs: region.bind(*consts, *xs)) if nested else None,
         )
+
+    def _grid(self, n: int, chain: list[tuple[str, int]]) -> Mesh:
+        """The device grid of this map and the maps nested in it (NOTE [nested pmap])."""
+        names = (self.axis_name, *(a for a, _ in chain))
+        if len(set(names)) != len(names):
+            raise ValueError(f"pmap {self.name}: nested maps reuse an axis name: {names}")
+        sizes = (n, *(s for _, s in chain))
+        total = math.prod(sizes)
+        available = (
+            list(self._devices)
+            if self._devices is not None
+            else jax.local_devices(backend=self._backend)
+        )
+        if total > len(available):
+            raise ValueError(
+                f"pmap {self.name}: nested maps over {dict(zip(names, sizes))} need {total} "
+                f"devices, larger than the {len(available)} available"
+            )
+        return Mesh(np.array(available[:total]).reshape(sizes), names)
 
     def _trace(
         self,
@@ -290,11 +329,15 @@ class PmapFunction:
         block_avals = tuple(block_aval(a, d) for a, d in zip(avals, dims, strict=True))
         debug_info = jp.api_util.debug_info("pmap", self.fun, tuple(avals), {})
         key = (in_tree, tuple((k, _Static(v)) for k, v in statics), tuple(dims), self.axis_name, n)
+        stack = _enclosing_maps()
+        _tracing.stack = (*stack, self.axis_name)
         try:
             with core.extend_axis_env_nd([(self.axis_name, n)]):
                 traced = trace_body(self._body, rebuild, block_avals, mesh, key, debug_info)
         except NameError as e:
             raise NameError(f"pmap {self.name}: {e}") from None
+        finally:
+            _tracing.stack = stack
         out_avals = traced.jaxpr.out_avals
         out_axes = (
             _axes_per_leaf(
@@ -352,6 +395,44 @@ class _Body:
             for x, d in zip(leaves, axes, strict=True)
         ]
         return tree_unflatten(tree, expanded)
+
+
+def _nested_chain(jaxpr: Any, name: str) -> list[tuple[str, int]]:
+    """The axes (name, size) of the pmaps nested in ``jaxpr``'s top level, outermost first.
+
+    NOTE [nested pmap]: a pmap called inside a pmap body binds its region there
+    (``CallPlan.nested_bind``), over a placeholder mesh of its own devices; the
+    outermost map then runs over the grid of all their devices, outer axis
+    first (as jax.pmap nests: inner map ``j`` of outer index ``i`` runs on device
+    ``i * size_j + j``), and every nested region gets that grid as its mesh.
+
+    Raises:
+        ValueError: nested maps of different axes or sizes side by side.
+    """
+    chains = []
+    for eqn in jaxpr.jaxpr.eqns:
+        if eqn.primitive is pmap_region_p:
+            inner = RegionParams.of(eqn.params)
+            chains.append([(inner.axis_name, inner.size), *_nested_chain(inner.body, name)])
+    if any(c != chains[0] for c in chains[1:]):
+        raise ValueError(
+            f"pmap {name}: the pmaps nested in it must map the same axes with the same sizes, "
+            f"got {chains}"
+        )
+    return chains[0] if chains else []
+
+
+def _placed(jaxpr: Any, mesh: Mesh) -> Any:
+    """``jaxpr`` with every nested region (at any depth of nesting) over ``mesh``."""
+    eqns = []
+    for eqn in jaxpr.jaxpr.eqns:
+        if eqn.primitive is pmap_region_p:
+            inner = RegionParams.of(eqn.params)
+            eqn = eqn.replace(
+                params=inner.replace(mesh=mesh, body=_placed(inner.body, mesh)).as_kwargs()
+            )
+        eqns.append(eqn)
+    return core.ClosedJaxpr(jaxpr.jaxpr.replace(eqns=eqns), jaxpr.consts)
 
 
 def _global_jaxpr(region: RegionParams, consts: Sequence[Any], in_avals: Sequence[Any]) -> Any:

@@ -42,23 +42,32 @@ def _lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
             f"pmap {p.name}: ordered effects (jax.debug.callback(ordered=True), id_tap) are not "
             "supported inside pmap; use an unordered callback"
         )
-    where = placement(ctx, p.mesh, f"pmap {p.name}")
-    if where.positions is not None or where.single_device:
-        raise ValueError(
-            f"pmap {p.name}: the enclosing computation runs on devices "
-            f"{[d.id for d in p.mesh.devices.flat]} in another order (or on one device); call "
-            "the pmap-ed function outside it"
-        )
+    axis_ctx = ctx.module_context.axis_context
+    # Axes an enclosing region already made manual (a pmap nested in a pmap).
+    outer = (
+        frozenset(axis_ctx.manual_axes)
+        if isinstance(axis_ctx, sharding_impls.SPMDAxisContext)
+        else frozenset()
+    )
+    if not outer:
+        where = placement(ctx, p.mesh, f"pmap {p.name}")
+        if where.positions is not None or where.single_device:
+            raise ValueError(
+                f"pmap {p.name}: the enclosing computation runs on devices "
+                f"{[d.id for d in p.mesh.devices.flat]} in another order (or on one device); "
+                "call the pmap-ed function outside it"
+            )
+    manual = outer | {p.axis_name}
     in_specs = [mapped_spec(p.axis_name, d) for d in p.in_dims]
     out_specs = [mapped_spec(p.axis_name, d) for d in p.out_dims]
-    manual = frozenset({p.axis_name})
     sub_ctx = ctx.module_context.replace(
         axis_context=sharding_impls.SPMDAxisContext(p.mesh, manual)
     )
     if jp.jax_uses_shardy():
         return _shardy(ctx, sub_ctx, p, args, in_specs, out_specs)
+    region = _Gspmd(ctx, p.mesh, outer, manual)
     blocks = [
-        _to_block(ctx, x, aval, block, spec, p.mesh, manual)
+        region.to_block(x, aval, block, spec)
         for x, aval, block, spec in zip(args, ctx.avals_in, p.body.in_avals, in_specs, strict=True)
     ]
     with p.axis_env():
@@ -75,33 +84,53 @@ def _lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
             const_lowering=ctx.const_lowering,
         )
     return [
-        _from_block(ctx, y, block, aval, spec, p.mesh, manual)
+        region.from_block(y, block, aval, spec)
         for y, block, aval, spec in zip(
             outs, p.body.out_avals, ctx.avals_out, out_specs, strict=True
         )
     ]
 
 
-def _to_block(
-    ctx: Any, x: Any, aval: Any, block: Any, spec: Any, mesh: Mesh, manual: frozenset[str]
-) -> Any:
-    aval, block = jp.physical_aval(aval), jp.physical_aval(block)
-    sharded = annotate.constrain(ctx, x, aval, spec, mesh, shardy=False)
-    return mlir.wrap_with_full_to_shard_op(
-        ctx, sharded, block, pxla.manual_proto(aval, manual, mesh), set()
-    )
+class _Gspmd:
+    """GSPMD's way into and out of a region manual over ``manual`` (``outer`` already were)."""
 
+    def __init__(self, ctx: Any, mesh: Mesh, outer: frozenset[str], manual: frozenset[str]):
+        self.ctx, self.mesh, self.outer, self.manual = ctx, mesh, outer, manual
+        # With axes left free (an outer pmap of a nested one), XLA may shard over them.
+        self.partial = len(manual) < len(mesh.axis_names)
 
-def _from_block(
-    ctx: Any, y: Any, block: Any, aval: Any, spec: Any, mesh: Mesh, manual: frozenset[str]
-) -> Any:
-    aval, block = jp.physical_aval(aval), jp.physical_aval(block)
-    manual_y = mlir.wrap_with_sharding_op(
-        ctx, y, block, pxla.manual_proto(block, manual, mesh), unspecified_dims=set()
-    )
-    return mlir.wrap_with_shard_to_full_op(
-        ctx, manual_y, aval, annotate.op_sharding(aval, spec, mesh), set()
-    )
+    def _sharding(self, aval: Any, spec: ParsedPartitionSpec) -> Any:
+        if not self.outer:
+            return annotate.op_sharding(aval, spec, self.mesh)
+        return jp.manual_scoped_op_sharding(
+            self.mesh, spec.to_partition_spec(), self.outer, len(aval.shape)
+        )
+
+    def _unspecified(self, aval: Any) -> set[int]:
+        return set(range(len(aval.shape))) if self.partial else set()
+
+    def to_block(self, x: Any, aval: Any, block: Any, spec: ParsedPartitionSpec) -> Any:
+        aval, block = jp.physical_aval(aval), jp.physical_aval(block)
+        free = self._unspecified(aval)
+        sharded = mlir.wrap_with_sharding_op(
+            self.ctx, x, aval, self._sharding(aval, spec), unspecified_dims=free
+        )
+        manual_proto = pxla.manual_proto(aval, self.manual, self.mesh)
+        return mlir.wrap_with_full_to_shard_op(self.ctx, sharded, block, manual_proto, free)
+
+    def from_block(self, y: Any, block: Any, aval: Any, spec: ParsedPartitionSpec) -> Any:
+        aval, block = jp.physical_aval(aval), jp.physical_aval(block)
+        free = self._unspecified(block)
+        manual_y = mlir.wrap_with_sharding_op(
+            self.ctx,
+            y,
+            block,
+            pxla.manual_proto(block, self.manual, self.mesh),
+            unspecified_dims=free,
+        )
+        return mlir.wrap_with_shard_to_full_op(
+            self.ctx, manual_y, aval, self._sharding(aval, spec), free
+        )
 
 
 def _shardy(
@@ -114,9 +143,14 @@ def _shardy(
 ) -> Sequence[Any]:
     symbol = annotate.ensure_sdy_mesh(ctx.module_context.module, p.mesh)
 
+    # With axes left free (an outer pmap of a nested one), dims stay open to them.
+    partial = len(sub_ctx.axis_context.manual_axes) < len(p.mesh.axis_names)
+
     def per_value(avals: Sequence[Any], specs: Sequence[ParsedPartitionSpec]) -> Any:
         texts = [
-            sdy_sharding_text(len(jp.physical_aval(a).shape), s, symbol)[len("#sdy.sharding") :]
+            sdy_sharding_text(
+                len(jp.physical_aval(a).shape), _open(s, a) if partial else s, symbol
+            )[len("#sdy.sharding") :]
             for a, s in zip(avals, specs, strict=True)
         ]
         return ir.Attribute.parse(f"#sdy.sharding_per_value<[{', '.join(texts)}]>")
@@ -146,6 +180,13 @@ def _shardy(
         flat, _ = mlir.ir_tree_registry.flatten(list(outs))
         sdy.return_(flat)
     return list(op.results)
+
+
+def _open(spec: ParsedPartitionSpec, aval: Any) -> PartitionSpec:
+    """``spec`` with its unsplit dims open (``{?}``), for axes a nested region splits."""
+    ndim = len(jp.physical_aval(aval).shape)
+    parts = list(spec.to_partition_spec()) + [None] * ndim
+    return PartitionSpec(*(PartitionSpec.UNCONSTRAINED if e is None else e for e in parts[:ndim]))
 
 
 mlir.register_lowering(pmap_region_p, _lowering, cacheable=False)

@@ -7,7 +7,7 @@ imports only ever point down the pipeline.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable
+from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,9 @@ class CallPlan:
     out_tree: PyTreeDef
     in_avals: tuple[Any, ...]  # of the dynamic leaves
     num_consts: int  # leading inputs that are values of an enclosing trace
+    # How a call nested in another front door's body binds instead of pjit_p (a
+    # pmap inside a pmap binds its region, which the outer map places).
+    nested_bind: Callable[..., Any] | None = None
 
     @property
     def mesh(self) -> Mesh:
@@ -34,7 +37,8 @@ class CallPlan:
 
     def bind(self) -> Any:
         """Bind ``pjit_p`` (staged under a trace, else run by its impl); the output pytree."""
-        return tree_unflatten(self.out_tree, self.params.bind(*self.args_flat))
+        bind = self.nested_bind or self.params.bind
+        return tree_unflatten(self.out_tree, bind(*self.args_flat))
 
 
 @dataclass(frozen=True)
