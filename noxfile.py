@@ -40,6 +40,7 @@ def examples(session: nox.Session) -> None:
         "flax_nnx.py",
         "tap_training.py",
         "checkpoint_reshard.py",
+        "pmap_training.py",
     ):
         session.run("python", f"examples/{script}")
     for script in ("multiprocess_train.py", "colocated_loader.py"):  # jobs of 2 processes
