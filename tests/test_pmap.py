@@ -8,6 +8,7 @@ where the lowering differs.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import jax
@@ -17,6 +18,7 @@ import pytest
 
 import partitioner
 from partitioner import pmap, sharding_spec_of
+from partitioner.host_callback import id_tap
 from partitioner.sharding_spec import Chunked, NoSharding, ShardedAxis, ShardingSpec
 
 N = 8
@@ -353,3 +355,43 @@ def test_nested_pmap_maps_two_axes_over_a_device_grid() -> None:
 def test_nested_maps_that_need_more_devices_than_there_are() -> None:
     with pytest.raises(ValueError, match=r"nested maps over \{'i': 4, 'j': 4\} need 16 devices"):
         pmap(pmap(lambda v: v, "j"), "i")(np.ones((4, 4, 2)))
+
+
+def test_threads_calling_a_new_pmap_at_once_compile_it_once() -> None:
+    f = pmap(lambda x: jax.lax.pmax(x, "i") - x, "i")
+    partitioner.clear_caches()
+    results: list[Any] = [None] * 8
+    start = threading.Barrier(8)
+
+    def call(k: int) -> None:
+        start.wait()
+        results[k] = np.asarray(f(X))
+
+    with partitioner.recording() as counts:
+        threads = [threading.Thread(target=call, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert counts.get("compile") == 1, dict(counts)
+    want = np.asarray(jax.pmap(lambda x: jax.lax.pmax(x, "i") - x, "i")(X))
+    for r in results:
+        np.testing.assert_allclose(r, want)
+
+
+def test_a_non_jax_argument_and_ordered_effects_are_clear_errors() -> None:
+    with pytest.raises(TypeError, match=r"argument args\[1\] of type str is not a valid JAX type"):
+        pmap(lambda x, s: x)(X, "config")
+
+    def tapped(x: Any) -> Any:
+        jax.debug.callback(lambda v: None, x, ordered=True)
+        return x
+
+    with pytest.raises(ValueError, match="ordered effects .* not supported"):
+        pmap(tapped)(X)
+
+    def id_tapped(x: Any) -> Any:
+        return id_tap(lambda v, transforms: None, x)
+
+    with pytest.raises(ValueError, match="ordered effects .* not supported inside pmap"):
+        pmap(id_tapped)(X)
