@@ -395,3 +395,16 @@ def test_a_non_jax_argument_and_ordered_effects_are_clear_errors() -> None:
 
     with pytest.raises(ValueError, match="ordered effects .* not supported inside pmap"):
         pmap(id_tapped)(X)
+
+
+def test_a_stacked_numpy_argument_is_sent_split_not_whole_to_every_device() -> None:
+    # The one host-to-device transfer of the argument names the split layout as its
+    # destination: jax slices the host array per device (each device gets its row),
+    # with no full copy per device and no device-side reshard.
+    f = pmap(lambda v: v + 1, "rows")
+    f(X)
+    with jax.transfer_guard("disallow"), pytest.raises(Exception) as info:
+        f(X)
+    message = str(info.value)
+    assert "host-to-device transfer" in message and "float32[8,4,3]" in message
+    assert "spec=P('rows',)" in message
