@@ -27,6 +27,7 @@ FIGURES = (
     "callbacks",
     "multiprocess",
     "colocated",
+    "pmap",
 )
 
 

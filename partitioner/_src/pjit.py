@@ -35,7 +35,13 @@ from .spec.mesh_env import resolve_mesh
 from .spec.parsed import REPLICATED, ParsedPartitionSpec
 from .spec.tree import broadcast_prefix, meshes_named_by, prepare_axis_resources
 from .stages import Lowered, lower_plan
-from .trace.plan import CallPlan, SplitArguments, check_hashable, split_arguments
+from .trace.plan import (
+    CallPlan,
+    HashableStatic,
+    SplitArguments,
+    check_hashable,
+    split_arguments,
+)
 from .trace.primitive import PjitParams
 from .trace.tracing import TracedBody, check_mesh_unchanged, trace_body
 
@@ -276,7 +282,7 @@ class PjitFunction:
             kw.update((k, v) for k, v in static_vals if isinstance(k, str))
             return tuple(full), kw
 
-        trace_key = (flat.in_tree, tuple((k, _HashableStatic(v)) for k, v in static_vals))
+        trace_key = (flat.in_tree, tuple((k, HashableStatic(v)) for k, v in static_vals))
         debug_info = jp.api_util.debug_info(
             "pjit",
             self.fun,
@@ -389,26 +395,6 @@ class PjitWrapped:
 
     def __repr__(self) -> str:
         return f"<{self._kind}-ed function {self._planner.name}>"
-
-
-class _HashableStatic:
-    """Wraps a static value so equal values hash equal even when jax arrays are involved."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __hash__(self) -> int:
-        return hash(self.value)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, _HashableStatic):
-            return NotImplemented
-        try:
-            return bool(type(self.value) is type(other.value) and self.value == other.value)
-        except Exception:
-            return self.value is other.value
 
 
 def _abstractify(leaf: Any, path: KeyPath, name: str) -> Any:

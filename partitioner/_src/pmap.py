@@ -30,7 +30,7 @@ from .lower.region import mapped_spec
 from .pjit import PjitWrapped
 from .spec.parsed import REPLICATED
 from .spec.sharding_spec import ShardingSpec, sharding_spec_from_parsed
-from .trace.plan import CallPlan, split_arguments
+from .trace.plan import CallPlan, HashableStatic, split_arguments
 from .trace.primitive import PjitParams
 from .trace.region import RegionParams, block_aval, pmap_region_p
 from .trace.tracing import trace_body
@@ -328,7 +328,13 @@ class PmapFunction:
 
         block_avals = tuple(block_aval(a, d) for a, d in zip(avals, dims, strict=True))
         debug_info = jp.api_util.debug_info("pmap", self.fun, tuple(avals), {})
-        key = (in_tree, tuple((k, _Static(v)) for k, v in statics), tuple(dims), self.axis_name, n)
+        key = (
+            in_tree,
+            tuple((k, HashableStatic(v)) for k, v in statics),
+            tuple(dims),
+            self.axis_name,
+            n,
+        )
         stack = _enclosing_maps()
         _tracing.stack = (*stack, self.axis_name)
         try:
@@ -463,25 +469,6 @@ def _abstractify(leaf: Any, path: KeyPath, name: str) -> Any:
             f"pmap {name}: argument args{keystr(path)} of type {type(leaf).__name__} is not a "
             "valid JAX type; mark it with static_broadcasted_argnums if it is configuration"
         ) from None
-
-
-class _Static:
-    """A static value in a trace key (equal values hash equal)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __hash__(self) -> int:
-        return hash(self.value)
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, _Static)
-            and type(self.value) is type(other.value)
-            and bool(self.value == other.value)
-        )
 
 
 class PmapWrapped(PjitWrapped):

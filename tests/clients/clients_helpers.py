@@ -6,12 +6,27 @@ training state whose leaves are PartitionSpecs or None (replicated).
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import jax
 import numpy as np
 from helpers import assert_laid_out
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def load_example(name: str) -> ModuleType:
+    """``examples/<name>.py`` as a module (its ``main`` is not run), so a test and the
+    example it checks cannot drift apart."""
+    spec = importlib.util.spec_from_file_location(f"{name}_example", EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def mesh_4x2() -> Mesh:

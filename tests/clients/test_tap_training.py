@@ -8,16 +8,13 @@ activation inside a module's ``__call__``, through ``nnx.value_and_grad``.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from clients_helpers import mesh_4x2
+from clients_helpers import load_example, mesh_4x2
 from flax import nnx
 from jax.sharding import NamedSharding
 
@@ -25,23 +22,13 @@ from partitioner import PartitionSpec as P
 from partitioner import pjit
 from partitioner.host_callback import barrier_wait, id_tap
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tap_training.py"
-
-
-def _example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("tap_training_example", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def _is_spec(s: Any) -> bool:
     return s is None or isinstance(s, P)
 
 
 def test_linen_optax_step_taps_metrics_in_step_order(partitioner_mode) -> None:
-    ex = _example()
+    ex = load_example("tap_training")
     mesh = mesh_4x2()
     x, y = ex.make_data()
     specs = ex.state_specs(ex.init_state())

@@ -44,3 +44,45 @@ def cache_per_jaxpr(fn: Callable[..., R]) -> Callable[..., R]:
         return result
 
     return wrapper
+
+
+def cotangents_for(
+    primals_in: Sequence[Any], undef: Sequence[bool], nz_out: Sequence[bool], outs: Sequence[Any]
+) -> list[Any]:
+    """A transpose rule's result: None for known inputs, the computed cotangent or a
+    symbolic zero (``nz_out`` says which) for each linear one, in input order."""
+    outs_iter, nz_iter = iter(outs), iter(nz_out)
+    result: list[Any] = []
+    for x, u in zip(primals_in, undef, strict=True):
+        if not u:
+            result.append(None)
+        elif next(nz_iter):
+            result.append(next(outs_iter))
+        else:
+            result.append(jp.ad.Zero(x.aval.to_ct_aval()))
+    return result
+
+
+def stage_unknown(
+    trace: Any,
+    primitive: Any,
+    params: dict[str, Any],
+    out_avals: Sequence[Any],
+    effects: Any,
+    residuals: Sequence[Any],
+    in_tracers: Sequence[Any],
+) -> list[Any]:
+    """Stage the unknown half of a partial eval as one ``primitive`` equation of ``trace``.
+
+    Its inputs are the residuals, then the unknown inputs; returns its output tracers.
+    """
+    pe = jp.pe
+    res_tracers = [trace.new_instantiated_const(r) for r in residuals]
+    tracers_in = [*res_tracers, *(t for t in in_tracers if not t.pval.is_known())]
+    tracers_out = [pe.JaxprTracer(trace, pe.PartialVal.unknown(a), None) for a in out_avals]
+    eqn = pe.new_eqn_recipe(
+        trace, tracers_in, tracers_out, primitive, params, effects, jp.source_info_util.current()
+    )
+    for t in tracers_out:
+        t.recipe = eqn
+    return tracers_out

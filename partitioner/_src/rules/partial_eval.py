@@ -21,9 +21,9 @@ from typing import Any
 
 from .. import jax_private as jp
 from ..trace.primitive import PjitParams, pjit_p
-from ._common import keep_where
+from ._common import keep_where, stage_unknown
 
-pe, core, source_info_util = jp.pe, jp.core, jp.source_info_util
+pe, core = jp.pe, jp.core
 
 
 def _unprune(
@@ -124,32 +124,17 @@ def _pjit_partial_eval(trace: Any, *in_tracers: Any, **kwargs: Any) -> list[Any]
         out_axis_resources=keep_where(out_specs, unknown_outs),
         donated_invars=(False,) * len(residuals) + keep_where(params.donated_invars, unknown_ins),
     )
-    unknown_tracers_out = _stage_unknown_half(trace, unknown, residuals, in_tracers)
-    known_iter, unknown_iter = iter(known_out_vals), iter(unknown_tracers_out)
-    return [next(unknown_iter) if u else next(known_iter) for u in unknown_outs]
-
-
-def _stage_unknown_half(
-    trace: Any, unknown: PjitParams, residuals: list[Any], in_tracers: Sequence[Any]
-) -> list[Any]:
-    """Stage the unknown half as one ``pjit_p`` equation of ``trace``; its output tracers."""
-    res_tracers = [trace.new_instantiated_const(r) for r in residuals]
-    tracers_in = [*res_tracers, *(t for t in in_tracers if not t.pval.is_known())]
-    tracers_out = [
-        pe.JaxprTracer(trace, pe.PartialVal.unknown(a), None) for a in unknown.jaxpr.out_avals
-    ]
-    eqn = pe.new_eqn_recipe(
+    unknown_tracers_out = stage_unknown(
         trace,
-        tracers_in,
-        tracers_out,
         pjit_p,
         unknown.as_kwargs(),
+        unknown.jaxpr.out_avals,
         core.positional_effects(unknown.jaxpr),
-        source_info_util.current(),
+        residuals,
+        in_tracers,
     )
-    for t in tracers_out:
-        t.recipe = eqn
-    return tracers_out
+    known_iter, unknown_iter = iter(known_out_vals), iter(unknown_tracers_out)
+    return [next(unknown_iter) if u else next(known_iter) for u in unknown_outs]
 
 
 pe.custom_partial_eval_rules[pjit_p] = _pjit_partial_eval

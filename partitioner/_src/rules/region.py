@@ -25,16 +25,9 @@ import numpy as np
 
 from .. import jax_private as jp
 from ..trace.region import RegionParams, block_aval, global_aval, pmap_region_p
-from ._common import keep_where
+from ._common import cotangents_for, keep_where, stage_unknown
 
-ad, batching, core, lu, pe, source_info_util = (
-    jp.ad,
-    jp.batching,
-    jp.core,
-    jp.lu,
-    jp.pe,
-    jp.source_info_util,
-)
+ad, batching, core, lu, pe = jp.ad, jp.batching, jp.core, jp.lu, jp.pe
 
 
 def _trace_block_fn(
@@ -145,21 +138,20 @@ def _region_partial_eval(trace: Any, *in_tracers: Any, **kwargs: Any) -> list[An
         in_dims=(*(0,) * n_res, *keep_where(p.in_dims, unknown_ins)),
         out_dims=keep_where(p.out_dims, unknown_outs),
     )
-    res_tracers = [trace.new_instantiated_const(r) for r in known_vals[n_known_out:]]
-    tracers_in = [*res_tracers, *(t for t in in_tracers if not t.pval.is_known())]
-    out_avals, _ = pmap_region_p.abstract_eval(*(t.aval for t in tracers_in), **unknown.as_kwargs())
-    tracers_out = [pe.JaxprTracer(trace, pe.PartialVal.unknown(a), None) for a in out_avals]
-    eqn = pe.new_eqn_recipe(
+    unknown_in_avals = [
+        *(core.typeof(r) for r in known_vals[n_known_out:]),
+        *(t.aval for t in in_tracers if not t.pval.is_known()),
+    ]
+    out_avals, _ = pmap_region_p.abstract_eval(*unknown_in_avals, **unknown.as_kwargs())
+    tracers_out = stage_unknown(
         trace,
-        tracers_in,
-        tracers_out,
         pmap_region_p,
         unknown.as_kwargs(),
+        out_avals,
         core.positional_effects(unknown.body),
-        source_info_util.current(),
+        known_vals[n_known_out:],
+        in_tracers,
     )
-    for t in tracers_out:
-        t.recipe = eqn
     known_iter, unknown_iter = iter(known_vals[:n_known_out]), iter(tracers_out)
     return [next(unknown_iter) if u else next(known_iter) for u in unknown_outs]
 
@@ -224,20 +216,24 @@ def _region_transpose(cts_in: Any, *primals_in: Any, **kwargs: Any) -> list[Any]
         out_dims=keep_where(linear_dims, nz_out),
         name=f"transpose({p.name})",
     )
-    outs = iter(t.bind(*known, *cts) if t_body.out_avals else [])
-    nz_iter = iter(nz_out)
-    result: list[Any] = []
-    for x, u in zip(primals_in, undef, strict=True):
-        if not u:
-            result.append(None)
-        elif next(nz_iter):
-            result.append(next(outs))
-        else:
-            result.append(ad.Zero(x.aval.to_ct_aval()))
-    return result
+    outs = t.bind(*known, *cts) if t_body.out_avals else []
+    return cotangents_for(primals_in, undef, nz_out, outs)
 
 
 ad.primitive_transposes[pmap_region_p] = _region_transpose
+
+
+def _region_eqn(invars: Sequence[Any], outvars: Sequence[Any], p: RegionParams, like: Any) -> Any:
+    """A ``pmap_region_p`` equation with ``like``'s source info and context."""
+    return core.new_jaxpr_eqn(
+        list(invars),
+        list(outvars),
+        pmap_region_p,
+        p.as_kwargs(),
+        core.eqn_effects(p.body, invars),
+        like.source_info,
+        like.ctx,
+    )
 
 
 # --- dce ---
@@ -254,15 +250,8 @@ def _region_dce(used_outputs: list[bool], eqn: Any) -> tuple[list[bool], Any]:
         in_dims=keep_where(p.in_dims, used_inputs),
         out_dims=keep_where(p.out_dims, used_outputs),
     )
-    new_invars = keep_where(eqn.invars, used_inputs)
-    new_eqn = core.new_jaxpr_eqn(
-        list(new_invars),
-        list(keep_where(eqn.outvars, used_outputs)),
-        pmap_region_p,
-        pruned.as_kwargs(),
-        core.eqn_effects(pruned.body, new_invars),
-        eqn.source_info,
-        eqn.ctx,
+    new_eqn = _region_eqn(
+        keep_where(eqn.invars, used_inputs), keep_where(eqn.outvars, used_outputs), pruned, eqn
     )
     return used_inputs, new_eqn
 
@@ -321,25 +310,17 @@ def _region_partial_eval_custom(
         out_dims=keep_where(p.out_dims, inst_out),
     )
     res_vars = [core.Var(a.update(shape=(p.size, *a.shape))) for a in res_avals]
-    known_invars = keep_where(eqn.invars, known_ins)
-    eqn_known = core.new_jaxpr_eqn(
-        list(known_invars),
+    eqn_known = _region_eqn(
+        keep_where(eqn.invars, known_ins),
         [*keep_where(eqn.outvars, known_outs), *res_vars],
-        pmap_region_p,
-        known.as_kwargs(),
-        core.eqn_effects(known.body, known_invars),
-        eqn.source_info,
-        eqn.ctx,
+        known,
+        eqn,
     )
-    staged_invars = [*res_vars, *keep_where(eqn.invars, inst_in)]
-    eqn_staged = core.new_jaxpr_eqn(
-        staged_invars,
-        list(keep_where(eqn.outvars, inst_out)),
-        pmap_region_p,
-        staged.as_kwargs(),
-        core.eqn_effects(staged.body, staged_invars),
-        eqn.source_info,
-        eqn.ctx,
+    eqn_staged = _region_eqn(
+        [*res_vars, *keep_where(eqn.invars, inst_in)],
+        keep_where(eqn.outvars, inst_out),
+        staged,
+        eqn,
     )
     return eqn_known, eqn_staged, list(unks_out), list(inst_out), res_vars
 

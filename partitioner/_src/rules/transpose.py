@@ -13,7 +13,7 @@ from typing import Any
 from .. import jax_private as jp
 from ..trace.constraint import sharding_constraint_p
 from ..trace.primitive import PjitParams, pjit_p
-from ._common import cache_per_jaxpr, keep_where
+from ._common import cache_per_jaxpr, cotangents_for, keep_where
 
 ad, core, lu, pe = jp.ad, jp.core, jp.lu, jp.pe
 
@@ -69,17 +69,8 @@ def _pjit_transpose(cts_in: Any, *primals_in: Any, **kwargs: Any) -> list[Any]:
         donated_invars=(False,) * len(in_avals),
         name=f"transpose({params.name})",
     )
-    outs = iter(transposed.bind(*known, *cts) if t_jaxpr.out_avals or t_jaxpr.effects else [])
-    nz_iter = iter(nz_out)
-    result: list[Any] = []
-    for x, u in zip(primals_in, undef, strict=True):
-        if not u:
-            result.append(None)
-        elif next(nz_iter):
-            result.append(next(outs))
-        else:
-            result.append(ad.Zero(x.aval.to_ct_aval()))
-    return result
+    outs = transposed.bind(*known, *cts) if t_jaxpr.out_avals or t_jaxpr.effects else []
+    return cotangents_for(primals_in, undef, nz_out, outs)
 
 
 ad.primitive_transposes[pjit_p] = _pjit_transpose

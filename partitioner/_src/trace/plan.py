@@ -80,3 +80,23 @@ def check_hashable(statics: tuple[tuple[int | str, Any], ...], name: str) -> Non
                 f"pjit {name}: static argument {where!r} of type {type(value).__name__} is not "
                 "hashable; static arguments must be hashable (e.g. a tuple instead of a list)."
             )
+
+
+class HashableStatic:
+    """A static value in a trace cache key: equal values hash equal (jax arrays included)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, HashableStatic):
+            return NotImplemented
+        try:
+            return bool(type(self.value) is type(other.value) and self.value == other.value)
+        except Exception:
+            return self.value is other.value
