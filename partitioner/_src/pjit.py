@@ -39,6 +39,7 @@ from .trace.plan import (
     CallPlan,
     HashableStatic,
     SplitArguments,
+    abstractify,
     check_hashable,
     split_arguments,
 )
@@ -254,7 +255,14 @@ class PjitFunction:
         leaves = [leaf for _, leaf in leaves_with_paths]
         for leaf, path in zip(leaves, paths):
             check_usable(leaf, mesh, f"pjit {self.name}: argument args{keystr(path)}")
-        avals = tuple(_abstractify(leaf, path, self.name) for leaf, path in zip(leaves, paths))
+        avals = tuple(
+            abstractify(
+                leaf,
+                f"pjit {self.name}: argument args{keystr(path)}",
+                "static_argnums/static_argnames",
+            )
+            for leaf, path in zip(leaves, paths)
+        )
         check_specs(
             f"pjit {self.name}", "argument args", specs, paths, [a.shape for a in avals], mesh
         )
@@ -395,17 +403,6 @@ class PjitWrapped:
 
     def __repr__(self) -> str:
         return f"<{self._kind}-ed function {self._planner.name}>"
-
-
-def _abstractify(leaf: Any, path: KeyPath, name: str) -> Any:
-    try:
-        return jp.shaped_abstractify(leaf)
-    except TypeError:
-        raise TypeError(
-            f"pjit {name}: argument args{keystr(path)} of type {type(leaf).__name__} is not a valid "
-            "JAX type (arrays, numpy arrays, Python scalars or jax.ShapeDtypeStruct). Mark it static "
-            "with static_argnums/static_argnames if it is configuration."
-        ) from None
 
 
 class _Unset:

@@ -30,7 +30,7 @@ from .lower.region import mapped_spec
 from .pjit import PjitWrapped
 from .spec.parsed import REPLICATED
 from .spec.sharding_spec import ShardingSpec, sharding_spec_from_parsed
-from .trace.plan import CallPlan, HashableStatic, split_arguments
+from .trace.plan import CallPlan, HashableStatic, abstractify, split_arguments
 from .trace.primitive import PjitParams
 from .trace.region import RegionParams, block_aval, pmap_region_p
 from .trace.tracing import trace_body
@@ -230,7 +230,12 @@ class PmapFunction:
         )
         dims, paths, n_pos = self._in_dims(split.dynamic_args, dyn_idx, leaves_with_paths)
         leaves = [leaf for _, leaf in leaves_with_paths]
-        avals = [_abstractify(leaf, path, self.name) for leaf, path in zip(leaves, paths)]
+        avals = [
+            abstractify(
+                leaf, f"pmap {self.name}: argument args{keystr(path)}", "static_broadcasted_argnums"
+            )
+            for leaf, path in zip(leaves, paths)
+        ]
         dims = [
             _normalized(d, a.ndim, f"argument args{keystr(p)}", "in_axes", self.name)
             for d, a, p in zip(dims, avals, paths, strict=True)
@@ -459,16 +464,6 @@ def _argnums(value: int | Sequence[int], what: str, name: str) -> tuple[int, ...
     if not all(isinstance(i, (int, np.integer)) and i >= 0 for i in nums):
         raise ValueError(f"pmap {name}: {what} must be non-negative ints, got {value!r}")
     return tuple(int(i) for i in nums)
-
-
-def _abstractify(leaf: Any, path: KeyPath, name: str) -> Any:
-    try:
-        return jp.shaped_abstractify(leaf)
-    except TypeError:
-        raise TypeError(
-            f"pmap {name}: argument args{keystr(path)} of type {type(leaf).__name__} is not a "
-            "valid JAX type; mark it with static_broadcasted_argnums if it is configuration"
-        ) from None
 
 
 class PmapWrapped(PjitWrapped):

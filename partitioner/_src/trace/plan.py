@@ -14,6 +14,7 @@ from typing import Any
 from jax.sharding import Mesh
 from jax.tree_util import PyTreeDef, tree_unflatten
 
+from .. import jax_private as jp
 from .primitive import PjitParams
 
 
@@ -100,3 +101,20 @@ class HashableStatic:
             return bool(type(self.value) is type(other.value) and self.value == other.value)
         except Exception:
             return self.value is other.value
+
+
+def abstractify(leaf: Any, where: str, static_hint: str) -> Any:
+    """The abstract value of an argument leaf.
+
+    Raises:
+        TypeError: not a JAX type, naming ``where`` (API and argument path) and how
+            to mark it static.
+    """
+    try:
+        return jp.shaped_abstractify(leaf)
+    except TypeError:
+        raise TypeError(
+            f"{where} of type {type(leaf).__name__} is not a valid JAX type (arrays, numpy "
+            f"arrays, Python scalars or jax.ShapeDtypeStruct). Mark it static with "
+            f"{static_hint} if it is configuration."
+        ) from None
