@@ -13,6 +13,8 @@ What is here, and why a test needs it:
   [device tap order]), driven directly with arrivals in any interleaving.
 - ``executable_cache``, ``ExecutableCache``: the compile-once cache, to count its
   entries and exercise its threading contract directly.
+- ``hlo_replica_groups(line, n_devices)``: the report's reader of replica groups in
+  the partitioned HLO, tested on every spelling XLA writes.
 - ``MAX_IN_FLIGHT``: the bound of the CPU collective window (launches of CPU
   programs with collectives that may be in flight); the window's waits are
   observable as ``window_wait`` events (``partitioner.recording``).
@@ -36,6 +38,7 @@ from ._src.dispatch.execute import executables as executable_cache
 from ._src.dispatch.window import MAX_IN_FLIGHT
 from ._src.host_callback.primitive import id_tap_p
 from ._src.host_callback.receiver import Sequencer, TapItem
+from ._src.report.collectives import parse_groups as hlo_replica_groups
 from ._src.spec.checks import check_spec, check_specs
 from ._src.spec.mesh_env import as_auto_mesh, current_mesh, maybe_current_mesh
 from ._src.spec.op_sharding import (
@@ -68,6 +71,7 @@ def runs_windowed(f: Any, *args: Any, **kwargs: Any) -> bool:
 
 __all__ = [
     "MAX_IN_FLIGHT",
+    "hlo_replica_groups",
     "pmap_region_p",
     "ExecutableCache",
     "Sequencer",

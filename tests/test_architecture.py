@@ -24,9 +24,14 @@ LAYERS: list[tuple[str, ...]] = [
     ("_src.rules", "_src.lower"),
     ("_src.compile",),
     ("_src.dispatch",),
+    ("_src.report",),
     ("_src.stages", "_src.residuals"),
     ("_src.pjit", "_src.host_callback", "_src.distributed"),  # front doors
-    ("_src.colocated", "_src.pmap"),  # built on the front doors (pmap reuses PjitWrapped)
+    (
+        "_src.colocated",
+        "_src.pmap",
+        "_src.inspection",
+    ),  # built on the front doors (pmap reuses PjitWrapped)
     (
         "options",
         "inspect",

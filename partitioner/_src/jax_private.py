@@ -7,6 +7,7 @@ imports from ``jax._src``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -52,6 +53,11 @@ __all__ = [
     "xla_bridge",
     "xla_client",
 ]
+
+
+# Source locations jax records for equations (and XLA keeps in op metadata) name the
+# user's line, not partitioner's: jax skips its own files the same way.
+source_info_util.register_exclusion(os.path.dirname(__file__))
 
 
 # --- the ambient mesh (shared with `with jax.sharding.Mesh(...)`) ---

@@ -17,6 +17,8 @@ from . import options
 from .dispatch.executable import Executable, finish
 from .dispatch.execute import run
 from .lower.module import LoweredModule, lower_pjit_body
+from .report.tables import Report
+from .report.tables import build as build_report
 from .spec.partition_spec import Spec
 from .trace.plan import CallPlan
 
@@ -60,6 +62,10 @@ class Lowered:
         """Compile with XLA's SPMD partitioner; the result is reusable."""
         return Compiled(finish(self._module, self._plan.params.jaxpr), self._plan)
 
+    def report(self) -> Report:
+        """What partitioning does to this program: compiles it, then :meth:`Compiled.report`."""
+        return self.compile().report()
+
 
 class Compiled:
     """A compiled pjit: call it with the dynamic arguments only."""
@@ -102,6 +108,14 @@ class Compiled:
     def memory_analysis(self) -> Any:
         """XLA's per-device memory statistics (argument, output, temp, alias sizes in bytes)."""
         return self._executable.loaded.get_compiled_memory_stats()
+
+    def report(self) -> Report:
+        """Values (asked and chosen layouts), collectives, memory and cost, as tables.
+
+        NOTE [partitioning report] in ``report/tables.py``; ``print`` it, or read its
+        ``values`` / ``collectives`` / ``memory`` / ``cost``, or ``to_json()``.
+        """
+        return build_report(self._plan, self._executable, self._executable.lowered.shardy)
 
     @property
     def input_shardings(self) -> Any:

@@ -1,0 +1,253 @@
+"""The collectives XLA inserted, read from the partitioned HLO and mapped back to mesh axes.
+
+NOTE [collective table]: the partitioned module (``Compiled.as_text()``) is one
+program per device. Each collective instruction names its kind, its result
+shape (per device), its replica groups and, in its metadata, the jax operation
+and source line it came from. This module parses those lines; it does not run
+anything. Replica groups come in three spellings, all expanded to explicit
+groups of device positions: ``{{0,1},{2,3}}``, the iota form ``[2,4]<=[4,2]T(1,0)``
+and the mesh form ``mesh['axis_0'=4,'axis_1'=2] device_ids=(...) {'axis_0'}``.
+Groups are then matched against every subset of the *user's* mesh axes: the
+subset whose devices-varying-together are exactly those groups names the
+collective ("over 'model'"). A collective inside a ``while`` body counts once per
+iteration where XLA knows the trip count (``known_trip_count``), nested loops
+multiplying.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from jax.sharding import Mesh
+
+KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+
+_DTYPE_BYTES = {
+    "pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1,
+    "s16": 2, "u16": 2, "f16": 2, "bf16": 2,
+    "s32": 4, "u32": 4, "f32": 4,
+    "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16,
+}  # fmt: skip
+_SHAPE = re.compile(r"\b([a-z]+\d*[a-z0-9]*)\[([0-9,]*)\]")
+_INSTRUCTION = re.compile(
+    r"^\s*(?:ROOT\s+)?%(?P<name>[\w.\-]+)\s*=\s*(?P<type>.+?)\s+"
+    r"(?P<op>all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute)"
+    r"(?:-start)?\("
+)
+_COMPUTATION = re.compile(r"^\s*(?:ENTRY\s+)?%(?P<name>[\w.\-]+)\s.*\{\s*$")
+_SOURCE = re.compile(r'source_file="(?P<file>[^"]+)"\s+source_line=(?P<line>\d+)')
+_OP_NAME = re.compile(r'op_name="(?P<op>[^"]+)"')
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective of the partitioned program (a row of the collective table).
+
+    Attributes:
+        kind: ``all-reduce``, ``all-gather``, ``reduce-scatter``, ``all-to-all`` or
+            ``collective-permute``.
+        shape, dtype: the per-device result (of the first operand for tuples).
+        bytes_per_device: the bytes each device sends (the operand's size; for an
+            all-gather, its input slice; summed over tuple operands).
+        count: executions per run of the program (loop trip counts included).
+        axes: the mesh axes the groups span (``()``: a group per device; ``None``:
+            groups no set of mesh axes describes).
+        groups: the replica groups (or source-target pairs), as device positions.
+        op_name / source: the jax operation and ``file:line`` XLA kept, if any.
+    """
+
+    kind: str
+    shape: tuple[int, ...]
+    dtype: str
+    bytes_per_device: int
+    count: int
+    axes: tuple[str, ...] | None
+    groups: tuple[tuple[int, ...], ...]
+    op_name: str | None
+    source: str | None
+
+    def describe_axes(self) -> str:
+        if self.axes is None:
+            return "unmapped groups " + str([list(g) for g in self.groups])
+        return "over " + ", ".join(repr(a) for a in self.axes) if self.axes else "no devices"
+
+
+def _shapes(type_text: str) -> list[tuple[str, tuple[int, ...]]]:
+    return [
+        (dtype, tuple(int(d) for d in dims.split(",") if d))
+        for dtype, dims in _SHAPE.findall(type_text)
+        if dtype in _DTYPE_BYTES
+    ]
+
+
+def _nbytes(dtype: str, shape: Sequence[int]) -> int:
+    return _DTYPE_BYTES[dtype] * math.prod(shape)
+
+
+def parse_groups(line: str, n_devices: int) -> tuple[tuple[int, ...], ...]:
+    """The replica groups of a collective line (every device alone if it names none)."""
+    if "source_target_pairs=" in line:
+        pairs = re.search(r"source_target_pairs=\{((?:\{\d+,\d+\},?)*)\}", line)
+        found = re.findall(r"\{(\d+),(\d+)\}", pairs.group(0) if pairs else "")
+        return tuple((int(a), int(b)) for a, b in found)
+    mesh_form = re.search(
+        r"replica_groups=mesh\[(?P<axes>[^\]]*)\](?:,\s*device_ids=\((?P<ids>[^)]*\)?)\))?\s*\{(?P<over>[^}]*)\}",
+        line,
+    )
+    if mesh_form:
+        axes = re.findall(r"'([^']+)'=(\d+)", mesh_form.group("axes"))
+        names = [a for a, _ in axes]
+        sizes = [int(s) for _, s in axes]
+        ids = _iota(mesh_form.group("ids"), math.prod(sizes)) if mesh_form.group("ids") else None
+        positions = (np.arange(math.prod(sizes)) if ids is None else ids).reshape(sizes)
+        over = [names.index(a) for a in re.findall(r"'([^']+)'", mesh_form.group("over"))]
+        return _groups_over(positions, over)
+    iota = re.search(r"replica_groups=(\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?)", line)
+    if iota:
+        text = iota.group(1)
+        shape = [int(d) for d in text[1 : text.index("]")].split(",")]
+        ids = _iota(text[text.index("<=") + 2 :], math.prod(shape))
+        return tuple(tuple(int(i) for i in row) for row in ids.reshape(shape[0], -1))
+    explicit = re.search(r"replica_groups=\{(\{[\d,]*\}(?:,\{[\d,]*\})*)?\}", line)
+    if explicit and explicit.group(1):
+        return tuple(
+            tuple(int(i) for i in g.split(",") if i)
+            for g in re.findall(r"\{([\d,]*)\}", explicit.group(1))
+        )
+    return (tuple(range(n_devices)),)
+
+
+def _iota(text: str, size: int) -> np.ndarray:
+    """``[4,2]T(1,0)`` or ``[8]``: an iota reshaped, maybe transposed, flattened."""
+    text = text.strip()
+    if text.startswith("(") and text.endswith(")"):
+        text = text[1:-1]
+    dims = [int(d) for d in text[text.index("[") + 1 : text.index("]")].split(",")]
+    ids = np.arange(size).reshape(dims)
+    perm = re.search(r"T\(([\d,]+)\)", text)
+    if perm:
+        ids = ids.transpose([int(p) for p in perm.group(1).split(",")])
+    return ids.reshape(-1)
+
+
+def _groups_over(positions: np.ndarray, over: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+    """Devices that differ only along the axes ``over`` of ``positions``, as groups."""
+    rest = [i for i in range(positions.ndim) if i not in over]
+    moved = positions.transpose([*rest, *over])
+    n = math.prod(positions.shape[i] for i in over) if over else 1
+    return tuple(tuple(int(x) for x in row) for row in moved.reshape(-1, n))
+
+
+def axes_of(groups: Sequence[Sequence[int]], mesh: Mesh) -> tuple[str, ...] | None:
+    """The set of ``mesh`` axes whose devices-varying-together are ``groups`` (positions)."""
+    want = {frozenset(g) for g in groups}
+    positions = np.arange(mesh.size).reshape(mesh.devices.shape)
+    names = list(mesh.axis_names)
+    for k in range(len(names) + 1):
+        for subset in itertools.combinations(range(len(names)), k):
+            got = {frozenset(g) for g in _groups_over(positions, subset)}
+            if got == want:
+                return tuple(names[i] for i in subset)
+    return None
+
+
+def _trip_counts(lines: Sequence[str]) -> dict[str, int]:
+    """How many times each computation runs per execution (while bodies by trip count)."""
+    calls: dict[str, list[tuple[str, int]]] = {}
+    entry, current = None, None
+    for line in lines:
+        head = _COMPUTATION.match(line)
+        if head and "=" not in line.split("{")[0]:
+            current = head.group("name")
+            calls.setdefault(current, [])
+            if line.lstrip().startswith("ENTRY"):
+                entry = current
+            continue
+        if current is None:
+            continue
+        loop = re.search(r"\bwhile\(", line)
+        if loop:
+            body = re.search(r"body=%([\w.\-]+)", line)
+            cond = re.search(r"condition=%([\w.\-]+)", line)
+            trips = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', line)
+            n = int(trips.group(1)) if trips else 1
+            if body:
+                calls[current].append((body.group(1), n))
+            if cond:
+                calls[current].append((cond.group(1), n + 1))
+            continue
+        for attr in re.finditer(
+            r"(?:calls|to_apply|true_computation|false_computation)=%([\w.\-]+)", line
+        ):
+            calls[current].append((attr.group(1), 1))
+        for group in re.finditer(r"(?:branch_computations|called_computations)=\{([^}]*)\}", line):
+            for name in re.findall(r"%([\w.\-]+)", group.group(1)):
+                calls[current].append((name, 1))
+    counts: dict[str, int] = {}
+
+    def visit(name: str, times: int) -> None:
+        counts[name] = counts.get(name, 0) + times
+        for callee, n in calls.get(name, []):
+            visit(callee, times * n)
+
+    if entry is not None:
+        visit(entry, 1)
+    return counts
+
+
+def collectives(hlo_texts: Iterable[str], mesh: Mesh) -> list[Collective]:
+    """Every collective of the partitioned modules, with its axes and count."""
+    out: list[Collective] = []
+    for text in hlo_texts:
+        lines = text.splitlines()
+        counts = _trip_counts(lines)
+        current = None
+        for line in lines:
+            head = _COMPUTATION.match(line)
+            if head and "=" not in line.split("{")[0]:
+                current = head.group("name")
+                continue
+            match = _INSTRUCTION.match(line)
+            if not match or current is None:
+                continue
+            shapes = _shapes(match.group("type"))
+            if not shapes:
+                continue
+            kind = match.group("op")
+            groups = parse_groups(line, mesh.size)
+            moved = sum(_nbytes(d, s) for d, s in shapes)
+            if kind == "all-gather":
+                moved //= max(len(groups[0]), 1)  # each device sends its own slice
+            source = _SOURCE.search(line)
+            op_name = _OP_NAME.search(line)
+            out.append(
+                Collective(
+                    kind=kind,
+                    shape=shapes[0][1],
+                    dtype=shapes[0][0],
+                    bytes_per_device=moved,
+                    count=counts.get(current, 1) or 1,
+                    axes=_permute_axes(groups, mesh)
+                    if kind == "collective-permute"
+                    else axes_of(groups, mesh),
+                    groups=groups,
+                    op_name=op_name.group("op") if op_name else None,
+                    source=f"{source.group('file')}:{source.group('line')}" if source else None,
+                )
+            )
+    return out
+
+
+def _permute_axes(pairs: Sequence[Sequence[int]], mesh: Mesh) -> tuple[str, ...] | None:
+    """The mesh axes a collective-permute moves data along (the axes its pairs differ on)."""
+    positions = np.arange(mesh.size).reshape(mesh.devices.shape)
+    coords = {int(p): np.argwhere(positions == p)[0] for p in positions.flat}
+    moved: set[int] = set()
+    for src, dst in pairs:
+        moved |= {int(i) for i in np.nonzero(coords[src] != coords[dst])[0]}
+    return tuple(mesh.axis_names[i] for i in sorted(moved))

@@ -1,0 +1,271 @@
+"""The partitioning report: values, collectives, memory and cost of one compiled program.
+
+NOTE [partitioning report]: everything here is read from what the pipeline
+already holds, nothing is recomputed: the call plan (paths, avals and the specs
+asked for), the executable (the layouts XLA chose, read back as specs; its
+partitioned HLO, parsed by ``collectives.py``; XLA's memory and cost analyses)
+and the traced body (each ``with_sharding_constraint``). A table is a list of
+frozen dataclasses, printed as fixed-width text and serialized by ``to_json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from jax.sharding import Mesh
+from jax.tree_util import keystr, tree_flatten_with_path, tree_unflatten
+
+from .. import jax_private as jp
+from ..dispatch.executable import Executable
+from ..spec.parsed import ParsedPartitionSpec
+from ..trace.constraint import sharding_constraint_p
+from ..trace.plan import CallPlan
+from .collectives import Collective, collectives
+
+
+@dataclasses.dataclass(frozen=True)
+class ValueRow:
+    """One value of the program: where it lives.
+
+    Attributes:
+        kind: ``input``, ``output``, ``constraint`` or ``residual``.
+        path: the pytree path (``args[0]['w']``), the output path, or for a
+            constraint its index and source line.
+        shape, dtype: the global value.
+        spec_asked: the layout asked for (``None``: XLA chooses).
+        spec_chosen: the layout XLA settled on, read back from the executable.
+        per_device_shape: one device's block (the largest, for uneven splits).
+        bytes_per_device: that block's bytes.
+    """
+
+    kind: str
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    spec_asked: str | None
+    spec_chosen: str | None
+    per_device_shape: tuple[int, ...]
+    bytes_per_device: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Memory:
+    """XLA's per-device memory analysis of the program, in bytes."""
+
+    arguments: int
+    outputs: int
+    temporaries: int
+    aliased: int
+    generated_code: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Cost:
+    """XLA's cost analysis of one device's program."""
+
+    flops: float
+    bytes_accessed: float
+    transcendentals: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """What partitioning did to one program (NOTE [partitioning report])."""
+
+    name: str
+    partitioner: str
+    mesh: dict[str, int]
+    values: tuple[ValueRow, ...]
+    collectives: tuple[Collective, ...]
+    memory: Memory | None
+    cost: Cost | None
+
+    def with_values(self, extra: Sequence[ValueRow]) -> Report:
+        return dataclasses.replace(self, values=(*self.values, *extra))
+
+    def to_json(self) -> str:
+        """The whole report as JSON (dataclasses as objects, tuples as lists)."""
+        return json.dumps(dataclasses.asdict(self), indent=2, default=str)
+
+    def __str__(self) -> str:
+        lines = [
+            f"== {self.name}: {self.partitioner} over mesh "
+            + " x ".join(f"{a}={n}" for a, n in self.mesh.items())
+            + " =="
+        ]
+        lines += ["", "values"]
+        lines += _table(
+            ("kind", "path", "global", "asked", "chosen", "per device", "bytes/device"),
+            [
+                (
+                    v.kind,
+                    v.path,
+                    f"{v.dtype}{list(v.shape)}",
+                    v.spec_asked or "XLA chooses",
+                    v.spec_chosen or "-",
+                    str(list(v.per_device_shape)),
+                    f"{v.bytes_per_device:,}",
+                )
+                for v in self.values
+            ],
+        )
+        lines += ["", "collectives"]
+        if self.collectives:
+            lines += _table(
+                ("kind", "per device", "bytes/device", "count", "axes", "from"),
+                [
+                    (
+                        c.kind,
+                        f"{c.dtype}{list(c.shape)}",
+                        f"{c.bytes_per_device:,}",
+                        str(c.count),
+                        c.describe_axes(),
+                        c.source or c.op_name or "-",
+                    )
+                    for c in self.collectives
+                ],
+            )
+        else:
+            lines.append("  none: every device computes on its own data")
+        if self.memory is not None:
+            m = self.memory
+            lines += [
+                "",
+                "memory per device (bytes): "
+                f"arguments {m.arguments:,}, outputs {m.outputs:,}, temporaries "
+                f"{m.temporaries:,}, aliased {m.aliased:,}, code {m.generated_code:,}",
+            ]
+        if self.cost is not None:
+            c = self.cost
+            lines.append(
+                f"cost per device: {c.flops:,.0f} flops, {c.bytes_accessed:,.0f} bytes accessed, "
+                f"{c.transcendentals:,.0f} transcendentals"
+            )
+        return "\n".join(lines)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
+    ]
+    fmt = "  " + "  ".join(f"{{:<{w}}}" for w in widths)
+    return [fmt.format(*header), fmt.format(*("-" * w for w in widths))] + [
+        fmt.format(*r) for r in rows
+    ]
+
+
+def _describe(spec: ParsedPartitionSpec | None) -> str | None:
+    return None if spec is None else str(spec.to_partition_spec())
+
+
+def value_row(
+    kind: str, path: str, aval: Any, asked: ParsedPartitionSpec | None,
+    chosen: ParsedPartitionSpec | None, mesh: Mesh,
+) -> ValueRow:  # fmt: skip
+    """A value's row; its block is laid out by the chosen spec (else the asked one)."""
+    physical = jp.physical_aval(aval)
+    layout = chosen if chosen is not None else asked
+    block = (
+        tuple(physical.shape) if layout is None else layout.shard_shape(tuple(physical.shape), mesh)
+    )
+    return ValueRow(
+        kind=kind,
+        path=path,
+        shape=tuple(aval.shape),
+        dtype=str(aval.dtype),
+        spec_asked=_describe(asked),
+        spec_chosen=_describe(chosen),
+        per_device_shape=block,
+        bytes_per_device=math.prod(block) * physical.dtype.itemsize,
+    )
+
+
+def _paths(tree: Any) -> list[str]:
+    """The key paths of a pytree's leaves, in flat order."""
+    leaves, _ = tree_flatten_with_path(tree_unflatten(tree, list(range(tree.num_leaves))))
+    return [keystr(path) for path, _ in leaves]
+
+
+def _constraints(jaxpr: Any) -> Iterator[Any]:
+    for eqn in jaxpr.eqns:
+        if eqn.primitive is sharding_constraint_p:
+            yield eqn
+    for sub in jp.core.subjaxprs(jaxpr):
+        yield from _constraints(sub)
+
+
+def build(plan: CallPlan, executable: Executable, shardy: bool) -> Report:
+    """The report of one compiled plan (NOTE [partitioning report])."""
+    params, mesh = plan.params, plan.params.mesh
+    values: list[ValueRow] = []
+    n_consts = plan.num_consts
+    arg_paths = _paths(plan.in_tree)
+    for i, path in enumerate(arg_paths):
+        k = n_consts + i
+        values.append(
+            value_row(
+                "input",
+                "args" + path[3:] if path.startswith("[0]") else "kwargs" + path[3:],
+                params.jaxpr.in_avals[k],
+                params.in_axis_resources[k],
+                executable.in_specs[k],
+                mesh,
+            )
+        )
+    for i, path in enumerate(_paths(plan.out_tree)):
+        values.append(
+            value_row(
+                "output",
+                "out" + path,
+                params.jaxpr.out_avals[i],
+                params.out_axis_resources[i],
+                executable.out_specs[i],
+                mesh,
+            )
+        )
+    for k, eqn in enumerate(_constraints(params.jaxpr.jaxpr), start=1):
+        where = jp.source_info_util.summarize(eqn.source_info)
+        spec = eqn.params["axis_resources"]
+        values.append(
+            value_row("constraint", f"#{k} {where}", eqn.invars[0].aval, spec, spec, mesh)
+        )
+    loaded = executable.loaded
+    return Report(
+        name=params.name,
+        partitioner="Shardy" if shardy else "GSPMD",
+        mesh=dict(mesh.shape),
+        values=tuple(values),
+        collectives=tuple(collectives((m.to_string() for m in loaded.hlo_modules()), mesh)),
+        memory=_memory(loaded),
+        cost=_cost(loaded),
+    )
+
+
+def _memory(loaded: Any) -> Memory | None:
+    stats = loaded.get_compiled_memory_stats()
+    if stats is None:
+        return None
+    return Memory(
+        arguments=int(stats.argument_size_in_bytes),
+        outputs=int(stats.output_size_in_bytes),
+        temporaries=int(stats.temp_size_in_bytes),
+        aliased=int(stats.alias_size_in_bytes),
+        generated_code=int(stats.generated_code_size_in_bytes),
+    )
+
+
+def _cost(loaded: Any) -> Cost | None:
+    analysis = loaded.cost_analysis()
+    if isinstance(analysis, list):
+        analysis = analysis[0] if analysis else None
+    if not analysis:
+        return None
+    return Cost(
+        flops=float(analysis.get("flops", 0.0)),
+        bytes_accessed=float(analysis.get("bytes accessed", 0.0)),
+        transcendentals=float(analysis.get("transcendentals", 0.0)),
+    )

@@ -1,0 +1,153 @@
+"""partitioner.inspect.report: tables of values, collectives, memory and cost (issue 14).
+
+The collective tests use programs whose communication is known by hand, under
+both of XLA's partitioners; the value tests compare shapes, layouts and bytes
+with what the arrays themselves report after running the same call.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import devices
+from jax.sharding import Mesh
+
+import partitioner
+from partitioner import PartitionSpec as P
+from partitioner import inspect, pjit, pmap, with_sharding_constraint
+from partitioner.testing import hlo_replica_groups
+
+X = np.linspace(-1, 1, 32 * 16, dtype=np.float32).reshape(32, 16)
+W = np.linspace(-1, 1, 16 * 8, dtype=np.float32).reshape(16, 8)
+
+
+@pytest.fixture
+def mesh_4x2() -> Any:
+    with partitioner.mesh(devices(4, 2), ("data", "model")) as mesh:
+        yield mesh
+
+
+@pytest.mark.usefixtures("partitioner_mode", "mesh_4x2")
+def test_a_matmul_split_on_its_contracting_dim_is_one_all_reduce_over_model() -> None:
+    f = pjit(lambda x, w: x @ w, (P(None, "model"), P("model", None)), P())
+    (c,) = inspect.report(f, X, W).collectives
+    assert (c.kind, c.axes, c.count) == ("all-reduce", ("model",), 1)
+    assert c.shape == (32, 8) and c.bytes_per_device == 32 * 8 * 4  # the output, per device
+    assert "dot_general" in (c.op_name or "")
+
+
+@pytest.mark.usefixtures("partitioner_mode", "mesh_4x2")
+def test_a_data_parallel_gradient_all_reduces_the_parameters_over_data() -> None:
+    def grad(w: Any, x: Any) -> Any:
+        return jax.grad(lambda w: jnp.sum(jnp.tanh(x @ w) ** 2))(w)
+
+    f = pjit(grad, (None, P("data")), None)
+    found = inspect.report(f, W, X).collectives
+    assert found and all(c.kind == "all-reduce" and c.axes == ("data",) for c in found)
+    assert sum(c.bytes_per_device * c.count for c in found) == W.nbytes  # the parameters
+
+
+@pytest.mark.usefixtures("partitioner_mode", "mesh_4x2")
+def test_collectives_in_a_loop_count_once_per_iteration() -> None:
+    def steps(w: Any, x: Any) -> Any:
+        def body(i: Any, w: Any) -> Any:
+            return w - 0.1 * jax.grad(lambda w: jnp.sum((x @ w) ** 2))(w)
+
+        return jax.lax.fori_loop(0, 3, body, w)
+
+    (c,) = inspect.report(pjit(steps, (None, P("data")), None), W, X).collectives
+    assert (c.kind, c.axes, c.count) == ("all-reduce", ("data",), 3)
+
+
+@pytest.mark.usefixtures("partitioner_mode", "mesh_4x2")
+def test_a_reshard_is_an_all_to_all_or_an_all_gather_over_the_moved_axis() -> None:
+    f = pjit(lambda x: x * 2, P("data", None), P(None, "data"))
+    found = inspect.report(f, X).collectives
+    assert found and {c.kind for c in found} <= {"all-to-all", "all-gather"}
+    assert all(c.axes == ("data",) for c in found)
+    g = pjit(lambda x: x + 1, P("data", "model"), P())
+    gathers = inspect.report(g, X).collectives
+    assert gathers and all(c.kind == "all-gather" for c in gathers)
+    assert {a for c in gathers for a in (c.axes or ())} == {"data", "model"}
+
+
+def test_no_communication_reports_none(mesh_4x2: Mesh) -> None:
+    report = inspect.report(pjit(lambda x: x * 2, P("data"), P("data")), X)
+    assert report.collectives == ()
+    assert "none: every device computes on its own data" in str(report)
+
+
+def test_the_values_table_matches_the_arrays(mesh_4x2: Mesh) -> None:
+    def f(x: Any, params: dict[str, Any]) -> Any:
+        h = with_sharding_constraint(jnp.tanh(x @ params["w"]), P("data", "model"))
+        return {"h": h, "total": jnp.sum(h)}
+
+    g = pjit(f, (P("data"), {"w": P(None, "model")}), {"h": P("data"), "total": None})
+    report = inspect.report(g, X, {"w": W})
+    rows = {(v.kind, v.path): v for v in report.values}
+    x_row = rows[("input", "args[0]")]
+    assert (x_row.shape, x_row.spec_asked, x_row.per_device_shape) == (
+        (32, 16),
+        "P('data',)",
+        (8, 16),
+    )
+    assert x_row.bytes_per_device == 8 * 16 * 4
+    w_row = rows[("input", "args[1]['w']")]
+    assert w_row.spec_chosen == "P(None, 'model')" and w_row.per_device_shape == (16, 4)
+    out = g(X, {"w": W})
+    h_row = rows[("output", "out['h']")]
+    assert h_row.per_device_shape == out["h"].addressable_shards[0].data.shape
+    constraint = next(v for v in report.values if v.kind == "constraint")
+    assert constraint.spec_asked == "P('data', 'model')" and constraint.per_device_shape == (8, 4)
+    assert "test_report.py" in constraint.path
+    assert any(v.kind == "residual" for v in report.values)  # float arguments: vjp residuals
+
+
+def test_memory_cost_printing_and_json(mesh_4x2: Mesh) -> None:
+    f = pjit(lambda x, w: jnp.tanh(x @ w), (P("data"), None), P("data"))
+    report = f.lower(X, W).compile().report()
+    assert report.memory is not None and report.memory.arguments == (8 * 16 + 16 * 8) * 4
+    assert report.cost is not None and report.cost.flops > 0
+    text = str(report)
+    for heading in ("values", "collectives", "memory per device", "cost per device"):
+        assert heading in text
+    data = json.loads(report.to_json())
+    assert data["mesh"] == {"data": 4, "model": 2}
+    assert data["values"][0]["path"] == "args[0]"
+    assert f.lower(X, W).report().values == report.values
+
+
+def test_a_pmap_report_names_the_mapped_axis() -> None:
+    def step(x: Any) -> Any:
+        return jax.lax.psum(x, "i")
+
+    (c,) = inspect.report(pmap(step, "i"), np.ones((8, 4), np.float32)).collectives
+    assert (c.kind, c.axes) == ("all-reduce", ("i",))
+
+
+def test_report_needs_a_pjit_or_pmap_ed_function() -> None:
+    with pytest.raises(TypeError, match="expected a pjit- or pmap-ed function"):
+        inspect.report(lambda x: x, X)
+
+
+@pytest.mark.parametrize(
+    ("text", "groups"),
+    [
+        ("replica_groups={{0,1},{2,3}}", ((0, 1), (2, 3))),
+        ("replica_groups=[2,2]<=[4]", ((0, 1), (2, 3))),
+        ("replica_groups=[2,2]<=[2,2]T(1,0)", ((0, 2), (1, 3))),
+        (
+            "replica_groups=mesh['axis_0'=2,'axis_1'=2], device_ids=([2,2]T(1,0)) {'axis_1'}",
+            ((0, 2), (1, 3)),
+        ),
+        ("replica_groups=mesh['axis_0'=2,'axis_1'=2] {'axis_0'}", ((0, 2), (1, 3))),
+        ("source_target_pairs={{0,1},{1,2},{2,3},{3,0}}", ((0, 1), (1, 2), (2, 3), (3, 0))),
+    ],
+)
+def test_every_replica_group_spelling_is_read(text: str, groups: tuple[Any, ...]) -> None:
+    assert hlo_replica_groups(f"%x = f32[4] all-reduce(%y), {text}, to_apply=%add", 4) == groups
