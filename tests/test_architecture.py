@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
         "_src.pmap",
         "_src.inspection",
     ),  # built on the front doors (pmap reuses PjitWrapped)
+    ("_src.inspect_cli",),  # the report from a shell: pjit + inspection
     (
         "options",
         "inspect",

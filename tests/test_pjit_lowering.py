@@ -203,8 +203,10 @@ def test_lowered_module_object_matches_text(mode: str) -> None:
         lowered = pjit(jnp.exp, P("a"), P("a")).lower(np.zeros((8, 2), np.float32))
     module = lowered.compiler_ir()
     assert str(module) == lowered.as_text()
-    with pytest.raises(ValueError, match="stablehlo"):
-        lowered.compiler_ir("hlo")
+    hlo = lowered.compiler_ir("hlo").as_hlo_text()
+    assert "exponential" in hlo and "sharding={devices=[4,1,2]" in hlo
+    with pytest.raises(ValueError, match="'stablehlo' or 'hlo'"):
+        lowered.compiler_ir("mhlo")
 
 
 def test_jax_spec_and_our_spec_lower_identically() -> None:

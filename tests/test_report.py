@@ -8,6 +8,9 @@ with what the arrays themselves report after running the same call.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 import jax
@@ -151,3 +154,64 @@ def test_report_needs_a_pjit_or_pmap_ed_function() -> None:
 )
 def test_every_replica_group_spelling_is_read(text: str, groups: tuple[Any, ...]) -> None:
     assert hlo_replica_groups(f"%x = f32[4] all-reduce(%y), {text}, to_apply=%add", 4) == groups
+
+
+# --- compare_partitioners, visualize, compiler_ir, the command line ---
+
+
+def test_compare_partitioners_puts_both_side_by_side(mesh_4x2: Mesh) -> None:
+    f = pjit(lambda x, w: x @ w, (P(None, "model"), P("model", None)), P())
+    comparison = inspect.compare_partitioners(f, X, W)
+    assert comparison.gspmd.partitioner == "GSPMD" and comparison.shardy.partitioner == "Shardy"
+    rows = {what: (a, b) for what, a, b in comparison.rows}
+    assert rows["collective all-reduce"] == ("1x 1,024 B over 'model'",) * 2
+    assert rows["output out layout"] == ("P()", "P()")
+    assert comparison.differences == tuple(r for r in comparison.rows if r[1] != r[2])
+    text = str(comparison)
+    assert "GSPMD vs Shardy" in text and "collective all-reduce" in text
+
+
+def test_visualize_draws_blocks_and_replicas(tmp_path: Any) -> None:
+    mesh = Mesh(devices(4, 2), ("data", "model"))
+    x = jax.device_put(np.zeros((8, 4)), jax.sharding.NamedSharding(mesh, P("data")))
+    text = inspect.visualize(x, show=False)
+    assert text.splitlines()[0].startswith("4 block(s) of 4 x 1 over shape [8, 4]")
+    for pair in ("0,1", "2,3", "4,5", "6,7"):  # each row block on two replicas
+        assert f"| {pair}" in text.replace("  ", " ")
+    picture = tmp_path / "layout.png"
+    rank3 = inspect.visualize(
+        spec=P(None, "model", "data"), shape=(2, 4, 8), mesh=mesh, png=str(picture), show=False
+    )
+    assert rank3.count("dims 2+") == 4 and picture.stat().st_size > 0
+    with pytest.raises(ValueError, match="give a jax.Array, or spec=, shape= and mesh="):
+        inspect.visualize(spec=P("data"))
+
+
+def test_the_command_line_prints_the_report(tmp_path: Any) -> None:
+    (tmp_path / "mymodel.py").write_text(
+        "import jax.numpy as jnp\n\ndef step(x, w):\n    return jnp.tanh(x @ w)\n"
+    )
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(tmp_path),
+        XLA_FLAGS="--xla_force_host_platform_device_count=8",
+    )
+    command = [
+        sys.executable, "-m", "partitioner.inspect", "mymodel:step", "--mesh", "data=4,model=2",
+        "--arg", "f32[32,16]", "--in", "P(None, 'model')", "--arg", "f32[16,8]", "--in", "P('model')",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "all-reduce" in done.stdout and "over 'model'" in done.stdout
+    as_json = subprocess.run(
+        [*command, "--json"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert json.loads(as_json.stdout)["collectives"][0]["axes"] == ["model"]
+    bad = subprocess.run(
+        [*command[:4], "--mesh", "data=64", *command[6:]],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert bad.returncode == 2 and "needs 64 devices, the backend has 8" in bad.stderr

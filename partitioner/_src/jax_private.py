@@ -238,6 +238,13 @@ def manual_scoped_op_sharding(mesh: Any, spec: Any, manual_axes: Any, ndim: int)
     return _NamedSharding(typed, spec)._to_xla_hlo_sharding(ndim).to_proto()
 
 
+def hlo_computation(module: Any) -> Any:
+    """The XlaComputation (HLO) of a StableHLO module, as jax's ``compiler_ir("hlo")``."""
+    return _jax.mlir.mlir_module_to_xla_computation(
+        mlir.module_to_bytecode(module), use_tuple_args=False
+    )
+
+
 def hlo_sharding_of(sharding: Any, ndim: int) -> Any:
     """The HloSharding a jax Sharding lays an ``ndim`` array out with."""
     return sharding._to_xla_hlo_sharding(ndim)

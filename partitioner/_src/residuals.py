@@ -22,13 +22,23 @@ from .trace.primitive import PjitParams, pjit_p
 
 @dataclass(frozen=True)
 class Residual:
-    """One value the forward pass of a pjit keeps for its backward pass."""
+    """One value the forward pass of a pjit keeps for its backward pass.
 
-    pjit_name: str  # the (forward) pjit call that produces it
-    index: int  # its position among that call's outputs
+    Attributes:
+        pjit_name: the forward pjit that produces it, named as jax's transformations
+            name it: ``'jvp(mlp)'`` for a pjit-ed ``mlp`` under ``jax.vjp``/``grad``.
+        index: its position among that forward pjit's outputs, counting the primal
+            outputs first: a function with one output has its residuals at 1, 2, ...
+        shape, dtype: the value's global shape and dtype.
+        spec: the layout XLA chose for it (residuals are never forced to replicate).
+        nbytes_per_device: the bytes one device holds.
+    """
+
+    pjit_name: str
+    index: int
     shape: tuple[int, ...]
     dtype: Any
-    spec: Spec  # the layout XLA chose for it
+    spec: Spec
     nbytes_per_device: int
 
     def __str__(self) -> str:

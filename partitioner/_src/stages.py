@@ -53,10 +53,21 @@ class Lowered:
         return self._module.as_text()
 
     def compiler_ir(self, dialect: str = "stablehlo") -> Any:
-        """The MLIR module itself (only the ``stablehlo`` dialect is available)."""
-        if dialect != "stablehlo":
-            raise ValueError(f"compiler_ir: only dialect='stablehlo' is available, got {dialect!r}")
-        return self._module.module
+        """The lowered program before partitioning, as jax's ``Lowered.compiler_ir`` gives it.
+
+        Args:
+            dialect: ``"stablehlo"`` (the MLIR module, with our sharding
+                annotations) or ``"hlo"`` (an ``XlaComputation``; ``.as_hlo_text()``
+                shows the shardings as HLO ``sharding={...}`` attributes).
+
+        Raises:
+            ValueError: another dialect.
+        """
+        if dialect == "stablehlo":
+            return self._module.module
+        if dialect == "hlo":
+            return jp.hlo_computation(self._module.module)
+        raise ValueError(f"compiler_ir: dialect must be 'stablehlo' or 'hlo', got {dialect!r}")
 
     def compile(self) -> Compiled:
         """Compile with XLA's SPMD partitioner; the result is reusable."""
@@ -102,11 +113,23 @@ class Compiled:
         return "\n\n".join(m.to_string() for m in self._executable.loaded.hlo_modules())
 
     def cost_analysis(self) -> Any:
-        """XLA's cost estimates for one device's program (flops, bytes accessed, ...)."""
+        """XLA's cost estimates for one device's program, as XLA's HLO cost analysis gives them.
+
+        A dict keyed by XLA's names: ``"flops"``, ``"transcendentals"``,
+        ``"bytes accessed"`` and per-operand ``"bytes accessedN{}"``, ... (estimates
+        from the partitioned HLO, per device, not measurements). ``report()`` shows
+        the main ones.
+        """
         return self._executable.loaded.cost_analysis()
 
     def memory_analysis(self) -> Any:
-        """XLA's per-device memory statistics (argument, output, temp, alias sizes in bytes)."""
+        """XLA's per-device memory statistics of the compiled program, in bytes.
+
+        jaxlib's ``CompiledMemoryStats``: ``argument_size_in_bytes``,
+        ``output_size_in_bytes``, ``temp_size_in_bytes`` (XLA's scratch),
+        ``alias_size_in_bytes`` (outputs that reuse donated inputs) and
+        ``generated_code_size_in_bytes``. One device's figures: the program is SPMD.
+        """
         return self._executable.loaded.get_compiled_memory_stats()
 
     def report(self) -> Report:

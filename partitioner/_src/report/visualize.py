@@ -1,0 +1,131 @@
+"""Which device holds which block of an array: a terminal grid (and a picture).
+
+Why our own (``jax.debug.visualize_array_sharding`` exists): it draws rank 1 and
+2 only and needs ``rich``; layouts of any rank show up here, one grid per block of
+the dimensions past the second, replicas listed in their cell.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+
+def _blocks(
+    index_map: Mapping[Any, tuple[slice, ...]], shape: Sequence[int]
+) -> dict[Any, list[int]]:
+    """Each distinct block (a tuple of (start, stop) per dim) -> the device ids holding it."""
+    held: dict[Any, list[int]] = {}
+    for device, index in index_map.items():
+        key = tuple(
+            (s.start or 0, n if s.stop is None else s.stop)
+            for s, n in zip(index, shape, strict=True)
+        )
+        held.setdefault(key, []).append(device.id)
+    return {k: sorted(v) for k, v in sorted(held.items())}
+
+
+def _grid(cells: dict[tuple[Any, Any], str], rows: list[Any], cols: list[Any]) -> list[str]:
+    width = max(6, *(len(t) + 2 for t in cells.values()))
+    bar = "+" + "+".join("-" * width for _ in cols) + "+"
+    out = [bar]
+    for r in rows:
+        out.append("|" + "|".join(cells[(r, c)].center(width) for c in cols) + "|")
+        out.append(bar)
+    return out
+
+
+def layout_text(index_map: Mapping[Any, tuple[slice, ...]], shape: Sequence[int]) -> str:
+    """The grid of blocks of an array of ``shape`` laid out by ``index_map``."""
+    blocks = _blocks(index_map, shape)
+    rank = len(shape)
+    if rank == 0:
+        return "\n".join(
+            _grid({(0, 0): "devices " + ",".join(map(str, next(iter(blocks.values()))))}, [0], [0])
+        )
+    dim_blocks = [sorted({b[d] for b in blocks}) for d in range(rank)]
+    rows = dim_blocks[0]
+    cols = dim_blocks[1] if rank > 1 else [(0, 1)]
+    lines: list[str] = []
+    for rest in itertools.product(*dim_blocks[2:]):
+        if rest:
+            lines.append("dims 2+: " + ", ".join(f"[{a}:{b}]" for a, b in rest))
+        cells = {}
+        for r in rows:
+            for c in cols:
+                key = (r, c, *rest)[:rank]
+                cells[(r, c)] = ",".join(map(str, blocks.get(key, [])))
+        lines += _grid(cells, rows, cols)
+    header = (
+        f"{len(blocks)} block(s) of "
+        + " x ".join(f"{len(b)}" for b in dim_blocks)
+        + f" over shape {list(shape)}; a cell lists the devices holding that block"
+    )
+    return "\n".join([header, *lines])
+
+
+def visualize(
+    x: Any = None,
+    *,
+    spec: PartitionSpec | None = None,
+    shape: Sequence[int] | None = None,
+    mesh: Mesh | None = None,
+    png: str | None = None,
+    show: bool = True,
+) -> str:
+    """Draw which device holds which block of ``x`` (a jax.Array), or of ``shape`` laid out
+    as ``spec`` over ``mesh``.
+
+    Returns the text grid (also printed unless ``show=False``); ``png=path`` also
+    saves a picture (needs matplotlib).
+
+    Raises:
+        ValueError: neither an array nor all of ``spec``, ``shape`` and ``mesh``.
+    """
+    if x is not None:
+        if not isinstance(x, jax.Array):
+            raise ValueError(f"visualize: expected a jax.Array, got {type(x).__name__}")
+        sharding, shape = x.sharding, tuple(x.shape)
+    else:
+        if spec is None or shape is None or mesh is None:
+            raise ValueError("visualize: give a jax.Array, or spec=, shape= and mesh=")
+        sharding, shape = NamedSharding(mesh, spec), tuple(shape)
+    index_map = sharding.devices_indices_map(tuple(shape))
+    text = layout_text(index_map, shape)
+    if png is not None:
+        _save_png(index_map, shape, png)
+    if show:
+        print(text)
+    return text
+
+
+def _save_png(index_map: Mapping[Any, tuple[slice, ...]], shape: Sequence[int], path: str) -> None:
+    """The first grid (dims 0 and 1) as rectangles labelled with their devices."""
+    import matplotlib  # optional: only for pictures
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    blocks = _blocks(index_map, shape)
+    rank = len(shape)
+    fig, ax = plt.subplots(figsize=(5, 4))
+    first_rest = tuple(sorted({b[2:] for b in blocks}))[0] if rank > 2 else ()
+    for key, devices in blocks.items():
+        if rank > 2 and key[2:] != first_rest:
+            continue
+        (r0, r1) = key[0] if rank else (0, 1)
+        (c0, c1) = key[1] if rank > 1 else (0, 1)
+        ax.add_patch(plt.Rectangle((c0, r0), c1 - c0, r1 - r0, fill=True, alpha=0.25, ec="black"))
+        ax.text((c0 + c1) / 2, (r0 + r1) / 2, ",".join(map(str, devices)), ha="center", va="center")
+    ax.set_xlim(0, shape[1] if rank > 1 else 1)
+    ax.set_ylim(shape[0] if rank else 1, 0)
+    ax.set_xlabel("dim 1")
+    ax.set_ylabel("dim 0")
+    ax.set_title(f"shape {list(shape)}: devices per block")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
