@@ -15,8 +15,8 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff")
-    session.run("ruff", "check", "partitioner", "tests", "benchmarks", "examples")
-    session.run("ruff", "format", "--check", "partitioner", "tests", "benchmarks", "examples")
+    session.run("ruff", "check", "partitioner", "tests", "benchmarks", "examples", "docs/make_images.py")
+    session.run("ruff", "format", "--check", "partitioner", "tests", "benchmarks", "examples", "docs/make_images.py")
 
 
 @nox.session
@@ -29,6 +29,14 @@ def typecheck(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     session.install("-e", ".", "matplotlib", "cloudpickle")  # jax's colocated_python needs it
     session.run("python", "benchmarks/run_all.py", *session.posargs)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The docs site (MkDocs, warnings as errors) into site/; its pictures drawn first."""
+    session.install("-e", ".[docs]")
+    session.run("python", "docs/make_images.py")
+    session.run("mkdocs", "build", "--strict")
 
 
 @nox.session

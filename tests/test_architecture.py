@@ -89,6 +89,8 @@ def _imports(name: str, path: Path) -> list[tuple[str, ast.AST, bool]]:
 
 
 def _layer(name: str) -> int:
+    if name == "_src":  # the private package's own __init__: a docstring, no imports
+        return 0
     for i, prefixes in enumerate(LAYERS):
         if any(name == p or name.startswith(p + ".") for p in prefixes):
             return i

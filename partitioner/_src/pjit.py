@@ -457,10 +457,12 @@ def pjit(
             ``None`` (replicated) or NamedShardings (their spec; their mesh must be
             the mesh in context, and is used when there is none).
         out_axis_resources: a pytree prefix of the output, with the same leaves.
-        static_argnums / static_argnames: arguments traced as Python constants.
-        donate_argnums / donate_argnames: arguments whose buffers the output may reuse.
-        in_shardings / out_shardings: today's ``jax.jit`` spellings of
-            ``in_axis_resources`` / ``out_axis_resources`` (pass one of each pair).
+        static_argnums: positional arguments traced as Python constants.
+        donate_argnums: positional arguments whose buffers the output may reuse.
+        static_argnames: the same as ``static_argnums``, by parameter name.
+        donate_argnames: the same as ``donate_argnums``, by parameter name.
+        in_shardings: today's ``jax.jit`` spelling of ``in_axis_resources`` (pass one).
+        out_shardings: today's ``jax.jit`` spelling of ``out_axis_resources`` (pass one).
 
     Returns:
         A :class:`PjitWrapped`: call it to run, ``.lower(...)`` for the AOT

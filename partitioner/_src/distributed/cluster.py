@@ -98,7 +98,8 @@ def initialize(
 
     Args:
         coordinator_address: ``host:port`` of process 0's coordination service.
-        num_processes, process_id: the job's size and this process's index.
+        num_processes: the job's size (number of processes).
+        process_id: this process's index in the job.
         devices_per_process: on CPU, how many devices each process simulates
             (``jax_num_cpu_devices``).
         heartbeat_timeout: seconds without a heartbeat before a peer counts as lost
