@@ -88,7 +88,7 @@ class Comparison:
         ]
         for what, a, b in self.rows:
             mark = "*" if a != b else " "
-            lines.append(f" {mark} {what:<{width}}  {a:<{cols[0]}}  {b:<{cols[1]}}")
+            lines.append(f" {mark} {what:<{width}}  {a:<{cols[0]}}  {b:<{cols[1]}}".rstrip())
         return "\n".join(lines)
 
 

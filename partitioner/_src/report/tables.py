@@ -153,9 +153,8 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
     ]
     fmt = "  " + "  ".join(f"{{:<{w}}}" for w in widths)
-    return [fmt.format(*header), fmt.format(*("-" * w for w in widths))] + [
-        fmt.format(*r) for r in rows
-    ]
+    lines = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
+    return [line.rstrip() for line in lines + [fmt.format(*r) for r in rows]]
 
 
 def _describe(spec: ParsedPartitionSpec | None) -> str | None:
