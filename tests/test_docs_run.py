@@ -46,7 +46,9 @@ def test_the_readme_has_runnable_blocks() -> None:
     assert len(python_blocks(ROOT / "README.md")) >= 4
 
 
-@pytest.mark.parametrize("path", [p for p in DOCS if python_blocks(p)], ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize(
+    "path", [p for p in DOCS if python_blocks(p)], ids=lambda p: str(p.relative_to(ROOT))
+)
 def test_blocks_run(path: Path, tmp_path: Path) -> None:
     script = tmp_path / f"{path.stem}_blocks.py"
     script.write_text("\n\n".join(python_blocks(path)))
