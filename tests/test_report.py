@@ -42,6 +42,7 @@ def test_a_matmul_split_on_its_contracting_dim_is_one_all_reduce_over_model() ->
     assert (c.kind, c.axes, c.count) == ("all-reduce", ("model",), 1)
     assert c.shape == (32, 8) and c.bytes_per_device == 32 * 8 * 4  # the output, per device
     assert "dot_general" in (c.op_name or "")
+    assert c.source is not None and "test_report.py" in c.source  # the user's line
 
 
 @pytest.mark.usefixtures("partitioner_mode", "mesh_4x2")

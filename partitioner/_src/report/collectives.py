@@ -41,6 +41,7 @@ _INSTRUCTION = re.compile(
 )
 _COMPUTATION = re.compile(r"^\s*(?:ENTRY\s+)?%(?P<name>[\w.\-]+)\s.*\{\s*$")
 _SOURCE = re.compile(r'source_file="(?P<file>[^"]+)"\s+source_line=(?P<line>\d+)')
+_FRAME = re.compile(r"stack_frame_id=(\d+)")
 _OP_NAME = re.compile(r'op_name="(?P<op>[^"]+)"')
 
 
@@ -200,12 +201,50 @@ def _trip_counts(lines: Sequence[str]) -> dict[str, int]:
     return counts
 
 
+def _stack_frames(lines: Sequence[str]) -> dict[int, str]:
+    """``stack_frame_id`` -> ``file:line (function)`` from the module's frame tables.
+
+    XLA prints the tables (``FileNames``, ``FunctionNames``, ``FileLocations``,
+    ``StackFrames``) before the computations; an instruction names its innermost
+    frame, which is the user's line (jax and partitioner skip their own files).
+    """
+    tables: dict[str, dict[int, str]] = {}
+    current = None
+    for line in lines:
+        stripped = line.strip()
+        if stripped in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+            current = tables.setdefault(stripped, {})
+            continue
+        if current is None:
+            continue
+        entry = re.match(r"(\d+)\s+(.*)", stripped)
+        if not entry:
+            if stripped.startswith(("%", "ENTRY", "HloModule")):
+                break
+            continue
+        current[int(entry.group(1))] = entry.group(2).strip().strip('"')
+    files, functions = tables.get("FileNames", {}), tables.get("FunctionNames", {})
+    locations = {}
+    for key, text in tables.get("FileLocations", {}).items():
+        fields = dict(re.findall(r"(\w+)=(\d+)", text))
+        file = files.get(int(fields.get("file_name_id", 0)), "?")
+        function = functions.get(int(fields.get("function_name_id", 0)), "?")
+        locations[key] = f"{file}:{fields.get('line', '?')} ({function})"
+    frames = {}
+    for key, text in tables.get("StackFrames", {}).items():
+        location = re.search(r"file_location_id=(\d+)", text)
+        if location and int(location.group(1)) in locations:
+            frames[key] = locations[int(location.group(1))]
+    return frames
+
+
 def collectives(hlo_texts: Iterable[str], mesh: Mesh) -> list[Collective]:
     """Every collective of the partitioned modules, with its axes and count."""
     out: list[Collective] = []
     for text in hlo_texts:
         lines = text.splitlines()
         counts = _trip_counts(lines)
+        frames = _stack_frames(lines)
         current = None
         for line in lines:
             head = _COMPUTATION.match(line)
@@ -224,6 +263,7 @@ def collectives(hlo_texts: Iterable[str], mesh: Mesh) -> list[Collective]:
             if kind == "all-gather":
                 moved //= max(len(groups[0]), 1)  # each device sends its own slice
             source = _SOURCE.search(line)
+            frame = _FRAME.search(line)
             op_name = _OP_NAME.search(line)
             out.append(
                 Collective(
@@ -237,7 +277,11 @@ def collectives(hlo_texts: Iterable[str], mesh: Mesh) -> list[Collective]:
                     else axes_of(groups, mesh),
                     groups=groups,
                     op_name=op_name.group("op") if op_name else None,
-                    source=f"{source.group('file')}:{source.group('line')}" if source else None,
+                    source=f"{source.group('file')}:{source.group('line')}"
+                    if source
+                    else frames.get(int(frame.group(1)))
+                    if frame
+                    else None,
                 )
             )
     return out
