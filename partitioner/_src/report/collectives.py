@@ -52,9 +52,10 @@ class Collective:
     Attributes:
         kind: ``all-reduce``, ``all-gather``, ``reduce-scatter``, ``all-to-all`` or
             ``collective-permute``.
-        shape, dtype: the per-device result (of the first operand for tuples).
-        bytes_per_device: the bytes each device sends (the operand's size; for an
-            all-gather, its input slice; summed over tuple operands).
+        shape, dtype: one device's operand (the first, for tuples): for an
+            all-gather the slice it contributes, for a reduce-scatter the whole
+            value it reduces.
+        bytes_per_device: the bytes each device sends: its operands' size.
         count: executions per run of the program (loop trip counts included).
         axes: the mesh axes the groups span (``()``: a group per device; ``None``:
             groups no set of mesh axes describes).
@@ -259,9 +260,20 @@ def collectives(hlo_texts: Iterable[str], mesh: Mesh) -> list[Collective]:
                 continue
             kind = match.group("op")
             groups = parse_groups(line, mesh.size)
+            group = max(len(groups[0]), 1) if groups else 1
+            scaled = re.search(r"dimensions=\{(\d+)\}", line)
+            if kind in ("all-gather", "reduce-scatter") and scaled:
+                # The result is gathered (scattered) along that dim: the operand is
+                # the result divided (multiplied) by the group size there.
+                d = int(scaled.group(1))
+                shapes = [
+                    (dtype, tuple(
+                        (n // group if kind == "all-gather" else n * group) if i == d else n
+                        for i, n in enumerate(shape)
+                    ))
+                    for dtype, shape in shapes
+                ]  # fmt: skip
             moved = sum(_nbytes(d, s) for d, s in shapes)
-            if kind == "all-gather":
-                moved //= max(len(groups[0]), 1)  # each device sends its own slice
             source = _SOURCE.search(line)
             frame = _FRAME.search(line)
             op_name = _OP_NAME.search(line)

@@ -116,7 +116,7 @@ class Report:
         lines += ["", "collectives"]
         if self.collectives:
             lines += _table(
-                ("kind", "per device", "bytes/device", "count", "axes", "from"),
+                ("kind", "operand", "bytes/device", "count", "axes", "from"),
                 [
                     (
                         c.kind,
