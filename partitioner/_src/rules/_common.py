@@ -86,3 +86,14 @@ def stage_unknown(
     for t in tracers_out:
         t.recipe = eqn
     return tracers_out
+
+
+def batch_dims_first(
+    vals: Sequence[Any], dims: Sequence[int | None]
+) -> tuple[list[Any], list[bool]]:
+    """A batching rule's inputs with their batch dimension moved to 0, and which are batched."""
+    moved = [
+        x if d is None or d == 0 else jp.batching.moveaxis(x, d, 0)
+        for x, d in zip(vals, dims, strict=True)
+    ]
+    return moved, [d is not None for d in dims]

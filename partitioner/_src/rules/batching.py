@@ -15,6 +15,7 @@ from .. import jax_private as jp
 from ..spec.parsed import ParsedPartitionSpec
 from ..trace.constraint import sharding_constraint_p
 from ..trace.primitive import PjitParams, pjit_p
+from ._common import batch_dims_first
 
 batching = jp.batching
 not_mapped = None  # jax marks an unbatched value with None
@@ -75,11 +76,7 @@ def _pjit_batcher(
     axis_data: Any, vals_in: Any, dims_in: Any, **kwargs: Any
 ) -> tuple[list[Any], list[Any]]:
     params = PjitParams.of(kwargs)
-    vals_in = [
-        x if d is not_mapped or d == 0 else batching.moveaxis(x, d, 0)
-        for x, d in zip(vals_in, dims_in, strict=True)
-    ]
-    in_batched = [d is not not_mapped for d in dims_in]
+    vals_in, in_batched = batch_dims_first(vals_in, dims_in)
     batched_jaxpr, out_batched = batching.batch_jaxpr(params.jaxpr, axis_data, in_batched, False)
     mesh, spmd, size = params.mesh, _spmd_axes(axis_data), axis_data.size
     batched = params.replace(

@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import jax_private as jp
 from ..trace.region import RegionParams, block_aval, global_aval, pmap_region_p
-from ._common import cotangents_for, keep_where, stage_unknown
+from ._common import batch_dims_first, cotangents_for, keep_where, stage_unknown
 
 ad, batching, core, lu, pe = jp.ad, jp.batching, jp.core, jp.lu, jp.pe
 
@@ -79,11 +79,7 @@ def _region_batcher(
     axis_data: Any, vals_in: Any, dims_in: Any, **kwargs: Any
 ) -> tuple[list[Any], list[Any]]:
     p = RegionParams.of(kwargs)
-    vals = [
-        x if b is None or b == 0 else batching.moveaxis(x, b, 0)
-        for x, b in zip(vals_in, dims_in, strict=True)
-    ]
-    in_batched = [b is not None for b in dims_in]
+    vals, in_batched = batch_dims_first(vals_in, dims_in)
     with p.axis_env():
         body, out_batched = batching.batch_jaxpr(p.body, axis_data, in_batched, False)
 
