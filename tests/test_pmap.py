@@ -408,3 +408,13 @@ def test_a_stacked_numpy_argument_is_sent_split_not_whole_to_every_device() -> N
     message = str(info.value)
     assert "host-to-device transfer" in message and "float32[8,4,3]" in message
     assert "spec=P('rows',)" in message
+
+
+def test_a_pmap_nested_inside_control_flow_of_a_pmap_is_a_clear_error() -> None:
+    inner = pmap(lambda v: jax.lax.psum(v, "j"), "j")
+
+    def body(v: Any) -> Any:
+        return jax.lax.cond(True, inner, lambda u: u, v)
+
+    with pytest.raises(ValueError, match="nested inside control flow"):
+        pmap(body, "i")(np.ones((2, 4, 3), np.float32))

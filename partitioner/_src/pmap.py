@@ -12,7 +12,6 @@ transformation rules, which reach the region's own.
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import math
 import threading
@@ -135,10 +134,6 @@ class PmapFunction:
                 f"pmap {self.name}: axis_size must be a positive int, got {axis_size!r}"
             )
         self._axis_size = axis_size
-        try:
-            self._signature: inspect.Signature | None = inspect.signature(fun)
-        except (TypeError, ValueError):
-            self._signature = None
         self._meshes: dict[tuple[int, ...], Mesh] = {}
         self._body = _Body(self)  # the trace cache's key: one per pmap-ed function
 
@@ -418,19 +413,37 @@ def _nested_chain(jaxpr: Any, name: str) -> list[tuple[str, int]]:
     ``i * size_j + j``), and every nested region gets that grid as its mesh.
 
     Raises:
-        ValueError: nested maps of different axes or sizes side by side.
+        ValueError: nested maps of different axes or sizes side by side, or a
+            map nested inside control flow (a scan, cond...) of the body.
     """
     chains = []
     for eqn in jaxpr.jaxpr.eqns:
         if eqn.primitive is pmap_region_p:
             inner = RegionParams.of(eqn.params)
             chains.append([(inner.axis_name, inner.size), *_nested_chain(inner.body, name)])
+
     if any(c != chains[0] for c in chains[1:]):
         raise ValueError(
             f"pmap {name}: the pmaps nested in it must map the same axes with the same sizes, "
             f"got {chains}"
         )
+    if _regions_below(jaxpr.jaxpr):
+        raise ValueError(
+            f"pmap {name}: a pmap nested inside control flow or a call of its body (scan, "
+            "cond, jit...) is not supported; call the inner pmap at the body's top level"
+        )
     return chains[0] if chains else []
+
+
+def _regions_below(jaxpr: Any) -> bool:
+    """Whether a pmap region sits in a sub-jaxpr (control flow, a call) of ``jaxpr``."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive is pmap_region_p:
+            continue
+        for sub in core.jaxprs_in_params(eqn.params):
+            if any(e.primitive is pmap_region_p for e in sub.eqns) or _regions_below(sub):
+                return True
+    return False
 
 
 def _placed(jaxpr: Any, mesh: Mesh) -> Any:
