@@ -105,8 +105,12 @@ def visualize(
 
 def _save_png(index_map: Mapping[Any, tuple[slice, ...]], shape: Sequence[int], path: str) -> None:
     """The first grid (dims 0 and 1) as rectangles labelled with their devices."""
-    import matplotlib  # optional: only for pictures
-
+    try:
+        import matplotlib  # optional: only for pictures
+    except ImportError:
+        raise ImportError(
+            "visualize(png=...) draws with matplotlib: pip install matplotlib"
+        ) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
