@@ -25,16 +25,14 @@ from jax.tree_util import KeyPath, PyTreeDef, keystr, tree_flatten_with_path, tr
 
 from . import jax_private as jp
 from .dispatch.fastpath import Dispatcher
-from .lower.region import mapped_spec
+from .lower.region import as_pjit
 from .pjit import PjitWrapped
-from .spec.parsed import REPLICATED
 from .spec.sharding_spec import ShardingSpec, sharding_spec_from_parsed
 from .trace.plan import CallPlan, HashableStatic, abstractify, split_arguments
-from .trace.primitive import PjitParams
 from .trace.region import RegionParams, block_aval, pmap_region_p
 from .trace.tracing import trace_body
 
-core, lu, pe = jp.core, jp.lu, jp.pe
+core, pe = jp.core, jp.pe
 
 _unnamed = itertools.count()
 # The axis names of the pmap bodies this thread is tracing (a pmap called while one
@@ -253,27 +251,21 @@ class PmapFunction:
             out_dims=body.out_dims,
             name=self.name,
         )
-        global_jaxpr = _global_jaxpr(
-            region, consts, [*map(jp.shaped_abstractify, trace_consts), *avals]
-        )
         donated = {i for i in self._donate if i < n_args}
         flags = tuple(
             i < n_pos and path[0].idx in donated  # type: ignore[attr-defined]
             for i, path in enumerate(paths)
         )
-        params = PjitParams(
-            jaxpr=global_jaxpr,
-            in_axis_resources=(REPLICATED,) * len(trace_consts)
-            + tuple(mapped_spec(self.axis_name, d) for d in dims),
+        params = as_pjit(
+            region,
+            consts,
+            [*map(jp.shaped_abstractify, trace_consts), *avals],
+            (False,) * len(trace_consts) + flags,
+        )
+        if chain:
             # Outputs of nested maps are also split over the inner axes: XLA keeps the
             # layout the inner regions give them (read back after compiling).
-            out_axis_resources=tuple(
-                None if chain else mapped_spec(self.axis_name, d) for d in body.out_dims
-            ),
-            mesh=mesh,
-            donated_invars=(False,) * len(trace_consts) + flags,
-            name=self.name,
-        )
+            params = params.replace(out_axis_resources=(None,) * len(body.out_dims))
         nested = bool(_enclosing_maps())
         return CallPlan(
             params=params,
@@ -457,19 +449,6 @@ def _placed(jaxpr: Any, mesh: Mesh) -> Any:
             )
         eqns.append(eqn)
     return core.ClosedJaxpr(jaxpr.jaxpr.replace(eqns=eqns), jaxpr.consts)
-
-
-def _global_jaxpr(region: RegionParams, consts: Sequence[Any], in_avals: Sequence[Any]) -> Any:
-    """The pjit body: the region over (constants, inputs), constants closed in."""
-
-    def body(*xs: Any) -> Any:
-        return region.bind(*consts, *xs)
-
-    debug_info = jp.api_util.debug_info("pmap", body, tuple(in_avals), {})
-    jaxpr, _, closed = pe.trace_to_jaxpr_dynamic(
-        lu.wrap_init(body, debug_info=debug_info), list(in_avals)
-    )
-    return core.ClosedJaxpr(jaxpr, closed)
 
 
 def _argnums(value: int | Sequence[int], what: str, name: str) -> tuple[int, ...]:

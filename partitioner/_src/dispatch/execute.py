@@ -19,7 +19,7 @@ from jax.tree_util import PyTreeDef, tree_unflatten
 from .. import jax_private as jp
 from .. import options
 from ..events import emit
-from ..lower.region import mapped_spec
+from ..lower.region import as_pjit
 from ..spec.op_sharding import parse_op_sharding_parsed
 from ..spec.parsed import REPLICATED, ParsedPartitionSpec
 from ..trace.equality import closed_jaxprs_equal
@@ -188,18 +188,7 @@ def _region_impl(*args: Any, **kwargs: Any) -> list[Any]:
     """A pmap region outside any pjit (a rule bound one eagerly): run it as a pjit over its mesh."""
     region = RegionParams.of(kwargs)
     avals = [jp.shaped_abstractify(x) for x in args]
-    debug_info = jp.api_util.debug_info("pmap", region.bind, tuple(avals), {})
-    jaxpr, _, consts = jp.pe.trace_to_jaxpr_dynamic(
-        jp.lu.wrap_init(lambda *xs: region.bind(*xs), debug_info=debug_info), avals
-    )
-    params = PjitParams(
-        jaxpr=jp.core.ClosedJaxpr(jaxpr, consts),
-        in_axis_resources=tuple(mapped_spec(region.axis_name, d) for d in region.in_dims),
-        out_axis_resources=tuple(mapped_spec(region.axis_name, d) for d in region.out_dims),
-        mesh=region.mesh,
-        donated_invars=(False,) * len(args),
-        name=region.name,
-    )
+    params = as_pjit(region, (), avals, (False,) * len(args))
     return _pjit_impl(*args, **params.as_kwargs())
 
 
