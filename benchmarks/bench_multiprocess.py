@@ -25,9 +25,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import jax
 import models
-from bench_step import Stepper
+from bench_step import contenders
 
 import partitioner
 
@@ -71,24 +70,8 @@ def run_job(rounds: int) -> dict[str, Any]:
 
 def one_process(rounds: int) -> dict[str, list[common.Timing]]:
     mesh = models.mesh_4x2()
-    in_specs = (models.BLOCK_PARAM_SPECS, models.BATCH_SPECS)
-    out_specs = models.BLOCK_PARAM_SPECS
-    params = jax.device_put(models.block_params(), models.to_jax(out_specs, mesh))
-    batch = jax.device_put(models.block_batch(), models.to_jax(models.BATCH_SPECS, mesh))
     with partitioner.mesh(mesh.devices, mesh.axis_names):
-        ours = partitioner.pjit(models.train_step(), in_specs, out_specs)
-        theirs = jax.jit(
-            models.train_step(),
-            in_shardings=models.to_jax(in_specs, mesh),
-            out_shardings=models.to_jax(out_specs, mesh),
-        )
-        return common.interleave(
-            {
-                "partitioner": Stepper(ours, params, batch, 1),
-                "jax.jit": Stepper(theirs, params, batch, 1),
-            },
-            rounds,
-        )
+        return common.interleave(contenders(mesh, 1), rounds)
 
 
 def main() -> None:

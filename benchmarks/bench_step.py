@@ -41,28 +41,39 @@ class Stepper:
         return t[0] / self.steps
 
 
+def contenders(mesh: jax.sharding.Mesh, steps: int) -> dict[str, Stepper]:
+    """partitioner's and jax.jit's train step of the transformer block over ``mesh``.
+
+    Same program, same layouts (``models``' specs), same starting parameters and
+    batch. The figures that time it (this one, the multi-process one and its
+    worker) call the samplers with the mesh in context, as pjit reads it per call.
+    """
+    in_specs = (models.BLOCK_PARAM_SPECS, models.BATCH_SPECS)
+    out_specs = models.BLOCK_PARAM_SPECS
+    # In a job of several processes every process holds the same full values;
+    # device_put keeps its own shards.
+    params = jax.device_put(models.block_params(), models.to_jax(out_specs, mesh))
+    batch = jax.device_put(models.block_batch(), models.to_jax(models.BATCH_SPECS, mesh))
+    ours = partitioner.pjit(models.train_step(), in_specs, out_specs)
+    theirs = jax.jit(
+        models.train_step(),
+        in_shardings=models.to_jax(in_specs, mesh),
+        out_shardings=models.to_jax(out_specs, mesh),
+    )
+    return {
+        "partitioner": Stepper(ours, params, batch, steps),
+        "jax.jit": Stepper(theirs, params, batch, steps),
+    }
+
+
 def main() -> None:
     args = common.parse_args(__doc__.splitlines()[0])
     # One step per sample and many rounds: load phases of a shared machine (seconds
     # long) then hit both contenders alike, which 20-step samples did not.
     rounds, steps = (5, 1) if args.quick else (300, 1)
     mesh = models.mesh_4x2()
-    in_specs = (models.BLOCK_PARAM_SPECS, models.BATCH_SPECS)
-    out_specs = models.BLOCK_PARAM_SPECS
-    params = jax.device_put(models.block_params(), models.to_jax(out_specs, mesh))
-    batch = jax.device_put(models.block_batch(), models.to_jax(models.BATCH_SPECS, mesh))
-
     with partitioner.mesh(mesh.devices, mesh.axis_names):
-        ours = partitioner.pjit(models.train_step(), in_specs, out_specs)
-        theirs = jax.jit(
-            models.train_step(),
-            in_shardings=models.to_jax(in_specs, mesh),
-            out_shardings=models.to_jax(out_specs, mesh),
-        )
-        samplers = {
-            "partitioner": Stepper(ours, params, batch, steps),
-            "jax.jit": Stepper(theirs, params, batch, steps),
-        }
+        samplers = contenders(mesh, steps)
         samples = common.interleave(samplers, rounds)
         final = {k: s.params for k, s in samplers.items()}
         diff = max(

@@ -20,9 +20,8 @@ pd.initialize()
 
 # isort: split
 import jax  # noqa: E402
-import models  # noqa: E402
 import numpy as np  # noqa: E402
-from bench_step import Stepper  # noqa: E402
+from bench_step import contenders  # noqa: E402
 
 import partitioner  # noqa: E402
 
@@ -30,22 +29,8 @@ import partitioner  # noqa: E402
 def main() -> None:
     out_path, rounds = sys.argv[1], int(sys.argv[2])
     mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
-    in_specs = (models.BLOCK_PARAM_SPECS, models.BATCH_SPECS)
-    out_specs = models.BLOCK_PARAM_SPECS
-    # Every process holds the same full values; device_put keeps its own shards.
-    params = jax.device_put(models.block_params(), models.to_jax(out_specs, mesh))
-    batch = jax.device_put(models.block_batch(), models.to_jax(models.BATCH_SPECS, mesh))
     with partitioner.mesh(mesh.devices, mesh.axis_names):
-        ours = partitioner.pjit(models.train_step(), in_specs, out_specs)
-        theirs = jax.jit(
-            models.train_step(),
-            in_shardings=models.to_jax(in_specs, mesh),
-            out_shardings=models.to_jax(out_specs, mesh),
-        )
-        samplers = {
-            "partitioner": Stepper(ours, params, batch, 1),
-            "jax.jit": Stepper(theirs, params, batch, 1),
-        }
+        samplers = contenders(mesh, 1)
         samples = common.interleave(samplers, rounds)
         diff = max(
             float(
