@@ -33,9 +33,10 @@ import os
 import sys
 
 SAVING = sys.argv[1:2] == ["save"]
-if not SAVING:
+if __name__ == "__main__" and not SAVING:
     # Must happen before jax is imported: jax reads XLA_FLAGS once, at start-up. The
-    # save processes get their 4 devices each from the launcher instead.
+    # save processes get their 4 devices each from the launcher instead; a module
+    # importing this one (the checkpoint test's worker) keeps its own settings.
     os.environ["XLA_FLAGS"] = (
         os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
     ).strip()

@@ -7,19 +7,18 @@ writes the full saved values to ``SAVED_NPZ`` (keyed by ``jax.tree_util.keystr``
 paths): the restores must match them bit for bit. Each process prints
 ``holds NAME ADDRESSABLE TOTAL`` per leaf and ``saved`` at the end.
 
-The test imports the model and layout from here (``init_state``, ``train_step``,
-``make_data``, ``state_specs``), so the worker and its reference cannot drift apart.
+The model and layout (``init_state``, ``train_step``, ``make_data``,
+``state_specs``) are ``examples/checkpoint_reshard.py``'s; the test imports them from
+here, so the example, the worker and the test's reference cannot drift apart.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any
+from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh
@@ -28,48 +27,17 @@ import partitioner.distributed as pd
 from partitioner import PartitionSpec as P
 from partitioner import pjit
 
-D_IN, HIDDEN, D_OUT, BATCH, STEPS = 8, 32, 8, 16, 3
-TX = optax.adamw(1e-2, weight_decay=1e-4)
+# The model, its train step and its layout are the checkpoint example's.
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "examples"))
+from checkpoint_reshard import (  # noqa: E402
+    STEPS,
+    init_state,
+    make_data,
+    state_specs,
+    train_step,
+)
 
-# The "data" axis spans the two processes: each holds half of what it splits.
-PARAM_SPECS = {"w1": P("data", "model"), "b1": P("model"), "w2": P("model", "data"), "b2": None}
-
-
-def init_state(key: jax.Array) -> dict[str, Any]:
-    k1, k2 = jax.random.split(key)
-    params = {
-        "w1": jax.random.normal(k1, (D_IN, HIDDEN), jnp.float32) / np.sqrt(D_IN),
-        "b1": jnp.zeros((HIDDEN,), jnp.float32),
-        "w2": jax.random.normal(k2, (HIDDEN, D_OUT), jnp.float32) / np.sqrt(HIDDEN),
-        "b2": jnp.zeros((D_OUT,), jnp.float32),
-    }
-    return {"step": jnp.zeros((), jnp.int32), "params": params, "opt": TX.init(params)}
-
-
-def train_step(state: dict[str, Any], x: jax.Array, y: jax.Array) -> dict[str, Any]:
-    def loss_fn(params: dict[str, jax.Array]) -> jax.Array:
-        h = jax.nn.relu(x @ params["w1"] + params["b1"])
-        return jnp.mean((h @ params["w2"] + params["b2"] - y) ** 2)
-
-    grads = jax.grad(loss_fn)(state["params"])
-    updates, opt = TX.update(grads, state["opt"], state["params"])
-    params = optax.apply_updates(state["params"], updates)
-    return {"step": state["step"] + 1, "params": params, "opt": opt}
-
-
-def make_data() -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.RandomState(0)
-    x = rng.randn(BATCH, D_IN).astype(np.float32)
-    return x, np.tanh(x @ rng.randn(D_IN, D_OUT).astype(np.float32))
-
-
-def state_specs() -> Any:
-    """Adam's moments laid out as their parameters; the counters replicated (None)."""
-    shapes = jax.eval_shape(init_state, jax.random.key(0))
-    opt = optax.tree_map_params(
-        TX, lambda _, s: s, shapes["opt"], PARAM_SPECS, transform_non_params=lambda _: None
-    )
-    return {"step": None, "params": PARAM_SPECS, "opt": opt}
+__all__ = ["STEPS", "init_state", "main", "make_data", "state_specs", "train_step"]
 
 
 def main(checkpoint_dir: str, saved_npz: str) -> None:
