@@ -28,29 +28,30 @@ def run_job(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``workers/<worker>.py args`` (or ``worker``, a path under the repository root,
     e.g. ``examples/x.py``) as ``n`` processes; return the launcher's result."""
-    command = [
-        "timeout",
-        "-k",
-        "5",
-        str(timeout),
-        sys.executable,
-        "-m",
-        "partitioner.launch",
-        "-n",
-        str(n),
-        "--devices-per-process",
-        str(devices_per_process),
-        "--heartbeat-timeout",
-        str(heartbeat_timeout),
-    ]
+    flags = ["-n", str(n), "--devices-per-process", str(devices_per_process)]
+    flags += ["--heartbeat-timeout", str(heartbeat_timeout)]
     if grace is not None:
-        command += ["--grace", str(grace)]
+        flags += ["--grace", str(grace)]
     script = ROOT / worker if worker.endswith(".py") else WORKERS / f"{worker}.py"
-    command += ["--", sys.executable, str(script), *args]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run(
-        command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout + 30
+        launcher_command(timeout, flags, [sys.executable, str(script), *args]),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=child_env(),
+        timeout=timeout + 30,
     )
+
+
+def launcher_command(timeout: float, flags: list[str], command: list[str]) -> list[str]:
+    """``python -m partitioner.launch FLAGS -- COMMAND``, bounded by ``timeout -k``."""
+    launcher = [sys.executable, "-m", "partitioner.launch", *flags, "--", *command]
+    return ["timeout", "-k", "5", str(timeout), *launcher]
+
+
+def child_env() -> dict[str, str]:
+    """The test's environment, with the repository importable."""
+    return dict(os.environ, PYTHONPATH=str(ROOT))
 
 
 def lines_of(output: str, process: int) -> list[str]:

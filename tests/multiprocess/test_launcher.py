@@ -13,34 +13,19 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from mp_helpers import ROOT, child_env, launcher_command
 
 
 def _launch(code: str, *flags: str, timeout: float = 60) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [
-            "timeout",
-            "-k",
-            "5",
-            str(timeout),
-            sys.executable,
-            "-m",
-            "partitioner.launch",
-            *flags,
-            "--",
-            sys.executable,
-            "-c",
-            textwrap.dedent(code),
-        ],
+        launcher_command(timeout, list(flags), [sys.executable, "-c", textwrap.dedent(code)]),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        env=child_env(),
     )
 
 
