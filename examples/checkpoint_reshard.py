@@ -148,7 +148,8 @@ def fingerprint(tree: Any) -> jax.Array:
 # --- save: two processes, a 2x4 mesh ---
 
 
-def save(directory: Path) -> None:
+def train_sharded() -> dict[str, Any]:
+    """Join the 2-process job and train the state on its 2x4 mesh; each process feeds its rows."""
     pd.initialize()  # before anything touches a jax device
     mesh = make_mesh((2, 4))
     specs = state_specs()
@@ -161,6 +162,11 @@ def save(directory: Path) -> None:
         state = init()
         for _ in range(STEPS):
             state = step(state, *batch)
+    return state
+
+
+def save(directory: Path) -> None:
+    state = train_sharded()
     w1 = state["params"]["w1"]
     print(
         f"process {jax.process_index()}: step {int(state['step'])}, holds "

@@ -21,11 +21,6 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
-from jax.sharding import Mesh
-
-import partitioner.distributed as pd
-from partitioner import PartitionSpec as P
-from partitioner import pjit
 
 # The model, its train step and its layout are the checkpoint example's.
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "examples"))
@@ -34,6 +29,7 @@ from checkpoint_reshard import (  # noqa: E402
     init_state,
     make_data,
     state_specs,
+    train_sharded,
     train_step,
 )
 
@@ -41,18 +37,7 @@ __all__ = ["STEPS", "init_state", "main", "make_data", "state_specs", "train_ste
 
 
 def main(checkpoint_dir: str, saved_npz: str) -> None:
-    pd.initialize()
-    mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "model"))
-    specs = state_specs()
-    x, y = make_data()
-    rows = pd.host_local_slice(x.shape, mesh, P("data"))
-    batch = pd.host_local_to_global((x[rows], y[rows]), mesh, P("data"))
-    with jax.set_mesh(mesh):
-        init = pjit(lambda: init_state(jax.random.key(0)), (), specs)
-        step = pjit(train_step, (specs, P("data"), P("data")), specs, donate_argnums=0)
-        state = init()
-        for _ in range(STEPS):
-            state = step(state, *batch)
+    state = train_sharded()
     for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
         name = jax.tree_util.keystr(path)
         print(f"holds {name} {len(leaf.addressable_shards)} {leaf.sharding.num_devices}")
