@@ -216,3 +216,14 @@ def test_the_command_line_prints_the_report(tmp_path: Any) -> None:
         timeout=120,
     )
     assert bad.returncode == 2 and "needs 64 devices, the backend has 8" in bad.stderr
+
+
+def test_a_report_of_a_step_taking_a_typed_prng_key(mesh_4x2: Mesh) -> None:
+    def noisy(x: Any, key: Any) -> Any:
+        return x + jax.random.normal(key, x.shape)
+
+    f = pjit(noisy, (P("data"), None), P("data"))
+    report = inspect.report(f, X, jax.random.key(0))
+    key_row = next(v for v in report.values if v.path == "args[1]")
+    assert key_row.dtype == str(jax.random.key(0).dtype) and key_row.shape == ()
+    assert not any(v.kind == "residual" for v in report.values)  # no vjp through a key

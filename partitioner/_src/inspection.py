@@ -43,8 +43,9 @@ def report(f: Callable[..., Any], *args: Any, **kwargs: Any) -> Report:
     leaves = jax.tree.leaves((args, kwargs))
     if not leaves or any(isinstance(x, jax.ShapeDtypeStruct) for x in leaves):
         return result  # abstract arguments: nothing to differentiate
-    if not all(jnp.issubdtype(np.result_type(x), jnp.floating) for x in leaves):
-        return result
+    dtypes = [x.dtype if hasattr(x, "dtype") else np.result_type(x) for x in leaves]
+    if not all(jax.dtypes.issubdtype(d, jnp.floating) for d in dtypes):
+        return result  # integer or key arguments (typed PRNG keys): no vjp to take
 
     mesh = compiled.executable.lowered.mesh
     rows = [
