@@ -25,11 +25,11 @@ from jax.tree_util import KeyPath, PyTreeDef, keystr, tree_flatten_with_path, tr
 
 from . import jax_private as jp
 from .dispatch.fastpath import Dispatcher
-from .lower.region import as_pjit
 from .pjit import PjitWrapped
 from .spec.sharding_spec import ShardingSpec, sharding_spec_from_parsed
+from .trace.memo import cache_per_jaxpr
 from .trace.plan import CallPlan, HashableStatic, abstractify, split_arguments
-from .trace.region import RegionParams, block_aval, pmap_region_p
+from .trace.region import RegionParams, block_aval, pmap_region_p, region_pjit
 from .trace.tracing import trace_body
 
 core, pe = jp.core, jp.pe
@@ -256,7 +256,7 @@ class PmapFunction:
             i < n_pos and path[0].idx in donated  # type: ignore[attr-defined]
             for i, path in enumerate(paths)
         )
-        params = as_pjit(
+        params = region_pjit(
             region,
             consts,
             [*map(jp.shaped_abstractify, trace_consts), *avals],
@@ -353,8 +353,9 @@ class PmapFunction:
         )
         jaxpr = traced.jaxpr
         consts = tuple(jaxpr.consts)
-        const_free = core.ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr.jaxpr), ())
-        return _TracedRegion(const_free, traced.out_tree, out_dims, (consts, traced.tracer_consts))
+        return _TracedRegion(
+            _const_free(jaxpr), traced.out_tree, out_dims, (consts, traced.tracer_consts)
+        )
 
     def donated_positions(self, n: int) -> list[int]:
         return sorted(i for i in self._donate if i < n)
@@ -438,6 +439,13 @@ def _regions_below(jaxpr: Any) -> bool:
     return False
 
 
+@cache_per_jaxpr
+def _const_free(jaxpr: Any) -> Any:
+    """``jaxpr`` with its constants as leading inputs (the region closes them in again)."""
+    return core.ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr.jaxpr), ())
+
+
+@cache_per_jaxpr
 def _placed(jaxpr: Any, mesh: Mesh) -> Any:
     """``jaxpr`` with every nested region (at any depth of nesting) over ``mesh``."""
     eqns = []

@@ -2,7 +2,7 @@
 
 Why: users asked jax for years which layout XLA picked for the values a
 backward pass keeps (residuals). partitioner leaves those layouts to XLA (NOTE
-[residual shardings] in rules/partial_eval.py) and can read them back.
+[residual shardings] in rules/pjit.py) and can read them back.
 """
 
 from __future__ import annotations

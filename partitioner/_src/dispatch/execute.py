@@ -2,9 +2,9 @@
 
 Arguments already laid out as their spec asks are passed through untouched (no
 copy); everything else (numpy arrays, Python scalars, arrays laid out another
-way) is placed with ``jax.device_put`` first. ``pjit_p``'s impl lives here too
-(and the pmap region's, which runs as a pjit):
-running a body eagerly is this module's job.
+way) is placed with ``jax.device_put`` first. The impls of our primitives live
+here too (``pjit_p``, the pmap region's, which runs as a pjit, and the sharding
+constraint's): running a primitive eagerly is this module's job.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from jax.tree_util import PyTreeDef, tree_unflatten
 from .. import jax_private as jp
 from .. import options
 from ..events import emit
-from ..lower.region import as_pjit
 from ..spec.op_sharding import parse_op_sharding_parsed
 from ..spec.parsed import REPLICATED, ParsedPartitionSpec
+from ..trace.constraint import ConstraintParams, sharding_constraint_p
 from ..trace.equality import closed_jaxprs_equal
 from ..trace.primitive import PjitParams, pjit_p
-from ..trace.region import RegionParams, pmap_region_p
+from ..trace.region import RegionParams, pmap_region_p, region_pjit
 from . import window
 from .cache import ExecutableCache
 from .executable import Executable, build
@@ -188,8 +188,29 @@ def _region_impl(*args: Any, **kwargs: Any) -> list[Any]:
     """A pmap region outside any pjit (a rule bound one eagerly): run it as a pjit over its mesh."""
     region = RegionParams.of(kwargs)
     avals = [jp.shaped_abstractify(x) for x in args]
-    params = as_pjit(region, (), avals, (False,) * len(args))
+    params = region_pjit(region, (), avals, (False,) * len(args))
     return _pjit_impl(*args, **params.as_kwargs())
 
 
 pmap_region_p.def_impl(_region_impl)
+
+
+def _constraint_impl(x: Any, **kwargs: Any) -> Any:
+    """A constraint outside any trace: lay the value out (open dims unpartitioned).
+
+    A jax.Array cannot be split unevenly (XLA pads only inside a computation),
+    so a dimension its axes do not divide is laid out unpartitioned too: the
+    value is the same, and uneven constraints stay allowed (no divisibility check).
+    """
+    params = ConstraintParams.of(kwargs)
+    spec, mesh = params.axis_resources, params.mesh
+    shape = jax.numpy.shape(x)
+    shards = spec.shards_per_dim(mesh, len(shape))
+    entries = [
+        axes if axes and shape[d] % shards[d] == 0 else None
+        for d, axes in enumerate(spec.partitions)
+    ]
+    return jax.device_put(x, NamedSharding(mesh, jax.sharding.PartitionSpec(*entries)))
+
+
+sharding_constraint_p.def_impl(_constraint_impl)

@@ -22,49 +22,11 @@ from jax.sharding import Mesh, PartitionSpec
 from .. import jax_private as jp
 from ..spec.op_sharding import sdy_sharding_text
 from ..spec.parsed import ParsedPartitionSpec
-from ..trace.primitive import PjitParams
-from ..trace.region import RegionParams, pmap_region_p
+from ..trace.region import RegionParams, mapped_spec, pmap_region_p
 from . import annotate
 from .rules import placement
 
 ir, mlir, pxla, sdy, sharding_impls = jp.ir, jp.mlir, jp.pxla, jp.sdy, jp.sharding_impls
-
-
-def mapped_spec(axis_name: str, dim: int | None) -> ParsedPartitionSpec:
-    """The global layout of a value mapped at ``dim`` (replicated for None)."""
-    entries = () if dim is None else (*([None] * dim), axis_name)
-    return ParsedPartitionSpec.coerce(PartitionSpec(*entries), "pmap")
-
-
-def as_pjit(
-    region: RegionParams,
-    consts: Sequence[Any],
-    in_avals: Sequence[Any],
-    donated: Sequence[bool],
-) -> PjitParams:
-    """A pjit over the region's mesh whose body is the region (NOTE [pmap region]).
-
-    The region's first ``len(consts)`` inputs are ``consts``, closed into the body;
-    the pjit takes the rest (``in_avals``), each laid out as the region maps it.
-    """
-
-    def body(*xs: Any) -> Any:
-        return region.bind(*consts, *xs)
-
-    debug_info = jp.api_util.debug_info("pmap", body, tuple(in_avals), {})
-    jaxpr, _, closed = jp.pe.trace_to_jaxpr_dynamic(
-        jp.lu.wrap_init(body, debug_info=debug_info), list(in_avals)
-    )
-    return PjitParams(
-        jaxpr=jp.core.ClosedJaxpr(jaxpr, closed),
-        in_axis_resources=tuple(
-            mapped_spec(region.axis_name, d) for d in region.in_dims[len(consts) :]
-        ),
-        out_axis_resources=tuple(mapped_spec(region.axis_name, d) for d in region.out_dims),
-        mesh=region.mesh,
-        donated_invars=tuple(donated),
-        name=region.name,
-    )
 
 
 def _lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:

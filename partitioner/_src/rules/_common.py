@@ -2,48 +2,20 @@
 
 from __future__ import annotations
 
-import functools
-import threading
-import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from jax.sharding import Mesh
+
 from .. import jax_private as jp
+from ..spec.parsed import ParsedPartitionSpec
 
 T = TypeVar("T")
-R = TypeVar("R")
 
 
 def keep_where(xs: Sequence[T], keep: Sequence[bool]) -> tuple[T, ...]:
     """The entries of ``xs`` whose flag in ``keep`` is true."""
     return tuple(x for x, k in zip(xs, keep, strict=True) if k)
-
-
-def cache_per_jaxpr(fn: Callable[..., R]) -> Callable[..., R]:
-    """Memoise ``fn(jaxpr, *hashable_args)``, dropping entries with the jaxpr.
-
-    NOTE [derived jaxpr cache]: rules build derived jaxprs (transposed, DCE'd).
-    Returning the *same* object for the same inputs lets repeated calls hit the
-    executable cache instead of recompiling. Results holding tracers are
-    never cached (they belong to one trace).
-    """
-    cache: weakref.WeakKeyDictionary[Any, dict[Any, R]] = weakref.WeakKeyDictionary()
-    lock = threading.Lock()
-
-    @functools.wraps(fn)
-    def wrapper(jaxpr: Any, *args: Any) -> R:
-        with lock:
-            hit = cache.get(jaxpr, {}).get(args)
-        if hit is not None:
-            return hit
-        result = fn(jaxpr, *args)
-        consts = getattr(result[0] if isinstance(result, tuple) else result, "consts", ())
-        if not any(isinstance(c, jp.core.Tracer) for c in consts):
-            with lock:
-                cache.setdefault(jaxpr, {})[args] = result
-        return result
-
-    return wrapper
 
 
 def cotangents_for(
@@ -97,3 +69,57 @@ def batch_dims_first(
         for x, d in zip(vals, dims, strict=True)
     ]
     return moved, [d is not None for d in dims]
+
+
+# --- batching ---
+
+not_mapped = None  # jax marks an unbatched value with None
+
+
+def spmd_axes(axis_data: Any) -> tuple[Any, ...]:
+    """The mesh axes ``vmap(..., spmd_axis_name=...)`` splits the batch over (none: ())."""
+    name = getattr(axis_data, "spmd_name", None)
+    if name is None:
+        return ()
+    return tuple(name) if isinstance(name, (tuple, list)) else (name,)
+
+
+def batch_spec(
+    spec: ParsedPartitionSpec | None,
+    dim: int,
+    spmd_axes: tuple[Any, ...],
+    mesh: Mesh,
+    batch_size: int,
+    *,
+    open_dim: bool = False,
+) -> ParsedPartitionSpec | None:
+    """``spec`` with the batch dimension inserted at ``dim``.
+
+    Raises:
+        ValueError: a ``spmd_axis_name`` that is not a mesh axis, is already used
+            by the spec, or does not divide the batch size.
+    """
+    if spec is None:
+        return None
+    if not spmd_axes:
+        return spec.insert_axis_partitions(dim, (), unconstrained=open_dim)
+    sizes = dict(mesh.shape)
+    for axis in spmd_axes:
+        if axis not in sizes:
+            raise ValueError(
+                f"vmap spmd_axis_name={spmd_axes!r}: {axis!r} is not an axis of the mesh "
+                f"{dict(mesh.shape)}; name a mesh axis to partition the batch over."
+            )
+        if axis in spec.mesh_axes:
+            raise ValueError(
+                f"vmap spmd_axis_name={spmd_axes!r}: mesh axis {axis!r} already partitions the "
+                f"spec {spec.describe()}; a mesh axis can partition one dimension only."
+            )
+    batched = spec.insert_axis_partitions(dim, spmd_axes)
+    divisor = batched.shards_per_dim(mesh, dim + 1)[dim]
+    if batch_size % divisor:
+        raise ValueError(
+            f"vmap spmd_axis_name={spmd_axes!r}: the batch size {batch_size} is not divisible by "
+            f"{divisor}, the product of the sizes of mesh axes {spmd_axes}."
+        )
+    return batched

@@ -1,15 +1,17 @@
 """``with_sharding_constraint``: pin a value's layout inside a computation.
 
 Its own primitive, so it survives tracing and every transformation carries it
-(the rules live in ``rules/``). Outside any trace it simply lays the value out.
+(the rules live in ``rules/constraint.py``, the lowering in ``lower/rules.py``);
+outside any trace it simply lays the value out (the impl, in ``dispatch/execute.py``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, ClassVar
 
 import jax
-from jax.sharding import NamedSharding
+from jax.sharding import Mesh
 from jax.tree_util import tree_flatten_with_path, tree_unflatten
 
 from ..jax_private import core
@@ -17,11 +19,27 @@ from ..spec.checks import check_spec
 from ..spec.mesh_env import resolve_mesh
 from ..spec.parsed import ParsedPartitionSpec
 from ..spec.tree import broadcast_prefix, meshes_named_by, prepare_axis_resources
+from .params import PrimitiveParams
 from .tracing import check_mesh_unchanged
 
 sharding_constraint_p = core.Primitive("sharding_constraint")
 
 _API = "with_sharding_constraint"
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstraintParams(PrimitiveParams):
+    """The parameters of one ``sharding_constraint_p`` equation.
+
+    Attributes:
+        axis_resources: the layout to pin (``UNCONSTRAINED`` dims left to XLA).
+        mesh: the mesh it is over (the enclosing pjit's).
+    """
+
+    primitive: ClassVar[core.Primitive] = sharding_constraint_p
+
+    axis_resources: ParsedPartitionSpec
+    mesh: Mesh
 
 
 def with_sharding_constraint(x: Any, axis_resources: Any) -> Any:
@@ -52,23 +70,8 @@ def with_sharding_constraint(x: Any, axis_resources: Any) -> Any:
             f"{_API} x{jax.tree_util.keystr(path)}",
             check_divisible=False,
         )
-        outs.append(sharding_constraint_p.bind(leaf, axis_resources=spec, mesh=mesh))
+        outs.append(ConstraintParams(spec, mesh).bind(leaf))
     return tree_unflatten(tree, outs)
 
 
-def _constraint_impl(x: Any, *, axis_resources: ParsedPartitionSpec, mesh: Any) -> Any:
-    # Eagerly, a constraint is a re-layout; open dims are laid out unpartitioned.
-    # A jax.Array cannot be split unevenly (XLA pads only inside a computation),
-    # so a dimension its axes do not divide is laid out unpartitioned too: the
-    # value is the same, and uneven constraints stay allowed (no divisibility check).
-    shape = jax.numpy.shape(x)
-    shards = axis_resources.shards_per_dim(mesh, len(shape))
-    entries = [
-        axes if axes and shape[d] % shards[d] == 0 else None
-        for d, axes in enumerate(axis_resources.partitions)
-    ]
-    return jax.device_put(x, NamedSharding(mesh, jax.sharding.PartitionSpec(*entries)))
-
-
-sharding_constraint_p.def_impl(_constraint_impl)
 sharding_constraint_p.def_abstract_eval(lambda x, **_: x)

@@ -13,35 +13,44 @@ that tie them together, instead of string lookups and asserts in every rule.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from jax.sharding import Mesh
 
 from .. import jax_private as jp
 from ..jax_private import core
 from ..spec.parsed import ParsedPartitionSpec
+from .params import PrimitiveParams
 
 pjit_p = core.Primitive("pjit")
 pjit_p.multiple_results = True
 
 
 @dataclasses.dataclass(frozen=True)
-class PjitParams:
+class PjitParams(PrimitiveParams):
     """The parameters of one ``pjit_p`` equation (all hashable).
 
     Attributes:
         jaxpr: the ClosedJaxpr of the body (flat inputs, static arguments removed).
         in_axis_resources / out_axis_resources: one ParsedPartitionSpec per flat
             input / output, or None where XLA chooses the layout (residuals, see
-            NOTE [residual shardings] in rules/partial_eval.py).
+            NOTE [residual shardings] in rules/pjit.py).
         mesh: the Auto-typed ``jax.sharding.Mesh`` the call runs over.
         donated_invars: one bool per flat input: the caller asks to donate it.
         name: the function's name, for the HLO module and messages.
+        api: the front door the user called (``"pjit"``, ``"pmap"``), so messages
+            from the shared layers name what the user wrote.
 
     Invariants (checked at construction): one spec and one donation flag per
     jaxpr input, one spec per jaxpr output.
     """
+
+    primitive: ClassVar[core.Primitive] = pjit_p
+    tuple_fields: ClassVar[tuple[str, ...]] = (
+        "in_axis_resources",
+        "out_axis_resources",
+        "donated_invars",
+    )
 
     jaxpr: core.ClosedJaxpr
     in_axis_resources: tuple[ParsedPartitionSpec | None, ...]
@@ -49,39 +58,21 @@ class PjitParams:
     mesh: Mesh
     donated_invars: tuple[bool, ...]
     name: str
+    api: str = "pjit"
 
-    def __post_init__(self) -> None:
-        for field in ("in_axis_resources", "out_axis_resources", "donated_invars"):
-            object.__setattr__(self, field, tuple(getattr(self, field)))
+    def check(self) -> None:
         n_in, n_out = len(self.jaxpr.in_avals), len(self.jaxpr.out_avals)
         if not len(self.in_axis_resources) == len(self.donated_invars) == n_in:
             raise ValueError(
-                f"internal error: pjit {self.name} has {n_in} inputs but "
+                f"internal error: {self.api} {self.name} has {n_in} inputs but "
                 f"{len(self.in_axis_resources)} input specs and {len(self.donated_invars)} "
                 "donation flags; please report"
             )
         if len(self.out_axis_resources) != n_out:
             raise ValueError(
-                f"internal error: pjit {self.name} has {n_out} outputs but "
+                f"internal error: {self.api} {self.name} has {n_out} outputs but "
                 f"{len(self.out_axis_resources)} output specs; please report"
             )
-
-    @classmethod
-    def of(cls, params: Mapping[str, Any]) -> PjitParams:
-        """The typed view of an equation's (or a rule's) keyword params."""
-        return cls(**params)
-
-    def replace(self, **changes: Any) -> PjitParams:
-        """A copy with some fields replaced (the invariants are checked again)."""
-        return dataclasses.replace(self, **changes)
-
-    def as_kwargs(self) -> dict[str, Any]:
-        """The flat keyword params ``pjit_p.bind`` and jax's machinery take."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-    def bind(self, *args: Any) -> Any:
-        """``pjit_p.bind(*args)`` with these params: staged, or run by the impl."""
-        return pjit_p.bind(*args, **self.as_kwargs())
 
 
 def _pjit_abstract_eval(*avals: Any, jaxpr: core.ClosedJaxpr, **_: Any) -> tuple[Any, Any]:
@@ -103,6 +94,8 @@ def _pjit_pp_rule(eqn: Any, context: Any, settings: Any) -> Any:
     params["mesh"] = dict(params["mesh"].shape)
     if not any(params["donated_invars"]):
         del params["donated_invars"]
+    if params["api"] == "pjit":
+        del params["api"]
     new_eqn = eqn.replace(params=params)
     return jp.pp_eqn(new_eqn, context, settings)
 

@@ -17,20 +17,24 @@ under the axis environment.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
-from jax.sharding import Mesh
+from jax.sharding import Mesh, PartitionSpec
 
 from .. import jax_private as jp
 from ..jax_private import core
+from ..spec.parsed import ParsedPartitionSpec
+from .memo import ByIdentity, cache_per_jaxpr
+from .params import PrimitiveParams
+from .primitive import PjitParams
 
 pmap_region_p = core.Primitive("pmap_region")
 pmap_region_p.multiple_results = True
 
 
 @dataclasses.dataclass(frozen=True)
-class RegionParams:
+class RegionParams(PrimitiveParams):
     """The parameters of one ``pmap_region_p`` equation (all hashable).
 
     Attributes:
@@ -39,7 +43,12 @@ class RegionParams:
         mesh: the one-axis mesh of the devices, in mapping order.
         in_dims / out_dims: per input / output, the mapped dimension or None.
         name: the user's function name.
+
+    Invariant: one mapped dimension (or None) per body input and per body output.
     """
+
+    primitive: ClassVar[core.Primitive] = pmap_region_p
+    tuple_fields: ClassVar[tuple[str, ...]] = ("in_dims", "out_dims")
 
     body: core.ClosedJaxpr
     axis_name: str
@@ -48,9 +57,7 @@ class RegionParams:
     out_dims: tuple[int | None, ...]
     name: str
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "in_dims", tuple(self.in_dims))
-        object.__setattr__(self, "out_dims", tuple(self.out_dims))
+    def check(self) -> None:
         if len(self.in_dims) != len(self.body.in_avals) or len(self.out_dims) != len(
             self.body.out_avals
         ):
@@ -63,19 +70,6 @@ class RegionParams:
     @property
     def size(self) -> int:
         return int(self.mesh.shape[self.axis_name])
-
-    @classmethod
-    def of(cls, params: Mapping[str, Any]) -> RegionParams:
-        return cls(**params)
-
-    def replace(self, **changes: Any) -> RegionParams:
-        return dataclasses.replace(self, **changes)
-
-    def as_kwargs(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-    def bind(self, *args: Any) -> Any:
-        return pmap_region_p.bind(*args, **self.as_kwargs())
 
     def axis_env(self) -> Any:
         """The axis environment the body's collectives are traced and lowered in."""
@@ -94,6 +88,59 @@ def global_aval(aval: Any, dim: int | None, size: int) -> Any:
     if dim is None:
         return aval
     return aval.update(shape=(*aval.shape[:dim], size, *aval.shape[dim + 1 :]))
+
+
+def mapped_spec(axis_name: str, dim: int | None) -> ParsedPartitionSpec:
+    """The global layout of a value mapped at ``dim`` over ``axis_name`` (replicated for None)."""
+    entries = () if dim is None else (*([None] * dim), axis_name)
+    return ParsedPartitionSpec.coerce(PartitionSpec(*entries), "pmap")
+
+
+def region_pjit(
+    region: RegionParams,
+    consts: Sequence[Any],
+    in_avals: Sequence[Any],
+    donated: Sequence[bool],
+) -> PjitParams:
+    """A pjit over the region's mesh whose body is the region (NOTE [pmap region]).
+
+    The region's first ``len(consts)`` inputs are ``consts``, closed into the body;
+    the pjit takes the rest (``in_avals``), each laid out as the region maps it.
+    Built once per region body and signature (NOTE [derived jaxpr cache]), so every
+    plan of the same call reaches the executable cache with the same program.
+    """
+    rest = (region.axis_name, region.mesh, region.in_dims, region.out_dims, region.name)
+    return _region_pjit(region.body, rest, ByIdentity(consts), tuple(in_avals), tuple(donated))
+
+
+@cache_per_jaxpr
+def _region_pjit(
+    body: Any,
+    rest: tuple[Any, ...],
+    consts: ByIdentity,
+    in_avals: tuple[Any, ...],
+    donated: tuple[bool, ...],
+) -> PjitParams:
+    region = RegionParams(body, *rest)
+
+    def call(*xs: Any) -> Any:
+        return region.bind(*consts.values, *xs)
+
+    debug_info = jp.api_util.debug_info("pmap", call, in_avals, {})
+    jaxpr, _, closed = jp.pe.trace_to_jaxpr_dynamic(
+        jp.lu.wrap_init(call, debug_info=debug_info), list(in_avals)
+    )
+    return PjitParams(
+        jaxpr=core.ClosedJaxpr(jaxpr, closed),
+        in_axis_resources=tuple(
+            mapped_spec(region.axis_name, d) for d in region.in_dims[len(consts.values) :]
+        ),
+        out_axis_resources=tuple(mapped_spec(region.axis_name, d) for d in region.out_dims),
+        mesh=region.mesh,
+        donated_invars=donated,
+        name=region.name,
+        api="pmap",
+    )
 
 
 def _abstract_eval(*avals: Any, **params: Any) -> tuple[list[Any], Any]:

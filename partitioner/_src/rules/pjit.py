@@ -1,8 +1,22 @@
-"""Partial evaluation of a pjit (``linearize``, ``grad``, ``vjp``) and remat.
+"""Every transformation rule of ``pjit_p``: vmap, jvp, transpose, partial eval, DCE.
 
-A pjit with some unknown inputs splits into two ``pjit_p`` calls: the known
-half runs now and also returns *residuals*; the unknown half is staged and
-consumes them.
+One file per primitive (``constraint.py`` and ``region.py`` beside it), so what a
+transformation does to a pjit is read in one place.
+
+- vmap: the batch dimension is moved to 0 and inserted into every spec:
+  unpartitioned by default, or over the mesh axes named by
+  ``vmap(..., spmd_axis_name=...)``.
+- jvp: tangents flow through the same ``pjit_p`` call as the primals: the JVP
+  body takes ``(*primals, *nonzero tangents)``, and each tangent is laid out like
+  its primal. Symbolic zero tangents never become arrays.
+- transpose: the transposed body runs as one ``pjit_p`` call taking the
+  non-linear inputs and the non-zero cotangents; each cotangent it returns is
+  laid out like the input it belongs to (the input's spec becomes the output
+  spec). Zero cotangents stay symbolic in both directions.
+- partial eval (``linearize``, ``grad``, ``vjp``) and remat: a pjit with some
+  unknown inputs splits into two ``pjit_p`` calls: the known half runs now and
+  also returns *residuals*; the unknown half is staged and consumes them.
+- DCE: unused outputs are pruned with the inputs only they needed.
 
 NOTE [residual shardings]: residuals are never forced to replicate. Their
 spec in both halves is ``None`` ("XLA chooses"): the known half is compiled
@@ -20,10 +34,135 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import jax_private as jp
+from ..trace.memo import cache_per_jaxpr
 from ..trace.primitive import PjitParams, pjit_p
-from ._common import keep_where, stage_unknown
+from ._common import (
+    batch_dims_first,
+    batch_spec,
+    cotangents_for,
+    keep_where,
+    not_mapped,
+    spmd_axes,
+    stage_unknown,
+)
 
-pe, core = jp.pe, jp.core
+ad, batching, core, lu, pe = jp.ad, jp.batching, jp.core, jp.lu, jp.pe
+
+
+# --- batching ---
+
+
+def _pjit_batcher(
+    axis_data: Any, vals_in: Any, dims_in: Any, **kwargs: Any
+) -> tuple[list[Any], list[Any]]:
+    params = PjitParams.of(kwargs)
+    vals_in, in_batched = batch_dims_first(vals_in, dims_in)
+    batched_jaxpr, out_batched = batching.batch_jaxpr(params.jaxpr, axis_data, in_batched, False)
+    mesh, spmd, size = params.mesh, spmd_axes(axis_data), axis_data.size
+    batched = params.replace(
+        jaxpr=batched_jaxpr,
+        in_axis_resources=tuple(
+            batch_spec(s, 0, spmd, mesh, size) if b else s
+            for s, b in zip(params.in_axis_resources, in_batched, strict=True)
+        ),
+        out_axis_resources=tuple(
+            batch_spec(s, 0, spmd, mesh, size) if b else s
+            for s, b in zip(params.out_axis_resources, out_batched, strict=True)
+        ),
+    )
+    outs = batched.bind(*vals_in)
+    return outs, [0 if b else not_mapped for b in out_batched]
+
+
+batching.fancy_primitive_batchers[pjit_p] = _pjit_batcher
+
+
+# --- jvp ---
+
+
+def _pjit_jvp(primals_in: Any, tangents_in: Any, **kwargs: Any) -> tuple[list[Any], list[Any]]:
+    params = PjitParams.of(kwargs)
+    nz_in = [type(t) is not ad.Zero for t in tangents_in]
+    jaxpr_jvp, nz_out = ad.jvp_jaxpr(params.jaxpr, nz_in, instantiate=False)
+    in_specs, out_specs = params.in_axis_resources, params.out_axis_resources
+    jvp_params = params.replace(
+        jaxpr=jaxpr_jvp,
+        in_axis_resources=(*in_specs, *keep_where(in_specs, nz_in)),
+        out_axis_resources=(*out_specs, *keep_where(out_specs, nz_out)),
+        donated_invars=(*params.donated_invars, *(False,) * sum(nz_in)),
+        name=f"jvp({params.name})",
+    )
+    outs = jvp_params.bind(*primals_in, *keep_where(tangents_in, nz_in))
+    primals_out, nz_tangents = outs[: len(out_specs)], iter(outs[len(out_specs) :])
+    tangents_out = [
+        next(nz_tangents) if nz else ad.Zero(aval.to_tangent_aval())
+        for nz, aval in zip(nz_out, params.jaxpr.out_avals, strict=True)
+    ]
+    return primals_out, tangents_out
+
+
+ad.primitive_jvps[pjit_p] = _pjit_jvp
+
+
+# --- transpose ---
+
+
+@cache_per_jaxpr
+def _transposed_jaxpr(
+    jaxpr: Any, undef: tuple[bool, ...], nz_cts: tuple[bool, ...], in_avals: tuple[Any, ...]
+) -> tuple[Any, tuple[bool, ...]]:
+    """The transposed body and which linear inputs get non-zero cotangents."""
+    n_known = undef.count(False)
+    nz_out_box: list[tuple[bool, ...]] = []
+
+    def body(*args: Any) -> list[Any]:
+        known, cts = iter(args[:n_known]), iter(args[n_known:])
+        primals = [
+            ad.UndefinedPrimal(a) if u else next(known)
+            for a, u in zip(jaxpr.in_avals, undef, strict=True)
+        ]
+        cts_full = [
+            next(cts) if nz else ad.Zero(a.to_ct_aval())
+            for a, nz in zip(jaxpr.out_avals, nz_cts, strict=True)
+        ]
+        cts_out = ad.backward_pass(jaxpr.jaxpr, False, jaxpr.consts, primals, cts_full)
+        linear = [ct for ct, u in zip(cts_out, undef, strict=True) if u]
+        nz_out_box.append(tuple(type(ct) is not ad.Zero and ct is not None for ct in linear))
+        return [ct for ct in linear if type(ct) is not ad.Zero and ct is not None]
+
+    debug = jaxpr.jaxpr.debug_info.with_unknown_names()
+    t_jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(
+        lu.wrap_init(body, debug_info=debug), list(in_avals)
+    )
+    return core.ClosedJaxpr(t_jaxpr, consts), nz_out_box[-1]
+
+
+def _pjit_transpose(cts_in: Any, *primals_in: Any, **kwargs: Any) -> list[Any]:
+    params = PjitParams.of(kwargs)
+    jaxpr, in_specs, out_specs = params.jaxpr, params.in_axis_resources, params.out_axis_resources
+    undef = tuple(ad.is_undefined_primal(x) for x in primals_in)
+    nz_cts = tuple(type(ct) is not ad.Zero for ct in cts_in)
+    known = [x for x, u in zip(primals_in, undef, strict=True) if not u]
+    cts = keep_where(cts_in, nz_cts)
+    in_avals = tuple(core.typeof(x) for x in (*known, *cts))
+    t_jaxpr, nz_out = _transposed_jaxpr(jaxpr, undef, nz_cts, in_avals)
+    linear_specs = keep_where(in_specs, undef)
+    t_in_specs = keep_where(in_specs, [not u for u in undef]) + keep_where(out_specs, nz_cts)
+    transposed = params.replace(
+        jaxpr=t_jaxpr,
+        in_axis_resources=t_in_specs,
+        out_axis_resources=keep_where(linear_specs, nz_out),
+        donated_invars=(False,) * len(in_avals),
+        name=f"transpose({params.name})",
+    )
+    outs = transposed.bind(*known, *cts) if t_jaxpr.out_avals or t_jaxpr.effects else []
+    return cotangents_for(primals_in, undef, nz_out, outs)
+
+
+ad.primitive_transposes[pjit_p] = _pjit_transpose
+
+
+# --- partial eval ---
 
 
 def _unprune(
@@ -40,9 +179,6 @@ def _unprune(
     assert next(kept_iter, full) is full, (fwd, len(kept))
     source = full if src is None else src
     return [x if f is None else source[f] for f, x in zip(fwd, full, strict=True)]
-
-
-# --- partial eval (JaxprTrace) ---
 
 
 def _prune_forwarded(
@@ -185,3 +321,39 @@ def _pjit_partial_eval_custom(saveable: Any, unks_in: Any, inst_in: Any, eqn: An
 
 
 pe.partial_eval_jaxpr_custom_rules[pjit_p] = _pjit_partial_eval_custom
+
+
+# --- dead-code elimination ---
+
+
+@cache_per_jaxpr
+def _dce_body(jaxpr: Any, used_outputs: tuple[bool, ...]) -> tuple[Any, list[bool]]:
+    body, used_inputs = pe.dce_jaxpr(jaxpr.jaxpr, used_outputs)
+    return core.ClosedJaxpr(body, jaxpr.consts), used_inputs
+
+
+def _pjit_dce(used_outputs: list[bool], eqn: Any) -> tuple[list[bool], Any]:
+    if not any(used_outputs) and not pe.has_effects(eqn):
+        return [False] * len(eqn.invars), None
+    params = PjitParams.of(eqn.params)
+    pruned_jaxpr, used_inputs = _dce_body(params.jaxpr, tuple(used_outputs))
+    pruned = params.replace(
+        jaxpr=pruned_jaxpr,
+        in_axis_resources=keep_where(params.in_axis_resources, used_inputs),
+        out_axis_resources=keep_where(params.out_axis_resources, used_outputs),
+        donated_invars=keep_where(params.donated_invars, used_inputs),
+    )
+    new_invars = keep_where(eqn.invars, used_inputs)
+    new_eqn = core.new_jaxpr_eqn(
+        list(new_invars),
+        list(keep_where(eqn.outvars, used_outputs)),
+        pjit_p,
+        pruned.as_kwargs(),
+        core.eqn_effects(pruned_jaxpr, new_invars),
+        eqn.source_info,
+        eqn.ctx,
+    )
+    return used_inputs, new_eqn
+
+
+pe.dce_rules[pjit_p] = _pjit_dce
