@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "partitioner"
 #: The pipeline, bottom to top; a module may import only from its own layer's
 #: package or from layers below (docs/architecture.md).
 LAYERS: list[tuple[str, ...]] = [
-    ("_src.jax_private", "_src.events", "_src.options"),
+    ("_src.jax_private", "_src.events", "_src.options", "_src.warn"),
     ("_src.spec",),
     ("_src.trace",),
     ("_src.rules", "_src.lower"),
@@ -191,3 +191,108 @@ def test_no_module_reads_another_modules_private_names() -> None:
 
 def _private(attr: str) -> bool:
     return attr.startswith("_") and not attr.startswith("__")
+
+
+# --- issue 18: behaviour the structure promises ---
+
+import warnings  # noqa: E402
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+import partitioner  # noqa: E402
+from partitioner import PartitionSpec as P  # noqa: E402
+
+
+def _pjit_call(fresh: bool) -> tuple[object, object]:
+    def body(v):
+        return v * 2.0
+
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("i",))
+    make = lambda: partitioner.pjit(body, P("i"), P("i"))  # noqa: E731
+    f = make()
+
+    def call(x: np.ndarray) -> object:
+        with jax.set_mesh(mesh):
+            return (make() if fresh else f)(x)
+
+    return f, call
+
+
+def _pmap_call(fresh: bool) -> tuple[object, object]:
+    def body(v):
+        return jax.lax.psum(v, "i") * 2.0
+
+    make = lambda: partitioner.pmap(body, "i")  # noqa: E731
+    f = make()
+    return f, lambda x: (make() if fresh else f)(x)
+
+
+def _nested_pmap_call(fresh: bool) -> tuple[object, object]:
+    def inner(v):
+        return jax.lax.psum(v, "j")
+
+    def outer(v):
+        return partitioner.pmap(inner, "j")(v) + jax.lax.psum(v, "i")
+
+    make = lambda: partitioner.pmap(outer, "i")  # noqa: E731
+    f = make()
+    return f, lambda x: (make() if fresh else f)(x.reshape(4, 2, 3))
+
+
+FRONT_DOORS = {"pjit": _pjit_call, "pmap": _pmap_call, "nested pmap": _nested_pmap_call}
+
+
+@pytest.mark.parametrize("door", FRONT_DOORS)
+@pytest.mark.parametrize("fresh", [False, True], ids=["same wrapper", "fresh wrapper"])
+def test_one_compile_per_signature_across_replans(door: str, fresh: bool) -> None:
+    """Re-planning a call (cleared fast path, or a new wrapper) reuses its executable.
+
+    The derived programs a front door builds (the pjit around a pmap region) are
+    memoized on the traced body, so the executable cache, which holds programs
+    weakly, sees the same program every time.
+    """
+    f, call = FRONT_DOORS[door](fresh)
+    x = np.arange(24, dtype=np.float32).reshape(8, 3)
+    partitioner.clear_caches()
+    with partitioner.recording() as counts:
+        outs = []
+        for _ in range(3):
+            outs.append(np.asarray(call(x)))
+            f.clear_cache()
+    assert counts["compile"] == 1, dict(counts)
+    assert counts["trace"] <= 1 + (door == "nested pmap"), dict(counts)
+    for out in outs[1:]:
+        np.testing.assert_array_equal(out, outs[0])
+
+
+def _pmap_donation_warning() -> list[warnings.WarningMessage]:
+    f = partitioner.pmap(lambda v: v.sum(), "i", donate_argnums=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        f(np.ones((8, 3), np.float32)).block_until_ready()  # the (8,) result cannot reuse it
+    return [w for w in caught if "donated" in str(w.message)]
+
+
+def test_pmap_warnings_name_pmap_and_the_callers_line() -> None:
+    partitioner.clear_caches()
+    (w,) = _pmap_donation_warning()
+    assert "pmap <lambda>" in str(w.message) and "pjit" not in str(w.message)
+    assert w.filename == __file__, (w.filename, str(w.message))
+
+
+def test_pmap_errors_never_say_pjit() -> None:
+    f = partitioner.pmap(lambda v: v * 2.0, "i", donate_argnums=0)
+    y = f(np.ones((8, 3), np.float32))
+    z = f(y)  # consumes y
+    messages = []
+    for bad in (
+        lambda: f(y),  # consumed by the donation
+        lambda: f.lower(z).compile()(np.ones((8, 4), np.float32)),  # other shape
+        lambda: f.lower(z).compile()(z, z),  # other structure
+    ):
+        with pytest.raises((RuntimeError, TypeError, ValueError)) as info:
+            bad()
+        messages.append(str(info.value))
+    for message in messages:
+        assert "pmap" in message and "pjit" not in message, message

@@ -142,3 +142,28 @@ def test_sharding_constraint_p_uses_the_generic_non_call_paths() -> None:
             jax.grad(ck, argnums=(0, 1))(x, y),
             jax.grad(lambda x, y: jnp.sum(jnp.sin(x) * y), argnums=(0, 1))(x, y),
         )
+
+
+TRANSFORMATION_REGISTRIES = {
+    "JVP": ad.primitive_jvps,
+    "transpose": ad.primitive_transposes,
+    "batching": batching.primitive_batchers,
+    "batching (fancy)": batching.fancy_primitive_batchers,
+    "partial eval": pe.custom_partial_eval_rules,
+    "partial eval custom (remat)": pe.partial_eval_jaxpr_custom_rules,
+    "DCE": pe.dce_rules,
+}
+
+
+@pytest.mark.parametrize(
+    "prim", [pjit_p, sharding_constraint_p, pmap_region_p, id_tap_p], ids=lambda p: p.name
+)
+def test_a_primitives_transformation_rules_live_in_one_module(prim: Any) -> None:
+    """One home per primitive (issue 18): "what does vmap do to pjit" is one file to open."""
+    homes = {
+        kind: getattr(registry[prim], "__module__", None)
+        for kind, registry in TRANSFORMATION_REGISTRIES.items()
+        if prim in registry
+    }
+    ours = {kind: home for kind, home in homes.items() if not home.startswith("jax.")}
+    assert len(ours) >= 3 and len(set(ours.values())) == 1, homes  # jax's wrappers aside

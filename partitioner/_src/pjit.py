@@ -15,14 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from jax.sharding import Mesh
 from jax.tree_util import (
-    KeyPath,
-    PyTreeDef,
-    SequenceKey,
-    keystr,
-    tree_flatten_with_path,
     tree_unflatten,
 )
 
@@ -35,41 +29,22 @@ from .spec.mesh_env import resolve_mesh
 from .spec.parsed import REPLICATED, ParsedPartitionSpec
 from .spec.tree import broadcast_prefix, meshes_named_by, prepare_axis_resources
 from .stages import Lowered, lower_plan
-from .trace.plan import (
-    CallPlan,
-    HashableStatic,
+from .trace.arguments import (
+    CallArguments,
+    FlatArguments,
     SplitArguments,
     abstractify,
     check_hashable,
+    flatten_dynamic,
+    index_tuple,
+    name_tuple,
+    rebuilder,
     split_arguments,
+    statics_key,
 )
+from .trace.plan import CallPlan
 from .trace.primitive import PjitParams
 from .trace.tracing import TracedBody, check_mesh_unchanged, trace_body
-
-
-def _index_tuple(value: int | Sequence[int] | None, what: str) -> tuple[int, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, (int, np.integer)):
-        return (int(value),)
-    try:
-        out = tuple(int(v) for v in value)
-    except TypeError:
-        raise TypeError(
-            f"pjit {what} must be an int or a sequence of ints, got {value!r}"
-        ) from None
-    return out
-
-
-def _name_tuple(value: str | Sequence[str] | None, what: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return (value,)
-    names = tuple(value)
-    if not all(isinstance(n, str) for n in names):
-        raise TypeError(f"pjit {what} must be a str or a sequence of str, got {value!r}")
-    return names
 
 
 @dataclass(frozen=True)
@@ -88,8 +63,7 @@ class _Bound:
 class _Flat:
     """The dynamic arguments flattened: one spec, aval and donation flag per leaf."""
 
-    leaves: list[Any]
-    in_tree: PyTreeDef
+    arguments: FlatArguments
     specs: tuple[ParsedPartitionSpec, ...]
     avals: tuple[Any, ...]
     donated: tuple[bool, ...]
@@ -128,10 +102,10 @@ class PjitFunction:
         self._named_meshes = meshes_named_by(
             in_axis_resources, "pjit in_axis_resources"
         ) + meshes_named_by(out_axis_resources, "pjit out_axis_resources")
-        self._static_argnums = _index_tuple(static_argnums, "static_argnums")
-        self._donate_argnums = _index_tuple(donate_argnums, "donate_argnums")
-        self._static_argnames = _name_tuple(static_argnames, "static_argnames")
-        self._donate_argnames = _name_tuple(donate_argnames, "donate_argnames")
+        self._static_argnums = index_tuple(static_argnums, "static_argnums", "pjit")
+        self._donate_argnums = index_tuple(donate_argnums, "donate_argnums", "pjit")
+        self._static_argnames = name_tuple(static_argnames, "static_argnames", "pjit")
+        self._donate_argnames = name_tuple(donate_argnames, "donate_argnames", "pjit")
         overlap = set(self._static_argnums) & set(self._donate_argnums)
         if overlap:
             raise ValueError(
@@ -142,11 +116,17 @@ class PjitFunction:
         except (TypeError, ValueError):
             self._signature = None
         self.name = getattr(fun, "__name__", type(fun).__name__)
+        self.api = f"pjit {self.name}"
         self._donated_positions: dict[int, list[int]] = {}  # by number of positional args
 
     def _positional_params(self) -> list[inspect.Parameter]:
         params = list(self._signature.parameters.values()) if self._signature else []
         return [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+    def call_arguments(self) -> CallArguments:
+        """How the dispatcher reads raw calls (statics completed as :meth:`cpp_statics`)."""
+        nums, names = self.cpp_statics()
+        return CallArguments(self.api, nums, names)
 
     def cpp_statics(self) -> tuple[tuple[int, ...], tuple[str, ...]]:
         """Static positions and names for the C++ dispatcher, each completed from the other.
@@ -221,7 +201,7 @@ class PjitFunction:
         donate = self._normalized_argnums(self._donate_argnums, n, "donate_argnums")
         donate |= {i for i in donate_pos_names if i < n}
         split = split_arguments(args, kwargs, static, static_kw)
-        check_hashable(split.statics, self.name)
+        check_hashable(split.statics, self.api)
         return _Bound(
             args=args,
             kwargs=kwargs,
@@ -234,63 +214,38 @@ class PjitFunction:
     def _flatten(self, bound: _Bound, mesh: Mesh) -> _Flat:
         """Flatten the dynamic arguments with key paths, give each leaf a spec, check them."""
         split = bound.split
-        leaves_with_paths, in_tree = tree_flatten_with_path(
-            (split.dynamic_args, split.dynamic_kwargs)
-        )
+        flat = flatten_dynamic(split, bound.dyn_idx)
         arg_specs, _ = broadcast_prefix(
             self._in_specs,
             split.dynamic_args,
-            api=f"pjit {self.name} in_axis_resources",
+            api=f"{self.api} in_axis_resources",
             what="positional arguments",
         )
-        n_pos = len(arg_specs)
-        specs = tuple(arg_specs) + (REPLICATED,) * (len(leaves_with_paths) - n_pos)
-        # Key paths name the *original* positional index (static ones included).
-        paths: list[KeyPath] = [
-            (SequenceKey(bound.dyn_idx[path[1].idx]),) + path[2:]  # type: ignore[attr-defined]
-            if i < n_pos
-            else path[1:]
-            for i, (path, _) in enumerate(leaves_with_paths)
-        ]
-        leaves = [leaf for _, leaf in leaves_with_paths]
-        for leaf, path in zip(leaves, paths):
-            check_usable(leaf, mesh, f"pjit {self.name}: argument args{keystr(path)}")
+        n_pos = flat.positional
+        specs = tuple(arg_specs) + (REPLICATED,) * (len(flat.leaves) - n_pos)
+        for i, leaf in enumerate(flat.leaves):
+            check_usable(leaf, mesh, flat.where(i, self.api))
         avals = tuple(
-            abstractify(
-                leaf,
-                f"pjit {self.name}: argument args{keystr(path)}",
-                "static_argnums/static_argnames",
-            )
-            for leaf, path in zip(leaves, paths)
+            abstractify(leaf, flat.where(i, self.api), "static_argnums/static_argnames")
+            for i, leaf in enumerate(flat.leaves)
         )
-        check_specs(
-            f"pjit {self.name}", "argument args", specs, paths, [a.shape for a in avals], mesh
-        )
+        check_specs(self.api, "argument args", specs, flat.paths, [a.shape for a in avals], mesh)
         donated = tuple(
             path[0].idx in bound.donate if i < n_pos else path[0].key in bound.donate_kw  # type: ignore[attr-defined]
-            for i, path in enumerate(paths)
+            for i, path in enumerate(flat.paths)
         )
-        return _Flat(leaves, in_tree, specs, avals, donated)
+        return _Flat(flat, specs, avals, donated)
 
     def plan(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallPlan:
         """Check the arguments, trace the body (cached) and build ``pjit_p``'s params."""
-        mesh = resolve_mesh(f"pjit {self.name}", self._named_meshes)
-        check_mesh_unchanged(mesh, f"pjit {self.name}")
+        mesh = resolve_mesh(self.api, self._named_meshes)
+        check_mesh_unchanged(mesh, self.api)
         bound = self._bind_and_split(args, kwargs)
         flat = self._flatten(bound, mesh)
         static_vals = bound.split.statics
-
-        def rebuild(leaves: list[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-            d_args, d_kwargs = tree_unflatten(flat.in_tree, leaves)
-            full = list(d_args)
-            for i, v in static_vals:
-                if isinstance(i, int):
-                    full.insert(i, v)
-            kw = dict(d_kwargs)
-            kw.update((k, v) for k, v in static_vals if isinstance(k, str))
-            return tuple(full), kw
-
-        trace_key = (flat.in_tree, tuple((k, HashableStatic(v)) for k, v in static_vals))
+        in_tree = flat.arguments.in_tree
+        rebuild = rebuilder(in_tree, static_vals)
+        trace_key = (in_tree, statics_key(static_vals))
         debug_info = jp.api_util.debug_info(
             "pjit",
             self.fun,
@@ -312,20 +267,21 @@ class PjitFunction:
         )
         return CallPlan(
             params=params,
-            args_flat=tuple(consts) + tuple(flat.leaves),
-            in_tree=flat.in_tree,
+            args_flat=tuple(consts) + tuple(flat.arguments.leaves),
+            in_tree=in_tree,
             out_tree=traced.out_tree,
             in_avals=flat.avals,
             num_consts=len(consts),
+            arguments=flat.arguments,
         )
 
     def _out_specs_for(self, traced: TracedBody, mesh: Mesh) -> tuple[ParsedPartitionSpec, ...]:
         out_avals = traced.jaxpr.out_avals
         outs = tree_unflatten(traced.out_tree, list(out_avals))
         specs, paths = broadcast_prefix(
-            self._out_specs, outs, api=f"pjit {self.name} out_axis_resources", what="outputs"
+            self._out_specs, outs, api=f"{self.api} out_axis_resources", what="outputs"
         )
-        check_specs(f"pjit {self.name}", "output", specs, paths, [a.shape for a in out_avals], mesh)
+        check_specs(self.api, "output", specs, paths, [a.shape for a in out_avals], mesh)
         return tuple(specs)
 
     def donated_positions(self, n: int) -> list[int]:
@@ -483,13 +439,11 @@ def pjit(
         static_argnames,
         donate_argnames,
     )
-    static_argnums_cpp, static_argnames_cpp = planner.cpp_statics()
     dispatcher = Dispatcher(
         planner.name,
         planner.fun,
         planner.plan,
         planner.donated_positions,
-        static_argnums_cpp,
-        static_argnames_cpp,
+        planner.call_arguments(),
     )
     return PjitWrapped.make(planner, dispatcher)

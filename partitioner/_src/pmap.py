@@ -14,34 +14,36 @@ from __future__ import annotations
 
 import itertools
 import math
-import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import jax
 import numpy as np
 from jax.sharding import Mesh
-from jax.tree_util import KeyPath, PyTreeDef, keystr, tree_flatten_with_path, tree_unflatten
+from jax.tree_util import PyTreeDef, keystr, tree_unflatten
 
 from . import jax_private as jp
 from .dispatch.fastpath import Dispatcher
 from .pjit import PjitWrapped
 from .spec.sharding_spec import ShardingSpec, sharding_spec_from_parsed
+from .trace.arguments import (
+    CallArguments,
+    abstractify,
+    check_hashable,
+    flatten_dynamic,
+    index_tuple,
+    rebuilder,
+    split_arguments,
+    statics_key,
+)
 from .trace.memo import cache_per_jaxpr
-from .trace.plan import CallPlan, HashableStatic, abstractify, split_arguments
+from .trace.plan import CallPlan
 from .trace.region import RegionParams, block_aval, pmap_region_p, region_pjit
-from .trace.tracing import trace_body
+from .trace.tracing import enclosing_maps, trace_body
 
 core, pe = jp.core, jp.pe
 
 _unnamed = itertools.count()
-# The axis names of the pmap bodies this thread is tracing (a pmap called while one
-# is being traced is nested in it).
-_tracing = threading.local()
-
-
-def _enclosing_maps() -> tuple[str, ...]:
-    return getattr(_tracing, "stack", ())
 
 
 def _axes_per_leaf(axes: Any, tree: Any, what: str, name: str) -> list[int | None]:
@@ -109,10 +111,11 @@ class PmapFunction:
         self.axis_name = axis_name or f"_pmap{next(_unnamed)}"
         self._in_axes = tuple(in_axes) if isinstance(in_axes, list) else in_axes
         self.out_axes = out_axes
-        self.static_argnums = _argnums(
-            static_broadcasted_argnums, "static_broadcasted_argnums", self.name
+        self.api = f"pmap {self.name}"
+        self.static_argnums = index_tuple(
+            static_broadcasted_argnums, "static_broadcasted_argnums", self.api, negative=False
         )
-        self._donate = _argnums(donate_argnums, "donate_argnums", self.name)
+        self._donate = index_tuple(donate_argnums, "donate_argnums", self.api, negative=False)
         if set(self.static_argnums) & set(self._donate):
             raise ValueError(
                 f"pmap {self.name}: arguments {sorted(set(self.static_argnums) & set(self._donate))} are "
@@ -133,26 +136,21 @@ class PmapFunction:
             )
         self._axis_size = axis_size
         self._meshes: dict[tuple[int, ...], Mesh] = {}
-        self._body = _Body(self)  # the trace cache's key: one per pmap-ed function
+        self._body = _Body(self)  # what is traced: the function, outputs expanded
+        leaves, tree = jax.tree_util.tree_flatten(out_axes, is_leaf=lambda x: x is None)
+        self._out_axes_key = (tree, tuple(map(repr, leaves)))
 
     # --- arguments ---
 
     def _in_dims(
-        self, dyn_args: tuple[Any, ...], dyn_idx: list[int], leaves_with_paths: list[Any]
-    ) -> tuple[list[int | None], list[KeyPath], int]:
-        """Each flat leaf's mapped dimension (kwargs: 0), its path (original positions), and
-        how many leaves are positional."""
+        self, dyn_args: tuple[Any, ...], dyn_idx: list[int], n_leaves: int
+    ) -> list[int | None]:
+        """Each flat leaf's mapped dimension (``in_axes``; keyword arguments: 0)."""
         axes = self._in_axes
         if isinstance(axes, tuple) and len(axes) == len(dyn_idx) + len(self.static_argnums):
             axes = tuple(axes[i] for i in dyn_idx)  # in_axes also covers the static arguments
         positional = _axes_per_leaf(axes, dyn_args, "in_axes", self.name)
-        n_pos = len(positional)
-        dims = positional + [0] * (len(leaves_with_paths) - n_pos)
-        paths = [
-            (jax.tree_util.SequenceKey(dyn_idx[path[1].idx]), *path[2:]) if i < n_pos else path[1:]
-            for i, (path, _) in enumerate(leaves_with_paths)
-        ]
-        return dims, paths, n_pos
+        return positional + [0] * (n_leaves - len(positional))
 
     def _mesh(self, n: int) -> Mesh:
         """The one-axis mesh of the first ``n`` devices (the given ones, else local ones)."""
@@ -211,23 +209,15 @@ class PmapFunction:
                     f"was called with {n_args} positional argument(s)"
                 )
         split = split_arguments(args, kwargs, set(self.static_argnums), ())
-        for where, value in split.statics:
-            if not isinstance(value, Hashable):
-                raise TypeError(
-                    f"pmap {self.name}: static argument {where} of type {type(value).__name__} is not "
-                    "hashable; static arguments must be hashable (e.g. a tuple instead of a list)"
-                )
+        check_hashable(split.statics, self.api)
         dyn_idx = [i for i in range(n_args) if i not in self.static_argnums]
-        leaves_with_paths, in_tree = tree_flatten_with_path(
-            (split.dynamic_args, split.dynamic_kwargs)
-        )
-        dims, paths, n_pos = self._in_dims(split.dynamic_args, dyn_idx, leaves_with_paths)
-        leaves = [leaf for _, leaf in leaves_with_paths]
+        flat = flatten_dynamic(split, dyn_idx)
+        dims = self._in_dims(split.dynamic_args, dyn_idx, len(flat.leaves))
+        leaves, paths, n_pos = flat.leaves, flat.paths, flat.positional
+        in_tree = flat.in_tree
         avals = [
-            abstractify(
-                leaf, f"pmap {self.name}: argument args{keystr(path)}", "static_broadcasted_argnums"
-            )
-            for leaf, path in zip(leaves, paths)
+            abstractify(leaf, flat.where(i, self.api), "static_broadcasted_argnums")
+            for i, leaf in enumerate(leaves)
         ]
         dims = [
             _normalized(d, a.ndim, f"argument args{keystr(p)}", "in_axes", self.name)
@@ -266,7 +256,7 @@ class PmapFunction:
             # Outputs of nested maps are also split over the inner axes: XLA keeps the
             # layout the inner regions give them (read back after compiling).
             params = params.replace(out_axis_resources=(None,) * len(body.out_dims))
-        nested = bool(_enclosing_maps())
+        nested = bool(enclosing_maps())
         return CallPlan(
             params=params,
             args_flat=tuple(trace_consts) + tuple(leaves),
@@ -275,6 +265,7 @@ class PmapFunction:
             in_avals=tuple(avals),
             num_consts=len(trace_consts),
             nested_bind=(lambda *xs: region.bind(*consts, *xs)) if nested else None,
+            arguments=flat,
         )
 
     def _grid(self, n: int, chain: list[tuple[str, int]]) -> Mesh:
@@ -307,35 +298,42 @@ class PmapFunction:
     ) -> _TracedRegion:
         """The per-device body on blocks, traced under the axis environment."""
 
+        rebuild_args = rebuilder(in_tree, statics)
+
         def rebuild(blocks: list[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-            leaves = [
-                b if d is None else jax.lax.squeeze(b, (d,))
-                for b, d in zip(blocks, dims, strict=True)
-            ]
-            d_args, d_kwargs = tree_unflatten(in_tree, leaves)
-            full = list(d_args)
-            for i, v in statics:
-                full.insert(int(i), v)
-            return tuple(full), d_kwargs
+            return rebuild_args(
+                [
+                    b if d is None else jax.lax.squeeze(b, (d,))
+                    for b, d in zip(blocks, dims, strict=True)
+                ]
+            )
 
         block_avals = tuple(block_aval(a, d) for a, d in zip(avals, dims, strict=True))
         debug_info = jp.api_util.debug_info("pmap", self.fun, tuple(avals), {})
+        # Keyed on the user's function (not this wrapper), with what the traced
+        # body adds to it (out_axes), so a fresh pmap of the same function reuses it.
         key = (
             in_tree,
-            tuple((k, HashableStatic(v)) for k, v in statics),
+            statics_key(statics),
             tuple(dims),
             self.axis_name,
             n,
+            self._out_axes_key,
         )
-        stack = _enclosing_maps()
-        _tracing.stack = (*stack, self.axis_name)
         try:
             with core.extend_axis_env_nd([(self.axis_name, n)]):
-                traced = trace_body(self._body, rebuild, block_avals, mesh, key, debug_info)
+                traced = trace_body(
+                    self.fun,
+                    rebuild,
+                    block_avals,
+                    mesh,
+                    key,
+                    debug_info,
+                    call=self._body,
+                    axis_name=self.axis_name,
+                )
         except NameError as e:
             raise NameError(f"pmap {self.name}: {e}") from None
-        finally:
-            _tracing.stack = stack
         out_avals = traced.jaxpr.out_avals
         out_axes = (
             _axes_per_leaf(
@@ -459,13 +457,6 @@ def _placed(jaxpr: Any, mesh: Mesh) -> Any:
     return core.ClosedJaxpr(jaxpr.jaxpr.replace(eqns=eqns), jaxpr.consts)
 
 
-def _argnums(value: int | Sequence[int], what: str, name: str) -> tuple[int, ...]:
-    nums = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
-    if not all(isinstance(i, (int, np.integer)) and i >= 0 for i in nums):
-        raise ValueError(f"pmap {name}: {what} must be non-negative ints, got {value!r}")
-    return tuple(int(i) for i in nums)
-
-
 class PmapWrapped(PjitWrapped):
     """What :func:`partitioner.pmap` returns (NOTE [pjit callable]: the same mechanics)."""
 
@@ -508,8 +499,7 @@ def pmap(
         planner.fun,
         planner.plan,
         planner.donated_positions,
-        planner.static_argnums,
-        (),
+        CallArguments(planner.api, planner.static_argnums, ()),
     )
     return cast(PmapWrapped, PmapWrapped.make(planner, dispatcher))
 

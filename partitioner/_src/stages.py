@@ -27,7 +27,7 @@ def lower_plan(plan: CallPlan) -> Lowered:
     """Lower the body a :class:`CallPlan` describes."""
     if plan.num_consts:
         raise ValueError(
-            f"pjit {plan.params.name}.lower: the function closes over values of an enclosing "
+            f"{plan.api}.lower: the function closes over values of an enclosing "
             "transformation (tracers); lower it outside jax transformations."
         )
     return Lowered(lower_pjit_body(plan.params, options.use_shardy()), plan)
@@ -94,7 +94,7 @@ class Compiled:
         leaves, tree = tree_flatten((args, kwargs))
         if tree != self._plan.in_tree:
             raise TypeError(
-                "Compiled pjit called with arguments of a different structure than it was "
+                f"Compiled {self._plan.api} called with arguments of a different structure than it was "
                 f"lowered for.\n  lowered for: {self._plan.in_tree}\n  called with: {tree}\n"
                 "Pass only the dynamic arguments, structured as at .lower() time."
             )
@@ -102,7 +102,7 @@ class Compiled:
             got = jp.shaped_abstractify(leaf)
             if got.dtype != aval.dtype or tuple(got.shape) != tuple(aval.shape):
                 raise TypeError(
-                    f"Compiled pjit argument {i} (flat): expected {aval.dtype.name}{list(aval.shape)}, "
+                    f"Compiled {self._plan.where(self._plan.num_consts + i)}: expected {aval.dtype.name}{list(aval.shape)}, "
                     f"got {got.dtype.name}{list(got.shape)}. A compiled function only accepts the "
                     "shapes and dtypes it was lowered for; lower again for new ones."
                 )

@@ -84,15 +84,15 @@ def check_same_program(lowered: LoweredModule) -> None:
         theirs = _wait_for(client, _KEY.format(k, other), deadline)
         if theirs is None:
             raise TimeoutError(
-                f"pjit {lowered.name}: process {other} did not compile its program number {k} "
+                f"{lowered.api} {lowered.name}: process {other} did not compile its program number {k} "
                 f"within {_timeout_s:g} s (this process {me} compiled {mine}). Every process must "
-                "run the same multi-process pjit calls in the same order."
+                f"run the same multi-process {lowered.api} calls in the same order."
             )
         if theirs != mine:
             raise ValueError(
-                f"pjit {lowered.name}: the processes are not running the same program. Process "
+                f"{lowered.api} {lowered.name}: the processes are not running the same program. Process "
                 f"{me} compiled\n  {mine}\nbut process {other} compiled\n  {theirs}\nEvery process "
-                "must call a multi-process pjit with the same shapes, dtypes and specs (each "
+                f"must call a multi-process {lowered.api} with the same shapes, dtypes and specs (each "
                 "passes the *global* value, or builds it with host_local_to_global)."
             )
 

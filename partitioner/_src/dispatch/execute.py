@@ -9,7 +9,7 @@ constraint's): running a primitive eagerly is this module's job.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -90,10 +90,18 @@ def check_usable(x: Any, mesh: Mesh, where: str) -> None:
             )
 
 
+def _flat_position(i: int) -> str:
+    return f"argument {i} (flat)"
+
+
 def place_args_reporting(
-    args: Sequence[Any], shardings: Sequence[NamedSharding]
+    args: Sequence[Any],
+    shardings: Sequence[NamedSharding],
+    where: Callable[[int], str] = _flat_position,
 ) -> tuple[list[Any], bool]:
     """Lay each argument out as its sharding asks; pass through those already there.
+
+    ``where(i)`` names argument ``i`` in an error (its path, as the user wrote it).
 
     Returns:
         ``(placed, moved_committed)``: the arguments, and whether a committed
@@ -112,7 +120,7 @@ def place_args_reporting(
             ):
                 placed.append(x)
                 continue
-            check_usable(x, sharding.mesh, f"pjit: argument {i} (flat)")  # type: ignore[arg-type]
+            check_usable(x, sharding.mesh, where(i))  # type: ignore[arg-type]
             moved_committed = moved_committed or x.committed
         placed.append(jax.device_put(x, sharding))
     return placed, moved_committed
@@ -139,13 +147,20 @@ def execute_placed(executable: Executable, placed: Sequence[Any]) -> list[Any]:
     return outs
 
 
-def run(executable: Executable, leaves: Sequence[Any], out_tree: PyTreeDef) -> tuple[Any, bool]:
+def run(
+    executable: Executable,
+    leaves: Sequence[Any],
+    out_tree: PyTreeDef,
+    where: Callable[[int], str] = _flat_position,
+) -> tuple[Any, bool]:
     """Place ``leaves``, execute, and unflatten the outputs with ``out_tree``.
+
+    ``where(i)`` names leaf ``i`` in an error.
 
     Returns:
         ``(outputs, moved_committed)``: see :func:`place_args_reporting`.
     """
-    placed, moved = place_args_reporting(leaves, executable.in_shardings)
+    placed, moved = place_args_reporting(leaves, executable.in_shardings, where)
     return tree_unflatten(out_tree, execute_placed(executable, placed)), moved
 
 

@@ -50,10 +50,11 @@ from jax.tree_util import DictKey, SequenceKey, tree_flatten, tree_flatten_with_
 from .. import jax_private as jp
 from .. import options
 from ..events import emit
-from ..trace.plan import CallPlan, split_arguments
+from ..trace.arguments import CallArguments
+from ..trace.plan import CallPlan
 from . import window
 from .executable import Executable
-from .execute import get_executable, run
+from .execute import check_live, get_executable, run
 
 _CPP_CAPACITY = 1024
 _PYTHON_CAPACITY = 1024
@@ -113,9 +114,10 @@ class Dispatcher:
     """Routes the calls of one pjit-ed function through the C++ or Python fast path.
 
     A front door gives it what it needs, explicitly: the function and its name
-    (for jaxlib and messages), ``plan(args, kwargs) -> CallPlan`` (checks and
-    trace), ``donated_positions(n)`` (which of ``n`` positional arguments are
-    donated), and the static argument positions and names. It gives back, once
+    (for jaxlib), ``plan(args, kwargs) -> CallPlan`` (checks and trace),
+    ``donated_positions(n)`` (which of ``n`` positional arguments are donated),
+    and how to read a raw call (:class:`CallArguments`: the API name for
+    messages, the static positions and names). It gives back, once
     (:meth:`take_cpp`), the C++ callable that is the function's ``__call__``; when
     that must become a guard (NOTE [guarded C++ calls]) it calls
     ``replace_call(make_guard)``, which the front door sets: ``make_guard`` turns
@@ -128,14 +130,12 @@ class Dispatcher:
         fun: Callable[..., Any],
         plan: Callable[[tuple[Any, ...], dict[str, Any]], CallPlan],
         donated_positions: Callable[[int], list[int]],
-        static_argnums: tuple[int, ...],
-        static_argnames: tuple[str, ...],
+        arguments: CallArguments,
     ) -> None:
         self.name = name
         self._plan = plan
         self._donated_positions = donated_positions
-        self._static_argnums = frozenset(static_argnums)
-        self._static_argnames = frozenset(static_argnames)
+        self._arguments = arguments
         self._cpp_cache = jp.cpp_dispatch_cache(_CPP_CAPACITY)
         # Only users hold the C++ callable (inside what the front door returns);
         # nothing here points back at it once taken, so a dropped function is
@@ -144,8 +144,8 @@ class Dispatcher:
             name,
             fun,
             self._cpp_miss,
-            sorted(static_argnums),
-            sorted(static_argnames),
+            sorted(arguments.static_argnums),
+            sorted(arguments.static_argnames),
             ("partitioner", id(self)),
             self._cpp_cache,
         )
@@ -190,11 +190,11 @@ class Dispatcher:
 
     def _make_guard(self, cpp: Any) -> Callable[..., Any]:
         """The guard around ``cpp``; a closure, as every attribute lookup shows in the step time."""
-        plan = self._plan
+        check_consumed = self._check_consumed
 
         def guarded(*args: Any, **kwargs: Any) -> Any:
             if self._donates and self._donating_again(args, kwargs):
-                plan(args, kwargs)  # raises if one was consumed, naming it
+                check_consumed(args, kwargs)
             if not self._windowed:
                 return cpp(*args, **kwargs)
             window.make_room()
@@ -204,6 +204,12 @@ class Dispatcher:
             return out
 
         return guarded
+
+    def _check_consumed(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Raise a RuntimeError naming an argument an earlier call consumed (donated)."""
+        flat = self._arguments.flat(args, kwargs)
+        for i, leaf in enumerate(flat.leaves):
+            check_live(leaf, flat.where(i, self._arguments.api))
 
     def _donating_again(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         """Note this call's donated arguments; True if the previous call donated one of them."""
@@ -248,7 +254,7 @@ class Dispatcher:
         return out, data, False
 
     def _python_key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, list[Any]]:
-        split = split_arguments(args, kwargs, self._static_argnums, self._static_argnames)
+        split = self._arguments.split(args, kwargs)
         leaves, tree = tree_flatten((split.dynamic_args, split.dynamic_kwargs))
         key = (
             tree,
@@ -272,18 +278,19 @@ class Dispatcher:
             key, leaves = None, []
         hit = self._python_cache.get(key) if key is not None else None
         if hit is not None:
-            try:
-                out, moved = run(hit.executable, leaves, hit.out_tree)
-            except (RuntimeError, ValueError):
-                self._plan(args, kwargs)  # the same check, naming the argument's path
-                raise
+            out, moved = run(
+                hit.executable,
+                leaves,
+                hit.out_tree,
+                lambda i: self._arguments.flat(args, kwargs).where(i, self._arguments.api),
+            )
             return out, hit.executable, not moved
         emit("dispatch_miss", name=self.name)
         plan = self._plan(args, kwargs)
         if plan.num_consts:
             return plan.bind(), None, False
         executable = get_executable(plan.params)
-        out, moved = run(executable, plan.args_flat, plan.out_tree)
+        out, moved = run(executable, plan.args_flat, plan.out_tree, plan.where)
         if not moved and key is not None:
             with self._python_cache_lock:
                 if len(self._python_cache) >= _PYTHON_CAPACITY:

@@ -7,7 +7,6 @@ at all); partitioner then annotates ``main``'s arguments and results itself
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +17,7 @@ from .. import jax_private as jp
 from ..events import emit
 from ..spec.parsed import ParsedPartitionSpec
 from ..trace.primitive import PjitParams
+from ..warn import warn
 from . import annotate
 from . import rules as _rules  # noqa: F401  (registers the MLIR lowering rules)
 
@@ -37,6 +37,7 @@ class LoweredModule:
 
     module: Any  # ir.Module
     name: str
+    api: str  # the front door the program was first lowered for ("pjit", "pmap")
     mesh: Mesh
     shardy: bool
     in_avals: tuple[Any, ...]
@@ -58,6 +59,7 @@ class LoweredModule:
             mesh=self.mesh,
             donated_invars=self.donation_requested,
             name=self.name,
+            api=self.api,
         )
 
     def as_text(self) -> str:
@@ -78,9 +80,9 @@ def plan_donation(
     out_avals: Sequence[Any],
     out_specs: Sequence[ParsedPartitionSpec | None],
     mesh: Mesh,
-    name: str,
+    api: str,
 ) -> tuple[tuple[bool, ...], tuple[int | None, ...]]:
-    """Pair each donated input with an output it can alias.
+    """Pair each donated input with an output it can alias (``api`` names the call).
 
     An input can be reused only by an output with the same per-device buffer:
     same global shape, dtype and spec. Donations with no such output are
@@ -106,10 +108,9 @@ def plan_donation(
             if d:
                 unusable.append(f"input {i} {aval.str_short()}")
     if unusable:
-        warnings.warn(
-            f"pjit {name}: some donated buffers were not usable (no output with the same shape, "
-            f"dtype and partitioning): {', '.join(unusable)}. These inputs are not consumed.",
-            stacklevel=4,
+        warn(
+            f"{api}: some donated buffers were not usable (no output with the same shape, "
+            f"dtype and partitioning): {', '.join(unusable)}. These inputs are not consumed."
         )
     return tuple(a is not None for a in aliases), tuple(aliases)
 
@@ -125,7 +126,7 @@ def ordered_effects_of(params: PjitParams) -> tuple[Any, ...]:
     unshardable = [e for e in ordered if not jp.effects.shardable_ordered_effects.contains(e)]
     if unshardable and params.mesh.size > 1:
         raise ValueError(
-            f"pjit {params.name}: the following ordered effects are not supported for more "
+            f"{params.api} {params.name}: the following ordered effects are not supported for more "
             f"than 1 device: {unshardable}. jax.jit refuses them too; use an unordered "
             "callback (ordered=False), partitioner.host_callback.id_tap (ordered, on any "
             "number of devices), or a mesh of one device."
@@ -145,7 +146,13 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
     in_avals, out_avals = tuple(jaxpr.in_avals), tuple(jaxpr.out_avals)
     in_specs, out_specs = params.in_axis_resources, params.out_axis_resources
     aliased, aliases = plan_donation(
-        in_avals, in_specs, params.donated_invars, out_avals, out_specs, mesh, params.name
+        in_avals,
+        in_specs,
+        params.donated_invars,
+        out_avals,
+        out_specs,
+        mesh,
+        f"{params.api} {params.name}",
     )
     ordered = ordered_effects_of(params)
     with jp.shardy_config(shardy):
@@ -172,6 +179,7 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
     return LoweredModule(
         module=result.module,
         name=params.name,
+        api=params.api,
         mesh=mesh,
         shardy=shardy,
         in_avals=in_avals,

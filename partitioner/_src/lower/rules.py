@@ -97,7 +97,7 @@ def _constrain_all(
 def _pjit_lowering(ctx: Any, *args: Any, **kwargs: Any) -> list[Any]:
     params = PjitParams.of(kwargs)
     mesh = params.mesh
-    where = placement(ctx, mesh, f"pjit {params.name}")
+    where = placement(ctx, mesh, f"{params.api} {params.name}")
     ins = _constrain_all(ctx, args, ctx.avals_in, params.in_axis_resources, mesh, where)
     effects = list(jp.effects.ordered_effects.filter_in(params.jaxpr.effects))
     tokens_in = ctx.tokens_in.subset(effects)

@@ -66,15 +66,35 @@ class _TraceCache:
 trace_cache = _TraceCache()
 
 
-# --- the mesh a body is being traced under ---
+# --- the bodies this thread is tracing ---
 
 _tracing = threading.local()
 
 
+@dataclass(frozen=True)
+class _Frame:
+    """A body being traced: its mesh, and the pmap axis it maps over (None for a pjit)."""
+
+    mesh: Mesh
+    axis_name: str | None
+
+
+def _frames() -> tuple[_Frame, ...]:
+    return getattr(_tracing, "stack", ())
+
+
 def tracing_mesh() -> Mesh | None:
-    """The mesh of the innermost pjit body being traced in this thread, if any."""
-    stack = getattr(_tracing, "stack", ())
-    return stack[-1] if stack else None
+    """The mesh of the innermost body being traced in this thread, if any."""
+    stack = _frames()
+    return stack[-1].mesh if stack else None
+
+
+def enclosing_maps() -> tuple[str, ...]:
+    """The axis names of the pmap bodies this thread is tracing, outermost first.
+
+    A pmap called while one of these is traced is nested in it.
+    """
+    return tuple(f.axis_name for f in _frames() if f.axis_name is not None)
 
 
 def check_mesh_unchanged(mesh: Mesh, api: str) -> None:
@@ -95,9 +115,9 @@ def check_mesh_unchanged(mesh: Mesh, api: str) -> None:
 
 
 @contextmanager
-def _tracing_under(mesh: Mesh) -> Iterator[None]:
-    stack = getattr(_tracing, "stack", ())
-    _tracing.stack = (*stack, mesh)
+def _tracing_under(frame: _Frame) -> Iterator[None]:
+    stack = _frames()
+    _tracing.stack = (*stack, frame)
     try:
         yield
     finally:
@@ -111,17 +131,23 @@ def trace_body(
     mesh: Mesh,
     cache_key: Any,
     debug_info: Any,
+    *,
+    call: Callable[..., Any] | None = None,
+    axis_name: str | None = None,
 ) -> TracedBody:
     """Trace ``fun`` on flat ``in_avals`` (cached, see NOTE [trace cache key]).
 
     Args:
-        fun: the user's function.
+        fun: the user's function (the cache is keyed on it).
         rebuild_args: flat dynamic leaves -> ``(args, kwargs)`` for ``fun``
             (re-inserting static arguments).
         in_avals: one ShapedArray per flat dynamic leaf.
         mesh: the mesh the body runs over (nested pjits must use the same).
         cache_key: hashable signature (input tree, static values, specs...).
         debug_info: jax DebugInfo naming the function and its arguments.
+        call: what is traced, if not ``fun`` itself (a front door's wrapper of it;
+            whatever it adds must be in ``cache_key``).
+        axis_name: the pmap axis the body maps over (None for a pjit body).
     """
     key = (cache_key, in_avals, mesh, jp.trace_context())
     hit = trace_cache.get(fun, key)
@@ -131,13 +157,13 @@ def trace_body(
 
     def flat_fun(*flat_args: Any) -> list[Any]:
         args, kwargs = rebuild_args(list(flat_args))
-        out = fun(*args, **kwargs)
+        out = (call or fun)(*args, **kwargs)
         leaves, tree = tree_flatten(out)
         out_tree_box.append(tree)
         return leaves
 
     emit("trace", name=getattr(fun, "__name__", repr(fun)))
-    with _tracing_under(mesh):
+    with _tracing_under(_Frame(mesh, axis_name)):
         jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(
             lu.wrap_init(flat_fun, debug_info=debug_info), list(in_avals)
         )
