@@ -9,6 +9,7 @@ from . import distributed, host_callback, inspect, options, sharding_spec
 from ._src.colocated.api import colocated_python
 from ._src.dispatch import clear_caches
 from ._src.events import add_listener, recording
+from ._src.jit import JitWrapped, jit
 from ._src.options import partitioner, set_partitioner
 from ._src.pjit import PjitWrapped, pjit
 from ._src.pmap import PmapWrapped, pmap, sharding_spec_of
@@ -35,6 +36,7 @@ __all__ = [
     "Lowered",
     "ParsedPartitionSpec",
     "PartitionSpec",
+    "JitWrapped",
     "PjitWrapped",
     "PmapWrapped",
     "SpecSync",
@@ -45,6 +47,7 @@ __all__ = [
     "get_aval_sharding_proto",
     "host_callback",
     "inspect",
+    "jit",
     "mesh",
     "options",
     "parse_op_sharding",

@@ -3,15 +3,20 @@
 ``partitioner("gspmd" | "shardy")`` for a block of this thread, ``set_partitioner``
 for the process (None follows jax's ``jax_use_shardy_partitioner``);
 ``fast_path(False)`` / ``set_fast_path(False)`` make every call take the
-pure-Python dispatch path (the C++ one is the default).
+pure-Python dispatch path (the C++ one is the default); ``reshard_committed()`` /
+``set_reshard_committed(True)`` opt in to moving committed arguments laid out otherwise
+than their spec (off by default: such a call raises, as in ``jax.jit``).
 """
 
 from ._src.options import (
     fast_path,
     fast_path_enabled,
     partitioner,
+    reshard_committed,
+    reshard_committed_enabled,
     set_fast_path,
     set_partitioner,
+    set_reshard_committed,
     use_shardy,
 )
 
@@ -19,7 +24,10 @@ __all__ = [
     "fast_path",
     "fast_path_enabled",
     "partitioner",
+    "reshard_committed",
+    "reshard_committed_enabled",
     "set_fast_path",
     "set_partitioner",
+    "set_reshard_committed",
     "use_shardy",
 ]

@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("_src.pjit", "_src.host_callback", "_src.distributed"),  # front doors
     (
         "_src.colocated",
+        "_src.jit",
         "_src.pmap",
         "_src.inspection",
     ),  # built on the front doors (pmap reuses PjitWrapped)

@@ -80,7 +80,7 @@ def test_argument_committed_outside_the_mesh_names_it_and_both_device_sets(
     assert "args[0]['x']" in message and "[7]" in message and "[0, 1, 2, 3]" in message
 
 
-def test_argument_committed_within_the_mesh_is_moved(partitioner_mode) -> None:
+def test_argument_committed_within_the_mesh_is_moved_only_when_opted_in(partitioner_mode) -> None:
     x = arange(8, 4)
     on_one = jax.device_put(x, jax.devices()[1])
     sharded_other_way = jax.device_put(
@@ -89,7 +89,10 @@ def test_argument_committed_within_the_mesh_is_moved(partitioner_mode) -> None:
     with mesh_ctx(*MESH_2D) as mesh:
         f = pjit(lambda t: t + 1, P("a"), P("a"))
         for arg in (on_one, sharded_other_way):
-            assert_laid_out(f(arg), mesh, P("a"), x + 1)
+            with pytest.raises(ValueError, match="committed"):  # as jax.jit: no hidden move
+                f(arg)
+            with partitioner.options.reshard_committed():
+                assert_laid_out(f(arg), mesh, P("a"), x + 1)
 
 
 def test_compiled_call_rejects_arrays_outside_the_mesh() -> None:

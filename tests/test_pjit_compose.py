@@ -294,8 +294,8 @@ def test_make_jaxpr_with_static_arguments() -> None:
 
 def test_eval_shape_with_static_arguments() -> None:
     # As jax documents for eval_shape: its arguments are all dynamic, static ones
-    # go in through a closure.
-    g = pjit(_tiled, P("a"), P("a"), static_argnums=1, static_argnames="scale")
+    # go in through a closure (here by keyword, so they are named static).
+    g = pjit(_tiled, P("a"), P("a"), static_argnames=("n", "scale"))
     with mesh_ctx(*MESH_2D):
         shape = jax.eval_shape(functools.partial(g, n=3, scale=2.0), X)
     assert shape.shape == (8, 24) and shape.dtype == jnp.float32

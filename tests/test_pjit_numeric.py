@@ -160,9 +160,16 @@ def test_array_input_kinds(make_input) -> None:
     v = arange(8, 4)
     want = jax.jit(f)(v, 2.5, 3)
     with mesh_ctx(*MESH_2D) as mesh:
-        out = jax.block_until_ready(
-            pjit(f, (P("a"), None, None), P("a"))(make_input(mesh, v), 2.5, 3)
-        )
+        x = make_input(mesh, v)
+        g = pjit(f, (P("a"), None, None), P("a"))
+        if isinstance(x, jax.Array) and x.committed and x.sharding != named(mesh, P("a")):
+            # Committed elsewhere: an error, as in jax.jit, unless moving is opted into.
+            with pytest.raises(ValueError, match=r"args\[0\] is committed"):
+                g(x, 2.5, 3)
+            with partitioner.options.reshard_committed():
+                out = jax.block_until_ready(g(x, 2.5, 3))
+        else:
+            out = jax.block_until_ready(g(x, 2.5, 3))
     assert_close(out, want)  # Python scalars are weakly typed, as under jax.jit
     assert_laid_out(out, mesh, P("a"), want)
 
@@ -211,9 +218,10 @@ def test_right_layout_input_is_not_resharded(monkeypatch: pytest.MonkeyPatch) ->
         x = real_put(arange(8, 4), named(mesh, P("a", "b")))
         y = real_put(arange(8, 4), named(mesh, P("b")))  # not what the spec asks
         g = pjit(f, (P("a", "b"), P("a", "b")), P("a", "b"))
-        jax.block_until_ready(g(x, y))  # compile outside the count
-        monkeypatch.setattr(jax, "device_put", counting_put)
-        out = jax.block_until_ready(g(x, y))
+        with partitioner.options.reshard_committed():  # y is moved: opted into
+            jax.block_until_ready(g(x, y))  # compile outside the count
+            monkeypatch.setattr(jax, "device_put", counting_put)
+            out = jax.block_until_ready(g(x, y))
     assert not any(p is x for p in puts)  # laid out already: passed through
     assert_close(out, 2 * arange(8, 4))
 
@@ -225,7 +233,7 @@ def test_repeated_calls_with_changing_input_kinds() -> None:
 
     v, w = arange(8, 4), arange(8, 4, start=1.0)
     want = jax.jit(f)(v, w)
-    with mesh_ctx(*MESH_2D) as mesh:
+    with mesh_ctx(*MESH_2D) as mesh, partitioner.options.reshard_committed():
         g = pjit(f, (P("a", "b"), P("b")), P("a"))
         kinds = [
             lambda u: u,
@@ -263,13 +271,17 @@ def test_static_arguments(how: str) -> None:
 
     x, y = arange(8, 2), arange(8, 6, start=1.0)
     if how == "argnums":
+        # Given both, each applies as written (as in jax.jit): n is static when passed
+        # positionally, mode when passed by keyword.
         g = pjit(f, (P("a"), P("a", "b")), P("a", "b"), static_argnums=1, static_argnames="mode")
     else:
         g = pjit(f, (P("a"), P("a", "b")), P("a", "b"), static_argnames=("n", "mode"))
     with mesh_ctx(*MESH_2D) as mesh:
         out_add = jax.block_until_ready(g(x, 3, y))
         out_mul = jax.block_until_ready(g(x, 3, y, mode="mul"))
-        out_kw = jax.block_until_ready(g(x, n=3, y=y, mode="mul"))
+        out_kw = jax.block_until_ready(
+            g(x, 3, y=y, mode="mul") if how == "argnums" else g(x, n=3, y=y, mode="mul")
+        )
     assert_close(out_add, jnp.tile(x, (1, 3)) + y)
     assert_close(out_mul, jnp.tile(x, (1, 3)) * y)
     assert_close(out_kw, out_mul)

@@ -65,12 +65,15 @@ def test_compiled_is_reusable_and_matches_the_call() -> None:
                 x, w = arange(8, 8, start=k), arange(8, 4, start=-k)
                 outs.append((jax.block_until_ready(compiled(x, w)), jax.jit(_affine)(x, w)))
         assert events["compile"] == 0 and events["trace"] == 0
-        # Also accepts committed inputs laid out another way, and the pjit call agrees.
+        # A committed input laid out another way is an error, as in jax (never a
+        # hidden transfer), from the compiled object and the call alike.
         x = jax.device_put(
             arange(8, 8), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("b"))
         )
         w = arange(8, 4)
-        assert_close(compiled(x, w), jax.block_until_ready(g(x, w)))
+        for call in (compiled, g):
+            with pytest.raises(ValueError, match=r"args\[0\] is committed"):
+                call(x, w)
     for got, want in outs:
         assert_close(got, want)
         assert_laid_out(got, mesh, P("a"))

@@ -220,9 +220,9 @@ def record_tokens(effects: Any, results: Any, devices: Any) -> None:
         _dispatch.runtime_tokens.set_token_result(effect, core.Token(token))
 
 
-def results_handler(avals: Any, shardings: Any) -> Any:
-    """Turns an executable's per-device output buffers into committed jax.Arrays."""
-    return pxla.global_avals_to_results_handler(avals, shardings, committed=True)
+def results_handler(avals: Any, shardings: Any, committed: bool = True) -> Any:
+    """Turns an executable's per-device output buffers into jax.Arrays (committed or not)."""
+    return pxla.global_avals_to_results_handler(avals, shardings, committed=committed)
 
 
 def manual_scoped_op_sharding(mesh: Any, spec: Any, manual_axes: Any, ndim: int) -> Any:
@@ -253,6 +253,11 @@ def hlo_sharding_of(sharding: Any, ndim: int) -> Any:
 def device_assignment_of(sharding: Any) -> tuple[Any, ...]:
     """The devices a jax Sharding's HloSharding positions refer to, in order."""
     return tuple(sharding._device_assignment)
+
+
+def default_device() -> Any:
+    """The device uncommitted values land on (``jax.default_device`` or the first device)."""
+    return pxla.get_default_device()
 
 
 def at_top_level() -> bool:
@@ -296,7 +301,12 @@ def cpp_dispatcher(
 
 
 def fastpath_data(
-    executable: Any, out_tree: Any, in_shardings: Any, out_shardings: Any, out_avals: Any
+    executable: Any,
+    out_tree: Any,
+    in_shardings: Any,
+    out_shardings: Any,
+    out_avals: Any,
+    committed: bool = True,
 ) -> Any:
     """What the C++ dispatcher needs to run ``executable`` without Python."""
     n = len(in_shardings)
@@ -306,7 +316,7 @@ def fastpath_data(
         list(in_shardings),
         list(out_shardings),
         list(out_avals),
-        [True] * len(out_avals),
+        [committed] * len(out_avals),
         [True] * n,
         [None] * n,
         [],

@@ -1,4 +1,4 @@
-"""Library options: which SPMD partitioner to target, and which dispatch path to use.
+"""Library options: the SPMD partitioner to target, the dispatch path, resharding.
 
 Why library options and not only jax's flags: tests and users compare both
 partitioners (and both dispatch paths) in one process. The partitioner choice
@@ -28,6 +28,7 @@ class _Local(threading.local):
 _local = _Local()
 _global_shardy: bool | None = None
 _fast_path = True
+_reshard_committed = False
 
 
 def use_shardy() -> bool:
@@ -108,3 +109,30 @@ def fast_path(enabled: bool) -> Iterator[None]:
         yield
     finally:
         set_fast_path(previous)
+
+
+def reshard_committed_enabled() -> bool:
+    """True when a committed argument laid out otherwise than its spec is moved (opt-in)."""
+    return _reshard_committed
+
+
+def set_reshard_committed(enabled: bool) -> None:
+    """Process-wide opt-in: move committed arguments laid out otherwise than their spec.
+
+    Off by default, as in ``jax.jit``: such a call raises a ValueError naming the
+    argument, because moving it is a transfer the program never shows.
+    """
+    global _reshard_committed
+    _reshard_committed = bool(enabled)
+    _changed()
+
+
+@contextlib.contextmanager
+def reshard_committed(enabled: bool = True) -> Iterator[None]:
+    """:func:`set_reshard_committed` for the block (process-wide), restored afterwards."""
+    previous = _reshard_committed
+    set_reshard_committed(enabled)
+    try:
+        yield
+    finally:
+        set_reshard_committed(previous)

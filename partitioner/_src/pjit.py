@@ -15,19 +15,25 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import jax
 from jax.sharding import Mesh
-from jax.tree_util import (
-    tree_unflatten,
-)
+from jax.tree_util import tree_leaves, tree_unflatten
 
 from . import jax_private as jp
+from . import options
 from . import rules as _rules  # noqa: F401  (registers the transformation rules)
 from .dispatch.execute import check_usable
 from .dispatch.fastpath import Dispatcher
 from .spec.checks import check_specs
-from .spec.mesh_env import resolve_mesh
+from .spec.mesh_env import maybe_current_mesh, resolve_mesh
 from .spec.parsed import REPLICATED, ParsedPartitionSpec
-from .spec.tree import broadcast_prefix, meshes_named_by, prepare_axis_resources
+from .spec.placement import (
+    Placement,
+    check_committed_layout,
+    placement_from_arguments,
+    unspecified_input_spec,
+)
+from .spec.tree import UNSPECIFIED, broadcast_prefix, meshes_named_by, prepare_axis_resources
 from .stages import Lowered, lower_plan
 from .trace.arguments import (
     CallArguments,
@@ -36,8 +42,9 @@ from .trace.arguments import (
     abstractify,
     check_hashable,
     flatten_dynamic,
-    index_tuple,
-    name_tuple,
+    infer_argnums_and_argnames,
+    optional_index_tuple,
+    optional_name_tuple,
     rebuilder,
     split_arguments,
     statics_key,
@@ -64,9 +71,15 @@ class _Flat:
     """The dynamic arguments flattened: one spec, aval and donation flag per leaf."""
 
     arguments: FlatArguments
-    specs: tuple[ParsedPartitionSpec, ...]
+    specs: tuple[ParsedPartitionSpec | None, ...]  # None: a tracer's layout, left to XLA
     avals: tuple[Any, ...]
     donated: tuple[bool, ...]
+
+
+def _has_bare_specs(parsed_tree: Any) -> bool:
+    """Whether a parsed spec tree has a leaf that needs a mesh in context (not UNSPECIFIED)."""
+    leaves = tree_leaves(parsed_tree, is_leaf=lambda x: x is UNSPECIFIED)
+    return any(leaf is not UNSPECIFIED for leaf in leaves)
 
 
 class PjitFunction:
@@ -82,41 +95,79 @@ class PjitFunction:
         fun: Callable[..., Any],
         in_axis_resources: Any,
         out_axis_resources: Any,
-        static_argnums: int | Sequence[int] | None = (),
-        donate_argnums: int | Sequence[int] | None = (),
-        static_argnames: str | Sequence[str] | None = (),
-        donate_argnames: str | Sequence[str] | None = (),
+        static_argnums: int | Sequence[int] | None = None,
+        donate_argnums: int | Sequence[int] | None = None,
+        static_argnames: str | Sequence[str] | None = None,
+        donate_argnames: str | Sequence[str] | None = None,
+        *,
+        kind: str = "pjit",
+        device: Any = None,
     ) -> None:
+        """See :func:`pjit`; ``kind`` is ``"jit"`` for :func:`partitioner.jit`, where a
+        ``None`` spec means unspecified, and ``device`` is ``jit(device=...)``."""
         if not callable(fun):
             raise TypeError(
-                f"pjit: expected a callable to partition, got {fun!r} of type {type(fun).__name__}"
+                f"{kind}: expected a callable to partition, got {fun!r} of type "
+                f"{type(fun).__name__}"
             )
         self.fun = fun
+        self.kind = kind
+        self._device = device
+        in_name, out_name = (
+            ("in_shardings", "out_shardings")
+            if kind == "jit"
+            else ("in_axis_resources", "out_axis_resources")
+        )
         if isinstance(in_axis_resources, list):
             # The top level stands for the argument tuple, so a list there is read
             # as that tuple (as jax.jit reads in_shardings); lists deeper down
             # match lists.
             in_axis_resources = tuple(in_axis_resources)
-        self._in_specs = prepare_axis_resources(in_axis_resources, "pjit in_axis_resources")
-        self._out_specs = prepare_axis_resources(out_axis_resources, "pjit out_axis_resources")
+        # Under a mesh pjit reads None as replicated (the seed's meaning); jit reads
+        # it as unspecified, and so does pjit with no mesh anywhere (as jax's does).
+        jit = kind == "jit"
+        self._in_specs = prepare_axis_resources(
+            in_axis_resources, f"{kind} {in_name}", none_is_unspecified=jit
+        )
+        self._out_specs = prepare_axis_resources(
+            out_axis_resources, f"{kind} {out_name}", none_is_unspecified=jit
+        )
+        self._meshless_specs = (
+            prepare_axis_resources(in_axis_resources, in_name, none_is_unspecified=True),
+            prepare_axis_resources(out_axis_resources, out_name, none_is_unspecified=True),
+        )
+        self._needs_mesh = any(map(_has_bare_specs, self._meshless_specs))
         self._named_meshes = meshes_named_by(
-            in_axis_resources, "pjit in_axis_resources"
-        ) + meshes_named_by(out_axis_resources, "pjit out_axis_resources")
-        self._static_argnums = index_tuple(static_argnums, "static_argnums", "pjit")
-        self._donate_argnums = index_tuple(donate_argnums, "donate_argnums", "pjit")
-        self._static_argnames = name_tuple(static_argnames, "static_argnames", "pjit")
-        self._donate_argnames = name_tuple(donate_argnames, "donate_argnames", "pjit")
-        overlap = set(self._static_argnums) & set(self._donate_argnums)
-        if overlap:
-            raise ValueError(
-                f"pjit: arguments {sorted(overlap)} are both static and donated; a static argument has no buffer to donate."
-            )
+            in_axis_resources, f"{kind} {in_name}"
+        ) + meshes_named_by(out_axis_resources, f"{kind} {out_name}")
         try:
             self._signature: inspect.Signature | None = inspect.signature(fun)
         except (TypeError, ValueError):
             self._signature = None
+        name = getattr(fun, "__name__", type(fun).__name__)
+        self._static_argnums, self._static_argnames = infer_argnums_and_argnames(
+            self._signature,
+            optional_index_tuple(static_argnums, "static_argnums", kind),
+            optional_name_tuple(static_argnames, "static_argnames", kind),
+            f"{kind} {name}",
+            "static",
+        )
+        self._donate_argnums, self._donate_argnames = infer_argnums_and_argnames(
+            self._signature,
+            optional_index_tuple(donate_argnums, "donate_argnums", kind),
+            optional_name_tuple(donate_argnames, "donate_argnames", kind),
+            f"{kind} {name}",
+            "donate",
+        )
+        overlap = set(self._static_argnums) & set(self._donate_argnums)
+        overlap |= set(self._static_argnames) & set(self._donate_argnames)
+        if overlap:
+            raise ValueError(
+                f"{kind}: arguments {sorted(overlap, key=str)} are both static and donated; a "
+                "static argument has no buffer to donate."
+            )
         self.name = getattr(fun, "__name__", type(fun).__name__)
-        self.api = f"pjit {self.name}"
+        self.api = f"{kind} {self.name}"
         self._donated_positions: dict[int, list[int]] = {}  # by number of positional args
 
     def _positional_params(self) -> list[inspect.Parameter]:
@@ -129,29 +180,9 @@ class PjitFunction:
         return CallArguments(self.api, nums, names)
 
     def cpp_statics(self) -> tuple[tuple[int, ...], tuple[str, ...]]:
-        """Static positions and names for the C++ dispatcher, each completed from the other.
-
-        jaxlib's dispatcher treats positional and keyword static arguments
-        separately, so a parameter named in ``static_argnames`` but passed
-        positionally (or the reverse) must be listed both ways.
-        """
-        nums = {i for i in self._static_argnums if i >= 0}
-        names = set(self._static_argnames)
-        params = list(self._signature.parameters.values()) if self._signature else []
-        positional = self._positional_params()
-        for i in list(nums):
-            if i < len(positional) and positional[i].kind is positional[i].POSITIONAL_OR_KEYWORD:
-                names.add(positional[i].name)
-        for i, p in enumerate(positional):
-            if p.name in names:
-                nums.add(i)
-        if any(i < 0 for i in self._static_argnums):
-            if not positional or any(p.kind is p.VAR_POSITIONAL for p in params):
-                raise ValueError(
-                    f"pjit {self.name}: negative static_argnums need a function with a fixed number of positional parameters"
-                )
-            nums |= {i + len(positional) for i in self._static_argnums if i < 0}
-        return tuple(sorted(nums)), tuple(sorted(names))
+        """Static positions (for arguments passed positionally) and names (passed by
+        keyword), as jaxlib's dispatcher and jax.jit apply them."""
+        return self._static_argnums, self._static_argnames
 
     # --- arguments ---
 
@@ -164,42 +195,29 @@ class PjitFunction:
         bound = self._signature.bind(*args, **kwargs)
         return tuple(bound.args), dict(bound.kwargs)
 
-    def _argnums_for_names(self, names: tuple[str, ...]) -> tuple[set[int], set[str]]:
-        positions: set[int] = set()
-        keywords: set[str] = set()
-        params = list(self._signature.parameters.values()) if self._signature else []
-        for name in names:
-            for i, p in enumerate(params):
-                if p.name == name and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-                    positions.add(i)
-                    break
-            else:
-                keywords.add(name)
-        return positions, keywords
-
-    def _normalized_argnums(self, nums: tuple[int, ...], n: int, what: str) -> set[int]:
-        out = set()
-        for i in nums:
-            j = i + n if i < 0 else i
-            if not 0 <= j < n:
-                raise ValueError(
-                    f"pjit {self.name}: {what}={nums} but the function was called with {n} positional "
-                    f"argument(s); every index must be < {n}. Pass the argument positionally or drop it "
-                    f"from {what}."
-                )
-            out.add(j)
-        return out
+    def _select(
+        self, nums: tuple[int, ...], names: tuple[str, ...], n_raw: int, n: int, kwargs: Any
+    ) -> tuple[set[int], set[str]]:
+        """Which bound positions and keywords ``nums``/``names`` pick (as jax.jit does):
+        positions among the arguments passed positionally (the first ``n_raw``), names
+        among those passed by keyword (bound to positions ``n_raw..n`` or left in
+        ``kwargs``)."""
+        positional = self._positional_params()
+        picked = {i for i in nums if i < n_raw}
+        picked |= {i for i in range(n_raw, n) if positional[i].name in names}
+        return picked, {k for k in kwargs if k in names}
 
     def _bind_and_split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Bound:
         """Bind keyword arguments, then separate static from dynamic arguments."""
+        n_raw = len(args)
         args, kwargs = self._bind_signature(args, kwargs)
         n = len(args)
-        static_pos_names, static_kw = self._argnums_for_names(self._static_argnames)
-        donate_pos_names, donate_kw = self._argnums_for_names(self._donate_argnames)
-        static = self._normalized_argnums(self._static_argnums, n, "static_argnums")
-        static |= {i for i in static_pos_names if i < n}
-        donate = self._normalized_argnums(self._donate_argnums, n, "donate_argnums")
-        donate |= {i for i in donate_pos_names if i < n}
+        static, static_kw = self._select(
+            self._static_argnums, self._static_argnames, n_raw, n, kwargs
+        )
+        donate, donate_kw = self._select(
+            self._donate_argnums, self._donate_argnames, n_raw, n, kwargs
+        )
         split = split_arguments(args, kwargs, static, static_kw)
         check_hashable(split.statics, self.api)
         return _Bound(
@@ -211,43 +229,70 @@ class PjitFunction:
             donate_kw=donate_kw,
         )
 
-    def _flatten(self, bound: _Bound, mesh: Mesh) -> _Flat:
-        """Flatten the dynamic arguments with key paths, give each leaf a spec, check them."""
-        split = bound.split
-        flat = flatten_dynamic(split, bound.dyn_idx)
+    def _placement(self, flat: FlatArguments) -> Placement:
+        """The mesh in context (or named by the specs), else the arguments' devices."""
+        if self._named_meshes or maybe_current_mesh() is not None or self._needs_mesh:
+            return Placement(resolve_mesh(self.api, self._named_meshes))
+        where = [flat.name(i) for i in range(len(flat.leaves))]
+        return placement_from_arguments(self.api, flat.leaves, where, self._device)
+
+    def _flatten(self, bound: _Bound, flat: FlatArguments, mesh: Mesh, in_specs: Any) -> _Flat:
+        """Give each flat leaf a spec (an omitted one: its own layout), an aval, and check."""
         arg_specs, _ = broadcast_prefix(
-            self._in_specs,
-            split.dynamic_args,
+            in_specs,
+            bound.split.dynamic_args,
             api=f"{self.api} in_axis_resources",
             what="positional arguments",
         )
         n_pos = flat.positional
-        specs = tuple(arg_specs) + (REPLICATED,) * (len(flat.leaves) - n_pos)
+        specs: list[ParsedPartitionSpec | None] = []
         for i, leaf in enumerate(flat.leaves):
-            check_usable(leaf, mesh, flat.where(i, self.api))
+            where = flat.where(i, self.api)
+            check_usable(leaf, mesh, where)
+            spec = arg_specs[i] if i < n_pos else REPLICATED
+            if spec is UNSPECIFIED:
+                specs.append(unspecified_input_spec(leaf, mesh, where, self.api))
+            else:
+                if not options.reshard_committed_enabled():
+                    check_committed_layout(leaf, spec, mesh, where, self.api)
+                specs.append(spec)
         avals = tuple(
             abstractify(leaf, flat.where(i, self.api), "static_argnums/static_argnames")
             for i, leaf in enumerate(flat.leaves)
         )
-        check_specs(self.api, "argument args", specs, flat.paths, [a.shape for a in avals], mesh)
+        checked = [(s, p, a.shape) for s, p, a in zip(specs, flat.paths, avals) if s is not None]
+        check_specs(
+            self.api,
+            "argument args",
+            [s for s, _, _ in checked],
+            [p for _, p, _ in checked],
+            [shape for _, _, shape in checked],
+            mesh,
+        )
         donated = tuple(
             path[0].idx in bound.donate if i < n_pos else path[0].key in bound.donate_kw  # type: ignore[attr-defined]
             for i, path in enumerate(flat.paths)
         )
-        return _Flat(flat, specs, avals, donated)
+        return _Flat(flat, tuple(specs), avals, donated)
 
     def plan(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallPlan:
         """Check the arguments, trace the body (cached) and build ``pjit_p``'s params."""
-        mesh = resolve_mesh(self.api, self._named_meshes)
-        check_mesh_unchanged(mesh, self.api)
         bound = self._bind_and_split(args, kwargs)
-        flat = self._flatten(bound, mesh)
+        arguments = flatten_dynamic(bound.split, bound.dyn_idx)
+        placement = self._placement(arguments)
+        mesh = placement.mesh
+        check_mesh_unchanged(mesh, self.api)
+        # With no mesh anywhere, None specs are unspecified (as jax reads them).
+        in_specs, out_specs = (
+            self._meshless_specs if placement.derived else (self._in_specs, self._out_specs)
+        )
+        flat = self._flatten(bound, arguments, mesh, in_specs)
         static_vals = bound.split.statics
         in_tree = flat.arguments.in_tree
         rebuild = rebuilder(in_tree, static_vals)
         trace_key = (in_tree, statics_key(static_vals))
         debug_info = jp.api_util.debug_info(
-            "pjit",
+            self.kind,
             self.fun,
             bound.args,
             bound.kwargs,
@@ -260,10 +305,13 @@ class PjitFunction:
         params = PjitParams(
             jaxpr=traced.jaxpr,
             in_axis_resources=(REPLICATED,) * len(consts) + flat.specs,
-            out_axis_resources=self._out_specs_for(traced, mesh),
+            out_axis_resources=self._out_specs_for(traced, mesh, out_specs),
             mesh=mesh,
             donated_invars=(False,) * len(consts) + flat.donated,
             name=self.name,
+            api=self.kind,
+            single_device=placement.single_device,
+            committed=placement.committed,
         )
         return CallPlan(
             params=params,
@@ -275,26 +323,37 @@ class PjitFunction:
             arguments=flat.arguments,
         )
 
-    def _out_specs_for(self, traced: TracedBody, mesh: Mesh) -> tuple[ParsedPartitionSpec, ...]:
+    def _out_specs_for(
+        self, traced: TracedBody, mesh: Mesh, out_specs: Any
+    ) -> tuple[ParsedPartitionSpec | None, ...]:
+        """One spec per output leaf; an omitted one is None (XLA propagates a layout)."""
         out_avals = traced.jaxpr.out_avals
         outs = tree_unflatten(traced.out_tree, list(out_avals))
         specs, paths = broadcast_prefix(
-            self._out_specs, outs, api=f"{self.api} out_axis_resources", what="outputs"
+            out_specs, outs, api=f"{self.api} out_axis_resources", what="outputs"
         )
-        check_specs(self.api, "output", specs, paths, [a.shape for a in out_avals], mesh)
-        return tuple(specs)
+        given = [
+            (s, p, a.shape) for s, p, a in zip(specs, paths, out_avals) if s is not UNSPECIFIED
+        ]
+        check_specs(
+            self.api,
+            "output",
+            [s for s, _, _ in given],
+            [p for _, p, _ in given],
+            [shape for _, _, shape in given],
+            mesh,
+        )
+        return tuple(None if s is UNSPECIFIED else s for s in specs)
 
     def donated_positions(self, n: int) -> list[int]:
         """Positions of the donated arguments in a call with ``n`` positional arguments."""
         positions = self._donated_positions.get(n)
         if positions is None:
-            by_name, _ = self._argnums_for_names(self._donate_argnames)
-            wanted = {i + n if i < 0 else i for i in self._donate_argnums} | by_name
-            positions = self._donated_positions[n] = sorted(i for i in wanted if 0 <= i < n)
+            positions = self._donated_positions[n] = [i for i in self._donate_argnums if i < n]
         return positions
 
     def __repr__(self) -> str:
-        return f"pjit({self.name})"
+        return f"{self.kind}({self.name})"
 
 
 class PjitWrapped:
@@ -361,46 +420,71 @@ class PjitWrapped:
         return f"<{self._kind}-ed function {self._planner.name}>"
 
 
-class _Unset:
-    """Marks a spec argument the caller did not pass (None means replicated)."""
-
-    def __repr__(self) -> str:
-        return "<unset>"
-
-
-_UNSET: Any = _Unset()
-
-
 def _one_of(name: str, value: Any, alias: str, alias_value: Any) -> Any:
     """The value of a spec argument given under its name or its jax.jit-style alias.
 
     Raises:
-        TypeError: both spellings, or neither, were given.
+        TypeError: both spellings were given.
     """
-    if value is not _UNSET and alias_value is not _UNSET:
+    if value is not UNSPECIFIED and alias_value is not UNSPECIFIED:
         raise TypeError(
             f"pjit: {name} and {alias} are two names for the same argument; pass only one."
         )
-    if value is _UNSET and alias_value is _UNSET:
-        raise TypeError(
-            f"pjit: missing {name} (or its alias {alias}): a spec tree for the "
-            f"{'arguments' if name.startswith('in') else 'outputs'}, e.g. PartitionSpec('data') "
-            "or None (replicated)."
-        )
-    return value if value is not _UNSET else alias_value
+    return value if value is not UNSPECIFIED else alias_value
+
+
+def device_option(device: Any, backend: str | None, keep_unused: Any, inline: Any, api: str) -> Any:
+    """Check jax.jit's placement options; the device a mesh-less call defaults to (or None).
+
+    ``keep_unused`` and ``inline`` are accepted as jax.jit's: unused inputs are
+    always kept (docs/api.md), and inlining is a property of the caller's jaxpr.
+
+    Raises:
+        TypeError: ``device`` is not a jax.Device, or a flag is not a bool.
+        ValueError: both ``device`` and ``backend``, or an unknown backend.
+    """
+    for name, flag in (("keep_unused", keep_unused), ("inline", inline)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{api}: {name} must be a bool, got {flag!r}")
+    if device is not None and backend is not None:
+        raise ValueError(f"{api}: pass device or backend, not both (got {device}, {backend!r})")
+    if device is not None and not isinstance(device, jax.Device):
+        raise TypeError(f"{api}: device must be a jax.Device, got {device!r}")
+    if backend is not None:
+        try:
+            return jax.devices(backend)[0]
+        except RuntimeError as e:
+            raise ValueError(f"{api}: backend {backend!r} is not available: {e}") from None
+    return device
+
+
+def make_wrapped(cls: type[PjitWrapped], planner: PjitFunction) -> PjitWrapped:
+    """The callable users hold: the planner behind jaxlib's C++ dispatcher."""
+    dispatcher = Dispatcher(
+        planner.name,
+        planner.fun,
+        planner.plan,
+        planner.donated_positions,
+        planner.call_arguments(),
+    )
+    return cls.make(planner, dispatcher)
 
 
 def pjit(
     fun: Callable[..., Any],
-    in_axis_resources: Any = _UNSET,
-    out_axis_resources: Any = _UNSET,
-    static_argnums: int | Sequence[int] | None = (),
-    donate_argnums: int | Sequence[int] | None = (),
+    in_axis_resources: Any = UNSPECIFIED,
+    out_axis_resources: Any = UNSPECIFIED,
+    static_argnums: int | Sequence[int] | None = None,
+    donate_argnums: int | Sequence[int] | None = None,
     *,
-    static_argnames: str | Sequence[str] | None = (),
-    donate_argnames: str | Sequence[str] | None = (),
-    in_shardings: Any = _UNSET,
-    out_shardings: Any = _UNSET,
+    static_argnames: str | Sequence[str] | None = None,
+    donate_argnames: str | Sequence[str] | None = None,
+    in_shardings: Any = UNSPECIFIED,
+    out_shardings: Any = UNSPECIFIED,
+    keep_unused: bool = False,
+    device: Any = None,
+    backend: str | None = None,
+    inline: bool = False,
 ) -> PjitWrapped:
     """Partition ``fun`` over the mesh in context at each call.
 
@@ -411,14 +495,21 @@ def pjit(
             entry per argument (a top-level list counts as that tuple).
             Keyword-only arguments are replicated. Leaves are PartitionSpecs,
             ``None`` (replicated) or NamedShardings (their spec; their mesh must be
-            the mesh in context, and is used when there is none).
+            the mesh in context, and is used when there is none). Omitted: every
+            argument as it is laid out (a committed array keeps its layout, an
+            uncommitted one is replicated). With no mesh in context and no
+            PartitionSpec given, the call runs on its committed arguments'
+            devices (else the default device) and ``None`` means unspecified, as
+            in jax.
         out_axis_resources: a pytree prefix of the output, with the same leaves.
+            Omitted: as XLA's sharding propagation lays each output out.
         static_argnums: positional arguments traced as Python constants.
         donate_argnums: positional arguments whose buffers the output may reuse.
         static_argnames: the same as ``static_argnums``, by parameter name.
         donate_argnames: the same as ``donate_argnums``, by parameter name.
         in_shardings: today's ``jax.jit`` spelling of ``in_axis_resources`` (pass one).
         out_shardings: today's ``jax.jit`` spelling of ``out_axis_resources`` (pass one).
+        keep_unused, device, backend, inline: as in ``jax.jit`` (see :func:`partitioner.jit`).
 
     Returns:
         A :class:`PjitWrapped`: call it to run, ``.lower(...)`` for the AOT
@@ -438,12 +529,6 @@ def pjit(
         donate_argnums,
         static_argnames,
         donate_argnames,
+        device=device_option(device, backend, keep_unused, inline, "pjit"),
     )
-    dispatcher = Dispatcher(
-        planner.name,
-        planner.fun,
-        planner.plan,
-        planner.donated_positions,
-        planner.call_arguments(),
-    )
-    return PjitWrapped.make(planner, dispatcher)
+    return make_wrapped(PjitWrapped, planner)

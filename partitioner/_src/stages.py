@@ -106,7 +106,9 @@ class Compiled:
                     f"got {got.dtype.name}{list(got.shape)}. A compiled function only accepts the "
                     "shapes and dtypes it was lowered for; lower again for new ones."
                 )
-        return run(self._executable, leaves, self._plan.out_tree)[0]
+        where = lambda i: f"Compiled {self._plan.where(self._plan.num_consts + i)}"  # noqa: E731
+        strict = not options.reshard_committed_enabled()
+        return run(self._executable, leaves, self._plan.out_tree, where, strict=strict)[0]
 
     def as_text(self) -> str:
         """The partitioned HLO XLA produced (per-device shapes and collectives)."""

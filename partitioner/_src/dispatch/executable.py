@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 
 from .. import jax_private as jp
 from ..compile import compile_module
@@ -38,7 +38,7 @@ class Executable:
     in_specs: tuple[ParsedPartitionSpec, ...]
     out_specs: tuple[ParsedPartitionSpec, ...]
     in_shardings: tuple[NamedSharding, ...]
-    out_shardings: tuple[NamedSharding, ...]
+    out_shardings: tuple[Any, ...]  # NamedSharding, or SingleDeviceSharding (single_device)
     out_handler: Any  # jax's results handler: per-device buffers -> jax.Arrays
     windowed: bool  # runs through the CPU collective window (window.py)
     marker: int | None  # the output a windowed launch is tracked by (window.marker_index)
@@ -92,7 +92,9 @@ def _executable(
     out_specs: tuple[ParsedPartitionSpec, ...],
 ) -> Executable:
     mesh = lowered.mesh
-    out_sh = tuple(named_sharding(mesh, s) for s in out_specs)
+    out_sh: tuple[Any, ...] = tuple(named_sharding(mesh, s) for s in out_specs)
+    if lowered.single_device:  # as jax.jit hands back a one-device call's results
+        out_sh = tuple(SingleDeviceSharding(mesh.devices.flat[0]) for _ in out_specs)
     windowed = window.needs_window(loaded, mesh.devices.flat[0].platform, mesh.size)
     out_bytes = [bytes_per_device(a, s, mesh) for a, s in zip(lowered.out_avals, out_specs)]
     marker = window.marker_index(lowered.out_avals, out_bytes) if windowed else None
@@ -103,7 +105,7 @@ def _executable(
         out_specs=out_specs,
         in_shardings=tuple(named_sharding(mesh, s) for s in in_specs),
         out_shardings=out_sh,
-        out_handler=jp.results_handler(lowered.out_avals, out_sh),
+        out_handler=jp.results_handler(lowered.out_avals, out_sh, lowered.committed),
         windowed=windowed,
         marker=marker,
         small_marker=marker is not None and out_bytes[marker] <= window.SMALL_MARKER_BYTES,

@@ -52,6 +52,8 @@ def get_executable(params: PjitParams) -> Executable:
         params.mesh,
         params.donated_invars,
         shardy,
+        params.single_device,
+        params.committed,
     )
     executable, _ = executables.get_or_compile(params.jaxpr, key, build_it)
     return executable
@@ -98,10 +100,14 @@ def place_args_reporting(
     args: Sequence[Any],
     shardings: Sequence[NamedSharding],
     where: Callable[[int], str] = _flat_position,
+    *,
+    strict: bool = False,
 ) -> tuple[list[Any], bool]:
     """Lay each argument out as its sharding asks; pass through those already there.
 
     ``where(i)`` names argument ``i`` in an error (its path, as the user wrote it).
+    With ``strict`` (a user's call of a ``Compiled``), a committed array laid out
+    otherwise is an error, as in jax, instead of being moved.
 
     Returns:
         ``(placed, moved_committed)``: the arguments, and whether a committed
@@ -121,6 +127,12 @@ def place_args_reporting(
                 placed.append(x)
                 continue
             check_usable(x, sharding.mesh, where(i))  # type: ignore[arg-type]
+            if strict and x.committed:
+                raise ValueError(
+                    f"{where(i)} is committed to {x.sharding}, but the compiled computation "
+                    f"takes it laid out as {sharding}. Pass it laid out so "
+                    "(jax.device_put(x, compiled.input_shardings[...])), or lower again."
+                )
             moved_committed = moved_committed or x.committed
         placed.append(jax.device_put(x, sharding))
     return placed, moved_committed
@@ -152,15 +164,17 @@ def run(
     leaves: Sequence[Any],
     out_tree: PyTreeDef,
     where: Callable[[int], str] = _flat_position,
+    *,
+    strict: bool = False,
 ) -> tuple[Any, bool]:
     """Place ``leaves``, execute, and unflatten the outputs with ``out_tree``.
 
-    ``where(i)`` names leaf ``i`` in an error.
+    ``where(i)`` names leaf ``i`` in an error; ``strict``: see :func:`place_args_reporting`.
 
     Returns:
         ``(outputs, moved_committed)``: see :func:`place_args_reporting`.
     """
-    placed, moved = place_args_reporting(leaves, executable.in_shardings, where)
+    placed, moved = place_args_reporting(leaves, executable.in_shardings, where, strict=strict)
     return tree_unflatten(out_tree, execute_placed(executable, placed)), moved
 
 

@@ -248,6 +248,7 @@ class Dispatcher:
             [jp.physical_sharding(a, s) for a, s in zip(in_avals, executable.in_shardings)],
             [x.sharding for x in leaves],
             [x.aval for x in leaves],
+            executable.lowered.committed,
         )
         if executable.windowed or executable.aliased:
             self._install_guard(executable, out)

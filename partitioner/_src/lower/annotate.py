@@ -150,3 +150,25 @@ def constrain(
     return mlir.wrap_with_sharding_op(
         ctx, value, aval, proto, unspecified_dims=set(spec.unconstrained_dims) or None
     )
+
+
+def mark_buffer_donors(module: Any, n_inputs: int, donors: Sequence[int]) -> None:
+    """Give XLA the buffers of inputs ``donors`` (of ``n_inputs``) to reuse as it likes.
+
+    ``jax.jit`` donates an input no output can alias (another shape of the same
+    size, e.g. ``(16, 1)`` into ``(16,)``) as a *buffer donor*: XLA may reuse its
+    memory, and the caller's array is consumed. Leading token arguments are skipped.
+    """
+    if not donors:
+        return
+    main = find_main(module)
+    attrs = main.attributes
+    n_tokens = len(main.regions[0].blocks[0].arguments) - n_inputs
+    old = attrs["arg_attrs"] if "arg_attrs" in attrs else None
+    dicts = []
+    for i in range(n_tokens + n_inputs):
+        entries = {} if old is None else {n.name: n.attr for n in ir.DictAttr(old[i])}  # type: ignore[attr-defined]
+        if i - n_tokens in donors:
+            entries["jax.buffer_donor"] = ir.BoolAttr.get(True)
+        dicts.append(ir.DictAttr.get(entries))
+    attrs["arg_attrs"] = ir.ArrayAttr.get(dicts)

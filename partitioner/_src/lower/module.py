@@ -7,6 +7,7 @@ at all); partitioner then annotates ``main``'s arguments and results itself
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,8 @@ class LoweredModule:
     name: str
     api: str  # the front door the program was first lowered for ("pjit", "pmap")
     mesh: Mesh
+    single_device: bool  # results carry SingleDeviceSharding (PjitParams.single_device)
+    committed: bool  # results are committed (PjitParams.committed)
     shardy: bool
     in_avals: tuple[Any, ...]
     out_avals: tuple[Any, ...]
@@ -60,6 +63,8 @@ class LoweredModule:
             donated_invars=self.donation_requested,
             name=self.name,
             api=self.api,
+            single_device=self.single_device,
+            committed=self.committed,
         )
 
     def as_text(self) -> str:
@@ -73,6 +78,13 @@ def _sharded_shape(aval: Any, spec: ParsedPartitionSpec | None, mesh: Mesh) -> A
     return (spec.shard_shape(tuple(aval.shape), mesh), aval.dtype, spec.to_partition_spec())
 
 
+def _elements_per_device(aval: Any, spec: ParsedPartitionSpec | None, mesh: Mesh) -> int:
+    """Elements of one device's buffer (the global count where XLA chooses the layout)."""
+    if spec is None:
+        return int(aval.size)
+    return math.prod(spec.shard_shape(tuple(aval.shape), mesh))
+
+
 def plan_donation(
     in_avals: Sequence[Any],
     in_specs: Sequence[ParsedPartitionSpec | None],
@@ -81,16 +93,20 @@ def plan_donation(
     out_specs: Sequence[ParsedPartitionSpec | None],
     mesh: Mesh,
     api: str,
-) -> tuple[tuple[bool, ...], tuple[int | None, ...]]:
+) -> tuple[tuple[bool, ...], tuple[int | None, ...], tuple[int, ...]]:
     """Pair each donated input with an output it can alias (``api`` names the call).
 
-    An input can be reused only by an output with the same per-device buffer:
-    same global shape, dtype and spec. Donations with no such output are
-    dropped with a warning, so those inputs stay alive (not deleted).
+    An input is aliased to an output with the same per-device buffer: same
+    global shape, dtype and spec. As in ``jax.jit``, a donated input left over
+    is still handed to XLA as a *buffer donor* when an output not aliased yet
+    has as many elements per device (``(16, 1)`` into ``(16,)``): XLA may reuse
+    it, and the input is consumed. Donations with neither are dropped with a warning, so
+    those inputs stay alive (not deleted).
 
     Returns:
-        ``(usable, aliases)``: which inputs are really donated, and for each
-        input the index of the output it aliases (or None).
+        ``(usable, aliases, donors)``: which inputs are really donated, for each
+        input the index of the output it aliases (or None), and the inputs given
+        to XLA as buffer donors.
     """
     free: dict[Any, list[int]] = {}
     for j, (aval, spec) in enumerate(zip(out_avals, out_specs, strict=True)):
@@ -99,20 +115,33 @@ def plan_donation(
             free.setdefault((tuple(aval.shape), key), []).append(j)
     aliases: list[int | None] = []
     unusable = []
-    for i, (aval, spec, d) in enumerate(zip(in_avals, in_specs, donated, strict=True)):
+    for aval, spec, d in zip(in_avals, in_specs, donated, strict=True):
         outs = free.get((tuple(aval.shape), _sharded_shape(aval, spec, mesh))) if d else None
         if outs:
             aliases.append(outs.pop(0))
         else:
             aliases.append(None)
-            if d:
+    taken = {a for a in aliases if a is not None}
+    by_size: dict[int, list[int]] = {}
+    for j, (aval, spec) in enumerate(zip(out_avals, out_specs, strict=True)):
+        if j not in taken:
+            by_size.setdefault(_elements_per_device(aval, spec, mesh), []).append(j)
+    donors = []
+    for i, (aval, spec, d, a) in enumerate(zip(in_avals, in_specs, donated, aliases, strict=True)):
+        size = _elements_per_device(aval, spec, mesh)
+        if d and a is None:
+            if by_size.get(size):
+                by_size[size].pop(0)
+                donors.append(i)
+            else:
                 unusable.append(f"input {i} {aval.str_short()}")
     if unusable:
         warn(
             f"{api}: some donated buffers were not usable (no output with the same shape, "
             f"dtype and partitioning): {', '.join(unusable)}. These inputs are not consumed."
         )
-    return tuple(a is not None for a in aliases), tuple(aliases)
+    usable = tuple(a is not None or i in donors for i, a in enumerate(aliases))
+    return usable, tuple(aliases), tuple(donors)
 
 
 def ordered_effects_of(params: PjitParams) -> tuple[Any, ...]:
@@ -145,7 +174,7 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
     backend = xla_bridge.get_device_backend(devices[0])
     in_avals, out_avals = tuple(jaxpr.in_avals), tuple(jaxpr.out_avals)
     in_specs, out_specs = params.in_axis_resources, params.out_axis_resources
-    aliased, aliases = plan_donation(
+    aliased, aliases, donors = plan_donation(
         in_avals,
         in_specs,
         params.donated_invars,
@@ -176,11 +205,14 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
             annotate.set_main_shardings(
                 result.module, in_avals, in_specs, out_avals, out_specs, mesh, shardy
             )
+            annotate.mark_buffer_donors(result.module, len(in_avals), donors)
     return LoweredModule(
         module=result.module,
         name=params.name,
         api=params.api,
         mesh=mesh,
+        single_device=params.single_device,
+        committed=params.committed,
         shardy=shardy,
         in_avals=in_avals,
         out_avals=out_avals,

@@ -29,23 +29,50 @@ whole subtree). For arguments, pass one spec per positional argument:
 in_axis_resources=(PartitionSpec('x'), None) for f(x, y)."""
 
 
+class _Unspecified:
+    """A spec leaf the caller left open: inputs as laid out, outputs as XLA propagates."""
+
+    def __repr__(self) -> str:
+        return "UNSPECIFIED"
+
+
+#: An omitted spec (``jax.jit``'s ``None``; an omitted ``in_shardings``/``out_shardings``).
+UNSPECIFIED: Any = _Unspecified()
+
+
 def is_spec_leaf(x: Any) -> bool:
-    """Leaves of a spec tree: specs, NamedShardings, parsed specs and ``None``."""
-    return x is None or is_spec(x) or isinstance(x, (ParsedPartitionSpec, NamedSharding))
+    """Leaves of a spec tree: specs, NamedShardings, parsed specs, ``None`` and UNSPECIFIED."""
+    return (
+        x is None
+        or x is UNSPECIFIED
+        or is_spec(x)
+        or isinstance(x, (ParsedPartitionSpec, NamedSharding))
+    )
 
 
-def prepare_axis_resources(tree: Any, arg_name: str, *, allow_unconstrained: bool = False) -> Any:
+def prepare_axis_resources(
+    tree: Any,
+    arg_name: str,
+    *,
+    allow_unconstrained: bool = False,
+    none_is_unspecified: bool = False,
+) -> Any:
     """Parse every leaf of a spec tree into a :class:`ParsedPartitionSpec`.
 
-    ``None`` leaves become :data:`REPLICATED` and a NamedSharding stands for its
-    spec (:func:`meshes_named_by` finds its mesh). Anything that is not a spec,
+    ``None`` leaves become :data:`REPLICATED` (pjit's reading) or, with
+    ``none_is_unspecified``, :data:`UNSPECIFIED` (``jax.jit``'s reading);
+    UNSPECIFIED leaves stay so, and a NamedSharding stands for its spec
+    (:func:`meshes_named_by` finds its mesh). Anything that is not a spec,
     ``None`` or a container is rejected with a TypeError naming its path.
     """
 
     leaves, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_spec_leaf)
-    parsed: list[ParsedPartitionSpec] = []
+    parsed: list[Any] = []
     errors: list[Exception] = []
     for path, leaf in leaves:
+        if leaf is UNSPECIFIED or (leaf is None and none_is_unspecified):
+            parsed.append(UNSPECIFIED)
+            continue
         try:
             parsed.append(
                 ParsedPartitionSpec.coerce(

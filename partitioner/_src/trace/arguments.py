@@ -10,6 +10,7 @@ found while running names the same path the planner would.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,8 @@ Statics = tuple[tuple[int | str, Any], ...]  # (position or keyword, value), in 
 def index_tuple(
     value: int | Sequence[int] | None, what: str, api: str, *, negative: bool = True
 ) -> tuple[int, ...]:
-    """``static_argnums``-style input as a tuple of ints (``None``: none).
+    """``static_argnums``-style input as a tuple of ints (``None``: none; see
+    :func:`optional_index_tuple` to keep None apart).
 
     Raises:
         TypeError: an entry is not an int (bools are not ints here, as in jax).
@@ -58,6 +60,16 @@ def index_tuple(
     return tuple(int(i) for i in nums)
 
 
+def optional_index_tuple(value: Any, what: str, api: str) -> tuple[int, ...] | None:
+    """:func:`index_tuple`, but ``None`` stays None (jax infers it from the other)."""
+    return None if value is None else index_tuple(value, what, api)
+
+
+def optional_name_tuple(value: Any, what: str, api: str) -> tuple[str, ...] | None:
+    """:func:`name_tuple`, but ``None`` stays None (jax infers it from the other)."""
+    return None if value is None else name_tuple(value, what, api)
+
+
 def name_tuple(value: str | Sequence[str] | None, what: str, api: str) -> tuple[str, ...]:
     """``static_argnames``-style input as a tuple of names (``None``: none).
 
@@ -72,6 +84,62 @@ def name_tuple(value: str | Sequence[str] | None, what: str, api: str) -> tuple[
     if not all(isinstance(n, str) for n in names):
         raise TypeError(f"{api} {what} must be a str or a sequence of str, got {value!r}")
     return names
+
+
+def infer_argnums_and_argnames(
+    signature: inspect.Signature | None,
+    argnums: tuple[int, ...] | None,
+    argnames: tuple[str, ...] | None,
+    api: str,
+    kind: str,
+) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """jax.jit's rule: given only one of argnums / argnames, infer the other from the
+    signature; given both, use them as they are (they may disagree).
+
+    Positions then apply to arguments passed positionally and names to arguments
+    passed by keyword, as in jax (and its C++ dispatcher). Negative positions count
+    from the end of the positional parameters.
+
+    Args:
+        kind: ``"static"`` or ``"donate"``, for messages.
+
+    Raises:
+        ValueError: a position past the positional parameters (when the function
+            has no ``*args``), a name it does not take (no ``**kwargs``), or a
+            negative position with ``*args``.
+    """
+    params = list(signature.parameters.values()) if signature is not None else []
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    variadic = any(p.kind is p.VAR_POSITIONAL for p in params)
+    if signature is not None:
+        what = f"{kind}_argnums"
+        for i in argnums or ():
+            if (i < 0 and variadic) or (
+                not variadic and not -len(positional) <= i < len(positional)
+            ):
+                raise ValueError(
+                    f"{api}: {what}={argnums}, but the function only accepts "
+                    f"{len(positional)} positional argument(s)."
+                )
+        named = {p.name for p in params if p.kind is not p.POSITIONAL_ONLY}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            unknown = set(argnames or ()) - named
+            if unknown:
+                raise ValueError(
+                    f"{api}: invalid argnames {sorted(unknown)} in {kind}_argnames; the "
+                    "function does not take these arguments."
+                )
+    nums = tuple(sorted({i + len(positional) if i < 0 else i for i in argnums or ()}))
+    names = tuple(argnames or ())
+    if argnames is None and argnums is not None:
+        names = tuple(
+            positional[i].name
+            for i in nums
+            if i < len(positional) and positional[i].kind is positional[i].POSITIONAL_OR_KEYWORD
+        )
+    elif argnums is None and argnames is not None:
+        nums = tuple(i for i, p in enumerate(positional) if p.name in names)
+    return nums, names
 
 
 # --- statics ---
@@ -180,12 +248,11 @@ class FlatArguments:
 
     def where(self, i: int, api: str) -> str:
         """``"pjit f: argument args[0]['w']"``: leaf ``i`` named for a message."""
-        return describe(api, self.paths[i])
+        return f"{api}: {self.name(i)}"
 
-
-def describe(api: str, path: KeyPath) -> str:
-    """How a message names the argument at ``path`` (``args[0]['w']``, ``args['x']``)."""
-    return f"{api}: argument args{keystr(path)}"
+    def name(self, i: int) -> str:
+        """``"argument args[0]['w']"`` (``args['x']`` for a keyword argument)."""
+        return f"argument args{keystr(self.paths[i])}"
 
 
 def flatten_dynamic(split: SplitArguments, dyn_idx: Sequence[int]) -> FlatArguments:

@@ -16,7 +16,7 @@ from jax.tree_util import tree_flatten_with_path, tree_unflatten
 
 from ..jax_private import core
 from ..spec.checks import check_spec
-from ..spec.mesh_env import resolve_mesh
+from ..spec.mesh_env import maybe_current_mesh, resolve_mesh
 from ..spec.parsed import ParsedPartitionSpec
 from ..spec.tree import broadcast_prefix, meshes_named_by, prepare_axis_resources
 from .params import PrimitiveParams
@@ -54,6 +54,12 @@ def with_sharding_constraint(x: Any, axis_resources: Any) -> Any:
         ValueError: unknown mesh axis, spec longer than the rank, duplicate
             axis, or a spec tree that is not a prefix of ``x``.
     """
+    if axis_resources is None and maybe_current_mesh() is None:
+        raise ValueError(
+            f"{_API}: got sharding None, which is not allowed with no mesh in context (under "
+            "a mesh, None means replicated). Pass a NamedSharding, or enter a mesh "
+            "(jax.set_mesh) and pass a PartitionSpec."
+        )
     mesh = resolve_mesh(_API, meshes_named_by(axis_resources, f"{_API} axis_resources"))
     check_mesh_unchanged(mesh, _API)
     parsed = prepare_axis_resources(

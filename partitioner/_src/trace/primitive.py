@@ -38,8 +38,12 @@ class PjitParams(PrimitiveParams):
         mesh: the Auto-typed ``jax.sharding.Mesh`` the call runs over.
         donated_invars: one bool per flat input: the caller asks to donate it.
         name: the function's name, for the HLO module and messages.
-        api: the front door the user called (``"pjit"``, ``"pmap"``), so messages
-            from the shared layers name what the user wrote.
+        api: the front door the user called (``"pjit"``, ``"jit"``, ``"pmap"``), so
+            messages from the shared layers name what the user wrote.
+        single_device: the call runs on one device no mesh named (its results
+            carry ``SingleDeviceSharding``, as ``jax.jit``'s do).
+        committed: its results are committed to their devices (False only for a
+            call nothing committed: uncommitted arguments and no mesh).
 
     Invariants (checked at construction): one spec and one donation flag per
     jaxpr input, one spec per jaxpr output.
@@ -59,6 +63,8 @@ class PjitParams(PrimitiveParams):
     donated_invars: tuple[bool, ...]
     name: str
     api: str = "pjit"
+    single_device: bool = False
+    committed: bool = True
 
     def check(self) -> None:
         n_in, n_out = len(self.jaxpr.in_avals), len(self.jaxpr.out_avals)
@@ -94,8 +100,9 @@ def _pjit_pp_rule(eqn: Any, context: Any, settings: Any) -> Any:
     params["mesh"] = dict(params["mesh"].shape)
     if not any(params["donated_invars"]):
         del params["donated_invars"]
-    if params["api"] == "pjit":
-        del params["api"]
+    for field, default in (("api", "pjit"), ("single_device", False), ("committed", True)):
+        if params[field] == default:
+            del params[field]
     new_eqn = eqn.replace(params=params)
     return jp.pp_eqn(new_eqn, context, settings)
 

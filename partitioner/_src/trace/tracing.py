@@ -101,11 +101,12 @@ def check_mesh_unchanged(mesh: Mesh, api: str) -> None:
     """Reject a mesh entered inside a pjit body that differs from the body's mesh.
 
     Raises:
-        RuntimeError: the mesh in context is not the one the enclosing pjit runs over.
+        ValueError: the mesh in context is not the one the enclosing pjit runs over
+            (its devices are not the computation's, as jax.jit says for a constraint).
     """
     outer = tracing_mesh()
     if outer is not None and outer is not mesh:
-        raise RuntimeError(
+        raise ValueError(
             f"{api}: the mesh in context {dict(mesh.shape)} (devices "
             f"{[d.id for d in mesh.devices.flat]}) differs from the mesh {dict(outer.shape)} "
             f"(devices {[d.id for d in outer.devices.flat]}) of the enclosing pjit-ed function. "

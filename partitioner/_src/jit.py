@@ -1,0 +1,87 @@
+"""``partitioner.jit``: ``jax.jit``'s signature and semantics on partitioner's pipeline.
+
+Why a front door of its own: most JAX code calls ``jax.jit``, and libraries wrap
+it (FSDP helpers build ``NamedSharding`` trees and pass ``None`` where they have no
+opinion). ``jax.jit`` reads ``None`` as *unspecified* where pjit under a mesh reads
+it as *replicated*, checks its argnums when the function is wrapped, and names
+itself in messages; so ``jit`` is the pjit planner in jit mode (``kind="jit"``)
+behind the same dispatcher (which checks argnums when wrapping, as jax.jit does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from .pjit import PjitFunction, PjitWrapped, device_option, make_wrapped
+from .spec.tree import UNSPECIFIED
+
+
+class JitWrapped(PjitWrapped):
+    """What :func:`partitioner.jit` returns (NOTE [pjit callable]: the same mechanics)."""
+
+    _kind = "jit"
+
+
+def jit(
+    fun: Callable[..., Any] | None = None,
+    /,
+    *,
+    in_shardings: Any = UNSPECIFIED,
+    out_shardings: Any = UNSPECIFIED,
+    static_argnums: int | Sequence[int] | None = None,
+    static_argnames: str | Iterable[str] | None = None,
+    donate_argnums: int | Sequence[int] | None = None,
+    donate_argnames: str | Iterable[str] | None = None,
+    keep_unused: bool = False,
+    device: Any = None,
+    backend: str | None = None,
+    inline: bool = False,
+) -> Any:
+    """Compile ``fun`` as ``jax.jit`` does, partitioned by partitioner's pipeline.
+
+    Same signature and semantics as ``jax.jit``: ``in_shardings``/``out_shardings``
+    are optional pytree prefixes of the positional arguments / outputs with
+    ``Sharding`` leaves (NamedSharding, or PartitionSpecs under ``jax.set_mesh``);
+    ``None`` (or an omitted tree) is *unspecified*: an input as it is laid out, an
+    output as XLA's propagation lays it out. With no mesh in context the call runs
+    on its committed arguments' devices (else ``device`` or the default device).
+    A committed argument laid out otherwise than its given sharding is an error,
+    never a hidden transfer. Without ``fun``, returns a decorator.
+
+    Returns:
+        A :class:`JitWrapped` (call it; ``.lower(...)``; ``.clear_cache()``), plus
+        what partitioner adds: reports, both partitioners.
+
+    Raises:
+        TypeError: ``fun`` is not callable, a bad argnums/flag type.
+        ValueError: argnums or argnames ``fun`` cannot take (as jax.jit, at wrap time).
+    """
+    options = dict(
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
+        static_argnums=static_argnums,
+        static_argnames=static_argnames,
+        donate_argnums=donate_argnums,
+        donate_argnames=donate_argnames,
+        keep_unused=keep_unused,
+        device=device,
+        backend=backend,
+        inline=inline,
+    )
+    if fun is None:
+        return lambda f: jit(f, **options)
+    if not callable(fun):
+        raise TypeError(f"jit: expected a callable value, got {fun!r}")
+    planner = PjitFunction(
+        fun,
+        in_shardings,
+        out_shardings,
+        static_argnums,
+        donate_argnums,
+        static_argnames,
+        donate_argnames,
+        kind="jit",
+        device=device_option(device, backend, keep_unused, inline, "jit"),
+    )
+    return make_wrapped(JitWrapped, planner)

@@ -1,0 +1,190 @@
+"""Where a call runs when its specs leave it open: the arguments' own layouts and devices.
+
+Why: ``jax.jit`` (and today's pjit) let the caller omit shardings. An omitted input
+spec means "as the argument is laid out", and with no mesh in context the call runs
+on the devices its committed arguments live on (a NamedSharding's mesh, a single
+device), else on the default device. The front doors resolve both before tracing,
+so everything below them still sees one mesh and one spec per value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+
+from .. import jax_private as jp
+from .mesh_env import as_auto_mesh
+from .op_sharding import parse_op_sharding_parsed
+from .parsed import REPLICATED, ParsedPartitionSpec
+
+#: The axis of the one-device mesh a call runs over when nothing names a mesh.
+DEVICE_AXIS = "_device"
+
+MSG_INCOMPATIBLE_DEVICES = """\
+{api}: received incompatible devices for the computation: {first} is on devices \
+{first_ids} and {second} on devices {second_ids}. A call runs on one set of devices: move \
+them onto the same devices first (jax.device_put(x, sharding))."""
+
+MSG_SHARDING_MISMATCH = """\
+{where} is committed to {actual}, but {api} was asked to lay it out as {expected}. \
+Committed arrays are never moved behind your back (a hidden transfer): pass it laid out \
+as asked (jax.device_put(x, {expected_short})), or leave its spec unspecified."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The devices of a call and how its results are handed back.
+
+    Attributes:
+        mesh: the (Auto-typed) mesh the program runs over.
+        single_device: the call runs on one device that no mesh named (its
+            results carry ``SingleDeviceSharding``, as ``jax.jit``'s do).
+        committed: the results are committed to their devices (False only when
+            nothing committed the call: uncommitted arguments, no mesh).
+        derived: no mesh was in context or named by a spec: the devices came from
+            the arguments (``None`` specs then read as unspecified, as in jax).
+    """
+
+    mesh: Mesh
+    single_device: bool = False
+    committed: bool = True
+    derived: bool = False
+
+
+def is_committed(x: Any) -> bool:
+    return isinstance(x, jax.Array) and not isinstance(x, jp.core.Tracer) and x.committed
+
+
+def _placed_sharding(x: Any) -> Any:
+    """The sharding that pins ``x`` to devices: a committed array's, or a lowering
+    placeholder's (``ShapeDtypeStruct(..., sharding=...)``); else None."""
+    if is_committed(x):
+        return x.sharding
+    if isinstance(x, jax.ShapeDtypeStruct) and isinstance(x.sharding, jax.sharding.Sharding):
+        return x.sharding
+    return None
+
+
+def device_mesh(device: Any) -> Mesh:
+    """The one-device mesh of ``device`` (equal meshes are the same object: no retrace)."""
+    return Mesh(np.array([device]), (DEVICE_AXIS,))
+
+
+def placement_from_arguments(
+    api: str, leaves: Sequence[Any], where: Sequence[str], device: Any = None
+) -> Placement:
+    """Where a call with no mesh in context runs: its committed arguments' devices.
+
+    ``device`` (``jit(device=...)``) decides if given; else a NamedSharding
+    argument brings its mesh, an argument committed to one device brings that
+    device, and with none committed the call runs on the default device with
+    uncommitted results (as ``jax.jit`` does).
+
+    Raises:
+        ValueError: committed arguments live on different device sets.
+    """
+    if device is not None:  # jit(device=...) decides, whatever the arguments say
+        return Placement(device_mesh(device), single_device=True, derived=True)
+    first: tuple[str, Any] | None = None
+    for x, w in zip(leaves, where, strict=True):
+        sharding = _placed_sharding(x)
+        if sharding is None:
+            continue
+        if first is None:
+            first = (w, sharding)
+        elif set(sharding.device_set) != set(first[1].device_set):
+            raise ValueError(
+                MSG_INCOMPATIBLE_DEVICES.format(
+                    api=api,
+                    first=first[0],
+                    first_ids=sorted(d.id for d in first[1].device_set),
+                    second=w,
+                    second_ids=sorted(d.id for d in sharding.device_set),
+                )
+            )
+        if isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, Mesh):
+            return Placement(as_auto_mesh(sharding.mesh), derived=True)
+    if first is not None:
+        devices = jp.device_assignment_of(first[1])
+        if len(devices) == 1:
+            return Placement(device_mesh(devices[0]), single_device=True, derived=True)
+        return Placement(Mesh(np.array(devices), (DEVICE_AXIS,)), derived=True)
+    return Placement(
+        device_mesh(jp.default_device()), single_device=True, committed=False, derived=True
+    )
+
+
+def layout_spec(x: Any, mesh: Mesh) -> ParsedPartitionSpec | None:
+    """The spec over ``mesh`` that ``x`` (a concrete jax.Array) is laid out with.
+
+    None when no spec over ``mesh`` expresses its layout (other devices, another
+    device order, a tiling that splits a mesh axis).
+    """
+    sharding = x.sharding
+    if isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, Mesh):
+        if as_auto_mesh(sharding.mesh) == mesh:
+            return ParsedPartitionSpec.coerce(sharding.spec, "argument sharding")
+    if jp.device_assignment_of(sharding) != tuple(mesh.devices.flat):
+        return REPLICATED if mesh.size == 1 and len(sharding.device_set) == 1 else None
+    try:
+        parsed = parse_op_sharding_parsed(jp.hlo_sharding_of(sharding, x.ndim), mesh)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, ParsedPartitionSpec) else None
+
+
+def unspecified_input_spec(x: Any, mesh: Mesh, where: str, api: str) -> ParsedPartitionSpec | None:
+    """The spec an argument with an omitted spec gets: its own layout.
+
+    A committed array keeps its layout; an uncommitted one is replicated (jax's
+    rule); a tracer's layout is left to XLA (None); a ``ShapeDtypeStruct`` with a
+    sharding (for ``.lower``) takes it.
+
+    Raises:
+        ValueError: a committed array whose layout no spec over ``mesh`` expresses.
+    """
+    if isinstance(x, jp.core.Tracer):
+        return None
+    if is_committed(x):
+        spec = layout_spec(x, mesh)
+        if spec is None:
+            raise ValueError(
+                f"{where} is committed to {x.sharding}, which is not a layout over the mesh "
+                f"{dict(mesh.shape)} (devices {[d.id for d in mesh.devices.flat]}) the call "
+                f"runs over ({api}). Move it onto that mesh first: "
+                "jax.device_put(x, NamedSharding(mesh, spec))."
+            )
+        return spec
+    sharding = getattr(x, "sharding", None)
+    if isinstance(x, jax.ShapeDtypeStruct) and isinstance(sharding, NamedSharding):
+        return ParsedPartitionSpec.coerce(sharding.spec, where)
+    return REPLICATED
+
+
+def check_committed_layout(
+    x: Any, spec: ParsedPartitionSpec, mesh: Mesh, where: str, api: str
+) -> None:
+    """A committed array must already be laid out as its (given) spec asks, as in jax.jit.
+
+    Raises:
+        ValueError: naming the argument, both shardings and the fix.
+    """
+    if not is_committed(x):
+        return
+    wanted = NamedSharding(mesh, spec.to_closed_spec())
+    if x.sharding == wanted or x.sharding.is_equivalent_to(wanted, x.ndim):
+        return
+    raise ValueError(
+        MSG_SHARDING_MISMATCH.format(
+            where=where,
+            actual=x.sharding,
+            api=api,
+            expected=wanted,
+            expected_short=f"NamedSharding(mesh, {spec.to_partition_spec()})",
+        )
+    )
