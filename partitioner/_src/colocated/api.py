@@ -165,6 +165,8 @@ class _Specialized:
         self.layout: OutputLayout | None = None
         self._lock = threading.Lock()
         self.global_mesh = _mesh_of(spec)
+        # Over processes (each runs its block, assembled) or this process's alone.
+        self.spans = any(d.process_index != jax.process_index() for d in spec.devices)
         # The entry keeps its input shardings alive, so their ids stay valid cache keys.
         self.in_shardings = tuple(
             getattr(leaf, "sharding", None) for leaf in spec.in_specs_leaves or ()
@@ -214,7 +216,7 @@ class _Specialized:
                 if self.layout is None:
                     in_specs = jax.tree.map(lambda x: _spec_of(x, "an argument"), (args, kwargs))
                     specs = self.spec.out_specs_fn(*in_specs[0], **in_specs[1])
-                    self._install(layout_from_specs(specs))
+                    self._install(layout_from_specs(specs, self.spans))
             return None
 
         def discover() -> Any:
@@ -225,12 +227,12 @@ class _Specialized:
                 self.run_s = time.perf_counter() - start
 
         outputs = run_sync(discover)
-        found = layout_from_outputs(outputs, self.global_mesh)
+        found = layout_from_outputs(outputs, self.global_mesh, self.spans)
         with self._lock:
             if self.layout is None:
                 self._install(found)
         leaves = jax.tree.leaves(outputs)
-        if jax.process_count() > 1:
+        if self.spans:
             leaves = found.assemble(found.to_local(leaves))
         return (jax.tree_util.tree_unflatten(found.treedef, leaves),)
 

@@ -29,20 +29,21 @@ class OutputLayout:
     """Where a colocated function's outputs live: a sharding per output.
 
     ``shardings`` are exactly those the function produced (its first call) or
-    ``out_specs_fn`` declared, memory kind included; in a job of several
-    processes they are ``NamedSharding``s over the global mesh. ``shapes`` are
-    global; ``local_shapes`` this process's blocks, which the function returns
-    (laid out by ``local_shardings``).
+    ``out_specs_fn`` declared, memory kind included; for a call that ``spans``
+    processes (its devices are several processes') they are ``NamedSharding``s
+    over the global mesh. ``shapes`` are global; ``local_shapes`` this process's
+    blocks, which the function returns (laid out by ``local_shardings``).
     """
 
     treedef: Any
     shapes: tuple[tuple[int, ...], ...]
     dtypes: tuple[Any, ...]  # numpy dtypes, or extended ones (typed PRNG keys)
     shardings: tuple[Sharding, ...]
+    spans: bool
 
-    @cached_property
+    @property
     def _multi(self) -> bool:
-        return jax.process_count() > 1
+        return self.spans
 
     @cached_property
     def local_shapes(self) -> tuple[tuple[int, ...], ...]:
@@ -145,7 +146,7 @@ def _physical(struct: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
     )
 
 
-def _global_sharding(sharding: Any, what: str) -> Sharding:
+def _global_sharding(sharding: Any, what: str, spans: bool) -> Sharding:
     """``sharding`` as an output's layout: itself in one process, over a mesh in several.
 
     Raises:
@@ -156,7 +157,7 @@ def _global_sharding(sharding: Any, what: str) -> Sharding:
         raise ValueError(
             f"colocated_python: {what} must have a jax.sharding.Sharding, got {sharding!r}"
         )
-    if jax.process_count() == 1:
+    if not spans:
         return sharding
     if isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, Mesh):
         return sharding
@@ -169,7 +170,7 @@ def _global_sharding(sharding: Any, what: str) -> Sharding:
     )
 
 
-def layout_from_specs(out_specs: Any) -> OutputLayout:
+def layout_from_specs(out_specs: Any, spans: bool) -> OutputLayout:
     """The layout ``out_specs_fn`` declares (a pytree of ShapeDtypeStructs with shardings).
 
     Raises:
@@ -184,19 +185,40 @@ def layout_from_specs(out_specs: Any) -> OutputLayout:
                 f"colocated_python: out_specs_fn's output {i} ({leaf}) has no sharding; give "
                 "jax.ShapeDtypeStruct(shape, dtype, sharding=...)"
             )
-        shardings.append(_global_sharding(leaf.sharding, f"out_specs_fn's output {i}"))
-    return OutputLayout(
-        treedef,
-        tuple(tuple(leaf.shape) for leaf in leaves),
-        tuple(leaf.dtype for leaf in leaves),
-        tuple(shardings),
+        shardings.append(_global_sharding(leaf.sharding, f"out_specs_fn's output {i}", spans))
+    return _checked_layout(
+        OutputLayout(
+            treedef,
+            tuple(tuple(leaf.shape) for leaf in leaves),
+            tuple(leaf.dtype for leaf in leaves),
+            tuple(shardings),
+            spans,
+        )
     )
 
 
-def layout_from_outputs(outputs: Any, global_mesh: Mesh | None) -> OutputLayout:
+def _checked_layout(layout: OutputLayout) -> OutputLayout:
+    """``layout``, if the runtime can make its outputs.
+
+    Raises:
+        ValueError: a string output of a call that spans processes (jax 0.10.2's
+            runtime cannot assemble a string array from several processes' shards).
+    """
+    for i, dtype in enumerate(layout.dtypes):
+        if layout.spans and isinstance(dtype, np.dtypes.StringDType):
+            raise ValueError(
+                f"colocated_python: output {i} is a StringDType array of a call over several "
+                "processes' devices, and jax's runtime cannot assemble a string array from "
+                "several processes; return strings from a call on this process's devices "
+                "(its arguments host-local arrays) or encode them as numbers"
+            )
+    return layout
+
+
+def layout_from_outputs(outputs: Any, global_mesh: Mesh | None, spans: bool) -> OutputLayout:
     """The layout a first (discovery) call's host-local outputs show.
 
-    In a job of several processes, each output must be laid out over this
+    For a call that spans processes, each output must be laid out over this
     process's block of ``global_mesh`` (the arguments' mesh); its global shape is
     the blocks' together.
 
@@ -209,7 +231,7 @@ def layout_from_outputs(outputs: Any, global_mesh: Mesh | None) -> OutputLayout:
         check_output(leaf, i)
         sharding = leaf.sharding
         shape = tuple(leaf.shape)
-        if jax.process_count() > 1:
+        if spans:
             mesh, spec = _mesh_and_spec(sharding)
             if global_mesh is None or mesh != local_mesh(global_mesh):
                 raise ValueError(
@@ -221,7 +243,11 @@ def layout_from_outputs(outputs: Any, global_mesh: Mesh | None) -> OutputLayout:
             sharding = NamedSharding(global_mesh, spec, memory_kind=sharding.memory_kind)
         shardings.append(sharding)
         shapes.append(shape)
-    return OutputLayout(treedef, tuple(shapes), tuple(x.dtype for x in leaves), tuple(shardings))
+    return _checked_layout(
+        OutputLayout(
+            treedef, tuple(shapes), tuple(x.dtype for x in leaves), tuple(shardings), spans
+        )
+    )
 
 
 def _mesh_and_spec(sharding: Any) -> tuple[Mesh | None, PartitionSpec]:
