@@ -146,11 +146,12 @@ class _Call:
     caller has promised them instead, the worker fulfils the promise.
     """
 
-    __slots__ = ("lock", "done", "outputs", "error", "promise_id")
+    __slots__ = ("lock", "ready", "outputs", "error", "promise_id")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.done = threading.Event()
+        self.ready = threading.Lock()  # held until the worker hands the outputs over
+        self.ready.acquire()
         self.outputs: list[jax.Array] | None = None
         self.error: BaseException | None = None
         self.promise_id: int | None = None
@@ -171,8 +172,8 @@ class _Specialized:
         self.in_shardings = tuple(
             getattr(leaf, "sharding", None) for leaf in spec.in_specs_leaves or ()
         )
-        # What the function's last run took, and what a promise of its outputs costs
-        # (an estimate until measured): a call waits for a function shorter than that.
+        # What the function's last run took, and what a promise of its outputs costs:
+        # a call waits for a function shorter than that.
         self.run_s = 0.0
         self.promise_s = 0.0
         self.transferable = True  # False once the runtime refused to promise an output
@@ -257,7 +258,7 @@ class _Specialized:
             with call.lock:
                 if call.promise_id is None:  # the caller is still waiting: hand them over
                     call.outputs, call.error = blocks, error
-                    call.done.set()
+                    call.ready.release()
                     return
             if error is not None:
                 if not structs:
@@ -267,31 +268,27 @@ class _Specialized:
                 blocks = PROMISES.errors(structs, describe_error(name, error))
             else:
                 blocks = layout.to_local(blocks)
-            start = time.perf_counter()
             PROMISES.fulfil(call.promise_id, blocks)
-            self.promise_s = time.perf_counter() - start + self._pull_s
 
         submit(run)
-        if self.run_s < self.promise_s:  # waiting is cheaper than a promise
-            call.done.wait(self.promise_s)
+        done = self.run_s < self.promise_s and call.ready.acquire(timeout=self.promise_s)
         with call.lock:
-            if not call.done.is_set():
-                start = time.perf_counter()
+            if not done:
+                done = call.ready.acquire(blocking=False)  # handed over just now
+            if not done:
                 try:
                     promise_id, pending = PROMISES.promise(structs)
                 except jax.errors.JaxRuntimeError as e:  # a dtype no transfer carries
                     self._not_transferable(layout, e)
                 else:
-                    self._pull_s = time.perf_counter() - start
                     call.promise_id = promise_id
                     return jax.tree_util.tree_unflatten(layout.treedef, layout.assemble(pending))
-        call.done.wait()  # the function's outputs, as they are
+        if not done:
+            call.ready.acquire()  # the function's outputs, as they are
         if call.error is not None:
             return self._errors(layout, call.error)
         assert call.outputs is not None
         return jax.tree_util.tree_unflatten(layout.treedef, layout.finish(call.outputs))
-
-    _pull_s = 0.0
 
     def _errors(self, layout: OutputLayout, error: BaseException) -> Any:
         """Outputs that raise ``error`` where consumed (logged when there are none)."""
@@ -316,7 +313,7 @@ class _Specialized:
         )
 
 
-#: What promising one shard costs until measured (about 60 us here, NOTE [colocated execution]).
+#: What promising one shard costs (about 60 us measured here, NOTE [colocated execution]).
 _PROMISE_PER_SHARD_S = 60e-6
 
 
