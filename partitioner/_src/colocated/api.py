@@ -165,13 +165,14 @@ class _Specialized:
         self.fun, self.name, self.spec = fun, name, spec
         self.layout: OutputLayout | None = None
         self._lock = threading.Lock()
-        self.global_mesh = _mesh_of(spec)
-        # Over processes (each runs its block, assembled) or this process's alone.
-        self.spans = any(d.process_index != jax.process_index() for d in spec.devices)
         # The entry keeps its input shardings alive, so their ids stay valid cache keys.
         self.in_shardings = tuple(
             getattr(leaf, "sharding", None) for leaf in spec.in_specs_leaves or ()
         )
+        self.global_mesh = _mesh_of(spec)
+        # Over processes (each runs its block, assembled) or this process's alone.
+        devices = set(spec.devices).union(*(s.device_set for s in self.in_shardings if s))
+        self.spans = any(d.process_index != jax.process_index() for d in devices)
         # What the function's last run took, and what a promise of its outputs costs:
         # a call waits for a function shorter than that.
         self.run_s = 0.0
@@ -179,7 +180,10 @@ class _Specialized:
         self.transferable = True  # False once the runtime refused to promise an output
 
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        local_args, local_kwargs = jax.tree.map(host_local_view, (args, kwargs))
+        if self.spans:
+            local_args, local_kwargs = jax.tree.map(host_local_view, (args, kwargs))
+        else:  # this process's devices only: the arguments are their own local parts
+            local_args, local_kwargs = args, kwargs
         if self.layout is None:
             discovered = self._set_layout(args, kwargs, local_args, local_kwargs)
             if discovered is not None:
@@ -464,11 +468,10 @@ class ColocatedFunction:
             ValueError: an argument that is not a jax.Array, arguments on several
                 device lists, or no arguments and no ``devices``.
         """
-        leaves_with_paths, treedef = jax.tree_util.tree_flatten_with_path((args, kwargs))
-        leaves = []
-        for path, leaf in leaves_with_paths:
-            _spec_of(leaf, f"argument {_where(path)}")
-            leaves.append(leaf)
+        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+        if not all(isinstance(leaf, jax.Array) for leaf in leaves):
+            for path, leaf in jax.tree_util.tree_flatten_with_path((args, kwargs))[0]:
+                _spec_of(leaf, f"argument {_where(path)}")  # raises, naming the argument
         if not leaves and self._spec.devices is None:
             raise ValueError(
                 "No devices found. colocated_python function without input arguments must be "
