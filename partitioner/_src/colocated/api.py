@@ -3,8 +3,10 @@
 A call checks its arguments, finds (or builds) the *specialized* function for their
 shapes, dtypes and layouts, and hands the call to it (NOTE [colocated execution]
 in ``runtime.py``). The first call of a specialization without ``out_specs_fn``
-runs synchronously, to discover the output layout; every later call returns at
-once.
+runs synchronously, to discover the output layout; a later call returns its
+outputs as they are when the function is short (waiting is cheaper than a
+promise), else promised outputs at once. Calls run on the calling thread's lane
+(NOTE [colocated lanes]).
 
 NOTE [specialization caches] (the seed's): looking up a specialization by its
 input layouts compares shardings, which is slow, so each callable keeps two
@@ -538,10 +540,13 @@ def colocated_python(fun: Callable[..., Any]) -> ColocatedFunction:
     """Make ``fun`` run on the hosts that hold its ``jax.Array`` arguments' shards.
 
     ``g = colocated_python(fun)``; ``g(*arrays)`` returns at once with ``jax.Array``
-    outputs on the same devices, ready when ``fun`` has run there (in one process:
-    once, on the arguments as given; over processes: once per process, on its
-    host-local part, the outputs assembled into global arrays). Successive calls on
-    the same devices run in call order. See ``ColocatedFunction.specialize``.
+    outputs (by default on the same devices), ready when ``fun`` has run there (in
+    one process: once, on the arguments as given; over processes: once per process,
+    on its host-local part, the outputs assembled into global arrays). The outputs
+    keep the sharding, memory kind and dtype ``fun`` gave them (or ``out_specs_fn``
+    declared). Calls made by one thread run in call order; calls made by different
+    threads run concurrently; a colocated function may call another. ``g`` wraps
+    ``fun`` as ``functools.wraps`` does. See ``ColocatedFunction.specialize``.
 
     Raises:
         TypeError: ``fun`` is not callable.
