@@ -420,6 +420,8 @@ def _strong_key(leaves: Sequence[jax.Array], treedef: Any) -> tuple[Any, ...]:
 class ColocatedFunction:
     """A Python function that runs where its arguments' shards live (``colocated_python(fun)``)."""
 
+    __wrapped__: Callable[..., Any]
+
     def __init__(
         self,
         fun: Callable[..., Any],

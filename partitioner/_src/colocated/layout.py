@@ -41,26 +41,22 @@ class OutputLayout:
     shardings: tuple[Sharding, ...]
     spans: bool
 
-    @property
-    def _multi(self) -> bool:
-        return self.spans
-
     @cached_property
     def local_shapes(self) -> tuple[tuple[int, ...], ...]:
-        if not self._multi:
+        if not self.spans:
             return self.shapes
         return tuple(
-            local_shape(shape, _named(s).mesh, _named(s).spec)
+            local_shape(shape, *_mesh_spec(s))
             for shape, s in zip(self.shapes, self.shardings, strict=True)
         )
 
     @cached_property
     def local_shardings(self) -> tuple[Sharding, ...]:
         """Each output's layout over this process's part of its devices."""
-        if not self._multi:
+        if not self.spans:
             return self.shardings
         return tuple(
-            NamedSharding(local_mesh(_named(s).mesh), _named(s).spec, memory_kind=s.memory_kind)
+            NamedSharding(local_mesh(_mesh_spec(s)[0]), _mesh_spec(s)[1], memory_kind=s.memory_kind)
             for s in self.shardings
         )
 
@@ -80,7 +76,7 @@ class OutputLayout:
         Each keeps its own sharding object where it is the layout's, and is put on
         the layout's (moved, where it is not equivalent) where it is not.
         """
-        if self._multi:
+        if self.spans:
             return self.assemble(self.to_local(blocks))
         out = []
         for block, wanted in zip(blocks, self.shardings, strict=True):
@@ -111,7 +107,7 @@ class OutputLayout:
         """The global outputs whose physical blocks on this process are ``blocks``."""
         out = []
         for i, block in enumerate(blocks):
-            if self._multi:
+            if self.spans:
                 whole = _physical(
                     jax.ShapeDtypeStruct(self.shapes[i], self.dtypes[i], sharding=self.shardings[i])
                 )
@@ -129,9 +125,12 @@ class OutputLayout:
         return f"{self.dtypes[i]}{list(self.shapes[i])} laid out as {self.shardings[i]}"
 
 
-def _named(sharding: Sharding) -> NamedSharding:
-    assert isinstance(sharding, NamedSharding)  # a multi-process layout's, by construction
-    return sharding
+def _mesh_spec(sharding: Sharding) -> tuple[Mesh, PartitionSpec]:
+    """A layout's global sharding over processes as (mesh, spec)."""
+    assert isinstance(sharding, NamedSharding) and isinstance(
+        sharding.mesh, Mesh
+    )  # by construction
+    return sharding.mesh, sharding.spec
 
 
 def _physical(struct: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:

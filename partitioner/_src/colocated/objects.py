@@ -74,13 +74,13 @@ def colocated_python_class(cls: type) -> type:
         if name not in _NOT_METHODS
     ]
 
-    @functools.wraps(cls.__init__)
+    @functools.wraps(cls.__init__)  # type: ignore[misc]
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         remote = _Remote(cls, args, kwargs)
         for name, member in methods:
             run = functools.partial(_call_method, remote, name)
             setattr(self, name, ColocatedFunction(run, Specialization(), member))
-        weakref.finalize(self, _release, [remote])
+        weakref.finalize(self, _release, [remote]).atexit = False  # nothing runs after exit
 
     namespace = {
         "__init__": __init__,
