@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import base64
 import struct
+import sys
 import tempfile
 import threading
-import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -38,9 +38,11 @@ import pytest
 import partitioner
 from partitioner import colocated_cpu_devices, colocated_python, colocated_python_class
 
-#: Stands for jax's ``colocated_python._testing_*`` module attributes: state that
-#: colocated functions share through a module, as caches do.
-STATE = types.SimpleNamespace()
+#: This module, whose ``_testing_*`` attributes stand for jax's
+#: ``colocated_python._testing_*``: state colocated functions share through a
+#: module, as caches do (a module, so that jax's fallback, which pickles the
+#: function, shares it by reference too).
+STATE = sys.modules[__name__]
 
 STRING = np.dtypes.StringDType()
 
@@ -60,7 +62,7 @@ def cpu() -> list[jax.Device]:
 @pytest.fixture(autouse=True)
 def clean_state() -> Iterator[None]:
     yield
-    for name in list(vars(STATE)):
+    for name in [n for n in vars(STATE) if n.startswith("_testing_")]:
         value = getattr(STATE, name)
         if hasattr(value, "close"):
             value.close()
@@ -168,18 +170,18 @@ def test_sequential_execution(cpu: list[jax.Device], on_main_thread: bool) -> No
 
     @colocated_python
     def func0(x: jax.Array) -> jax.Array:
-        STATE.value = 100
+        STATE._testing_value = 100
         return x
 
     @colocated_python
     def func1(x: jax.Array) -> jax.Array:
-        assert STATE.value == 100
-        STATE.value += 1
+        assert STATE._testing_value == 100
+        STATE._testing_value += 1
         return x
 
     @colocated_python
     def func2(x: jax.Array) -> jax.Array:
-        assert STATE.value == 101
+        assert STATE._testing_value == 101
         return x
 
     # With out_specs_fn every call is asynchronous: their order is the runtime's.
@@ -208,12 +210,12 @@ def test_concurrent_execution(cpu: list[jax.Device]) -> None:
 
     @colocated_python
     def init(x: jax.Array) -> jax.Array:
-        STATE.barrier = threading.Barrier(3)
+        STATE._testing_barrier = threading.Barrier(3)
         return x
 
     @colocated_python
     def func(x: jax.Array) -> jax.Array:
-        STATE.barrier.wait(timeout=5)  # only if three calls run at once
+        STATE._testing_barrier.wait(timeout=5)  # only if three calls run at once
         return x
 
     func = func.specialize(out_specs_fn=lambda x: x)
@@ -262,17 +264,17 @@ def test_inputs_with_different_device_orders(cpu: list[jax.Device]) -> None:
 
 def test_module_variable_access(cpu: list[jax.Device]) -> None:
     # Something no pickle could carry, beside the state: nothing may try to.
-    STATE.non_serializable = tempfile.TemporaryFile()
+    STATE._testing_non_serializable = tempfile.TemporaryFile()
 
     @colocated_python
     def set_global_state(x: jax.Array) -> jax.Array:
-        STATE.value = x
+        STATE._testing_value = x
         return x + 1
 
     @colocated_python
     def get_global_state(x: jax.Array) -> jax.Array:
         del x
-        return STATE.value
+        return STATE._testing_value
 
     x = one(1, cpu[0])
     y = one(2, cpu[0])
@@ -331,21 +333,21 @@ def test_object_lifecycle(cpu: list[jax.Device]) -> None:
     @colocated_python_class
     class Object:
         def __init__(self) -> None:
-            STATE.initialized = True
+            STATE._testing_initialized = True
 
         def __del__(self) -> None:
-            STATE.destroyed = True
+            STATE._testing_destroyed = True
 
         def echo(self, x: jax.Array) -> jax.Array:
             return x
 
     @colocated_python
     def check_initialized() -> jax.Array:
-        return jax.device_put(np.array(getattr(STATE, "initialized", False)), sharding)
+        return jax.device_put(np.array(getattr(STATE, "_testing_initialized", False)), sharding)
 
     @colocated_python
     def check_destroyed() -> jax.Array:
-        return jax.device_put(np.array(getattr(STATE, "destroyed", False)), sharding)
+        return jax.device_put(np.array(getattr(STATE, "_testing_destroyed", False)), sharding)
 
     check_initialized = check_initialized.specialize(devices=cpu[:1])
     check_destroyed = check_destroyed.specialize(devices=cpu[:1])
