@@ -582,9 +582,20 @@ def test_nesting_across_device_lists_finishes(specified: bool) -> None:
     g = on(lambda a: jax.device_put(np.asarray(h(jax.device_put(a, d0))) * 10, a.sharding))
     f = on(lambda a: jax.device_put(np.asarray(g(jax.device_put(a, d1))) - 3, a.sharding))
     for k in range(3):
-        out = f(jax.device_put(np.float32(k), d0))
+        x = jax.device_put(np.float32(k), d0)
+        out = bounded(lambda x=x: jax.block_until_ready(f(x)))
         assert float(jax.device_get(out)) == (k + 1) * 10 - 3
         assert out.sharding.device_set == {d0}
+
+
+def bounded(fun: Any) -> Any:
+    """``fun()``, or a failure after ``WAIT_S`` instead of a hang (a deadlock regression)."""
+    box: list[Any] = []
+    t = threading.Thread(target=lambda: box.append(fun()), daemon=True)
+    t.start()
+    t.join(WAIT_S)
+    assert box, f"did not finish in {WAIT_S} s"
+    return box[0]
 
 
 def test_calls_from_one_thread_run_in_order_and_other_threads_overlap(mesh: Mesh) -> None:
