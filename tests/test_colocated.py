@@ -27,7 +27,7 @@ from jax.sharding import Mesh, NamedSharding
 
 import partitioner
 from partitioner import PartitionSpec as P
-from partitioner import colocated_python, colocated_python_class, pjit
+from partitioner import colocated_python, colocated_python_class, pjit, testing
 
 WAIT_S = 30.0  # a bound on every wait, so a regression fails instead of hanging
 
@@ -711,3 +711,25 @@ def test_colocated_cpu_devices_and_class_check_their_arguments(mesh: Mesh) -> No
         partitioner.colocated_cpu_devices(["cpu:0"])
     with pytest.raises(TypeError, match="colocated_python_class: cls must be a class"):
         colocated_python_class(lambda: None)
+
+
+def test_an_idle_lane_worker_ends_and_a_later_call_starts_another(
+    mesh: Mesh, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NOTE [colocated lanes]: no thread outlives its use by more than IDLE_S."""
+    monkeypatch.setattr(testing.colocated_runtime, "IDLE_S", 0.05)
+    x = put(np.arange(8.0), mesh, P("data"))
+    workers: list[threading.Thread] = []
+
+    @colocated_python
+    def where(a: jax.Array) -> jax.Array:
+        workers.append(threading.current_thread())
+        return a
+
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(where(x)), np.arange(8.0))
+        deadline = time.monotonic() + WAIT_S
+        while workers[-1].is_alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not workers[-1].is_alive()
+    assert len({id(w) for w in workers}) == 3  # a new worker each time

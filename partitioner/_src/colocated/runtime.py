@@ -85,13 +85,12 @@ class Lane:
         self._has_worker = False
 
     def submit(self, job: Callable[[], None]) -> None:
-        self._jobs.put(job)
-        with self._lock:
+        with self._lock:  # counted before it is queued: the worker ends only at zero
             self._unfinished += 1
-            if self._has_worker:
-                return
-            self._has_worker = True
-        threading.Thread(target=self._run, name=self._name, daemon=True).start()
+            start, self._has_worker = not self._has_worker, True
+        self._jobs.put(job)
+        if start:
+            threading.Thread(target=self._run, name=self._name, daemon=True).start()
 
     def drain(self, deadline: float) -> int:
         """Wait until every queued call has run, or ``deadline``; how many did not."""
@@ -106,7 +105,7 @@ class Lane:
                 job = self._jobs.get(timeout=IDLE_S)
             except queue.Empty:
                 with self._lock:
-                    if self._jobs.empty():
+                    if not self._unfinished:  # nothing queued, nothing about to be
                         self._has_worker = False
                         return
                 continue
