@@ -254,7 +254,6 @@ class _Specialized:
         """NOTE [colocated execution]: queue the function; wait for it, or promise its outputs."""
         call = _Call()
         structs = layout.local_structs
-        name = self.name
 
         def run() -> None:
             try:
@@ -267,11 +266,7 @@ class _Specialized:
                     call.ready.release()
                     return
             if error is not None:
-                if not structs:
-                    logger.error(
-                        "%s (it has no outputs to carry the error)", describe_error(name, error)
-                    )
-                blocks = PROMISES.errors(structs, describe_error(name, error))
+                blocks = self._error_blocks(layout, error)
             else:
                 blocks = layout.to_local(blocks)
             PROMISES.fulfil(call.promise_id, blocks)
@@ -296,13 +291,20 @@ class _Specialized:
         assert call.outputs is not None
         return jax.tree_util.tree_unflatten(layout.treedef, layout.finish(call.outputs))
 
-    def _errors(self, layout: OutputLayout, error: BaseException) -> Any:
-        """Outputs that raise ``error`` where consumed (logged when there are none)."""
+    def _error_blocks(self, layout: OutputLayout, error: BaseException) -> list[jax.Array]:
+        """This process's blocks of outputs that raise ``error`` where consumed.
+
+        A function without outputs has nothing to carry the error: it is logged.
+        """
         message = describe_error(self.name, error)
         if not layout.local_structs:
             logger.error("%s (it has no outputs to carry the error)", message)
+        return PROMISES.errors(layout.local_structs, message)
+
+    def _errors(self, layout: OutputLayout, error: BaseException) -> Any:
+        """Outputs that raise ``error`` where consumed."""
         try:
-            blocks = PROMISES.errors(layout.local_structs, message)
+            blocks = self._error_blocks(layout, error)
         except jax.errors.JaxRuntimeError:  # no error array of this dtype: raise it here
             raise error from None
         return jax.tree_util.tree_unflatten(layout.treedef, layout.assemble(blocks))
