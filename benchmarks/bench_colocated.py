@@ -8,8 +8,12 @@ runs the function in the caller, synchronously.
 Latency: a trivial function (it returns its argument) on a (1024,) float32 array
 sharded over 8 devices; a sample is ``calls`` calls, each blocked on its output
 (the round trip of one call), and ``calls`` calls blocked once at the end (a
-pipelined loop). jax's fallback is a plain Python call: this row shows what the
-asynchrony costs per call.
+pipelined loop). jax's fallback is a plain Python call: these rows show what the
+hand-off to the calling thread's lane costs per call (a function this short is
+waited for, not promised: NOTE [colocated execution]). Asynchrony: the time a
+call of a function that sleeps 2 ms takes to *return* (its outputs promised; the
+sample blocks on them after the clock stops); jax's fallback returns after the
+function.
 
 Overlap: the per-host loader loop of ``examples/colocated_loader.py`` on one
 process: 16 calls of a loader that sleeps 20 ms (standing for reading a file)
@@ -72,6 +76,46 @@ class Calls:
                 for _ in range(self.n):
                     f(x).block_until_ready()
         return t[0] / self.n
+
+
+class Returns:
+    """A sampler: how long ``n`` calls of ``f(x)`` take to return (blocked after the clock)."""
+
+    def __init__(self, f: Callable[[Any], Any], x: Any, n: int) -> None:
+        self.f, self.x, self.n = f, x, n
+
+    def __call__(self) -> common.Timing:
+        f, x = self.f, self.x
+        with common.stopwatch() as t:
+            outs = [f(x) for _ in range(self.n)]
+        jax.block_until_ready(outs)
+        return t[0] / self.n
+
+
+def return_row(calls: int, rounds: int) -> common.Row:
+    x = jax.device_put(jnp.arange(1024.0), NamedSharding(_mesh(), P("data")))
+
+    def sleepy(a: jax.Array) -> jax.Array:
+        time.sleep(0.002)
+        return a
+
+    ours = partitioner.colocated_python(sleepy)
+    theirs = jax_colocated.colocated_python(sleepy)
+    for f in (ours, theirs):  # the discovery call
+        np.testing.assert_array_equal(np.asarray(f(x)), np.arange(1024.0))
+    samples = common.interleave(
+        {"partitioner": Returns(ours, x, calls), "jax": Returns(theirs, x, calls)}, rounds
+    )
+    return common.compare(
+        "return_2ms_function_8dev",
+        "us/call",
+        samples["partitioner"],
+        samples["jax"],
+        None,
+        1e6,
+        calls_per_sample=calls,
+        competitor="jax.experimental.colocated_python (in-process fallback, synchronous)",
+    )
 
 
 def latency_rows(calls: int, rounds: int) -> list[common.Row]:
@@ -230,11 +274,12 @@ def main() -> None:
     calls, rounds, overlap_rounds = (20, 3, 2) if args.quick else (200, 15, 12)
     rows = latency_rows(calls, rounds)
     rows.append(overlap_row(overlap_rounds))
+    rows.append(return_row(10 if args.quick else 20, rounds))
     common.print_rows("colocated_python: latency, and overlap with device work", rows)
-    o = rows[-1].extra
+    o = rows[2].extra
     print(
         f"overlap: step {o['step_ms']:.1f} ms (depth {o['step_depth']}), sleep {o['sleep_ms']:.0f} "
-        f"ms; ratio {rows[-1].ratio:.3f}, floor for in-order calls {o['floor_ratio']:.3f}"
+        f"ms; ratio {rows[2].ratio:.3f}, floor for in-order calls {o['floor_ratio']:.3f}"
     )
     common.write_json(NAME, rows, args.quick)
     common.save_plot(NAME, lambda fig: _draw(fig, rows))

@@ -6,7 +6,8 @@ the few internals the tests look at.
 """
 
 from . import distributed, host_callback, inspect, options, sharding_spec
-from ._src.colocated.api import colocated_python
+from ._src.colocated.api import colocated_cpu_devices, colocated_python
+from ._src.colocated.objects import colocated_python_class
 from ._src.dispatch import clear_caches
 from ._src.events import add_listener, recording
 from ._src.jit import JitWrapped, jit
@@ -42,7 +43,9 @@ __all__ = [
     "SpecSync",
     "add_listener",
     "clear_caches",
+    "colocated_cpu_devices",
     "colocated_python",
+    "colocated_python_class",
     "distributed",
     "get_aval_sharding_proto",
     "host_callback",

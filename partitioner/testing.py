@@ -26,6 +26,8 @@ What is here, and why a test needs it:
   ``as_auto_mesh``, ``parse_op_sharding_parsed``, ``hlo_sharding_text``,
   ``sdy_mesh_text``, ``sdy_sharding_text``, ``unflatten_superdims`` and the error it
   raises for an assignment that is not a transposition of the mesh, ``Unparseable``.
+- ``colocated_runtime``: colocated_python's lanes, to shorten ``IDLE_S`` and see an
+  idle worker end and a later call start another (NOTE [colocated lanes]).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
+from ._src.colocated import runtime as colocated_runtime
 from ._src.dispatch.cache import ExecutableCache
 from ._src.dispatch.execute import executables as executable_cache
 from ._src.dispatch.window import MAX_IN_FLIGHT
@@ -82,6 +85,7 @@ __all__ = [
     "call_is_guarded",
     "check_spec",
     "check_specs",
+    "colocated_runtime",
     "current_mesh",
     "executable_cache",
     "hlo_sharding_text",

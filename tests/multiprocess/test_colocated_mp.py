@@ -1,4 +1,5 @@
-"""colocated_python over 2 processes x 4 devices (issue 12): semantics and the loader example.
+"""colocated_python over 2 processes x 4 devices (issue 12): semantics and the loader example;
+issue 21's objects, threads, nesting, memory kinds and strings.
 
 Each test starts a job through ``python -m partitioner.launch`` (``mp_helpers.run_job``:
 bounded by ``timeout -k``, no orphans, localhost only) and reads what the
@@ -22,6 +23,12 @@ CHECKS = [
     "outputs that disagree with out_specs_fn",
     "typed PRNG keys out, assembled",
     "non-jax.Array input",
+    "colocated_cpu_devices",
+    "a colocated object per process, its calls in order",
+    "calls from two threads run at once",
+    "nested calls across device lists finish",
+    "outputs keep their memory kind",
+    "string outputs on this process's devices; a clear error over processes",
 ]
 
 

@@ -3,8 +3,10 @@
 A call checks its arguments, finds (or builds) the *specialized* function for their
 shapes, dtypes and layouts, and hands the call to it (NOTE [colocated execution]
 in ``runtime.py``). The first call of a specialization without ``out_specs_fn``
-runs synchronously, to discover the output layout; every later call returns at
-once.
+runs synchronously, to discover the output layout; a later call returns its
+outputs as they are when the function is short (waiting is cheaper than a
+promise), else promised outputs at once. Calls run on the calling thread's lane
+(NOTE [colocated lanes]).
 
 NOTE [specialization caches] (the seed's): looking up a specialization by its
 input layouts compares shardings, which is slow, so each callable keeps two
@@ -19,7 +21,9 @@ entries.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -32,7 +36,7 @@ from .. import jax_private as jp
 from ..distributed.arrays import host_local_view
 from ..events import emit
 from .layout import OutputLayout, check_output, layout_from_outputs, layout_from_specs
-from .runtime import PROMISES, describe_error, logger, worker_for
+from .runtime import PROMISES, describe_error, logger, on_worker, run_sync, submit
 
 ShapeDtypeStructTree = Any
 
@@ -137,92 +141,188 @@ def _device_list(leaves: Sequence[jax.Array]) -> tuple[jax.Device, ...] | None:
 # --- one specialization: its output layout and its calls ---
 
 
+class _Call:
+    """One call between its caller and the worker running it (NOTE [colocated execution]).
+
+    The worker hands the outputs to a caller still waiting for them; once the
+    caller has promised them instead, the worker fulfils the promise.
+    """
+
+    __slots__ = ("lock", "ready", "outputs", "error", "promise_id")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ready = threading.Lock()  # held until the worker hands the outputs over
+        self.ready.acquire()
+        self.outputs: list[jax.Array] | None = None
+        self.error: BaseException | None = None
+        self.promise_id: int | None = None
+
+
 class _Specialized:
     """A callable specialized to one input layout (NOTE [colocated execution])."""
 
     def __init__(self, fun: Callable[..., Any], name: str, spec: Specialization) -> None:
         assert spec.devices is not None
         self.fun, self.name, self.spec = fun, name, spec
-        self.worker = worker_for(tuple(d.id for d in spec.devices))
         self.layout: OutputLayout | None = None
         self._lock = threading.Lock()
-        self.global_mesh = _mesh_of(spec)
         # The entry keeps its input shardings alive, so their ids stay valid cache keys.
         self.in_shardings = tuple(
             getattr(leaf, "sharding", None) for leaf in spec.in_specs_leaves or ()
         )
+        self.global_mesh = _mesh_of(spec)
+        # Over processes (each runs its block, assembled) or this process's alone.
+        devices = set(spec.devices).union(*(s.device_set for s in self.in_shardings if s))
+        self.spans = any(d.process_index != jax.process_index() for d in devices)
+        # What the function's last run took, and what a promise of its outputs costs:
+        # a call waits for a function shorter than that.
+        self.run_s = 0.0
+        self.promise_s = 0.0
+        self.transferable = True  # False once the runtime refused to promise an output
 
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        local_args, local_kwargs = jax.tree.map(host_local_view, (args, kwargs))
-        with self._lock:
-            if self.layout is None:
-                discovered = self._set_layout(args, kwargs, local_args, local_kwargs)
-                if discovered is not None:
-                    return discovered[0]
-        return self._launch(local_args, local_kwargs)
+        if self.spans:
+            local_args, local_kwargs = jax.tree.map(host_local_view, (args, kwargs))
+        else:  # this process's devices only: the arguments are their own local parts
+            local_args, local_kwargs = args, kwargs
+        if self.layout is None:
+            discovered = self._set_layout(args, kwargs, local_args, local_kwargs)
+            if discovered is not None:
+                return discovered[0]
+        layout = self.layout
+        assert layout is not None
+        if on_worker() or not self.transferable:
+            # Nested in a colocated function (part of its call), or outputs no promise
+            # can carry: run now, in call order.
+            leaves = run_sync(lambda: self._run(local_args, local_kwargs, layout))
+            return jax.tree_util.tree_unflatten(layout.treedef, layout.finish(leaves))
+        return self._launch(local_args, local_kwargs, layout)
+
+    def _run(self, local_args: Any, local_kwargs: Any, layout: OutputLayout) -> list[jax.Array]:
+        start = time.perf_counter()
+        try:
+            return _checked(self.fun(*local_args, **local_kwargs), layout, self.name)
+        finally:
+            self.run_s = time.perf_counter() - start
 
     def _set_layout(
         self, args: Any, kwargs: Any, local_args: Any, local_kwargs: Any
     ) -> tuple[Any] | None:
         """The output layout, from out_specs_fn or from running this (first) call now.
 
+        The call runs in call order on the caller's lane, without a lock held, so
+        first calls from several threads run concurrently (the first to finish
+        sets the layout).
+
         Returns:
             ``(outputs,)`` of the call when it ran to discover the layout, else None.
         """
         if self.spec.out_specs_fn is not None:
-            in_specs = jax.tree.map(lambda x: _spec_of(x, "an argument"), (args, kwargs))
-            self._install(layout_from_specs(self.spec.out_specs_fn(*in_specs[0], **in_specs[1])))
+            with self._lock:
+                if self.layout is None:
+                    in_specs = jax.tree.map(lambda x: _spec_of(x, "an argument"), (args, kwargs))
+                    specs = self.spec.out_specs_fn(*in_specs[0], **in_specs[1])
+                    self._install(layout_from_specs(specs, self.spans))
             return None
-        done = threading.Event()
-        box: dict[str, Any] = {}
 
-        def discover() -> None:
+        def discover() -> Any:
+            start = time.perf_counter()
             try:
-                box["out"] = self.fun(*local_args, **local_kwargs)
-            except BaseException as e:  # re-raised in the caller
-                box["error"] = e
-            done.set()
+                return self.fun(*local_args, **local_kwargs)
+            finally:
+                self.run_s = time.perf_counter() - start
 
-        if self.worker.is_current():
-            discover()  # called from a colocated function on these devices: run it here
-        else:
-            self.worker.submit(discover)  # after this device list's earlier calls
-            done.wait()
-        if "error" in box:
-            raise box["error"]
-        found = layout_from_outputs(box["out"], self.global_mesh)
-        self._install(found)
-        blocks = found.to_local(jax.tree.leaves(box["out"]))
-        return (jax.tree_util.tree_unflatten(found.treedef, found.assemble(blocks)),)
+        outputs = run_sync(discover)
+        found = layout_from_outputs(outputs, self.global_mesh, self.spans)
+        with self._lock:
+            if self.layout is None:
+                self._install(found)
+        leaves = jax.tree.leaves(outputs)
+        if self.spans:
+            leaves = found.assemble(found.to_local(leaves))
+        return (jax.tree_util.tree_unflatten(found.treedef, leaves),)
 
     def _install(self, found: OutputLayout) -> None:
         self.layout = found
+        self.promise_s = _PROMISE_PER_SHARD_S * sum(
+            len(s.sharding.addressable_devices) for s in found.local_structs
+        )
         emit("colocated_specialize", name=self.name)
 
-    def _launch(self, local_args: Any, local_kwargs: Any) -> Any:
-        """NOTE [colocated execution]: promise the outputs, queue the function."""
-        out = self.layout
-        assert out is not None
-        structs = out.local_structs
-        promise_id, pending = PROMISES.promise(structs)
-        name, fun = self.name, self.fun
+    def _launch(self, local_args: Any, local_kwargs: Any, layout: OutputLayout) -> Any:
+        """NOTE [colocated execution]: queue the function; wait for it, or promise its outputs."""
+        call = _Call()
+        structs = layout.local_structs
 
         def run() -> None:
             try:
-                blocks = out.to_local(_checked(fun(*local_args, **local_kwargs), out, name))
+                blocks, error = self._run(local_args, local_kwargs, layout), None
             except BaseException as e:  # surfaces where an output is consumed
-                if not structs:
-                    logger.error(
-                        "%s (it has no outputs to carry the error)", describe_error(name, e)
-                    )
-                blocks = PROMISES.errors(structs, describe_error(name, e))
-            PROMISES.fulfil(promise_id, blocks)
+                blocks, error = [], e
+            with call.lock:
+                if call.promise_id is None:  # the caller is still waiting: hand them over
+                    call.outputs, call.error = blocks, error
+                    call.ready.release()
+                    return
+            if error is not None:
+                blocks = self._error_blocks(layout, error)
+            else:
+                blocks = layout.to_local(blocks)
+            PROMISES.fulfil(call.promise_id, blocks)
 
-        if self.worker.is_current():
-            run()  # a colocated function calling another on its devices: part of its call
-        else:
-            self.worker.submit(run)
-        return jax.tree_util.tree_unflatten(out.treedef, out.assemble(pending))
+        submit(run)
+        done = self.run_s < self.promise_s and call.ready.acquire(timeout=self.promise_s)
+        with call.lock:
+            if not done:
+                done = call.ready.acquire(blocking=False)  # handed over just now
+            if not done:
+                try:
+                    promise_id, pending = PROMISES.promise(structs)
+                except jax.errors.JaxRuntimeError as e:  # a dtype no transfer carries
+                    self._not_transferable(layout, e)
+                else:
+                    call.promise_id = promise_id
+                    return jax.tree_util.tree_unflatten(layout.treedef, layout.assemble(pending))
+        if not done:
+            call.ready.acquire()  # the function's outputs, as they are
+        if call.error is not None:
+            return self._errors(layout, call.error)
+        assert call.outputs is not None
+        return jax.tree_util.tree_unflatten(layout.treedef, layout.finish(call.outputs))
+
+    def _error_blocks(self, layout: OutputLayout, error: BaseException) -> list[jax.Array]:
+        """This process's blocks of outputs that raise ``error`` where consumed.
+
+        A function without outputs has nothing to carry the error: it is logged.
+        """
+        message = describe_error(self.name, error)
+        if not layout.local_structs:
+            logger.error("%s (it has no outputs to carry the error)", message)
+        return PROMISES.errors(layout.local_structs, message)
+
+    def _errors(self, layout: OutputLayout, error: BaseException) -> Any:
+        """Outputs that raise ``error`` where consumed."""
+        try:
+            blocks = self._error_blocks(layout, error)
+        except jax.errors.JaxRuntimeError:  # no error array of this dtype: raise it here
+            raise error from None
+        return jax.tree_util.tree_unflatten(layout.treedef, layout.assemble(blocks))
+
+    def _not_transferable(self, layout: OutputLayout, e: BaseException) -> None:
+        """From now on, run this function's calls synchronously (logged once)."""
+        self.transferable = False
+        logger.warning(
+            "colocated_python function %r: its outputs (%s) cannot be promised (%s); its "
+            "calls run synchronously",
+            self.name,
+            ", ".join(str(s.dtype) for s in layout.local_structs),
+            e,
+        )
+
+
+#: What promising one shard costs (about 60 us measured here, NOTE [colocated execution]).
+_PROMISE_PER_SHARD_S = 60e-6
 
 
 def _mesh_of(spec: Specialization) -> Any:
@@ -322,10 +422,21 @@ def _strong_key(leaves: Sequence[jax.Array], treedef: Any) -> tuple[Any, ...]:
 class ColocatedFunction:
     """A Python function that runs where its arguments' shards live (``colocated_python(fun)``)."""
 
-    def __init__(self, fun: Callable[..., Any], spec: Specialization) -> None:
+    __wrapped__: Callable[..., Any]
+
+    def __init__(
+        self,
+        fun: Callable[..., Any],
+        spec: Specialization,
+        wrapped: Callable[..., Any] | None = None,
+    ) -> None:
+        # As functools.wraps: the name, docstring, __wrapped__ (so inspect.signature
+        # shows the function's parameters) of what it wraps; a method of a colocated
+        # class runs ``fun`` (its remote object's method) but presents the method.
+        functools.update_wrapper(self, wrapped or fun, updated=())
+        if not hasattr(self, "__name__"):
+            self.__name__ = "colocated"
         self.fun = fun
-        self.__name__ = getattr(fun, "__name__", "colocated")
-        self.__doc__ = getattr(fun, "__doc__", None)
         self._spec = spec
         self._lock = threading.Lock()
         self._by_id: dict[tuple[Any, ...], _Specialized] = {}
@@ -353,6 +464,7 @@ class ColocatedFunction:
         return ColocatedFunction(
             self.fun,
             self._spec.update(in_specs=in_specs, out_specs_fn=out_specs_fn, devices=devices),
+            self.__wrapped__,
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -362,11 +474,10 @@ class ColocatedFunction:
             ValueError: an argument that is not a jax.Array, arguments on several
                 device lists, or no arguments and no ``devices``.
         """
-        leaves_with_paths, treedef = jax.tree_util.tree_flatten_with_path((args, kwargs))
-        leaves = []
-        for path, leaf in leaves_with_paths:
-            _spec_of(leaf, f"argument {_where(path)}")
-            leaves.append(leaf)
+        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+        if not all(isinstance(leaf, jax.Array) for leaf in leaves):
+            for path, leaf in jax.tree_util.tree_flatten_with_path((args, kwargs))[0]:
+                _spec_of(leaf, f"argument {_where(path)}")  # raises, naming the argument
         if not leaves and self._spec.devices is None:
             raise ValueError(
                 "No devices found. colocated_python function without input arguments must be "
@@ -433,10 +544,13 @@ def colocated_python(fun: Callable[..., Any]) -> ColocatedFunction:
     """Make ``fun`` run on the hosts that hold its ``jax.Array`` arguments' shards.
 
     ``g = colocated_python(fun)``; ``g(*arrays)`` returns at once with ``jax.Array``
-    outputs on the same devices, ready when ``fun`` has run there (in one process:
-    once, on the arguments as given; over processes: once per process, on its
-    host-local part, the outputs assembled into global arrays). Successive calls on
-    the same devices run in call order. See ``ColocatedFunction.specialize``.
+    outputs (by default on the same devices), ready when ``fun`` has run there (in
+    one process: once, on the arguments as given; over processes: once per process,
+    on its host-local part, the outputs assembled into global arrays). The outputs
+    keep the sharding, memory kind and dtype ``fun`` gave them (or ``out_specs_fn``
+    declared). Calls made by one thread run in call order; calls made by different
+    threads run concurrently; a colocated function may call another. ``g`` wraps
+    ``fun`` as ``functools.wraps`` does. See ``ColocatedFunction.specialize``.
 
     Raises:
         TypeError: ``fun`` is not callable.
@@ -444,3 +558,50 @@ def colocated_python(fun: Callable[..., Any]) -> ColocatedFunction:
     if not callable(fun):
         raise TypeError(f"colocated_python: fun must be callable, got {fun!r}")
     return ColocatedFunction(fun, Specialization())
+
+
+def colocated_cpu_devices(devices_or_mesh: Any) -> Any:
+    """The CPU devices beside ``devices_or_mesh`` (a mesh gives a mesh of the same shape).
+
+    As ``jax.experimental.colocated_python.colocated_cpu_devices``: the device at
+    index i of the result is the CPU device of the host of input device i; a CPU
+    device is its own. Colocated functions run on CPU devices' hosts, so this is
+    how a program on accelerators finds where to put a colocated call's arguments.
+
+    Raises:
+        TypeError: not a mesh or a sequence of ``jax.Device``.
+        ValueError: a process without enough CPU devices for its accelerators.
+    """
+    if isinstance(devices_or_mesh, jax.sharding.Mesh):
+        mesh = devices_or_mesh
+        flat = colocated_cpu_devices(list(mesh.devices.flat))
+        if all(a is b for a, b in zip(flat, mesh.devices.flat, strict=True)):
+            return mesh
+        return jax.sharding.Mesh(
+            np.array(flat).reshape(mesh.devices.shape), mesh.axis_names, axis_types=mesh.axis_types
+        )
+    devices = list(devices_or_mesh) if isinstance(devices_or_mesh, Sequence) else None
+    if devices is None or not all(isinstance(d, jax.Device) for d in devices):
+        raise TypeError(
+            "colocated_cpu_devices: expected a jax.sharding.Mesh or a sequence of jax.Device, "
+            f"got {devices_or_mesh!r}"
+        )
+    if all(d.platform == "cpu" for d in devices):
+        return devices
+    spare: dict[int, list[jax.Device]] = {}
+    for d in jax.devices("cpu"):
+        spare.setdefault(d.process_index, []).append(d)
+    out = []
+    for d in devices:
+        if d.platform == "cpu":
+            out.append(d)
+            continue
+        left = spare.get(d.process_index, [])
+        if not left:
+            raise ValueError(
+                f"colocated_cpu_devices: process {d.process_index} has no CPU device left for "
+                f"{d} ({len(devices)} devices asked for); start it with more CPU devices "
+                "(jax_num_cpu_devices)"
+            )
+        out.append(left.pop(0))
+    return out

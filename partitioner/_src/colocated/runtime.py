@@ -1,21 +1,32 @@
-"""Where colocated functions run: one FIFO worker per device list, and output promises.
+"""Where colocated functions run: one FIFO lane per calling thread, and output promises.
 
-NOTE [colocated execution]: a call does not run the function itself. It asks for
-*promised* arrays for its outputs (this process's part of each, on its devices),
-queues the function and this process's host-local arguments on the worker of the
-call's device list, and returns the promised arrays at once. The worker runs the
-function and then fulfils the promise with its outputs, or, when it raised, with
-*error arrays* that carry ``"colocated_python function 'f' raised Type: message"``.
+NOTE [colocated lanes]: every thread that calls colocated functions has its own
+*lane*, a FIFO of calls run by a worker thread of its own. Calls made by one
+thread therefore run one at a time, in call order (each sees the effects of the
+earlier ones, whatever devices they use), while calls made by different threads
+run concurrently (three threads meeting at a ``threading.Barrier`` inside the
+function all get there). A colocated function that calls another runs it inline,
+on the worker running it, as part of its own call: no call ever waits for a
+lane it is itself holding up, so every nesting pattern finishes. A worker with
+nothing to do for ``IDLE_S`` ends; its lane starts a new one on the next call.
+
+NOTE [colocated execution]: a call hands the function and this process's
+host-local arguments to its lane, then, while waiting is cheaper than a promise
+(the function's recent runs were shorter than the promise costs), waits that long
+for the outputs and returns them as they are. Otherwise it asks for *promised*
+arrays for its outputs (this process's part of each, on its devices) and returns
+those at once; the worker fulfils the promise when the function has run, with
+its outputs, or, when it raised, with *error arrays* that carry
+``"colocated_python function 'f' raised Type: message"``. Either way an error
+surfaces where an output is consumed, never at the call.
 
 The promise is a transfer of jax's transfer server (``jax.experimental.transfer``)
 from this process to itself over localhost: ``pull`` hands out arrays whose
 buffers are defined later, when the matching ``await_pull`` supplies the data.
 Until then the runtime treats them as any array still being computed: a program
 that consumes them is queued (it waits for its inputs without holding a thread),
-``block_until_ready`` and ``np.asarray`` wait, and an error array's message is
-raised there, in whoever consumes an output. So the call is asynchronous, device
-work goes on meanwhile, and an exception surfaces where an output is consumed and
-nowhere else: the next call starts clean.
+``block_until_ready`` and ``np.asarray`` wait. It costs about 60 us per shard
+(each shard is one transfer), which is why a short function is waited for.
 
 Why not the obvious "output program" (a partitioned program whose per-device
 host callback waits for the result): a host callback that waits holds one of
@@ -23,9 +34,6 @@ the CPU client's executor threads, and with 8 devices one such program in flight
 holds them all; the next launch on those devices, ours or jax.jit's, then waits
 for the function to finish (measured on jax 0.10.2, jax.jit alike). Promises hold
 no thread.
-
-The worker runs its calls one at a time in call order, so successive calls on the
-same devices see each other's effects in order.
 """
 
 from __future__ import annotations
@@ -33,9 +41,11 @@ from __future__ import annotations
 import atexit
 import itertools
 import logging
+import queue
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -44,72 +54,121 @@ from jax.experimental import transfer
 
 logger = logging.getLogger("partitioner.colocated")
 
-
-class Worker:
-    """One thread running a device list's colocated calls in call order."""
-
-    def __init__(self, name: str) -> None:
-        self._cond = threading.Condition()
-        self._jobs: list[Callable[[], None]] = []
-        self._busy = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def submit(self, job: Callable[[], None]) -> None:
-        with self._cond:
-            self._jobs.append(job)
-            self._cond.notify_all()
-
-    def is_current(self) -> bool:
-        """True on the worker's own thread (a colocated function calling another)."""
-        return threading.current_thread() is self._thread
-
-    def drain(self, deadline: float) -> int:
-        """Wait until every queued call has run, or ``deadline``; how many did not."""
-        with self._cond:
-            while self._jobs or self._busy:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return len(self._jobs) + self._busy
-                self._cond.wait(left)
-            return 0
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._jobs:
-                    self._cond.wait()
-                job = self._jobs.pop(0)
-                self._busy = True
-            try:
-                job()
-            except BaseException:  # a job reports its own errors; never lose the worker
-                logger.error("partitioner.colocated: worker error\n%s", traceback.format_exc())
-            finally:
-                with self._cond:
-                    self._busy = False
-                    self._cond.notify_all()
-
-
-_workers: dict[tuple[int, ...], Worker] = {}
-_workers_lock = threading.Lock()
+#: How long a lane's worker waits for another call before it ends.
+IDLE_S = 10.0
 
 #: How long the interpreter's exit waits for queued calls (NOTE [colocated exit]).
 EXIT_TIMEOUT_S = 300.0
 
+_local = threading.local()  # .lane: the calling thread's lane; .worker: True on a worker
 
-def worker_for(device_ids: tuple[int, ...]) -> Worker:
-    """The worker of a device list (created on first use)."""
-    with _workers_lock:
-        worker = _workers.get(device_ids)
-        if worker is None:
-            if not _workers:
+
+def on_worker() -> bool:
+    """True inside a colocated function (its call runs nested calls inline)."""
+    return getattr(_local, "worker", False)
+
+
+class Lane:
+    """One calling thread's colocated calls, run in call order by a worker of its own.
+
+    Why a ``SimpleQueue`` and not a condition: handing a call to the worker is
+    most of what a short call costs, and the C queue's hand-off is the cheapest
+    Python has (NOTE [colocated execution]).
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._unfinished = 0  # queued or running
+        self._idle = threading.Condition(self._lock)
+        self._has_worker = False
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:  # counted before it is queued: the worker ends only at zero
+            self._unfinished += 1
+            start, self._has_worker = not self._has_worker, True
+        self._jobs.put(job)
+        if start:
+            threading.Thread(target=self._run, name=self._name, daemon=True).start()
+
+    def drain(self, deadline: float) -> int:
+        """Wait until every queued call has run, or ``deadline``; how many did not."""
+        with self._lock:
+            self._idle.wait_for(lambda: not self._unfinished, max(0.0, deadline - time.monotonic()))
+            return self._unfinished
+
+    def _run(self) -> None:
+        _local.worker = True
+        while True:
+            try:
+                job = self._jobs.get(timeout=IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    if not self._unfinished:  # nothing queued, nothing about to be
+                        self._has_worker = False
+                        return
+                continue
+            try:
+                job()
+            except BaseException:  # a job reports its own errors; never lose the worker
+                logger.error("partitioner.colocated: worker error\n%s", traceback.format_exc())
+            # Drop the job now: what it holds (a colocated object's last reference) is
+            # released here, before the next call, not when the next job replaces it.
+            del job
+            with self._lock:
+                self._unfinished -= 1
+                if not self._unfinished:
+                    self._idle.notify_all()
+
+
+_lanes: weakref.WeakSet[Lane] = weakref.WeakSet()
+_lanes_lock = threading.Lock()
+_lane_names = itertools.count()
+
+
+def current_lane() -> Lane:
+    """The calling thread's lane (created on first use)."""
+    lane = getattr(_local, "lane", None)
+    if lane is None:
+        lane = _local.lane = Lane(f"partitioner-colocated-{next(_lane_names)}")
+        with _lanes_lock:
+            if not _lanes:
                 # Registered at first use, after jax and partitioner.distributed have
                 # registered theirs: exit handlers run last-in first-out, so queued
                 # calls run while the runtime (and a multi-process job) is still up.
                 atexit.register(drain_all, EXIT_TIMEOUT_S)
-            worker = _workers[device_ids] = Worker(f"partitioner-colocated-{device_ids[0]}")
-        return worker
+            _lanes.add(lane)
+    return lane
+
+
+def submit(job: Callable[[], None]) -> None:
+    """Run ``job`` after the calling thread's earlier calls (inline on a worker)."""
+    if on_worker():
+        job()
+    else:
+        current_lane().submit(job)
+
+
+def run_sync(job: Callable[[], Any]) -> Any:
+    """``job()``'s value, run in call order on the calling thread's lane; raises its error."""
+    if on_worker():
+        return job()
+    done = threading.Event()
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            box["out"] = job()
+        except BaseException as e:  # re-raised in the caller
+            box["error"] = e
+        done.set()
+
+    current_lane().submit(call)
+    done.wait()
+    if "error" in box:
+        raise box.pop("error")
+    return box["out"]
 
 
 def drain_all(timeout_s: float) -> int:
@@ -118,23 +177,23 @@ def drain_all(timeout_s: float) -> int:
     A colocated function often has effects (it writes a file, fills a cache), and
     the caller may exit right after the call returned: the calls already made
     still run, in order, before exit. The wait is bounded: after ``timeout_s``
-    the calls not yet run are named in an error log and abandoned.
+    the calls not yet run are named in an error log and abandoned. Nothing in
+    the runtime waits for itself (NOTE [colocated lanes]), so the bound is only
+    reached by a function that itself does not finish.
 
     Returns:
         How many calls were abandoned.
     """
     deadline = time.monotonic() + timeout_s
-    with _workers_lock:
-        workers = list(_workers.items())
+    with _lanes_lock:
+        lanes = list(_lanes)
     abandoned = 0
-    for device_ids, worker in workers:
-        left = worker.drain(deadline)
+    for lane in lanes:
+        left = lane.drain(deadline)
         if left:
             logger.error(
-                "partitioner.colocated: exiting with %d colocated call(s) on devices %s not run "
-                "after %.0f s",
+                "partitioner.colocated: exiting with %d colocated call(s) not run after %.0f s",
                 left,
-                list(device_ids),
                 timeout_s,
             )
         abandoned += left
@@ -163,7 +222,12 @@ class Promises:
             return found
 
     def promise(self, structs: Sequence[jax.ShapeDtypeStruct]) -> tuple[int, list[jax.Array]]:
-        """A promise id and its arrays (pending until :meth:`fulfil`) of ``structs``."""
+        """A promise id and its arrays (pending until :meth:`fulfil`) of ``structs``.
+
+        Raises:
+            JaxRuntimeError: the runtime cannot transfer one of the dtypes (a
+                ``StringDType`` array); nothing is promised then.
+        """
         with self._lock:
             promise_id = next(self._ids)
         if not structs:

@@ -19,7 +19,11 @@ import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding  # noqa: E402
 
 from partitioner import PartitionSpec as P  # noqa: E402
-from partitioner import colocated_python  # noqa: E402
+from partitioner import (  # noqa: E402
+    colocated_cpu_devices,
+    colocated_python,
+    colocated_python_class,
+)
 
 ME = jax.process_index()
 MESH = Mesh(np.array(jax.devices()).reshape(2, 4), ("a", "b"))
@@ -172,4 +176,108 @@ except ValueError as e:
 else:
     raise AssertionError("numpy input accepted")
 ok("non-jax.Array input")
+# --- issue 21: objects, threads, nesting, memory kinds, strings ---
+
+assert colocated_cpu_devices(jax.devices()) == jax.devices()
+assert colocated_cpu_devices(MESH) is MESH
+ok("colocated_cpu_devices")
+
+
+@colocated_python_class
+class Total:
+    """A running total per process, over this process's block."""
+
+    def __init__(self, start: float) -> None:
+        self.total = start + jax.process_index()
+
+    def add(self, a: jax.Array) -> jax.Array:
+        self.total += float(np.asarray(a).sum())
+        return jax.device_put(np.full(a.shape, self.total, np.float32), a.sharding)
+
+
+total = Total(1.0)
+adds = [total.add(x) for _ in range(3)]
+block_sum = float(mine(X, P("a", "b")).sum())
+for k, out in enumerate(adds):
+    np.testing.assert_array_equal(block(out, P("a", "b")), 1.0 + ME + block_sum * (k + 1))
+ok("a colocated object per process, its calls in order")
+
+barrier = threading.Barrier(2)
+
+
+@colocated_python
+def meet(a: jax.Array) -> jax.Array:
+    barrier.wait(timeout=WAIT_S)  # only if both threads' calls run at once
+    return a
+
+
+meet_async = meet.specialize(out_specs_fn=lambda a: a)
+met: list[Any] = []
+threads = [
+    threading.Thread(target=lambda: met.append(block(meet_async(x), P("a", "b")))) for _ in range(2)
+]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join(WAIT_S)
+assert len(met) == 2 and all((m == mine(X, P("a", "b"))).all() for m in met)
+ok("calls from two threads run at once")
+
+inner_device = jax.local_devices()[1]
+plus_one = colocated_python(lambda a: jax.device_put(np.asarray(a) + 1, a.sharding))
+via_one = colocated_python(
+    lambda a: jax.device_put(np.asarray(plus_one(jax.device_put(a, inner_device))), a.sharding)
+)
+nested = colocated_python(lambda a: jax.device_put(np.asarray(via_one(a)) * 2, a.sharding))
+for spec_fn in (None, lambda a: a):
+    run = nested if spec_fn is None else nested.specialize(out_specs_fn=spec_fn)
+    np.testing.assert_array_equal(block(run(x), P("a", "b")), (mine(X, P("a", "b")) + 1) * 2)
+ok("nested calls across device lists finish")
+
+pinned = NamedSharding(MESH, P("a", "b"), memory_kind="pinned_host")
+
+
+@colocated_python
+def to_host(a: jax.Array) -> jax.Array:
+    here = NamedSharding(a.sharding.mesh, a.sharding.spec, memory_kind="pinned_host")
+    return jax.device_put(np.asarray(a) + 2, here)
+
+
+for f in (
+    to_host,
+    to_host,
+    to_host.specialize(
+        out_specs_fn=lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=pinned)
+    ),
+):
+    out = f(x)
+    assert out.sharding == pinned, out.sharding
+    in_device_memory = jax.device_put(out, NamedSharding(MESH, P("a", "b")))
+    np.testing.assert_array_equal(block(in_device_memory, P("a", "b")), mine(X, P("a", "b")) + 2)
+ok("outputs keep their memory kind")
+
+STRINGS = np.dtypes.StringDType()
+
+
+@colocated_python
+def spelled(a: jax.Array) -> jax.Array:
+    words = np.array(
+        [[f"p{jax.process_index()}:{v:g}" for v in row] for row in np.asarray(a)], STRINGS
+    )
+    return jax.device_put(words, a.sharding)
+
+
+try:
+    spelled(x)
+except ValueError as e:  # jax's runtime cannot assemble strings over processes
+    assert "StringDType array of a call over several processes" in str(e), e
+else:
+    raise AssertionError("a string array over processes was accepted")
+here = pd.global_to_host_local(x, MESH, P("a", "b"))  # this process's block, its devices
+for _ in range(2):
+    words = spelled(here)
+    assert words.dtype == STRINGS and words.sharding == here.sharding
+    want = [[f"p{ME}:{v:g}" for v in row] for row in mine(X, P("a", "b"))]
+    assert np.asarray(words).tolist() == want
+ok("string outputs on this process's devices; a clear error over processes")
 print("DONE", flush=True)
