@@ -291,7 +291,7 @@ class PjitFunction:
             return tuple(full), kw
 
         trace_key = (flat.in_tree, tuple((k, HashableStatic(v)) for k, v in static_vals))
-        debug_info = jp.api_util.debug_info(
+        debug_info = jp.debug_info(
             "pjit",
             self.fun,
             bound.args,

@@ -32,8 +32,6 @@ from .trace.plan import CallPlan, HashableStatic, abstractify, split_arguments
 from .trace.region import RegionParams, block_aval, pmap_region_p
 from .trace.tracing import trace_body
 
-core, pe = jp.core, jp.pe
-
 _unnamed = itertools.count()
 # The axis names of the pmap bodies this thread is tracing (a pmap called while one
 # is being traced is nested in it).
@@ -319,7 +317,7 @@ class PmapFunction:
             return tuple(full), d_kwargs
 
         block_avals = tuple(block_aval(a, d) for a, d in zip(avals, dims, strict=True))
-        debug_info = jp.api_util.debug_info("pmap", self.fun, tuple(avals), {})
+        debug_info = jp.debug_info("pmap", self.fun, tuple(avals), {})
         key = (
             in_tree,
             tuple((k, HashableStatic(v)) for k, v in statics),
@@ -330,7 +328,7 @@ class PmapFunction:
         stack = _enclosing_maps()
         _tracing.stack = (*stack, self.axis_name)
         try:
-            with core.extend_axis_env_nd([(self.axis_name, n)]):
+            with jp.extend_axis_env_nd([(self.axis_name, n)]):
                 traced = trace_body(self._body, rebuild, block_avals, mesh, key, debug_info)
         except NameError as e:
             raise NameError(f"pmap {self.name}: {e}") from None
@@ -353,7 +351,7 @@ class PmapFunction:
         )
         jaxpr = traced.jaxpr
         consts = tuple(jaxpr.consts)
-        const_free = core.ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr.jaxpr), ())
+        const_free = jp.ClosedJaxpr(jp.convert_constvars_jaxpr(jaxpr.jaxpr), ())
         return _TracedRegion(const_free, traced.out_tree, out_dims, (consts, traced.tracer_consts))
 
     def donated_positions(self, n: int) -> list[int]:
@@ -432,7 +430,7 @@ def _regions_below(jaxpr: Any) -> bool:
     for eqn in jaxpr.eqns:
         if eqn.primitive is pmap_region_p:
             continue
-        for sub in core.jaxprs_in_params(eqn.params):
+        for sub in jp.jaxprs_in_params(eqn.params):
             if any(e.primitive is pmap_region_p for e in sub.eqns) or _regions_below(sub):
                 return True
     return False
@@ -448,7 +446,7 @@ def _placed(jaxpr: Any, mesh: Mesh) -> Any:
                 params=inner.replace(mesh=mesh, body=_placed(inner.body, mesh)).as_kwargs()
             )
         eqns.append(eqn)
-    return core.ClosedJaxpr(jaxpr.jaxpr.replace(eqns=eqns), jaxpr.consts)
+    return jp.ClosedJaxpr(jaxpr.jaxpr.replace(eqns=eqns), jaxpr.consts)
 
 
 def _argnums(value: int | Sequence[int], what: str, name: str) -> tuple[int, ...]:

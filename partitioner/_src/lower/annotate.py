@@ -21,8 +21,6 @@ from .. import jax_private as jp
 from ..spec.op_sharding import get_aval_sharding_proto, sdy_mesh_text, sdy_sharding_text
 from ..spec.parsed import ParsedPartitionSpec
 
-ir, mlir, xc = jp.ir, jp.mlir, jp.xla_client
-
 #: The sdy.mesh symbol partitioner uses in modules it builds.
 MESH_SYMBOL = "mesh"
 
@@ -38,14 +36,14 @@ def gspmd_attr(
     aval: Any, spec: ParsedPartitionSpec, mesh: Mesh, positions: Sequence[int] | None = None
 ) -> Any:
     """``mhlo.sharding`` string attribute, e.g. ``"{devices=[4,1,2]<=[8] last_tile_dim_replicate}"``."""
-    return ir.StringAttr.get(
-        str(xc.HloSharding.from_proto(op_sharding(aval, spec, mesh, positions)))
+    return jp.StringAttr.get(
+        str(jp.HloSharding.from_proto(op_sharding(aval, spec, mesh, positions)))
     )
 
 
 def shardy_attr(aval: Any, spec: ParsedPartitionSpec, mesh_symbol: str) -> Any:
     """``sdy.sharding`` attribute, e.g. ``#sdy.sharding<@mesh, [{"a"}, {}]>``."""
-    return ir.Attribute.parse(sdy_sharding_text(len(aval.shape), spec, mesh_symbol))
+    return jp.Attribute.parse(sdy_sharding_text(len(aval.shape), spec, mesh_symbol))
 
 
 def ensure_sdy_mesh(module: Any, mesh: Mesh, positions: Sequence[int] | None = None) -> str:
@@ -60,9 +58,9 @@ def ensure_sdy_mesh(module: Any, mesh: Mesh, positions: Sequence[int] | None = N
     existing = {}
     for op in module.body.operations:
         if op.operation.name == "sdy.mesh":
-            name = ir.StringAttr(op.attributes["sym_name"]).value
+            name = jp.StringAttr(op.attributes["sym_name"]).value
             existing[name] = str(op.attributes["mesh"])
-    wanted = str(ir.Attribute.parse(f"#sdy.mesh{body}"))
+    wanted = str(jp.Attribute.parse(f"#sdy.mesh{body}"))
     for name, definition in existing.items():
         if definition == wanted:
             return name
@@ -70,8 +68,8 @@ def ensure_sdy_mesh(module: Any, mesh: Mesh, positions: Sequence[int] | None = N
     while symbol in existing:
         k += 1
         symbol = f"{MESH_SYMBOL}_{k}"
-    op = ir.Operation.parse(f"sdy.mesh @{symbol} = {body}")
-    ir.InsertionPoint.at_block_begin(module.body).insert(op)
+    op = jp.Operation.parse(f"sdy.mesh @{symbol} = {body}")
+    jp.InsertionPoint.at_block_begin(module.body).insert(op)
     return symbol
 
 
@@ -107,17 +105,17 @@ def set_main_shardings(
         for i, (aval, spec) in enumerate(
             [(None, None)] * n_tokens + list(zip(avals, specs, strict=True))
         ):
-            entries = {} if old is None else {n.name: n.attr for n in ir.DictAttr(old[i])}  # type: ignore[attr-defined]
+            entries = {} if old is None else {n.name: n.attr for n in jp.DictAttr(old[i])}  # type: ignore[attr-defined]
             if spec is not None:
                 entries[key] = attr(aval, spec)
-            dicts.append(ir.DictAttr.get(entries))
-        return ir.ArrayAttr.get(dicts)
+            dicts.append(jp.DictAttr.get(entries))
+        return jp.ArrayAttr.get(dicts)
 
     attrs = main.attributes
     old_args = attrs["arg_attrs"] if "arg_attrs" in attrs else None
     old_res = attrs["res_attrs"] if "res_attrs" in attrs else None
     n_tokens_in = len(main.regions[0].blocks[0].arguments) - len(in_avals)
-    n_tokens_out = len(ir.FunctionType(ir.TypeAttr(attrs["function_type"]).value).results) - len(
+    n_tokens_out = len(jp.FunctionType(jp.TypeAttr(attrs["function_type"]).value).results) - len(
         out_avals
     )
     attrs["arg_attrs"] = merged(old_args, n_tokens_in, in_avals, in_specs)
@@ -126,7 +124,7 @@ def set_main_shardings(
 
 def find_main(module: Any) -> Any:
     for op in module.body.operations:
-        if "sym_name" in op.attributes and ir.StringAttr(op.attributes["sym_name"]).value == "main":
+        if "sym_name" in op.attributes and jp.StringAttr(op.attributes["sym_name"]).value == "main":
             return op
     raise AssertionError("internal error: lowered module has no main function")
 
@@ -144,9 +142,9 @@ def constrain(
     aval = jp.physical_aval(aval)  # the IR value is physical (typed PRNG keys)
     if shardy:
         symbol = ensure_sdy_mesh(ctx.module_context.module, mesh, positions)
-        sharding = jp.sdy.TensorShardingAttr(shardy_attr(aval, spec, symbol))
-        return jp.sdy.sharding_constraint(value, sharding)
+        sharding = jp.TensorShardingAttr(shardy_attr(aval, spec, symbol))
+        return jp.sdy_sharding_constraint(value, sharding)
     proto = op_sharding(aval, spec, mesh, positions)
-    return mlir.wrap_with_sharding_op(
+    return jp.wrap_with_sharding_op(
         ctx, value, aval, proto, unspecified_dims=set(spec.unconstrained_dims) or None
     )

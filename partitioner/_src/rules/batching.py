@@ -17,7 +17,6 @@ from ..trace.constraint import sharding_constraint_p
 from ..trace.primitive import PjitParams, pjit_p
 from ._common import batch_dims_first
 
-batching = jp.batching
 not_mapped = None  # jax marks an unbatched value with None
 
 
@@ -77,7 +76,7 @@ def _pjit_batcher(
 ) -> tuple[list[Any], list[Any]]:
     params = PjitParams.of(kwargs)
     vals_in, in_batched = batch_dims_first(vals_in, dims_in)
-    batched_jaxpr, out_batched = batching.batch_jaxpr(params.jaxpr, axis_data, in_batched, False)
+    batched_jaxpr, out_batched = jp.batch_jaxpr(params.jaxpr, axis_data, in_batched, False)
     mesh, spmd, size = params.mesh, _spmd_axes(axis_data), axis_data.size
     batched = params.replace(
         jaxpr=batched_jaxpr,
@@ -94,7 +93,7 @@ def _pjit_batcher(
     return outs, [0 if b else not_mapped for b in out_batched]
 
 
-batching.fancy_primitive_batchers[pjit_p] = _pjit_batcher
+jp.fancy_primitive_batchers[pjit_p] = _pjit_batcher
 
 
 # --- sharding constraint ---
@@ -111,4 +110,4 @@ def _constraint_batcher(
     return sharding_constraint_p.bind(x, axis_resources=spec, mesh=mesh), d
 
 
-batching.fancy_primitive_batchers[sharding_constraint_p] = _constraint_batcher
+jp.fancy_primitive_batchers[sharding_constraint_p] = _constraint_batcher

@@ -14,16 +14,13 @@ from ..trace.constraint import sharding_constraint_p
 from ..trace.primitive import PjitParams, pjit_p
 from ._common import keep_where
 
-ad = jp.ad
-
-
 # --- pjit ---
 
 
 def _pjit_jvp(primals_in: Any, tangents_in: Any, **kwargs: Any) -> tuple[list[Any], list[Any]]:
     params = PjitParams.of(kwargs)
-    nz_in = [type(t) is not ad.Zero for t in tangents_in]
-    jaxpr_jvp, nz_out = ad.jvp_jaxpr(params.jaxpr, nz_in, instantiate=False)
+    nz_in = [type(t) is not jp.Zero for t in tangents_in]
+    jaxpr_jvp, nz_out = jp.jvp_jaxpr(params.jaxpr, nz_in, instantiate=False)
     in_specs, out_specs = params.in_axis_resources, params.out_axis_resources
     jvp_params = params.replace(
         jaxpr=jaxpr_jvp,
@@ -35,13 +32,13 @@ def _pjit_jvp(primals_in: Any, tangents_in: Any, **kwargs: Any) -> tuple[list[An
     outs = jvp_params.bind(*primals_in, *keep_where(tangents_in, nz_in))
     primals_out, nz_tangents = outs[: len(out_specs)], iter(outs[len(out_specs) :])
     tangents_out = [
-        next(nz_tangents) if nz else ad.Zero(aval.to_tangent_aval())
+        next(nz_tangents) if nz else jp.Zero(aval.to_tangent_aval())
         for nz, aval in zip(nz_out, params.jaxpr.out_avals, strict=True)
     ]
     return primals_out, tangents_out
 
 
-ad.primitive_jvps[pjit_p] = _pjit_jvp
+jp.primitive_jvps[pjit_p] = _pjit_jvp
 
 
 # --- sharding constraint ---
@@ -50,9 +47,9 @@ ad.primitive_jvps[pjit_p] = _pjit_jvp
 def _constraint_jvp(primals: Any, tangents: Any, **params: Any) -> tuple[Any, Any]:
     (x,), (t,) = primals, tangents
     out = sharding_constraint_p.bind(x, **params)
-    if type(t) is ad.Zero:
+    if type(t) is jp.Zero:
         return out, t
     return out, sharding_constraint_p.bind(t, **params)
 
 
-ad.primitive_jvps[sharding_constraint_p] = _constraint_jvp
+jp.primitive_jvps[sharding_constraint_p] = _constraint_jvp

@@ -23,8 +23,6 @@ from .. import jax_private as jp
 from ..trace.primitive import PjitParams, pjit_p
 from ._common import keep_where, stage_unknown
 
-pe, core = jp.pe, jp.core
-
 
 def _unprune(
     fwd: Sequence[int | None], kept: Sequence[Any], src: Sequence[Any] | None = None
@@ -58,12 +56,12 @@ def _prune_forwarded(
         residual duplicates (it is returned once).
     """
     num_primals = len(known_jaxpr.out_avals) - num_res
-    in_fwd = pe._jaxpr_forwarding(known_jaxpr.jaxpr)
+    in_fwd = jp.jaxpr_forwarding(known_jaxpr.jaxpr)
     in_fwd = [
         f if s is None else None for f, s in zip(in_fwd[:num_primals], known_out_specs)
     ] + in_fwd[num_primals:]
     keep = [f is None for f in in_fwd]
-    known_jaxpr = pe.prune_closed_jaxpr_outputs(known_jaxpr, keep)
+    known_jaxpr = jp.prune_closed_jaxpr_outputs(known_jaxpr, keep)
     known_out_specs = keep_where(known_out_specs, keep)
     num_primals = sum(keep[:num_primals])
 
@@ -72,7 +70,7 @@ def _prune_forwarded(
     res_vars = known_jaxpr.jaxpr.outvars[num_primals:]
     out_fwd = [None] * num_primals + [index.get(id(v)) for v in res_vars]
     keep = [f is None for f in out_fwd]
-    known_jaxpr = pe.prune_closed_jaxpr_outputs(known_jaxpr, keep)
+    known_jaxpr = jp.prune_closed_jaxpr_outputs(known_jaxpr, keep)
     return known_jaxpr, keep_where(known_out_specs, keep), in_fwd, out_fwd
 
 
@@ -83,7 +81,7 @@ def _pjit_partial_eval(trace: Any, *in_tracers: Any, **kwargs: Any) -> list[Any]
     known_ins = tuple(pv.is_known() for pv in in_pvals)
     unknown_ins = tuple(not k for k in known_ins)
     known_jaxpr, unknown_jaxpr, unknown_outs, res_avals, in_fwd_res = (
-        pe.partial_eval_jaxpr_nounits_fwd(jaxpr, unknown_ins, instantiate=False)
+        jp.partial_eval_jaxpr_nounits_fwd(jaxpr, unknown_ins, instantiate=False)
     )
     known_outs = tuple(not u for u in unknown_outs)
     known_jaxpr, known_out_specs, in_fwd, out_fwd = _prune_forwarded(
@@ -129,7 +127,7 @@ def _pjit_partial_eval(trace: Any, *in_tracers: Any, **kwargs: Any) -> list[Any]
         pjit_p,
         unknown.as_kwargs(),
         unknown.jaxpr.out_avals,
-        core.positional_effects(unknown.jaxpr),
+        jp.positional_effects(unknown.jaxpr),
         residuals,
         in_tracers,
     )
@@ -137,7 +135,7 @@ def _pjit_partial_eval(trace: Any, *in_tracers: Any, **kwargs: Any) -> list[Any]
     return [next(unknown_iter) if u else next(known_iter) for u in unknown_outs]
 
 
-pe.custom_partial_eval_rules[pjit_p] = _pjit_partial_eval
+jp.custom_partial_eval_rules[pjit_p] = _pjit_partial_eval
 
 
 # --- partial_eval_jaxpr_custom (jax.checkpoint / remat policies under grad) ---
@@ -179,9 +177,9 @@ def _pjit_partial_eval_custom_params(
 
 
 def _pjit_partial_eval_custom(saveable: Any, unks_in: Any, inst_in: Any, eqn: Any) -> Any:
-    return pe.closed_call_partial_eval_custom_rule(
+    return jp.closed_call_partial_eval_custom_rule(
         "jaxpr", _pjit_partial_eval_custom_params, saveable, unks_in, inst_in, eqn
     )
 
 
-pe.partial_eval_jaxpr_custom_rules[pjit_p] = _pjit_partial_eval_custom
+jp.partial_eval_jaxpr_custom_rules[pjit_p] = _pjit_partial_eval_custom

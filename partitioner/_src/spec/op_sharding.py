@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from jax.sharding import Mesh
 
-from ..jax_private import xla_client as xc
+from .. import jax_private as jp
 from .checks import check_spec
 from .parsed import REPLICATED, ParsedPartitionSpec
 from .partition_spec import PartitionSpec, Spec
@@ -31,8 +31,8 @@ parse_op_sharding: the OpSharding {op_sharding} cannot be expressed as a Partiti
 the mesh {mesh_shape}: {detail}. Only shardings whose tiles follow mesh axes (as
 get_aval_sharding_proto builds them) have a spec."""
 
-OpSharding = xc.OpSharding
-HloSharding = xc.HloSharding
+OpSharding = jp.OpSharding
+HloSharding = jp.HloSharding
 
 
 def _tiling(

@@ -12,14 +12,14 @@ import jax
 from jax.sharding import NamedSharding
 from jax.tree_util import tree_flatten_with_path, tree_unflatten
 
-from ..jax_private import core
+from .. import jax_private as jp
 from ..spec.checks import check_spec
 from ..spec.mesh_env import resolve_mesh
 from ..spec.parsed import ParsedPartitionSpec
 from ..spec.tree import broadcast_prefix, meshes_named_by, prepare_axis_resources
 from .tracing import check_mesh_unchanged
 
-sharding_constraint_p = core.Primitive("sharding_constraint")
+sharding_constraint_p = jp.Primitive("sharding_constraint")
 
 _API = "with_sharding_constraint"
 

@@ -19,10 +19,9 @@ from typing import Any
 from jax.sharding import Mesh
 
 from .. import jax_private as jp
-from ..jax_private import core
 from ..spec.parsed import ParsedPartitionSpec
 
-pjit_p = core.Primitive("pjit")
+pjit_p = jp.Primitive("pjit")
 pjit_p.multiple_results = True
 
 
@@ -43,7 +42,7 @@ class PjitParams:
     jaxpr input, one spec per jaxpr output.
     """
 
-    jaxpr: core.ClosedJaxpr
+    jaxpr: jp.ClosedJaxpr
     in_axis_resources: tuple[ParsedPartitionSpec | None, ...]
     out_axis_resources: tuple[ParsedPartitionSpec | None, ...]
     mesh: Mesh
@@ -84,7 +83,7 @@ class PjitParams:
         return pjit_p.bind(*args, **self.as_kwargs())
 
 
-def _pjit_abstract_eval(*avals: Any, jaxpr: core.ClosedJaxpr, **_: Any) -> tuple[Any, Any]:
+def _pjit_abstract_eval(*avals: Any, jaxpr: jp.ClosedJaxpr, **_: Any) -> tuple[Any, Any]:
     return jaxpr.out_avals, jaxpr.effects
 
 
@@ -107,4 +106,4 @@ def _pjit_pp_rule(eqn: Any, context: Any, settings: Any) -> Any:
     return jp.pp_eqn(new_eqn, context, settings)
 
 
-core.pp_eqn_rules[pjit_p] = _pjit_pp_rule
+jp.pp_eqn_rules[pjit_p] = _pjit_pp_rule

@@ -23,9 +23,8 @@ from typing import Any
 from jax.sharding import Mesh
 
 from .. import jax_private as jp
-from ..jax_private import core
 
-pmap_region_p = core.Primitive("pmap_region")
+pmap_region_p = jp.Primitive("pmap_region")
 pmap_region_p.multiple_results = True
 
 
@@ -41,7 +40,7 @@ class RegionParams:
         name: the user's function name.
     """
 
-    body: core.ClosedJaxpr
+    body: jp.ClosedJaxpr
     axis_name: str
     mesh: Mesh
     in_dims: tuple[int | None, ...]
@@ -79,7 +78,7 @@ class RegionParams:
 
     def axis_env(self) -> Any:
         """The axis environment the body's collectives are traced and lowered in."""
-        return core.extend_axis_env_nd([(self.axis_name, self.size)])
+        return jp.extend_axis_env_nd([(self.axis_name, self.size)])
 
 
 def block_aval(aval: Any, dim: int | None) -> Any:
@@ -111,4 +110,4 @@ def _pp_rule(eqn: Any, context: Any, settings: Any) -> Any:
     return jp.pp_eqn(eqn.replace(params=params), context, settings)
 
 
-core.pp_eqn_rules[pmap_region_p] = _pp_rule
+jp.pp_eqn_rules[pmap_region_p] = _pp_rule
