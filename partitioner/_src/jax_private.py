@@ -1,16 +1,24 @@
 """Every private jax entry point partitioner uses, in one place.
 
-Why: ``jax._src`` moves between releases. Keeping each use behind a small
-function here means a jax upgrade touches one module. Nothing outside this file
-imports from ``jax._src``.
+Why: ``jax._src`` moves between releases. Keeping each use behind a name or a
+small function here means a jax upgrade touches one module, and fails at import,
+here, when a name is gone. Nothing outside this file imports from ``jax._src``.
+
+This module exports *names*, never modules: the block of named exports below
+(``ClosedJaxpr = _core.ClosedJaxpr``) lists every private jax object the package
+reads, and the modules it reads them from are bound to private names (``_core``).
+Elsewhere, code reads ``jp.ClosedJaxpr``, never ``jp.core.ClosedJaxpr``
+(tests/test_architecture.py checks both).
 """
 
 from __future__ import annotations
 
 import os as _os
+import re as _re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import jax as _jax_pkg
 from jax._src import api_util as _api_util
 from jax._src import array as _array
 from jax._src import callback as _callback
@@ -39,6 +47,32 @@ from jax._src.lib.mlir.dialects import sdy as _sdy
 from jax.sharding import Mesh as _Mesh
 from jax.sharding import NamedSharding as _NamedSharding
 from jax.sharding import PartitionSpec as _P
+
+# --- the jax releases this module is written against ---
+
+#: ``(lowest, first unsupported)`` jax release, as ``(major, minor)``; pyproject pins the same.
+SUPPORTED_JAX = ((0, 10), (0, 11))
+
+
+def check_jax_version(version: str) -> None:
+    """Raise ImportError unless ``version`` is a jax release this module supports.
+
+    Every name below is private to jax and may change in any release, so an
+    unsupported jax fails here, at import, with what to install, rather than
+    later with an AttributeError deep inside a trace or a lowering.
+    """
+    found = _re.match(r"(\d+)\.(\d+)", version)
+    low, high = SUPPORTED_JAX
+    if found is None or not low <= (int(found[1]), int(found[2])) < high:
+        raise ImportError(
+            f"partitioner supports jax {low[0]}.{low[1]}.x (it builds on jax's private "
+            f"API, which changes between releases); found jax {version}. Install "
+            f'"jax>={low[0]}.{low[1]},<{high[0]}.{high[1]}" and the matching jaxlib.'
+        )
+
+
+check_jax_version(_jax_pkg.__version__)
+
 
 # --- named exports: the private jax names partitioner uses, one line each ---
 # Grouped by jax module and sorted; regenerated from their uses by the gateway
@@ -171,7 +205,7 @@ OpSharding = _xla_client.OpSharding
 
 # Private in jax (a leading underscore) with no public equivalent: read here only,
 # so a jax upgrade that renames one fails at import, in this file.
-jaxpr_forwarding = _pe._jaxpr_forwarding  # jax's pe._jaxpr_forwarding
+jaxpr_forwarding = _pe._jaxpr_forwarding  # per output: the input it forwards, or None
 # --- end of named exports ---
 
 
@@ -264,7 +298,15 @@ def report_intermediate_shardings(find: Callable[[Any], Iterable[tuple[Any, Any,
     primitive name)`` for our equations *at that level*; jax's own recursion into
     sub-jaxprs goes through the module attribute, hence through the wrapper too.
     Installing twice is a no-op.
+
+    The patch is process-wide: every ``jax.jit`` in the process calls the
+    wrapper, which returns what jax's function returns plus, for our equations
+    only, the shardings ``find`` yields (a jaxpr without them is unaffected).
+    It relies on two facts of jax 0.10 that :func:`check_intermediate_shardings_hook`
+    verifies before patching (see docs/architecture.md, "The patch of
+    get_intermediate_shardings").
     """
+    check_intermediate_shardings_hook()
     original = _dispatch.get_intermediate_shardings
     if getattr(original, "_partitioner_find", None) is not None:
         return
@@ -276,6 +318,24 @@ def report_intermediate_shardings(find: Callable[[Any], Iterable[tuple[Any, Any,
 
     get_intermediate_shardings._partitioner_find = find  # type: ignore[attr-defined]
     _dispatch.get_intermediate_shardings = get_intermediate_shardings  # type: ignore[assignment]
+
+
+def check_intermediate_shardings_hook() -> None:
+    """Raise ImportError unless jax still finds intermediate shardings the way we patch.
+
+    The wrapper works only if ``dispatch.get_intermediate_shardings(jaxpr)`` exists
+    and ``pxla`` (which lowers every ``jax.jit``) reads it through the ``dispatch``
+    module at call time. A jax that renamed or moved it would silently run a
+    pjit nested in ``jax.jit`` on one device, so this fails loudly instead.
+    """
+    hook = getattr(_dispatch, "get_intermediate_shardings", None)
+    if not callable(hook) or getattr(_pxla, "dispatch", None) is not _dispatch:
+        raise ImportError(
+            f"partitioner: jax {_jax_pkg.__version__} no longer has "
+            "jax._src.dispatch.get_intermediate_shardings read by pxla through the dispatch "
+            "module, which partitioner wraps so that jax.jit sees the meshes of its pjits; "
+            f"install a supported jax ({SUPPORTED_JAX[0][0]}.{SUPPORTED_JAX[0][1]}.x)."
+        )
 
 
 # --- extended dtypes (typed PRNG keys): logical vs physical arrays ---
