@@ -24,8 +24,10 @@ What is here, and why a test needs it:
 - The spec stage's helpers, tested on their own: ``broadcast_prefix``,
   ``check_spec``, ``check_specs``, ``current_mesh``, ``maybe_current_mesh``,
   ``as_auto_mesh``, ``parse_op_sharding_parsed``, ``hlo_sharding_text``,
-  ``sdy_mesh_text``, ``sdy_sharding_text``, ``unflatten_superdims`` and the error it
+  ``unflatten_superdims`` and the error it
   raises for an assignment that is not a transposition of the mesh, ``Unparseable``.
+- The lowering's Shardy attribute builders, ``sdy_sharding_attr`` and
+  ``sdy_mesh_attr`` (they need an MLIR context with the sdy dialect).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from ._src.dispatch.execute import executables as executable_cache
 from ._src.dispatch.window import MAX_IN_FLIGHT
 from ._src.host_callback.primitive import id_tap_p
 from ._src.host_callback.receiver import Sequencer, TapItem
+from ._src.lower.annotate import sdy_mesh_attr, sdy_sharding_attr
 from ._src.report.collectives import parse_groups as hlo_replica_groups
 from ._src.spec.checks import check_spec, check_specs
 from ._src.spec.mesh_env import as_auto_mesh, current_mesh, maybe_current_mesh
@@ -45,8 +48,6 @@ from ._src.spec.op_sharding import (
     Unparseable,
     hlo_sharding_text,
     parse_op_sharding_parsed,
-    sdy_mesh_text,
-    sdy_sharding_text,
     unflatten_superdims,
 )
 from ._src.spec.tree import broadcast_prefix
@@ -90,8 +91,8 @@ __all__ = [
     "parse_op_sharding_parsed",
     "pjit_p",
     "runs_windowed",
-    "sdy_mesh_text",
-    "sdy_sharding_text",
+    "sdy_mesh_attr",
+    "sdy_sharding_attr",
     "sharding_constraint_p",
     "unflatten_superdims",
 ]

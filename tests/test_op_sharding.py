@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from jax._src.interpreters import mlir
 from jax._src.lib import xla_client as xc
 from jax.sharding import AxisType, Mesh, NamedSharding
 
@@ -31,8 +32,8 @@ from partitioner.testing import (
     Unparseable,
     hlo_sharding_text,
     parse_op_sharding_parsed,
-    sdy_mesh_text,
-    sdy_sharding_text,
+    sdy_mesh_attr,
+    sdy_sharding_attr,
     unflatten_superdims,
 )
 
@@ -313,11 +314,24 @@ def test_text_forms() -> None:
     assert HloSharding.from_string(text) == HloSharding.from_string(
         "{devices=[4,1,2]0,4,1,5,2,6,3,7 last_tile_dim_replicate}"
     )
-    assert sdy_mesh_text(MESH_2x4) == '<["x"=2, "y"=4]>'
-    assert (
-        sdy_sharding_text(3, PartitionSpec(("y", "x"), UNCONSTRAINED))
-        == '#sdy.sharding<@mesh, [{"y", "x"}, {?}, {}]>'
-    )
+
+
+def test_shardy_attributes() -> None:
+    """The Shardy attributes the lowering builds (with jax's MLIR builders) read as
+    Shardy's documented syntax: closed dims, ``{?}`` for UNCONSTRAINED, quoted axes."""
+    with mlir.make_ir_context():
+        assert str(sdy_mesh_attr(MESH_2x4)) == '#sdy.mesh<["x"=2, "y"=4]>'
+        assert str(sdy_mesh_attr(MESH_2x4, range(8))) == '#sdy.mesh<["x"=2, "y"=4]>'
+        assert (
+            str(sdy_mesh_attr(MESH_2x4, [1, 0, 2, 3, 4, 5, 6, 7]))
+            == '#sdy.mesh<["x"=2, "y"=4], device_ids=[1, 0, 2, 3, 4, 5, 6, 7]>'
+        )
+        assert (
+            str(sdy_sharding_attr(3, PartitionSpec(("y", "x"), UNCONSTRAINED)))
+            == '#sdy.sharding<@mesh, [{"y", "x"}, {?}, {}]>'
+        )
+        assert str(sdy_sharding_attr(2, REPLICATED, "mesh_1")) == "#sdy.sharding<@mesh_1, [{}, {}]>"
+        assert str(sdy_sharding_attr(0, None)) == "#sdy.sharding<@mesh, []>"
 
 
 # --- the parser on hand-built protos ---

@@ -182,20 +182,25 @@ DeviceAssignment = _jax.DeviceAssignment
 DeviceList = _jax.DeviceList
 
 # jaxlib.mlir.dialects.sdy
+AxisRefAttr = _sdy.AxisRefAttr
+DimensionShardingAttr = _sdy.DimensionShardingAttr
 ManualAxesAttr = _sdy.ManualAxesAttr
 ManualComputationOp = _sdy.ManualComputationOp
+MeshAttr = _sdy.MeshAttr
+MeshAxisAttr = _sdy.MeshAxisAttr
+MeshOp = _sdy.MeshOp
 sdy_return = _sdy.return_
 sdy_sharding_constraint = _sdy.sharding_constraint
 TensorShardingAttr = _sdy.TensorShardingAttr
+TensorShardingPerValueAttr = _sdy.TensorShardingPerValueAttr
 
 # jaxlib.mlir.ir
 ArrayAttr = _ir.ArrayAttr
-Attribute = _ir.Attribute
 Block = _ir.Block
 DictAttr = _ir.DictAttr
 FunctionType = _ir.FunctionType
 InsertionPoint = _ir.InsertionPoint
-Operation = _ir.Operation
+Location = _ir.Location
 StringAttr = _ir.StringAttr
 TypeAttr = _ir.TypeAttr
 

@@ -18,7 +18,7 @@ from typing import Any
 from jax.sharding import Mesh
 
 from .. import jax_private as jp
-from ..spec.op_sharding import get_aval_sharding_proto, sdy_mesh_text, sdy_sharding_text
+from ..spec.op_sharding import get_aval_sharding_proto
 from ..spec.parsed import ParsedPartitionSpec
 
 #: The sdy.mesh symbol partitioner uses in modules it builds.
@@ -41,9 +41,47 @@ def gspmd_attr(
     )
 
 
+# --- Shardy attributes, built as jax builds its own (named_sharding.SdyArray.build) ---
+
+
+def sdy_sharding_attr(ndim: int, spec: Any, mesh_symbol: str = MESH_SYMBOL) -> Any:
+    """The ``#sdy.sharding`` of ``spec`` for a rank-``ndim`` value, over the mesh op named
+    ``mesh_symbol``: e.g. ``#sdy.sharding<@mesh, [{"a"}, {?}, {}]>``.
+
+    An unconstrained dimension is open with no axes (``{?}``: XLA picks); every other
+    dimension is closed, so XLA neither adds axes to it nor drops them. ``spec`` is a
+    ParsedPartitionSpec or anything that coerces to one (UNCONSTRAINED allowed).
+    Needs an MLIR context with the sdy dialect (any lowering's).
+    """
+    parsed = ParsedPartitionSpec.coerce(spec, "sdy_sharding_attr", allow_unconstrained=True)
+    parts = list(parsed.partitions) + [()] * (ndim - len(parsed.partitions))
+    dims = [
+        jp.DimensionShardingAttr.get([], is_closed=False)
+        if d in parsed.unconstrained_dims
+        else jp.DimensionShardingAttr.get(
+            [jp.AxisRefAttr.get(str(a)) for a in axes], is_closed=True
+        )
+        for d, axes in enumerate(parts)
+    ]
+    return jp.TensorShardingAttr.get(mesh_symbol, dims)
+
+
+def sdy_mesh_attr(mesh: Mesh, positions: Sequence[int] | None = None) -> Any:
+    """The ``#sdy.mesh`` of ``mesh``: ``<["a"=2, "b"=4]>``, with ``device_ids`` only when
+    ``positions`` (NOTE [device positions]) is not the identity.
+
+    Without ``device_ids`` the executable's device assignment is the flattened mesh, so
+    logical device ``i`` is position ``i`` (Shardy rejects an explicit identity list).
+    """
+    axes = [jp.MeshAxisAttr.get(str(name), size) for name, size in mesh.shape.items()]
+    if positions is not None and list(positions) != list(range(len(positions))):
+        return jp.MeshAttr.get(axes, list(positions))
+    return jp.MeshAttr.get(axes)
+
+
 def shardy_attr(aval: Any, spec: ParsedPartitionSpec, mesh_symbol: str) -> Any:
-    """``sdy.sharding`` attribute, e.g. ``#sdy.sharding<@mesh, [{"a"}, {}]>``."""
-    return jp.Attribute.parse(sdy_sharding_text(len(aval.shape), spec, mesh_symbol))
+    """``sdy.sharding`` attribute of ``spec`` for a value of ``aval``."""
+    return sdy_sharding_attr(len(aval.shape), spec, mesh_symbol)
 
 
 def ensure_sdy_mesh(module: Any, mesh: Mesh, positions: Sequence[int] | None = None) -> str:
@@ -52,24 +90,21 @@ def ensure_sdy_mesh(module: Any, mesh: Mesh, positions: Sequence[int] | None = N
     Reuses an existing mesh op with the same definition; picks a fresh symbol when
     ``mesh`` (or its device order) differs from the one already named ``mesh``.
     """
-    body = mesh_text = sdy_mesh_text(mesh)
-    if positions is not None and list(positions) != list(range(len(positions))):
-        body = mesh_text[:-1] + f", device_ids=[{', '.join(map(str, positions))}]>"
-    existing = {}
-    for op in module.body.operations:
-        if op.operation.name == "sdy.mesh":
-            name = jp.StringAttr(op.attributes["sym_name"]).value
-            existing[name] = str(op.attributes["mesh"])
-    wanted = str(jp.Attribute.parse(f"#sdy.mesh{body}"))
-    for name, definition in existing.items():
-        if definition == wanted:
-            return name
-    symbol, k = MESH_SYMBOL, 0
-    while symbol in existing:
-        k += 1
-        symbol = f"{MESH_SYMBOL}_{k}"
-    op = jp.Operation.parse(f"sdy.mesh @{symbol} = {body}")
-    jp.InsertionPoint.at_block_begin(module.body).insert(op)
+    with module.context:
+        wanted = sdy_mesh_attr(mesh, positions)
+        existing = {}
+        for op in module.body.operations:
+            if op.operation.name == "sdy.mesh":
+                existing[jp.StringAttr(op.attributes["sym_name"]).value] = op.attributes["mesh"]
+        for name, definition in existing.items():
+            if definition == wanted:
+                return name
+        symbol, k = MESH_SYMBOL, 0
+        while symbol in existing:
+            k += 1
+            symbol = f"{MESH_SYMBOL}_{k}"
+        with jp.InsertionPoint.at_block_begin(module.body), jp.Location.unknown():
+            jp.MeshOp(symbol, wanted)
     return symbol
 
 
@@ -142,8 +177,7 @@ def constrain(
     aval = jp.physical_aval(aval)  # the IR value is physical (typed PRNG keys)
     if shardy:
         symbol = ensure_sdy_mesh(ctx.module_context.module, mesh, positions)
-        sharding = jp.TensorShardingAttr(shardy_attr(aval, spec, symbol))
-        return jp.sdy_sharding_constraint(value, sharding)
+        return jp.sdy_sharding_constraint(value, shardy_attr(aval, spec, symbol))
     proto = op_sharding(aval, spec, mesh, positions)
     return jp.wrap_with_sharding_op(
         ctx, value, aval, proto, unspecified_dims=set(spec.unconstrained_dims) or None

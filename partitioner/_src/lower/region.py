@@ -20,7 +20,6 @@ from typing import Any
 from jax.sharding import Mesh, PartitionSpec
 
 from .. import jax_private as jp
-from ..spec.op_sharding import sdy_sharding_text
 from ..spec.parsed import ParsedPartitionSpec
 from ..trace.primitive import PjitParams
 from ..trace.region import RegionParams, pmap_region_p
@@ -173,13 +172,14 @@ def _shardy(
     partial = len(sub_ctx.axis_context.manual_axes) < len(p.mesh.axis_names)
 
     def per_value(avals: Sequence[Any], specs: Sequence[ParsedPartitionSpec]) -> Any:
-        texts = [
-            sdy_sharding_text(
-                len(jp.physical_aval(a).shape), _open(s, a) if partial else s, symbol
-            )[len("#sdy.sharding") :]
-            for a, s in zip(avals, specs, strict=True)
-        ]
-        return jp.Attribute.parse(f"#sdy.sharding_per_value<[{', '.join(texts)}]>")
+        return jp.TensorShardingPerValueAttr.get(
+            [
+                annotate.sdy_sharding_attr(
+                    len(jp.physical_aval(a).shape), _open(s, a) if partial else s, symbol
+                )
+                for a, s in zip(avals, specs, strict=True)
+            ]
+        )
 
     out_types = [jp.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_out]
     op = jp.ManualComputationOp(
