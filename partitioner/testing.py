@@ -27,7 +27,8 @@ What is here, and why a test needs it:
   ``unflatten_superdims`` and the error it
   raises for an assignment that is not a transposition of the mesh, ``Unparseable``.
 - The lowering's Shardy attribute builders, ``sdy_sharding_attr`` and
-  ``sdy_mesh_attr`` (they need an MLIR context with the sdy dialect).
+  ``sdy_mesh_attr``, and ``ensure_sdy_mesh`` (one ``sdy.mesh`` op per distinct mesh
+  in a module); they need an MLIR context with the sdy dialect.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from ._src.dispatch.execute import executables as executable_cache
 from ._src.dispatch.window import MAX_IN_FLIGHT
 from ._src.host_callback.primitive import id_tap_p
 from ._src.host_callback.receiver import Sequencer, TapItem
-from ._src.lower.annotate import sdy_mesh_attr, sdy_sharding_attr
+from ._src.lower.annotate import ensure_sdy_mesh, sdy_mesh_attr, sdy_sharding_attr
 from ._src.report.collectives import parse_groups as hlo_replica_groups
 from ._src.spec.checks import check_spec, check_specs
 from ._src.spec.mesh_env import as_auto_mesh, current_mesh, maybe_current_mesh
@@ -91,6 +92,7 @@ __all__ = [
     "parse_op_sharding_parsed",
     "pjit_p",
     "runs_windowed",
+    "ensure_sdy_mesh",
     "sdy_mesh_attr",
     "sdy_sharding_attr",
     "sharding_constraint_p",

@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from jax._src.interpreters import mlir
 from jax._src.lib import xla_client as xc
+from jax._src.lib.mlir import ir
 from jax.sharding import AxisType, Mesh, NamedSharding
 
 from partitioner import (
@@ -30,6 +31,7 @@ from partitioner import (
 from partitioner.sharding_spec import devices_indices_map, sharding_spec_from_parsed
 from partitioner.testing import (
     Unparseable,
+    ensure_sdy_mesh,
     hlo_sharding_text,
     parse_op_sharding_parsed,
     sdy_mesh_attr,
@@ -332,6 +334,22 @@ def test_shardy_attributes() -> None:
         )
         assert str(sdy_sharding_attr(2, REPLICATED, "mesh_1")) == "#sdy.sharding<@mesh_1, [{}, {}]>"
         assert str(sdy_sharding_attr(0, None)) == "#sdy.sharding<@mesh, []>"
+
+
+def test_one_sdy_mesh_op_per_distinct_mesh() -> None:
+    """A module names each mesh (with its device order) once: the same mesh reuses its
+    symbol, another device order gets a fresh one."""
+    with mlir.make_ir_context(), ir.Location.unknown():
+        module = ir.Module.create()
+        assert ensure_sdy_mesh(module, MESH_2x4) == "mesh"
+        assert ensure_sdy_mesh(module, MESH_2x4, range(8)) == "mesh"
+        assert ensure_sdy_mesh(module, MESH_2x4, [1, 0, 2, 3, 4, 5, 6, 7]) == "mesh_1"
+        assert ensure_sdy_mesh(module, MESH_2x4, [1, 0, 2, 3, 4, 5, 6, 7]) == "mesh_1"
+        ops = [str(op) for op in module.body.operations]
+    assert ops == [
+        'sdy.mesh @mesh_1 = <["x"=2, "y"=4], device_ids=[1, 0, 2, 3, 4, 5, 6, 7]>',
+        'sdy.mesh @mesh = <["x"=2, "y"=4]>',
+    ]
 
 
 # --- the parser on hand-built protos ---
