@@ -1,9 +1,13 @@
 """The package's imports go one way, down the pipeline (issue 9).
 
-Reads every module of ``partitioner`` as source (nothing is imported), builds the
-graph of imports between them, and fails on a cycle, on an import that points
-up the pipeline, on an import hidden inside a function, and on a module reaching
-into another module's private names. docs/architecture.md draws the same layers.
+Reads every module of ``partitioner`` as source, builds the graph of imports
+between them, and fails on a cycle, on an import that points up the pipeline, on an
+import hidden inside a function, and on a module reaching into another module's
+private names. docs/architecture.md draws the same layers.
+
+The gateway to private jax (issue 18) is checked too: ``jax_private`` (imported for
+this) exports names, not modules, and no other module reads through a jax module or
+reads a private attribute of a jax object.
 """
 
 from __future__ import annotations
@@ -12,7 +16,10 @@ import ast
 import types
 from pathlib import Path
 
+import jax._src.dispatch
 import pytest
+
+from partitioner._src import jax_private
 
 PACKAGE = Path(__file__).resolve().parent.parent / "partitioner"
 
@@ -202,8 +209,6 @@ GATEWAY = "_src.jax_private"
 def test_gateway_exports_names_not_modules() -> None:
     """Every public name of jax_private is a jax object, never a module: a module
     would let any caller reach every private attribute of it unseen."""
-    from partitioner._src import jax_private
-
     modules = sorted(
         name
         for name, value in vars(jax_private).items()
@@ -266,8 +271,6 @@ def _jax_kind(node: ast.expr, bound: dict[str, str]) -> str | None:
 
 def _gateway_violations(name: str, path: Path, source: str) -> list[str]:
     """Reads through a module of jax_private, and private attributes of jax objects."""
-    from partitioner._src import jax_private
-
     tree = ast.parse(source)
     bound = _jax_bindings(name, path, tree)
     bad = []
@@ -336,3 +339,17 @@ def test_gateway_check_accepts_named_exports() -> None:
     )
     path = PACKAGE / "_src" / "rules" / "example.py"
     assert _gateway_violations("_src.rules.example", path, source) == []
+
+
+@pytest.mark.parametrize("version", ["0.9.2", "0.11.0", "1.0.0", "nightly"])
+def test_gateway_refuses_an_unsupported_jax(version: str) -> None:
+    with pytest.raises(ImportError, match=rf"supports jax 0\.10\.x .* found jax {version}"):
+        jax_private.check_jax_version(version)
+
+
+def test_gateway_accepts_jax_0_10_and_finds_the_hook_it_patches() -> None:
+    for version in ("0.10.0", "0.10.2", "0.10.9.dev20260101"):
+        jax_private.check_jax_version(version)
+    jax_private.check_intermediate_shardings_hook()
+    # installed once, process-wide, at import (NOTE [device assignment under jax.jit])
+    assert getattr(jax._src.dispatch.get_intermediate_shardings, "_partitioner_find", None)
