@@ -24,10 +24,13 @@ What is here, and why a test needs it:
 - The spec stage's helpers, tested on their own: ``broadcast_prefix``,
   ``check_spec``, ``check_specs``, ``current_mesh``, ``maybe_current_mesh``,
   ``as_auto_mesh``, ``parse_op_sharding_parsed``, ``hlo_sharding_text``,
-  ``sdy_mesh_text``, ``sdy_sharding_text``, ``unflatten_superdims`` and the error it
+  ``unflatten_superdims`` and the error it
   raises for an assignment that is not a transposition of the mesh, ``Unparseable``.
 - ``colocated_runtime``: colocated_python's lanes, to shorten ``IDLE_S`` and see an
   idle worker end and a later call start another (NOTE [colocated lanes]).
+- The lowering's Shardy attribute builders, ``sdy_sharding_attr`` and
+  ``sdy_mesh_attr``, and ``ensure_sdy_mesh`` (one ``sdy.mesh`` op per distinct mesh
+  in a module); they need an MLIR context with the sdy dialect.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from ._src.dispatch.execute import executables as executable_cache
 from ._src.dispatch.window import MAX_IN_FLIGHT
 from ._src.host_callback.primitive import id_tap_p
 from ._src.host_callback.receiver import Sequencer, TapItem
+from ._src.lower.annotate import ensure_sdy_mesh, sdy_mesh_attr, sdy_sharding_attr
 from ._src.report.collectives import parse_groups as hlo_replica_groups
 from ._src.spec.checks import check_spec, check_specs
 from ._src.spec.mesh_env import as_auto_mesh, current_mesh, maybe_current_mesh
@@ -48,8 +52,6 @@ from ._src.spec.op_sharding import (
     Unparseable,
     hlo_sharding_text,
     parse_op_sharding_parsed,
-    sdy_mesh_text,
-    sdy_sharding_text,
     unflatten_superdims,
 )
 from ._src.spec.tree import broadcast_prefix
@@ -94,8 +96,9 @@ __all__ = [
     "parse_op_sharding_parsed",
     "pjit_p",
     "runs_windowed",
-    "sdy_mesh_text",
-    "sdy_sharding_text",
+    "ensure_sdy_mesh",
+    "sdy_mesh_attr",
+    "sdy_sharding_attr",
     "sharding_constraint_p",
     "unflatten_superdims",
 ]

@@ -1,17 +1,25 @@
 """The package's imports go one way, down the pipeline (issue 9).
 
-Reads every module of ``partitioner`` as source (nothing is imported), builds the
-graph of imports between them, and fails on a cycle, on an import that points
-up the pipeline, on an import hidden inside a function, and on a module reaching
-into another module's private names. docs/architecture.md draws the same layers.
+Reads every module of ``partitioner`` as source, builds the graph of imports
+between them, and fails on a cycle, on an import that points up the pipeline, on an
+import hidden inside a function, and on a module reaching into another module's
+private names. docs/architecture.md draws the same layers.
+
+The gateway to private jax (issue 18) is checked too: ``jax_private`` (imported for
+this) exports names, not modules, and no other module reads through a jax module or
+reads a private attribute of a jax object.
 """
 
 from __future__ import annotations
 
 import ast
+import types
 from pathlib import Path
 
+import jax._src.dispatch
 import pytest
+
+from partitioner._src import jax_private
 
 PACKAGE = Path(__file__).resolve().parent.parent / "partitioner"
 
@@ -297,3 +305,157 @@ def test_pmap_errors_never_say_pjit() -> None:
         messages.append(str(info.value))
     for message in messages:
         assert "pmap" in message and "pjit" not in message, message
+
+
+# --- the gateway to private jax (issue 18, item 6) ---
+
+GATEWAY = "_src.jax_private"
+
+
+def test_gateway_exports_names_not_modules() -> None:
+    """Every public name of jax_private is a jax object, never a module: a module
+    would let any caller reach every private attribute of it unseen."""
+    modules = sorted(
+        name
+        for name, value in vars(jax_private).items()
+        if not name.startswith("_") and isinstance(value, types.ModuleType)
+    )
+    assert not modules, f"jax_private exports modules {modules}: export their names instead"
+
+
+def _jax_bindings(name: str, path: Path, tree: ast.Module) -> dict[str, str]:
+    """Names of a module bound to private jax: ``"gateway"`` (jax_private itself),
+    ``"gw:X"`` (jax_private's X, or an alias of it) and ``"jax"`` (jax/jaxlib)."""
+    bound: dict[str, str] = {}
+    here = _package_of(name, path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here.split(".") if here and here != "__init__" else []
+                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                local = alias.asname or alias.name
+                if f"{target}.{alias.name}" == GATEWAY:
+                    bound[local] = "gateway"
+                elif target == GATEWAY:
+                    bound[local] = f"gw:{alias.name}"
+                elif target.split(".")[0] in ("jax", "jaxlib"):
+                    bound[local] = "jax"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in ("jax", "jaxlib"):
+                    bound[alias.asname or alias.name.split(".")[0]] = "jax"
+    for node in ast.walk(tree):  # aliases: `pe = jp.pe`, `xc = jax_private.X`, tuples
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+            pairs = (
+                zip(target.elts, value.elts, strict=False)
+                if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
+                else [(target, value)]
+            )
+            for t, v in pairs:
+                if isinstance(t, ast.Name) and (kind := _jax_kind(v, bound)) is not None:
+                    bound[t.id] = kind
+    return bound
+
+
+def _jax_kind(node: ast.expr, bound: dict[str, str]) -> str | None:
+    """What ``node`` reads: ``"gw:X"`` for ``jp.X``, else its root's kind (or None)."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        if bound.get(node.value.id) == "gateway":
+            return f"gw:{node.attr}"
+    root = node
+    while isinstance(root, (ast.Attribute, ast.Call, ast.Subscript)):
+        root = root.func if isinstance(root, ast.Call) else root.value
+    if isinstance(root, ast.Name) and root.id in bound:
+        return "jax" if bound[root.id] == "gateway" else bound[root.id]
+    return None
+
+
+def _gateway_violations(name: str, path: Path, source: str) -> list[str]:
+    """Reads through a module of jax_private, and private attributes of jax objects."""
+    tree = ast.parse(source)
+    bound = _jax_bindings(name, path, tree)
+    bad = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        kind = _jax_kind(node.value, bound)
+        if kind is None:
+            continue
+        if kind.startswith("gw:"):
+            export = getattr(jax_private, kind[3:], None)
+            if export is None or isinstance(export, types.ModuleType):
+                bad.append(
+                    f"{name}:{node.lineno} reads {ast.unparse(node)} through jax_private."
+                    f"{kind[3:]}, which is not a named export: add `{node.attr} = "
+                    f"_module.{node.attr}` to jax_private.py and read jp.{node.attr}"
+                )
+        if _private(node.attr):
+            bad.append(
+                f"{name}:{node.lineno} reads jax's private {ast.unparse(node)}: give it a "
+                "documented name or function in jax_private.py"
+            )
+    return bad
+
+
+def test_private_jax_is_read_through_named_exports_only() -> None:
+    bad = [
+        line
+        for name, path in _modules().items()
+        if name != GATEWAY
+        for line in _gateway_violations(name, path, path.read_text())
+    ]
+    assert not bad, "private jax read around the gateway:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize(
+    "source, complaint",
+    [
+        ("from .. import jax_private as jp\npe = jp.pe\npe.dce_jaxpr(j)", "not a named export"),
+        ("from .. import jax_private as jp\njp.core.Tracer", "not a named export"),
+        ("from ..jax_private import core\ncore.Tracer", "not a named export"),
+        ("from .. import jax_private as jp\npe = jp.pe\npe._jaxpr_forwarding(j)", "private"),
+        ("from .. import jax_private as jp\njp.Tracer._trace", "private"),
+        ("from .. import jax_private as jp\nf = jp.ClosedJaxpr\nf(j)._consts", "private"),
+        (
+            "from jax.sharding import NamedSharding\nNamedSharding(m, p)._to_xla_hlo_sharding(2)",
+            "private",
+        ),
+        ("import jax\njax._src.core", "private"),
+    ],
+)
+def test_gateway_check_catches(source: str, complaint: str) -> None:
+    """The check above fails on each way around the gateway (so it can fail at all)."""
+    path = PACKAGE / "_src" / "rules" / "example.py"
+    found = _gateway_violations("_src.rules.example", path, source)
+    assert any(complaint in line for line in found), found
+
+
+def test_gateway_check_accepts_named_exports() -> None:
+    source = (
+        "from .. import jax_private as jp\n"
+        "jp.primitive_jvps[p] = rule\n"
+        "isinstance(x, jp.Tracer)\n"
+        "jp.jaxpr_forwarding(j)\n"
+        "self._cache = jp.Zero(aval)\n"
+    )
+    path = PACKAGE / "_src" / "rules" / "example.py"
+    assert _gateway_violations("_src.rules.example", path, source) == []
+
+
+@pytest.mark.parametrize("version", ["0.9.2", "0.11.0", "1.0.0", "nightly"])
+def test_gateway_refuses_an_unsupported_jax(version: str) -> None:
+    with pytest.raises(ImportError, match=rf"supports jax 0\.10\.x .* found jax {version}"):
+        jax_private.check_jax_version(version)
+
+
+def test_gateway_accepts_jax_0_10_and_finds_the_hook_it_patches() -> None:
+    for version in ("0.10.0", "0.10.2", "0.10.9.dev20260101"):
+        jax_private.check_jax_version(version)
+    jax_private.check_intermediate_shardings_hook()
+    # installed once, process-wide, at import (NOTE [device assignment under jax.jit])
+    assert getattr(jax._src.dispatch.get_intermediate_shardings, "_partitioner_find", None)

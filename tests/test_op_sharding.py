@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from jax._src.interpreters import mlir
 from jax._src.lib import xla_client as xc
+from jax._src.lib.mlir import ir
 from jax.sharding import AxisType, Mesh, NamedSharding
 
 from partitioner import (
@@ -29,10 +31,11 @@ from partitioner import (
 from partitioner.sharding_spec import devices_indices_map, sharding_spec_from_parsed
 from partitioner.testing import (
     Unparseable,
+    ensure_sdy_mesh,
     hlo_sharding_text,
     parse_op_sharding_parsed,
-    sdy_mesh_text,
-    sdy_sharding_text,
+    sdy_mesh_attr,
+    sdy_sharding_attr,
     unflatten_superdims,
 )
 
@@ -313,11 +316,40 @@ def test_text_forms() -> None:
     assert HloSharding.from_string(text) == HloSharding.from_string(
         "{devices=[4,1,2]0,4,1,5,2,6,3,7 last_tile_dim_replicate}"
     )
-    assert sdy_mesh_text(MESH_2x4) == '<["x"=2, "y"=4]>'
-    assert (
-        sdy_sharding_text(3, PartitionSpec(("y", "x"), UNCONSTRAINED))
-        == '#sdy.sharding<@mesh, [{"y", "x"}, {?}, {}]>'
-    )
+
+
+def test_shardy_attributes() -> None:
+    """The Shardy attributes the lowering builds (with jax's MLIR builders) read as
+    Shardy's documented syntax: closed dims, ``{?}`` for UNCONSTRAINED, quoted axes."""
+    with mlir.make_ir_context():
+        assert str(sdy_mesh_attr(MESH_2x4)) == '#sdy.mesh<["x"=2, "y"=4]>'
+        assert str(sdy_mesh_attr(MESH_2x4, range(8))) == '#sdy.mesh<["x"=2, "y"=4]>'
+        assert (
+            str(sdy_mesh_attr(MESH_2x4, [1, 0, 2, 3, 4, 5, 6, 7]))
+            == '#sdy.mesh<["x"=2, "y"=4], device_ids=[1, 0, 2, 3, 4, 5, 6, 7]>'
+        )
+        assert (
+            str(sdy_sharding_attr(3, PartitionSpec(("y", "x"), UNCONSTRAINED)))
+            == '#sdy.sharding<@mesh, [{"y", "x"}, {?}, {}]>'
+        )
+        assert str(sdy_sharding_attr(2, REPLICATED, "mesh_1")) == "#sdy.sharding<@mesh_1, [{}, {}]>"
+        assert str(sdy_sharding_attr(0, None)) == "#sdy.sharding<@mesh, []>"
+
+
+def test_one_sdy_mesh_op_per_distinct_mesh() -> None:
+    """A module names each mesh (with its device order) once: the same mesh reuses its
+    symbol, another device order gets a fresh one."""
+    with mlir.make_ir_context(), ir.Location.unknown():
+        module = ir.Module.create()
+        assert ensure_sdy_mesh(module, MESH_2x4) == "mesh"
+        assert ensure_sdy_mesh(module, MESH_2x4, range(8)) == "mesh"
+        assert ensure_sdy_mesh(module, MESH_2x4, [1, 0, 2, 3, 4, 5, 6, 7]) == "mesh_1"
+        assert ensure_sdy_mesh(module, MESH_2x4, [1, 0, 2, 3, 4, 5, 6, 7]) == "mesh_1"
+        ops = [str(op) for op in module.body.operations]
+    assert ops == [
+        'sdy.mesh @mesh_1 = <["x"=2, "y"=4], device_ids=[1, 0, 2, 3, 4, 5, 6, 7]>',
+        'sdy.mesh @mesh = <["x"=2, "y"=4]>',
+    ]
 
 
 # --- the parser on hand-built protos ---

@@ -18,16 +18,14 @@ from .lower.module import LoweredModule
 from .spec.op_sharding import parse_op_sharding_parsed
 from .spec.parsed import REPLICATED, ParsedPartitionSpec
 
-xc = jp.xla_client
-
 
 def compile_options(lowered: LoweredModule) -> Any:
     """The XLA options for ``lowered``: SPMD over the mesh, Shardy or GSPMD."""
     devices = list(lowered.mesh.devices.flat)
-    opts = xc.CompileOptions()
+    opts = jp.CompileOptions()
     opts.num_replicas = 1
     opts.num_partitions = len(devices)
-    opts.device_assignment = xc.DeviceAssignment.create(np.array([[d.id for d in devices]]))
+    opts.device_assignment = jp.DeviceAssignment.create(np.array([[d.id for d in devices]]))
     build = opts.executable_build_options
     build.use_spmd_partitioning = True
     build.use_shardy_partitioner = lowered.shardy
@@ -77,10 +75,10 @@ def _chosen_specs(shardings: Any, avals: Any, mesh: Any) -> list[ParsedPartition
 def _compile_once(lowered: LoweredModule) -> Any:
     emit("compile", name=lowered.name)
     devices = tuple(lowered.mesh.devices.flat)
-    backend = jp.xla_bridge.get_device_backend(devices[0])
+    backend = jp.get_device_backend(devices[0])
     return backend.compile_and_load(
         lowered.module,
-        executable_devices=xc.DeviceList(devices),
+        executable_devices=jp.DeviceList(devices),
         compile_options=compile_options(lowered),
         host_callbacks=list(lowered.host_callbacks),
     )

@@ -1,63 +1,223 @@
 """Every private jax entry point partitioner uses, in one place.
 
-Why: ``jax._src`` moves between releases. Keeping each use behind a small
-function here means a jax upgrade touches one module. Nothing outside this file
-imports from ``jax._src``.
+Why: ``jax._src`` moves between releases. Keeping each use behind a name or a
+small function here means a jax upgrade touches one module, and fails at import,
+here, when a name is gone. Nothing outside this file imports from ``jax._src``.
+
+This module exports *names*, never modules: the block of named exports below
+(``ClosedJaxpr = _core.ClosedJaxpr``) lists every private jax object the package
+reads, and the modules it reads them from are bound to private names (``_core``).
+Elsewhere, code reads ``jp.ClosedJaxpr``, never ``jp.core.ClosedJaxpr``
+(tests/test_architecture.py checks both).
 """
 
 from __future__ import annotations
 
-import os
+import os as _os
+import re as _re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from jax._src import api_util, core, effects, sharding_impls, source_info_util, xla_bridge
+import jax as _jax_pkg
+from jax._src import api_util as _api_util
 from jax._src import array as _array
 from jax._src import callback as _callback
 from jax._src import config as _config
+from jax._src import core as _core
 from jax._src import dispatch as _dispatch
 from jax._src import distributed as _distributed
 from jax._src import dtypes as _dtypes
-from jax._src import linear_util as lu
+from jax._src import effects as _effects
+from jax._src import linear_util as _lu
 from jax._src import mesh as _mesh_lib
+from jax._src import sharding_impls as _sharding_impls
+from jax._src import source_info_util as _source_info_util
 from jax._src import stages as _stages
 from jax._src import tree_util as _tree_util
-from jax._src.interpreters import ad, batching, mlir, pxla
-from jax._src.interpreters import partial_eval as pe
-from jax._src.lib import (
-    _jax,
-    xla_client,  # jaxlib's OpSharding/HloSharding/CompileOptions
-)
-from jax._src.lib.mlir import ir
-from jax._src.lib.mlir.dialects import sdy
+from jax._src import xla_bridge as _xla_bridge
+from jax._src.interpreters import ad as _ad
+from jax._src.interpreters import batching as _batching
+from jax._src.interpreters import mlir as _mlir
+from jax._src.interpreters import partial_eval as _pe
+from jax._src.interpreters import pxla as _pxla
+from jax._src.lib import _jax
+from jax._src.lib import xla_client as _xla_client
+from jax._src.lib.mlir import ir as _ir
+from jax._src.lib.mlir.dialects import sdy as _sdy
 from jax.sharding import Mesh as _Mesh
 from jax.sharding import NamedSharding as _NamedSharding
 from jax.sharding import PartitionSpec as _P
 
-# Re-exported modules: the complete list of private jax modules partitioner
-# reaches into (each use elsewhere goes through this name).
-__all__ = [
-    "ad",
-    "api_util",
-    "batching",
-    "core",
-    "effects",
-    "ir",
-    "lu",
-    "mlir",
-    "pe",
-    "pxla",
-    "sdy",
-    "sharding_impls",
-    "source_info_util",
-    "xla_bridge",
-    "xla_client",
-]
+# --- the jax releases this module is written against ---
+
+#: ``(lowest, first unsupported)`` jax release, as ``(major, minor)``; pyproject pins the same.
+SUPPORTED_JAX = ((0, 10), (0, 11))
+
+
+def check_jax_version(version: str) -> None:
+    """Raise ImportError unless ``version`` is a jax release this module supports.
+
+    Every name below is private to jax and may change in any release, so an
+    unsupported jax fails here, at import, with what to install, rather than
+    later with an AttributeError deep inside a trace or a lowering.
+    """
+    found = _re.match(r"(\d+)\.(\d+)", version)
+    low, high = SUPPORTED_JAX
+    if found is None or not low <= (int(found[1]), int(found[2])) < high:
+        raise ImportError(
+            f"partitioner supports jax {low[0]}.{low[1]}.x (it builds on jax's private "
+            f"API, which changes between releases); found jax {version}. Install "
+            f'"jax>={low[0]}.{low[1]},<{high[0]}.{high[1]}" and the matching jaxlib.'
+        )
+
+
+check_jax_version(_jax_pkg.__version__)
+
+
+# --- named exports: the private jax names partitioner uses, one line each ---
+# Grouped by jax module and sorted; regenerated from their uses by the gateway
+# codemod (jp_codemod.py): use `jp.Name` elsewhere, never a module's attribute.
+
+# jax._src.api_util
+debug_info = _api_util.debug_info
+
+# jax._src.core
+ClosedJaxpr = _core.ClosedJaxpr
+eqn_effects = _core.eqn_effects
+eval_jaxpr = _core.eval_jaxpr
+extend_axis_env_nd = _core.extend_axis_env_nd
+Jaxpr = _core.Jaxpr
+jaxprs_in_params = _core.jaxprs_in_params
+Literal = _core.Literal
+new_jaxpr_eqn = _core.new_jaxpr_eqn
+positional_effects = _core.positional_effects
+pp_eqn_rules = _core.pp_eqn_rules
+Primitive = _core.Primitive
+ShapedArray = _core.ShapedArray
+subjaxprs = _core.subjaxprs
+Tracer = _core.Tracer
+typeof = _core.typeof
+Var = _core.Var
+
+# jax._src.effects
+control_flow_allowed_effects = _effects.control_flow_allowed_effects
+custom_derivatives_allowed_effects = _effects.custom_derivatives_allowed_effects
+Effect = _effects.Effect
+lowerable_effects = _effects.lowerable_effects
+ordered_effects = _effects.ordered_effects
+partial_eval_kept_effects = _effects.partial_eval_kept_effects
+remat_allowed_effects = _effects.remat_allowed_effects
+shardable_ordered_effects = _effects.shardable_ordered_effects
+
+# jax._src.interpreters.ad
+backward_pass = _ad.backward_pass
+instantiate_zeros = _ad.instantiate_zeros
+is_undefined_primal = _ad.is_undefined_primal
+jvp_jaxpr = _ad.jvp_jaxpr
+primitive_jvps = _ad.primitive_jvps
+primitive_transposes = _ad.primitive_transposes
+UndefinedPrimal = _ad.UndefinedPrimal
+Zero = _ad.Zero
+
+# jax._src.interpreters.batching
+batch_jaxpr = _batching.batch_jaxpr
+fancy_primitive_batchers = _batching.fancy_primitive_batchers
+moveaxis = _batching.moveaxis
+primitive_batchers = _batching.primitive_batchers
+
+# jax._src.interpreters.mlir
+aval_to_ir_type = _mlir.aval_to_ir_type
+call_lowering = _mlir.call_lowering
+iota = _mlir.iota
+ir_constants = _mlir.ir_constants
+ir_tree_registry = _mlir.ir_tree_registry
+jaxpr_subcomp = _mlir.jaxpr_subcomp
+lower_jaxpr_to_module = _mlir.lower_jaxpr_to_module
+LoweringParameters = _mlir.LoweringParameters
+register_lowering = _mlir.register_lowering
+TokenSet = _mlir.TokenSet
+wrap_with_full_to_shard_op = _mlir.wrap_with_full_to_shard_op
+wrap_with_shard_to_full_op = _mlir.wrap_with_shard_to_full_op
+wrap_with_sharding_op = _mlir.wrap_with_sharding_op
+
+# jax._src.interpreters.partial_eval
+closed_call_partial_eval_custom_rule = _pe.closed_call_partial_eval_custom_rule
+convert_constvars_jaxpr = _pe.convert_constvars_jaxpr
+custom_partial_eval_rules = _pe.custom_partial_eval_rules
+dce_jaxpr = _pe.dce_jaxpr
+dce_rules = _pe.dce_rules
+has_effects = _pe.has_effects
+JaxprTracer = _pe.JaxprTracer
+new_eqn_recipe = _pe.new_eqn_recipe
+partial_eval_jaxpr_custom = _pe.partial_eval_jaxpr_custom
+partial_eval_jaxpr_custom_rules = _pe.partial_eval_jaxpr_custom_rules
+partial_eval_jaxpr_nounits = _pe.partial_eval_jaxpr_nounits
+partial_eval_jaxpr_nounits_fwd = _pe.partial_eval_jaxpr_nounits_fwd
+PartialVal = _pe.PartialVal
+prune_closed_jaxpr_outputs = _pe.prune_closed_jaxpr_outputs
+trace_to_jaxpr_dynamic = _pe.trace_to_jaxpr_dynamic
+
+# jax._src.interpreters.pxla
+manual_proto = _pxla.manual_proto
+
+# jax._src.linear_util
+wrap_init = _lu.wrap_init
+
+# jax._src.sharding_impls
+SdyArray = _sharding_impls.SdyArray
+SdyArrayList = _sharding_impls.SdyArrayList
+ShardingContext = _sharding_impls.ShardingContext
+SPMDAxisContext = _sharding_impls.SPMDAxisContext
+
+# jax._src.source_info_util
+current_source_info = _source_info_util.current
+summarize_source_info = _source_info_util.summarize
+
+# jax._src.xla_bridge
+get_device_backend = _xla_bridge.get_device_backend
+
+# jaxlib._jax
+CompileOptions = _jax.CompileOptions
+DeviceAssignment = _jax.DeviceAssignment
+DeviceList = _jax.DeviceList
+
+# jaxlib.mlir.dialects.sdy
+AxisRefAttr = _sdy.AxisRefAttr
+DimensionShardingAttr = _sdy.DimensionShardingAttr
+ManualAxesAttr = _sdy.ManualAxesAttr
+ManualComputationOp = _sdy.ManualComputationOp
+MeshAttr = _sdy.MeshAttr
+MeshAxisAttr = _sdy.MeshAxisAttr
+MeshOp = _sdy.MeshOp
+sdy_return = _sdy.return_
+sdy_sharding_constraint = _sdy.sharding_constraint
+TensorShardingAttr = _sdy.TensorShardingAttr
+TensorShardingPerValueAttr = _sdy.TensorShardingPerValueAttr
+
+# jaxlib.mlir.ir
+ArrayAttr = _ir.ArrayAttr
+Block = _ir.Block
+BoolAttr = _ir.BoolAttr
+DictAttr = _ir.DictAttr
+FunctionType = _ir.FunctionType
+InsertionPoint = _ir.InsertionPoint
+Location = _ir.Location
+StringAttr = _ir.StringAttr
+TypeAttr = _ir.TypeAttr
+
+# jaxlib.xla_client
+HloSharding = _xla_client.HloSharding
+OpSharding = _xla_client.OpSharding
+
+# Private in jax (a leading underscore) with no public equivalent: read here only,
+# so a jax upgrade that renames one fails at import, in this file.
+jaxpr_forwarding = _pe._jaxpr_forwarding  # per output: the input it forwards, or None
+# --- end of named exports ---
 
 
 # Source locations jax records for equations (and XLA keeps in op metadata) name the
 # user's line, not partitioner's: jax skips its own files the same way.
-source_info_util.register_exclusion(os.path.dirname(__file__))
+_source_info_util.register_exclusion(_os.path.dirname(__file__))
 
 
 # --- the ambient mesh (shared with `with jax.sharding.Mesh(...)`) ---
@@ -125,8 +285,8 @@ def shaped_abstractify(x: Any) -> Any:
     partitioner's business (the specs), so it is dropped and equal shapes share
     one trace whatever their current layout.
     """
-    a = core.shaped_abstractify(x)
-    return core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type)
+    a = _core.shaped_abstractify(x)
+    return _core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type)
 
 
 # --- how an enclosing jax.jit picks its devices ---
@@ -144,7 +304,15 @@ def report_intermediate_shardings(find: Callable[[Any], Iterable[tuple[Any, Any,
     primitive name)`` for our equations *at that level*; jax's own recursion into
     sub-jaxprs goes through the module attribute, hence through the wrapper too.
     Installing twice is a no-op.
+
+    The patch is process-wide: every ``jax.jit`` in the process calls the
+    wrapper, which returns what jax's function returns plus, for our equations
+    only, the shardings ``find`` yields (a jaxpr without them is unaffected).
+    It relies on two facts of jax 0.10 that :func:`check_intermediate_shardings_hook`
+    verifies before patching (see docs/architecture.md, "The patch of
+    get_intermediate_shardings").
     """
+    check_intermediate_shardings_hook()
     original = _dispatch.get_intermediate_shardings
     if getattr(original, "_partitioner_find", None) is not None:
         return
@@ -158,12 +326,30 @@ def report_intermediate_shardings(find: Callable[[Any], Iterable[tuple[Any, Any,
     _dispatch.get_intermediate_shardings = get_intermediate_shardings  # type: ignore[assignment]
 
 
+def check_intermediate_shardings_hook() -> None:
+    """Raise ImportError unless jax still finds intermediate shardings the way we patch.
+
+    The wrapper works only if ``dispatch.get_intermediate_shardings(jaxpr)`` exists
+    and ``pxla`` (which lowers every ``jax.jit``) reads it through the ``dispatch``
+    module at call time. A jax that renamed or moved it would silently run a
+    pjit nested in ``jax.jit`` on one device, so this fails loudly instead.
+    """
+    hook = getattr(_dispatch, "get_intermediate_shardings", None)
+    if not callable(hook) or getattr(_pxla, "dispatch", None) is not _dispatch:
+        raise ImportError(
+            f"partitioner: jax {_jax_pkg.__version__} no longer has "
+            "jax._src.dispatch.get_intermediate_shardings read by pxla through the dispatch "
+            "module, which partitioner wraps so that jax.jit sees the meshes of its pjits; "
+            f"install a supported jax ({SUPPORTED_JAX[0][0]}.{SUPPORTED_JAX[0][1]}.x)."
+        )
+
+
 # --- extended dtypes (typed PRNG keys): logical vs physical arrays ---
 
 
 def physical_aval(aval: Any) -> Any:
     """The aval XLA sees: a ``key<fry>[8]`` is ``u32[8, 2]``; other avals unchanged."""
-    return core.physical_aval(aval)
+    return _core.physical_aval(aval)
 
 
 def is_extended(aval: Any) -> bool:
@@ -183,12 +369,12 @@ def key_impl(dtype: Any) -> Any:
 
 def physical_sharding(aval: Any, sharding: Any) -> Any:
     """The sharding of the physical array behind a value of ``aval`` laid out as ``sharding``."""
-    return sharding_impls.physical_sharding(aval, sharding) if is_extended(aval) else sharding
+    return _sharding_impls.physical_sharding(aval, sharding) if is_extended(aval) else sharding
 
 
 def pp_eqn(eqn: Any, context: Any, settings: Any) -> Any:
     """jax's default pretty-printing of an equation (for a custom ``pp_eqn_rules`` entry)."""
-    return core._pp_eqn(eqn, context, settings)
+    return _core._pp_eqn(eqn, context, settings)
 
 
 # --- runtime tokens: ordered effects across executions ---
@@ -217,12 +403,12 @@ def record_tokens(effects: Any, results: Any, devices: Any) -> None:
             owners = [next(iter(b.sharding.device_set)) for b in bufs]
             sharding = _NamedSharding(_Mesh(owners, "x"), _P("x"))
             token = _array.make_array_from_single_device_arrays((0,), sharding, bufs)
-        _dispatch.runtime_tokens.set_token_result(effect, core.Token(token))
+        _dispatch.runtime_tokens.set_token_result(effect, _core.Token(token))
 
 
 def results_handler(avals: Any, shardings: Any, committed: bool = True) -> Any:
     """Turns an executable's per-device output buffers into jax.Arrays (committed or not)."""
-    return pxla.global_avals_to_results_handler(avals, shardings, committed=committed)
+    return _pxla.global_avals_to_results_handler(avals, shardings, committed=committed)
 
 
 def manual_scoped_op_sharding(mesh: Any, spec: Any, manual_axes: Any, ndim: int) -> Any:
@@ -241,7 +427,7 @@ def manual_scoped_op_sharding(mesh: Any, spec: Any, manual_axes: Any, ndim: int)
 def hlo_computation(module: Any) -> Any:
     """The XlaComputation (HLO) of a StableHLO module, as jax's ``compiler_ir("hlo")``."""
     return _jax.mlir.mlir_module_to_xla_computation(
-        mlir.module_to_bytecode(module), use_tuple_args=False
+        _mlir.module_to_bytecode(module), use_tuple_args=False
     )
 
 
@@ -257,12 +443,12 @@ def device_assignment_of(sharding: Any) -> tuple[Any, ...]:
 
 def default_device() -> Any:
     """The device uncommitted values land on (``jax.default_device`` or the first device)."""
-    return pxla.get_default_device()
+    return _pxla.get_default_device()
 
 
 def at_top_level() -> bool:
     """True when no jax transformation or trace is active (eager evaluation)."""
-    return core.trace_state_clean()
+    return _core.trace_state_clean()
 
 
 # --- jaxlib's C++ jit dispatcher, driven by our executables ---
@@ -295,7 +481,7 @@ def cpp_dispatcher(
         list(static_argnames),
         key,
         _tree_util.dispatch_registry,
-        pxla.cc_shard_arg,
+        _pxla.cc_shard_arg,
         cache,
     )
 
@@ -310,7 +496,7 @@ def fastpath_data(
 ) -> Any:
     """What the C++ dispatcher needs to run ``executable`` without Python."""
     n = len(in_shardings)
-    return pxla.MeshExecutableFastpathData(
+    return _pxla.MeshExecutableFastpathData(
         executable,
         out_tree,
         list(in_shardings),

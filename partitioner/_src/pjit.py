@@ -291,7 +291,7 @@ class PjitFunction:
         in_tree = flat.arguments.in_tree
         rebuild = rebuilder(in_tree, static_vals)
         trace_key = (in_tree, statics_key(static_vals))
-        debug_info = jp.api_util.debug_info(
+        debug_info = jp.debug_info(
             self.kind,
             self.fun,
             bound.args,

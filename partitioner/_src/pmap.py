@@ -41,8 +41,6 @@ from .trace.plan import CallPlan
 from .trace.region import RegionParams, block_aval, pmap_region_p, region_pjit
 from .trace.tracing import enclosing_maps, trace_body
 
-core, pe = jp.core, jp.pe
-
 _unnamed = itertools.count()
 
 
@@ -309,7 +307,7 @@ class PmapFunction:
             )
 
         block_avals = tuple(block_aval(a, d) for a, d in zip(avals, dims, strict=True))
-        debug_info = jp.api_util.debug_info("pmap", self.fun, tuple(avals), {})
+        debug_info = jp.debug_info("pmap", self.fun, tuple(avals), {})
         # Keyed on the user's function (not this wrapper), with what the traced
         # body adds to it (out_axes), so a fresh pmap of the same function reuses it.
         key = (
@@ -321,7 +319,7 @@ class PmapFunction:
             self._out_axes_key,
         )
         try:
-            with core.extend_axis_env_nd([(self.axis_name, n)]):
+            with jp.extend_axis_env_nd([(self.axis_name, n)]):
                 traced = trace_body(
                     self.fun,
                     rebuild,
@@ -431,7 +429,7 @@ def _regions_below(jaxpr: Any) -> bool:
     for eqn in jaxpr.eqns:
         if eqn.primitive is pmap_region_p:
             continue
-        for sub in core.jaxprs_in_params(eqn.params):
+        for sub in jp.jaxprs_in_params(eqn.params):
             if any(e.primitive is pmap_region_p for e in sub.eqns) or _regions_below(sub):
                 return True
     return False
@@ -440,7 +438,7 @@ def _regions_below(jaxpr: Any) -> bool:
 @cache_per_jaxpr
 def _const_free(jaxpr: Any) -> Any:
     """``jaxpr`` with its constants as leading inputs (the region closes them in again)."""
-    return core.ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr.jaxpr), ())
+    return jp.ClosedJaxpr(jp.convert_constvars_jaxpr(jaxpr.jaxpr), ())
 
 
 @cache_per_jaxpr
@@ -454,7 +452,7 @@ def _placed(jaxpr: Any, mesh: Mesh) -> Any:
                 params=inner.replace(mesh=mesh, body=_placed(inner.body, mesh)).as_kwargs()
             )
         eqns.append(eqn)
-    return core.ClosedJaxpr(jaxpr.jaxpr.replace(eqns=eqns), jaxpr.consts)
+    return jp.ClosedJaxpr(jaxpr.jaxpr.replace(eqns=eqns), jaxpr.consts)
 
 
 class PmapWrapped(PjitWrapped):

@@ -53,7 +53,7 @@ def _forward_eqns(jaxpr: Any) -> list[PjitParams]:
             params = PjitParams.of(eqn.params)
             if None in params.out_axis_resources:
                 found.append(params)
-    for sub in jp.core.subjaxprs(jaxpr):
+    for sub in jp.subjaxprs(jaxpr):
         found.extend(_forward_eqns(sub))
     return found
 

@@ -61,7 +61,7 @@ def get_executable(params: PjitParams) -> Executable:
 
 def check_live(x: Any, where: str) -> None:
     """Raise a RuntimeError naming ``where`` if ``x`` is a deleted (e.g. donated) array."""
-    if isinstance(x, jax.Array) and not isinstance(x, jp.core.Tracer) and x.is_deleted():
+    if isinstance(x, jax.Array) and not isinstance(x, jp.Tracer) and x.is_deleted():
         raise RuntimeError(
             f"{where} is an array that has been deleted, most likely donated to an earlier "
             "call (donate_argnums). Pass a live array, or stop donating it."
@@ -80,7 +80,7 @@ def check_usable(x: Any, mesh: Mesh, where: str) -> None:
         ValueError: ``x`` is committed to a device outside the mesh.
     """
     check_live(x, where)
-    if isinstance(x, jax.Array) and not isinstance(x, jp.core.Tracer) and x.committed:
+    if isinstance(x, jax.Array) and not isinstance(x, jp.Tracer) and x.committed:
         devices = {d.id for d in x.sharding.device_set}  # type: ignore[attr-defined]
         mesh_ids = {d.id for d in mesh.devices.flat}
         if not devices <= mesh_ids:
@@ -120,7 +120,7 @@ def place_args_reporting(
     placed = []
     moved_committed = False
     for i, (x, sharding) in enumerate(zip(args, shardings, strict=True)):
-        if isinstance(x, jax.Array) and not isinstance(x, jp.core.Tracer):
+        if isinstance(x, jax.Array) and not isinstance(x, jp.Tracer):
             if not x.is_deleted() and (
                 x.sharding == sharding or x.sharding.is_equivalent_to(sharding, x.ndim)
             ):
@@ -184,7 +184,7 @@ def spec_of_arg(x: Any, mesh: Mesh) -> ParsedPartitionSpec:
     Used for inputs whose spec is None (residuals, NOTE [residual shardings]):
     they are taken as they arrive instead of being moved.
     """
-    if isinstance(x, jax.Array) and not isinstance(x, jp.core.Tracer):
+    if isinstance(x, jax.Array) and not isinstance(x, jp.Tracer):
         sharding = x.sharding
         if jp.device_assignment_of(sharding) == tuple(mesh.devices.flat):
             try:

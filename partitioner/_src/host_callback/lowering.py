@@ -30,8 +30,6 @@ from ..spec.parsed import ParsedPartitionSpec
 from .primitive import Tap, host_copy, id_tap_p, tap_effect, tapped
 from .receiver import current
 
-core, mlir, sharding_impls, xc = jp.core, jp.mlir, jp.sharding_impls, jp.xla_client
-
 #: The mesh axis of the device-position iota of ``tap_with_device`` callbacks.
 _DEVICE_AXIS = "tap_devices"
 
@@ -45,7 +43,7 @@ def _id_tap_lowering(
     batch_dims: tuple[int | None, ...] | None,
 ) -> Sequence[Any]:
     axis_ctx = ctx.module_context.axis_context
-    if isinstance(axis_ctx, sharding_impls.SPMDAxisContext):
+    if isinstance(axis_ctx, jp.SPMDAxisContext):
         raise ValueError(
             f"id_tap cannot be lowered inside {type(axis_ctx).__name__} (a shard_map body): "
             "tap the values outside the shard_map."
@@ -76,7 +74,7 @@ def _id_tap_lowering(
     return list(args)
 
 
-mlir.register_lowering(id_tap_p, _id_tap_lowering)
+jp.register_lowering(id_tap_p, _id_tap_lowering)
 # jax.jit then gives the lowering its device assignment (for ``device=``).
 jp.requires_devices_during_lowering(id_tap_p)
 
@@ -101,16 +99,16 @@ def _emit_global(
         has_side_effect=True,
         sharding=_first_device_sharding() if num_devices > 1 else None,
     )
-    ctx.set_tokens_out(ctx.tokens_in.update_tokens(mlir.TokenSet({tap_effect: token})))
+    ctx.set_tokens_out(ctx.tokens_in.update_tokens(jp.TokenSet({tap_effect: token})))
 
 
 def _first_device_sharding() -> Any:
     if jp.jax_uses_shardy():
-        return sharding_impls.SdyArrayList(
-            (sharding_impls.SdyArray(mesh_shape=(), dim_shardings=(), logical_device_ids=(0,)),)
+        return jp.SdyArrayList(
+            (jp.SdyArray(mesh_shape=(), dim_shardings=(), logical_device_ids=(0,)),)
         )
-    sharding = xc.OpSharding()
-    sharding.type = xc.OpSharding.Type.MAXIMAL
+    sharding = jp.OpSharding()
+    sharding.type = jp.OpSharding.Type.MAXIMAL
     sharding.tile_assignment_dimensions = [1]
     sharding.tile_assignment_devices = [0]
     return sharding
@@ -141,10 +139,10 @@ def _emit_device_tap(
     me = jax.process_index()
     local = tuple(p for p in range(n) if devices is None or devices[p].process_index == me)
     marker_opens = 0 in local
-    position_aval = core.ShapedArray((n,), np.int32)
+    position_aval = jp.ShapedArray((n,), np.int32)
     positions = annotate.constrain(
         ctx,
-        mlir.iota(ctx, position_aval, dimension=0),
+        jp.iota(ctx, position_aval, dimension=0),
         position_aval,
         ParsedPartitionSpec.from_user_input(PartitionSpec(_DEVICE_AXIS), "id_tap"),
         mesh,

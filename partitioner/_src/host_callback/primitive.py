@@ -29,10 +29,8 @@ import numpy as np
 from .. import jax_private as jp
 from . import receiver
 
-core, ad, batching, effects = jp.core, jp.ad, jp.batching, jp.effects
 
-
-class TapEffect(effects.Effect):
+class TapEffect(jp.Effect):
     """The ordered, shardable effect of a tap."""
 
     def __str__(self) -> str:
@@ -41,13 +39,13 @@ class TapEffect(effects.Effect):
 
 tap_effect = TapEffect()
 for _registry in (
-    effects.ordered_effects,
-    effects.shardable_ordered_effects,
-    effects.lowerable_effects,
-    effects.control_flow_allowed_effects,
-    effects.remat_allowed_effects,
-    effects.custom_derivatives_allowed_effects,
-    effects.partial_eval_kept_effects,
+    jp.ordered_effects,
+    jp.shardable_ordered_effects,
+    jp.lowerable_effects,
+    jp.control_flow_allowed_effects,
+    jp.remat_allowed_effects,
+    jp.custom_derivatives_allowed_effects,
+    jp.partial_eval_kept_effects,
 ):
     _registry.add_type(TapEffect)
 
@@ -90,7 +88,7 @@ class Tap:
         return f"Tap({name}{', with_device' if self.with_device else ''})"
 
 
-id_tap_p = core.Primitive("id_tap")
+id_tap_p = jp.Primitive("id_tap")
 id_tap_p.multiple_results = True
 
 
@@ -181,7 +179,7 @@ def _id_tap_batcher(
     return id_tap_p.bind(*args, nr_untapped=nr_untapped, **params), dims
 
 
-batching.primitive_batchers[id_tap_p] = _id_tap_batcher
+jp.primitive_batchers[id_tap_p] = _id_tap_batcher
 
 
 # --- jvp ---
@@ -195,12 +193,12 @@ def _id_tap_jvp(
     # untapped operands (``result=``) pass by: they may be float0 (PRNG keys).
     primals_out = id_tap_p.bind(*primals, nr_untapped=nr_untapped, **params)
     n = len(primals) - nr_untapped
-    tapped_tangents = [ad.instantiate_zeros(t) for t in tangents[:n]]
+    tapped_tangents = [jp.instantiate_zeros(t) for t in tangents[:n]]
     tangents_out = id_tap_p.bind(*tapped_tangents, nr_untapped=0, **_with_transform(params, "jvp"))
     return primals_out, [*tangents_out, *tangents[n:]]
 
 
-ad.primitive_jvps[id_tap_p] = _id_tap_jvp
+jp.primitive_jvps[id_tap_p] = _id_tap_jvp
 
 
 def _with_transform(params: dict[str, Any], name: str) -> dict[str, Any]:
@@ -214,8 +212,8 @@ def _id_tap_transpose(cts: Sequence[Any], *args: Any, **params: Any) -> Sequence
     # Every operand of a tangent tap is linear: the identity's transpose is the
     # identity, tapped.
     del args
-    cts = [ad.instantiate_zeros(ct) for ct in cts]
+    cts = [jp.instantiate_zeros(ct) for ct in cts]
     return id_tap_p.bind(*cts, **_with_transform(params, "transpose"))
 
 
-ad.primitive_transposes[id_tap_p] = _id_tap_transpose
+jp.primitive_transposes[id_tap_p] = _id_tap_transpose

@@ -18,10 +18,8 @@ from typing import Any
 from jax.sharding import Mesh
 
 from .. import jax_private as jp
-from ..spec.op_sharding import get_aval_sharding_proto, sdy_mesh_text, sdy_sharding_text
+from ..spec.op_sharding import get_aval_sharding_proto
 from ..spec.parsed import ParsedPartitionSpec
-
-ir, mlir, xc = jp.ir, jp.mlir, jp.xla_client
 
 #: The sdy.mesh symbol partitioner uses in modules it builds.
 MESH_SYMBOL = "mesh"
@@ -38,14 +36,52 @@ def gspmd_attr(
     aval: Any, spec: ParsedPartitionSpec, mesh: Mesh, positions: Sequence[int] | None = None
 ) -> Any:
     """``mhlo.sharding`` string attribute, e.g. ``"{devices=[4,1,2]<=[8] last_tile_dim_replicate}"``."""
-    return ir.StringAttr.get(
-        str(xc.HloSharding.from_proto(op_sharding(aval, spec, mesh, positions)))
+    return jp.StringAttr.get(
+        str(jp.HloSharding.from_proto(op_sharding(aval, spec, mesh, positions)))
     )
 
 
+# --- Shardy attributes, built as jax builds its own (named_sharding.SdyArray.build) ---
+
+
+def sdy_sharding_attr(ndim: int, spec: Any, mesh_symbol: str = MESH_SYMBOL) -> Any:
+    """The ``#sdy.sharding`` of ``spec`` for a rank-``ndim`` value, over the mesh op named
+    ``mesh_symbol``: e.g. ``#sdy.sharding<@mesh, [{"a"}, {?}, {}]>``.
+
+    An unconstrained dimension is open with no axes (``{?}``: XLA picks); every other
+    dimension is closed, so XLA neither adds axes to it nor drops them. ``spec`` is a
+    ParsedPartitionSpec or anything that coerces to one (UNCONSTRAINED allowed).
+    Needs an MLIR context with the sdy dialect (any lowering's).
+    """
+    parsed = ParsedPartitionSpec.coerce(spec, "sdy_sharding_attr", allow_unconstrained=True)
+    parts = list(parsed.partitions) + [()] * (ndim - len(parsed.partitions))
+    dims = [
+        jp.DimensionShardingAttr.get([], is_closed=False)
+        if d in parsed.unconstrained_dims
+        else jp.DimensionShardingAttr.get(
+            [jp.AxisRefAttr.get(str(a)) for a in axes], is_closed=True
+        )
+        for d, axes in enumerate(parts)
+    ]
+    return jp.TensorShardingAttr.get(mesh_symbol, dims)
+
+
+def sdy_mesh_attr(mesh: Mesh, positions: Sequence[int] | None = None) -> Any:
+    """The ``#sdy.mesh`` of ``mesh``: ``<["a"=2, "b"=4]>``, with ``device_ids`` only when
+    ``positions`` (NOTE [device positions]) is not the identity.
+
+    Without ``device_ids`` the executable's device assignment is the flattened mesh, so
+    logical device ``i`` is position ``i`` (Shardy rejects an explicit identity list).
+    """
+    axes = [jp.MeshAxisAttr.get(str(name), size) for name, size in mesh.shape.items()]
+    if positions is not None and list(positions) != list(range(len(positions))):
+        return jp.MeshAttr.get(axes, list(positions))
+    return jp.MeshAttr.get(axes)
+
+
 def shardy_attr(aval: Any, spec: ParsedPartitionSpec, mesh_symbol: str) -> Any:
-    """``sdy.sharding`` attribute, e.g. ``#sdy.sharding<@mesh, [{"a"}, {}]>``."""
-    return ir.Attribute.parse(sdy_sharding_text(len(aval.shape), spec, mesh_symbol))
+    """``sdy.sharding`` attribute of ``spec`` for a value of ``aval``."""
+    return sdy_sharding_attr(len(aval.shape), spec, mesh_symbol)
 
 
 def ensure_sdy_mesh(module: Any, mesh: Mesh, positions: Sequence[int] | None = None) -> str:
@@ -54,24 +90,21 @@ def ensure_sdy_mesh(module: Any, mesh: Mesh, positions: Sequence[int] | None = N
     Reuses an existing mesh op with the same definition; picks a fresh symbol when
     ``mesh`` (or its device order) differs from the one already named ``mesh``.
     """
-    body = mesh_text = sdy_mesh_text(mesh)
-    if positions is not None and list(positions) != list(range(len(positions))):
-        body = mesh_text[:-1] + f", device_ids=[{', '.join(map(str, positions))}]>"
-    existing = {}
-    for op in module.body.operations:
-        if op.operation.name == "sdy.mesh":
-            name = ir.StringAttr(op.attributes["sym_name"]).value
-            existing[name] = str(op.attributes["mesh"])
-    wanted = str(ir.Attribute.parse(f"#sdy.mesh{body}"))
-    for name, definition in existing.items():
-        if definition == wanted:
-            return name
-    symbol, k = MESH_SYMBOL, 0
-    while symbol in existing:
-        k += 1
-        symbol = f"{MESH_SYMBOL}_{k}"
-    op = ir.Operation.parse(f"sdy.mesh @{symbol} = {body}")
-    ir.InsertionPoint.at_block_begin(module.body).insert(op)
+    with module.context:
+        wanted = sdy_mesh_attr(mesh, positions)
+        existing = {}
+        for op in module.body.operations:
+            if op.operation.name == "sdy.mesh":
+                existing[jp.StringAttr(op.attributes["sym_name"]).value] = op.attributes["mesh"]
+        for name, definition in existing.items():
+            if definition == wanted:
+                return name
+        symbol, k = MESH_SYMBOL, 0
+        while symbol in existing:
+            k += 1
+            symbol = f"{MESH_SYMBOL}_{k}"
+        with jp.InsertionPoint.at_block_begin(module.body), jp.Location.unknown():
+            jp.MeshOp(symbol, wanted)
     return symbol
 
 
@@ -107,17 +140,17 @@ def set_main_shardings(
         for i, (aval, spec) in enumerate(
             [(None, None)] * n_tokens + list(zip(avals, specs, strict=True))
         ):
-            entries = {} if old is None else {n.name: n.attr for n in ir.DictAttr(old[i])}  # type: ignore[attr-defined]
+            entries = {} if old is None else {n.name: n.attr for n in jp.DictAttr(old[i])}  # type: ignore[attr-defined]
             if spec is not None:
                 entries[key] = attr(aval, spec)
-            dicts.append(ir.DictAttr.get(entries))
-        return ir.ArrayAttr.get(dicts)
+            dicts.append(jp.DictAttr.get(entries))
+        return jp.ArrayAttr.get(dicts)
 
     attrs = main.attributes
     old_args = attrs["arg_attrs"] if "arg_attrs" in attrs else None
     old_res = attrs["res_attrs"] if "res_attrs" in attrs else None
     n_tokens_in = len(main.regions[0].blocks[0].arguments) - len(in_avals)
-    n_tokens_out = len(ir.FunctionType(ir.TypeAttr(attrs["function_type"]).value).results) - len(
+    n_tokens_out = len(jp.FunctionType(jp.TypeAttr(attrs["function_type"]).value).results) - len(
         out_avals
     )
     attrs["arg_attrs"] = merged(old_args, n_tokens_in, in_avals, in_specs)
@@ -126,7 +159,7 @@ def set_main_shardings(
 
 def find_main(module: Any) -> Any:
     for op in module.body.operations:
-        if "sym_name" in op.attributes and ir.StringAttr(op.attributes["sym_name"]).value == "main":
+        if "sym_name" in op.attributes and jp.StringAttr(op.attributes["sym_name"]).value == "main":
             return op
     raise AssertionError("internal error: lowered module has no main function")
 
@@ -144,10 +177,9 @@ def constrain(
     aval = jp.physical_aval(aval)  # the IR value is physical (typed PRNG keys)
     if shardy:
         symbol = ensure_sdy_mesh(ctx.module_context.module, mesh, positions)
-        sharding = jp.sdy.TensorShardingAttr(shardy_attr(aval, spec, symbol))
-        return jp.sdy.sharding_constraint(value, sharding)
+        return jp.sdy_sharding_constraint(value, shardy_attr(aval, spec, symbol))
     proto = op_sharding(aval, spec, mesh, positions)
-    return mlir.wrap_with_sharding_op(
+    return jp.wrap_with_sharding_op(
         ctx, value, aval, proto, unspecified_dims=set(spec.unconstrained_dims) or None
     )
 
@@ -167,8 +199,8 @@ def mark_buffer_donors(module: Any, n_inputs: int, donors: Sequence[int]) -> Non
     old = attrs["arg_attrs"] if "arg_attrs" in attrs else None
     dicts = []
     for i in range(n_tokens + n_inputs):
-        entries = {} if old is None else {n.name: n.attr for n in ir.DictAttr(old[i])}  # type: ignore[attr-defined]
+        entries = {} if old is None else {n.name: n.attr for n in jp.DictAttr(old[i])}  # type: ignore[attr-defined]
         if i - n_tokens in donors:
-            entries["jax.buffer_donor"] = ir.BoolAttr.get(True)
-        dicts.append(ir.DictAttr.get(entries))
-    attrs["arg_attrs"] = ir.ArrayAttr.get(dicts)
+            entries["jax.buffer_donor"] = jp.BoolAttr.get(True)
+        dicts.append(jp.DictAttr.get(entries))
+    attrs["arg_attrs"] = jp.ArrayAttr.get(dicts)

@@ -22,8 +22,6 @@ from ..warn import warn
 from . import annotate
 from . import rules as _rules  # noqa: F401  (registers the MLIR lowering rules)
 
-mlir, sharding_impls, xla_bridge = jp.mlir, jp.sharding_impls, jp.xla_bridge
-
 
 @dataclass(frozen=True)
 class LoweredModule:
@@ -151,8 +149,8 @@ def ordered_effects_of(params: PjitParams) -> tuple[Any, ...]:
         ValueError: an ordered effect XLA cannot shard (``jax.debug.callback(...,
             ordered=True)``) on more than one device, as ``jax.jit`` says it.
     """
-    ordered = tuple(jp.effects.ordered_effects.filter_in(params.jaxpr.effects))
-    unshardable = [e for e in ordered if not jp.effects.shardable_ordered_effects.contains(e)]
+    ordered = tuple(jp.ordered_effects.filter_in(params.jaxpr.effects))
+    unshardable = [e for e in ordered if not jp.shardable_ordered_effects.contains(e)]
     if unshardable and params.mesh.size > 1:
         raise ValueError(
             f"{params.api} {params.name}: the following ordered effects are not supported for more "
@@ -171,7 +169,7 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
     emit("lower", name=params.name)
     mesh, jaxpr = params.mesh, params.jaxpr
     devices = tuple(mesh.devices.flat)
-    backend = xla_bridge.get_device_backend(devices[0])
+    backend = jp.get_device_backend(devices[0])
     in_avals, out_avals = tuple(jaxpr.in_avals), tuple(jaxpr.out_avals)
     in_specs, out_specs = params.in_axis_resources, params.out_axis_resources
     aliased, aliases, donors = plan_donation(
@@ -185,7 +183,7 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
     )
     ordered = ordered_effects_of(params)
     with jp.shardy_config(shardy):
-        result = mlir.lower_jaxpr_to_module(
+        result = jp.lower_jaxpr_to_module(
             f"pjit_{params.name}",
             jaxpr,
             num_const_args=0,
@@ -193,13 +191,13 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
             ordered_effects=list(ordered),
             platforms=[backend.platform],
             backend=backend,
-            axis_context=sharding_impls.ShardingContext(len(devices), devices),
+            axis_context=jp.ShardingContext(len(devices), devices),
             # Aliases are decided above (plan_donation); jax's own matching
             # would add buffer donors on top, which XLA rejects.
             donated_args=[False] * len(in_avals),
             input_output_aliases=aliases,
             num_partitions=len(devices),
-            lowering_parameters=mlir.LoweringParameters(hoist_constants_as_args=False),
+            lowering_parameters=jp.LoweringParameters(hoist_constants_as_args=False),
         )
         with result.module.context:
             annotate.set_main_shardings(

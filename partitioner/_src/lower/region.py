@@ -20,18 +20,15 @@ from typing import Any
 from jax.sharding import Mesh, PartitionSpec
 
 from .. import jax_private as jp
-from ..spec.op_sharding import sdy_sharding_text
 from ..spec.parsed import ParsedPartitionSpec
 from ..trace.region import RegionParams, mapped_spec, pmap_region_p
 from . import annotate
 from .rules import placement
 
-ir, mlir, pxla, sdy, sharding_impls = jp.ir, jp.mlir, jp.pxla, jp.sdy, jp.sharding_impls
-
 
 def _lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
     p = RegionParams.of(kwargs)
-    if jp.effects.ordered_effects.filter_in(p.body.effects):
+    if jp.ordered_effects.filter_in(p.body.effects):
         raise ValueError(
             f"pmap {p.name}: ordered effects (jax.debug.callback(ordered=True), id_tap) are not "
             "supported inside pmap; use an unordered callback"
@@ -39,9 +36,7 @@ def _lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
     axis_ctx = ctx.module_context.axis_context
     # Axes an enclosing region already made manual (a pmap nested in a pmap).
     outer = (
-        frozenset(axis_ctx.manual_axes)
-        if isinstance(axis_ctx, sharding_impls.SPMDAxisContext)
-        else frozenset()
+        frozenset(axis_ctx.manual_axes) if isinstance(axis_ctx, jp.SPMDAxisContext) else frozenset()
     )
     if not outer:
         where = placement(ctx, p.mesh, f"pmap {p.name}")
@@ -54,9 +49,7 @@ def _lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
     manual = outer | {p.axis_name}
     in_specs = [mapped_spec(p.axis_name, d) for d in p.in_dims]
     out_specs = [mapped_spec(p.axis_name, d) for d in p.out_dims]
-    sub_ctx = ctx.module_context.replace(
-        axis_context=sharding_impls.SPMDAxisContext(p.mesh, manual)
-    )
+    sub_ctx = ctx.module_context.replace(axis_context=jp.SPMDAxisContext(p.mesh, manual))
     if jp.jax_uses_shardy():
         return _shardy(ctx, sub_ctx, p, args, in_specs, out_specs)
     region = _Gspmd(ctx, p.mesh, outer, manual)
@@ -65,14 +58,14 @@ def _lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
         for x, aval, block, spec in zip(args, ctx.avals_in, p.body.in_avals, in_specs, strict=True)
     ]
     with p.axis_env():
-        outs, _ = mlir.call_lowering(
+        outs, _ = jp.call_lowering(
             f"pmap_{p.name}",
             p.body,
             None,
             sub_ctx,
             p.body.in_avals,
             p.body.out_avals,
-            mlir.TokenSet(),
+            jp.TokenSet(),
             *blocks,
             dim_var_values=ctx.dim_var_values,
             const_lowering=ctx.const_lowering,
@@ -106,23 +99,23 @@ class _Gspmd:
     def to_block(self, x: Any, aval: Any, block: Any, spec: ParsedPartitionSpec) -> Any:
         aval, block = jp.physical_aval(aval), jp.physical_aval(block)
         free = self._unspecified(aval)
-        sharded = mlir.wrap_with_sharding_op(
+        sharded = jp.wrap_with_sharding_op(
             self.ctx, x, aval, self._sharding(aval, spec), unspecified_dims=free
         )
-        manual_proto = pxla.manual_proto(aval, self.manual, self.mesh)
-        return mlir.wrap_with_full_to_shard_op(self.ctx, sharded, block, manual_proto, free)
+        manual_proto = jp.manual_proto(aval, self.manual, self.mesh)
+        return jp.wrap_with_full_to_shard_op(self.ctx, sharded, block, manual_proto, free)
 
     def from_block(self, y: Any, block: Any, aval: Any, spec: ParsedPartitionSpec) -> Any:
         aval, block = jp.physical_aval(aval), jp.physical_aval(block)
         free = self._unspecified(block)
-        manual_y = mlir.wrap_with_sharding_op(
+        manual_y = jp.wrap_with_sharding_op(
             self.ctx,
             y,
             block,
-            pxla.manual_proto(block, self.manual, self.mesh),
+            jp.manual_proto(block, self.manual, self.mesh),
             unspecified_dims=free,
         )
-        return mlir.wrap_with_shard_to_full_op(
+        return jp.wrap_with_shard_to_full_op(
             self.ctx, manual_y, aval, self._sharding(aval, spec), free
         )
 
@@ -141,38 +134,39 @@ def _shardy(
     partial = len(sub_ctx.axis_context.manual_axes) < len(p.mesh.axis_names)
 
     def per_value(avals: Sequence[Any], specs: Sequence[ParsedPartitionSpec]) -> Any:
-        texts = [
-            sdy_sharding_text(
-                len(jp.physical_aval(a).shape), _open(s, a) if partial else s, symbol
-            )[len("#sdy.sharding") :]
-            for a, s in zip(avals, specs, strict=True)
-        ]
-        return ir.Attribute.parse(f"#sdy.sharding_per_value<[{', '.join(texts)}]>")
+        return jp.TensorShardingPerValueAttr.get(
+            [
+                annotate.sdy_sharding_attr(
+                    len(jp.physical_aval(a).shape), _open(s, a) if partial else s, symbol
+                )
+                for a, s in zip(avals, specs, strict=True)
+            ]
+        )
 
-    out_types = [mlir.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_out]
-    op = sdy.ManualComputationOp(
+    out_types = [jp.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_out]
+    op = jp.ManualComputationOp(
         out_types,
         list(args),
         per_value(ctx.avals_in, in_specs),
         per_value(ctx.avals_out, out_specs),
-        sdy.ManualAxesAttr.get([ir.StringAttr.get(p.axis_name)]),
+        jp.ManualAxesAttr.get([jp.StringAttr.get(p.axis_name)]),
     )
-    block_types = [mlir.aval_to_ir_type(ctx.module_context, a) for a in p.body.in_avals]
-    block = ir.Block.create_at_start(op.body, block_types)
-    with ir.InsertionPoint(block), p.axis_env():
-        outs, _ = mlir.jaxpr_subcomp(
+    block_types = [jp.aval_to_ir_type(ctx.module_context, a) for a in p.body.in_avals]
+    block = jp.Block.create_at_start(op.body, block_types)
+    with jp.InsertionPoint(block), p.axis_env():
+        outs, _ = jp.jaxpr_subcomp(
             sub_ctx,
             p.body.jaxpr,
             ctx.name_stack,
-            mlir.TokenSet(),
-            [mlir.ir_constants(c) for c in p.body.consts],
+            jp.TokenSet(),
+            [jp.ir_constants(c) for c in p.body.consts],
             *block.arguments,
             dim_var_values=ctx.dim_var_values,
             const_lowering=ctx.const_lowering,
             outer_traceback=None,
         )
-        flat, _ = mlir.ir_tree_registry.flatten(list(outs))
-        sdy.return_(flat)
+        flat, _ = jp.ir_tree_registry.flatten(list(outs))
+        jp.sdy_return(flat)
     return list(op.results)
 
 
@@ -183,4 +177,4 @@ def _open(spec: ParsedPartitionSpec, aval: Any) -> PartitionSpec:
     return PartitionSpec(*(PartitionSpec.UNCONSTRAINED if e is None else e for e in parts[:ndim]))
 
 
-mlir.register_lowering(pmap_region_p, _lowering, cacheable=False)
+jp.register_lowering(pmap_region_p, _lowering, cacheable=False)

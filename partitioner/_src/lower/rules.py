@@ -21,8 +21,6 @@ from ..trace.constraint import sharding_constraint_p
 from ..trace.primitive import PjitParams, pjit_p
 from . import annotate
 
-mlir, sharding_impls = jp.mlir, jp.sharding_impls
-
 
 @dataclass(frozen=True)
 class Placement:
@@ -45,7 +43,7 @@ def placement(ctx: Any, mesh: Mesh, what: str) -> Placement:
             is a manual-SPMD body (shard_map / pmap).
     """
     axis_ctx = ctx.module_context.axis_context
-    if not isinstance(axis_ctx, sharding_impls.ShardingContext):
+    if not isinstance(axis_ctx, jp.ShardingContext):
         raise ValueError(
             f"{what} cannot be lowered inside {type(axis_ctx).__name__} (shard_map / pmap bodies); "
             "call it outside, or use jax.lax collectives there."
@@ -99,9 +97,9 @@ def _pjit_lowering(ctx: Any, *args: Any, **kwargs: Any) -> list[Any]:
     mesh = params.mesh
     where = placement(ctx, mesh, f"{params.api} {params.name}")
     ins = _constrain_all(ctx, args, ctx.avals_in, params.in_axis_resources, mesh, where)
-    effects = list(jp.effects.ordered_effects.filter_in(params.jaxpr.effects))
+    effects = list(jp.ordered_effects.filter_in(params.jaxpr.effects))
     tokens_in = ctx.tokens_in.subset(effects)
-    outs, tokens = mlir.call_lowering(
+    outs, tokens = jp.call_lowering(
         f"pjit_{params.name}",
         params.jaxpr,
         None,
@@ -117,7 +115,7 @@ def _pjit_lowering(ctx: Any, *args: Any, **kwargs: Any) -> list[Any]:
     return _constrain_all(ctx, outs, ctx.avals_out, params.out_axis_resources, mesh, where)
 
 
-mlir.register_lowering(pjit_p, _pjit_lowering, cacheable=False)
+jp.register_lowering(pjit_p, _pjit_lowering, cacheable=False)
 
 
 # --- sharding constraint ---
@@ -130,7 +128,7 @@ def _sharding_constraint_lowering(
     return _constrain_all(ctx, [x], ctx.avals_in, [axis_resources], mesh, where)
 
 
-mlir.register_lowering(sharding_constraint_p, _sharding_constraint_lowering)
+jp.register_lowering(sharding_constraint_p, _sharding_constraint_lowering)
 
 
 # --- the devices of an enclosing jax.jit ---

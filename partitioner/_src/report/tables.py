@@ -193,7 +193,7 @@ def _constraints(jaxpr: Any) -> Iterator[Any]:
     for eqn in jaxpr.eqns:
         if eqn.primitive is sharding_constraint_p:
             yield eqn
-    for sub in jp.core.subjaxprs(jaxpr):
+    for sub in jp.subjaxprs(jaxpr):
         yield from _constraints(sub)
 
 
@@ -227,7 +227,7 @@ def build(plan: CallPlan, executable: Executable, shardy: bool) -> Report:
             )
         )
     for k, eqn in enumerate(_constraints(params.jaxpr.jaxpr), start=1):
-        where = jp.source_info_util.summarize(eqn.source_info)
+        where = jp.summarize_source_info(eqn.source_info)
         spec = eqn.params["axis_resources"]
         values.append(
             value_row("constraint", f"#{k} {where}", eqn.invars[0].aval, spec, spec, mesh)

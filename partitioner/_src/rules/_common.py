@@ -31,7 +31,7 @@ def cotangents_for(
         elif next(nz_iter):
             result.append(next(outs_iter))
         else:
-            result.append(jp.ad.Zero(x.aval.to_ct_aval()))
+            result.append(jp.Zero(x.aval.to_ct_aval()))
     return result
 
 
@@ -48,12 +48,11 @@ def stage_unknown(
 
     Its inputs are the residuals, then the unknown inputs; returns its output tracers.
     """
-    pe = jp.pe
     res_tracers = [trace.new_instantiated_const(r) for r in residuals]
     tracers_in = [*res_tracers, *(t for t in in_tracers if not t.pval.is_known())]
-    tracers_out = [pe.JaxprTracer(trace, pe.PartialVal.unknown(a), None) for a in out_avals]
-    eqn = pe.new_eqn_recipe(
-        trace, tracers_in, tracers_out, primitive, params, effects, jp.source_info_util.current()
+    tracers_out = [jp.JaxprTracer(trace, jp.PartialVal.unknown(a), None) for a in out_avals]
+    eqn = jp.new_eqn_recipe(
+        trace, tracers_in, tracers_out, primitive, params, effects, jp.current_source_info()
     )
     for t in tracers_out:
         t.recipe = eqn
@@ -65,8 +64,7 @@ def batch_dims_first(
 ) -> tuple[list[Any], list[bool]]:
     """A batching rule's inputs with their batch dimension moved to 0, and which are batched."""
     moved = [
-        x if d is None or d == 0 else jp.batching.moveaxis(x, d, 0)
-        for x, d in zip(vals, dims, strict=True)
+        x if d is None or d == 0 else jp.moveaxis(x, d, 0) for x, d in zip(vals, dims, strict=True)
     ]
     return moved, [d is not None for d in dims]
 

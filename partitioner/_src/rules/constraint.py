@@ -13,9 +13,6 @@ from .. import jax_private as jp
 from ..trace.constraint import ConstraintParams, sharding_constraint_p
 from ._common import batch_spec, not_mapped, spmd_axes
 
-ad, batching = jp.ad, jp.batching
-
-
 # --- batching ---
 
 
@@ -33,7 +30,7 @@ def _constraint_batcher(
     return params.replace(axis_resources=spec).bind(x), d
 
 
-batching.fancy_primitive_batchers[sharding_constraint_p] = _constraint_batcher
+jp.fancy_primitive_batchers[sharding_constraint_p] = _constraint_batcher
 
 
 # --- jvp ---
@@ -43,21 +40,21 @@ def _constraint_jvp(primals: Any, tangents: Any, **kwargs: Any) -> tuple[Any, An
     params = ConstraintParams.of(kwargs)
     (x,), (t,) = primals, tangents
     out = params.bind(x)
-    if type(t) is ad.Zero:
+    if type(t) is jp.Zero:
         return out, t
     return out, params.bind(t)
 
 
-ad.primitive_jvps[sharding_constraint_p] = _constraint_jvp
+jp.primitive_jvps[sharding_constraint_p] = _constraint_jvp
 
 
 # --- transpose ---
 
 
 def _constraint_transpose(ct: Any, x: Any, **kwargs: Any) -> list[Any]:
-    if type(ct) is ad.Zero:
-        return [ad.Zero(x.aval.to_ct_aval()) if ad.is_undefined_primal(x) else None]
+    if type(ct) is jp.Zero:
+        return [jp.Zero(x.aval.to_ct_aval()) if jp.is_undefined_primal(x) else None]
     return [ConstraintParams.of(kwargs).bind(ct)]
 
 
-ad.primitive_transposes[sharding_constraint_p] = _constraint_transpose
+jp.primitive_transposes[sharding_constraint_p] = _constraint_transpose

@@ -46,9 +46,6 @@ from ._common import (
     stage_unknown,
 )
 
-ad, batching, core, lu, pe = jp.ad, jp.batching, jp.core, jp.lu, jp.pe
-
-
 # --- batching ---
 
 
@@ -57,7 +54,7 @@ def _pjit_batcher(
 ) -> tuple[list[Any], list[Any]]:
     params = PjitParams.of(kwargs)
     vals_in, in_batched = batch_dims_first(vals_in, dims_in)
-    batched_jaxpr, out_batched = batching.batch_jaxpr(params.jaxpr, axis_data, in_batched, False)
+    batched_jaxpr, out_batched = jp.batch_jaxpr(params.jaxpr, axis_data, in_batched, False)
     mesh, spmd, size = params.mesh, spmd_axes(axis_data), axis_data.size
     batched = params.replace(
         jaxpr=batched_jaxpr,
@@ -74,7 +71,7 @@ def _pjit_batcher(
     return outs, [0 if b else not_mapped for b in out_batched]
 
 
-batching.fancy_primitive_batchers[pjit_p] = _pjit_batcher
+jp.fancy_primitive_batchers[pjit_p] = _pjit_batcher
 
 
 # --- jvp ---
@@ -82,8 +79,8 @@ batching.fancy_primitive_batchers[pjit_p] = _pjit_batcher
 
 def _pjit_jvp(primals_in: Any, tangents_in: Any, **kwargs: Any) -> tuple[list[Any], list[Any]]:
     params = PjitParams.of(kwargs)
-    nz_in = [type(t) is not ad.Zero for t in tangents_in]
-    jaxpr_jvp, nz_out = ad.jvp_jaxpr(params.jaxpr, nz_in, instantiate=False)
+    nz_in = [type(t) is not jp.Zero for t in tangents_in]
+    jaxpr_jvp, nz_out = jp.jvp_jaxpr(params.jaxpr, nz_in, instantiate=False)
     in_specs, out_specs = params.in_axis_resources, params.out_axis_resources
     jvp_params = params.replace(
         jaxpr=jaxpr_jvp,
@@ -95,13 +92,13 @@ def _pjit_jvp(primals_in: Any, tangents_in: Any, **kwargs: Any) -> tuple[list[An
     outs = jvp_params.bind(*primals_in, *keep_where(tangents_in, nz_in))
     primals_out, nz_tangents = outs[: len(out_specs)], iter(outs[len(out_specs) :])
     tangents_out = [
-        next(nz_tangents) if nz else ad.Zero(aval.to_tangent_aval())
+        next(nz_tangents) if nz else jp.Zero(aval.to_tangent_aval())
         for nz, aval in zip(nz_out, params.jaxpr.out_avals, strict=True)
     ]
     return primals_out, tangents_out
 
 
-ad.primitive_jvps[pjit_p] = _pjit_jvp
+jp.primitive_jvps[pjit_p] = _pjit_jvp
 
 
 # --- transpose ---
@@ -118,33 +115,33 @@ def _transposed_jaxpr(
     def body(*args: Any) -> list[Any]:
         known, cts = iter(args[:n_known]), iter(args[n_known:])
         primals = [
-            ad.UndefinedPrimal(a) if u else next(known)
+            jp.UndefinedPrimal(a) if u else next(known)
             for a, u in zip(jaxpr.in_avals, undef, strict=True)
         ]
         cts_full = [
-            next(cts) if nz else ad.Zero(a.to_ct_aval())
+            next(cts) if nz else jp.Zero(a.to_ct_aval())
             for a, nz in zip(jaxpr.out_avals, nz_cts, strict=True)
         ]
-        cts_out = ad.backward_pass(jaxpr.jaxpr, False, jaxpr.consts, primals, cts_full)
+        cts_out = jp.backward_pass(jaxpr.jaxpr, False, jaxpr.consts, primals, cts_full)
         linear = [ct for ct, u in zip(cts_out, undef, strict=True) if u]
-        nz_out_box.append(tuple(type(ct) is not ad.Zero and ct is not None for ct in linear))
-        return [ct for ct in linear if type(ct) is not ad.Zero and ct is not None]
+        nz_out_box.append(tuple(type(ct) is not jp.Zero and ct is not None for ct in linear))
+        return [ct for ct in linear if type(ct) is not jp.Zero and ct is not None]
 
     debug = jaxpr.jaxpr.debug_info.with_unknown_names()
-    t_jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(
-        lu.wrap_init(body, debug_info=debug), list(in_avals)
+    t_jaxpr, _, consts = jp.trace_to_jaxpr_dynamic(
+        jp.wrap_init(body, debug_info=debug), list(in_avals)
     )
-    return core.ClosedJaxpr(t_jaxpr, consts), nz_out_box[-1]
+    return jp.ClosedJaxpr(t_jaxpr, consts), nz_out_box[-1]
 
 
 def _pjit_transpose(cts_in: Any, *primals_in: Any, **kwargs: Any) -> list[Any]:
     params = PjitParams.of(kwargs)
     jaxpr, in_specs, out_specs = params.jaxpr, params.in_axis_resources, params.out_axis_resources
-    undef = tuple(ad.is_undefined_primal(x) for x in primals_in)
-    nz_cts = tuple(type(ct) is not ad.Zero for ct in cts_in)
+    undef = tuple(jp.is_undefined_primal(x) for x in primals_in)
+    nz_cts = tuple(type(ct) is not jp.Zero for ct in cts_in)
     known = [x for x, u in zip(primals_in, undef, strict=True) if not u]
     cts = keep_where(cts_in, nz_cts)
-    in_avals = tuple(core.typeof(x) for x in (*known, *cts))
+    in_avals = tuple(jp.typeof(x) for x in (*known, *cts))
     t_jaxpr, nz_out = _transposed_jaxpr(jaxpr, undef, nz_cts, in_avals)
     linear_specs = keep_where(in_specs, undef)
     t_in_specs = keep_where(in_specs, [not u for u in undef]) + keep_where(out_specs, nz_cts)
@@ -159,7 +156,7 @@ def _pjit_transpose(cts_in: Any, *primals_in: Any, **kwargs: Any) -> list[Any]:
     return cotangents_for(primals_in, undef, nz_out, outs)
 
 
-ad.primitive_transposes[pjit_p] = _pjit_transpose
+jp.primitive_transposes[pjit_p] = _pjit_transpose
 
 
 # --- partial eval ---
@@ -194,12 +191,12 @@ def _prune_forwarded(
         residual duplicates (it is returned once).
     """
     num_primals = len(known_jaxpr.out_avals) - num_res
-    in_fwd = pe._jaxpr_forwarding(known_jaxpr.jaxpr)
+    in_fwd = jp.jaxpr_forwarding(known_jaxpr.jaxpr)
     in_fwd = [
         f if s is None else None for f, s in zip(in_fwd[:num_primals], known_out_specs)
     ] + in_fwd[num_primals:]
     keep = [f is None for f in in_fwd]
-    known_jaxpr = pe.prune_closed_jaxpr_outputs(known_jaxpr, keep)
+    known_jaxpr = jp.prune_closed_jaxpr_outputs(known_jaxpr, keep)
     known_out_specs = keep_where(known_out_specs, keep)
     num_primals = sum(keep[:num_primals])
 
@@ -208,7 +205,7 @@ def _prune_forwarded(
     res_vars = known_jaxpr.jaxpr.outvars[num_primals:]
     out_fwd = [None] * num_primals + [index.get(id(v)) for v in res_vars]
     keep = [f is None for f in out_fwd]
-    known_jaxpr = pe.prune_closed_jaxpr_outputs(known_jaxpr, keep)
+    known_jaxpr = jp.prune_closed_jaxpr_outputs(known_jaxpr, keep)
     return known_jaxpr, keep_where(known_out_specs, keep), in_fwd, out_fwd
 
 
@@ -219,7 +216,7 @@ def _pjit_partial_eval(trace: Any, *in_tracers: Any, **kwargs: Any) -> list[Any]
     known_ins = tuple(pv.is_known() for pv in in_pvals)
     unknown_ins = tuple(not k for k in known_ins)
     known_jaxpr, unknown_jaxpr, unknown_outs, res_avals, in_fwd_res = (
-        pe.partial_eval_jaxpr_nounits_fwd(jaxpr, unknown_ins, instantiate=False)
+        jp.partial_eval_jaxpr_nounits_fwd(jaxpr, unknown_ins, instantiate=False)
     )
     known_outs = tuple(not u for u in unknown_outs)
     known_jaxpr, known_out_specs, in_fwd, out_fwd = _prune_forwarded(
@@ -265,7 +262,7 @@ def _pjit_partial_eval(trace: Any, *in_tracers: Any, **kwargs: Any) -> list[Any]
         pjit_p,
         unknown.as_kwargs(),
         unknown.jaxpr.out_avals,
-        core.positional_effects(unknown.jaxpr),
+        jp.positional_effects(unknown.jaxpr),
         residuals,
         in_tracers,
     )
@@ -273,7 +270,7 @@ def _pjit_partial_eval(trace: Any, *in_tracers: Any, **kwargs: Any) -> list[Any]
     return [next(unknown_iter) if u else next(known_iter) for u in unknown_outs]
 
 
-pe.custom_partial_eval_rules[pjit_p] = _pjit_partial_eval
+jp.custom_partial_eval_rules[pjit_p] = _pjit_partial_eval
 
 
 # --- partial_eval_jaxpr_custom (jax.checkpoint / remat policies under grad) ---
@@ -315,12 +312,12 @@ def _pjit_partial_eval_custom_params(
 
 
 def _pjit_partial_eval_custom(saveable: Any, unks_in: Any, inst_in: Any, eqn: Any) -> Any:
-    return pe.closed_call_partial_eval_custom_rule(
+    return jp.closed_call_partial_eval_custom_rule(
         "jaxpr", _pjit_partial_eval_custom_params, saveable, unks_in, inst_in, eqn
     )
 
 
-pe.partial_eval_jaxpr_custom_rules[pjit_p] = _pjit_partial_eval_custom
+jp.partial_eval_jaxpr_custom_rules[pjit_p] = _pjit_partial_eval_custom
 
 
 # --- dead-code elimination ---
@@ -328,12 +325,12 @@ pe.partial_eval_jaxpr_custom_rules[pjit_p] = _pjit_partial_eval_custom
 
 @cache_per_jaxpr
 def _dce_body(jaxpr: Any, used_outputs: tuple[bool, ...]) -> tuple[Any, list[bool]]:
-    body, used_inputs = pe.dce_jaxpr(jaxpr.jaxpr, used_outputs)
-    return core.ClosedJaxpr(body, jaxpr.consts), used_inputs
+    body, used_inputs = jp.dce_jaxpr(jaxpr.jaxpr, used_outputs)
+    return jp.ClosedJaxpr(body, jaxpr.consts), used_inputs
 
 
 def _pjit_dce(used_outputs: list[bool], eqn: Any) -> tuple[list[bool], Any]:
-    if not any(used_outputs) and not pe.has_effects(eqn):
+    if not any(used_outputs) and not jp.has_effects(eqn):
         return [False] * len(eqn.invars), None
     params = PjitParams.of(eqn.params)
     pruned_jaxpr, used_inputs = _dce_body(params.jaxpr, tuple(used_outputs))
@@ -344,16 +341,16 @@ def _pjit_dce(used_outputs: list[bool], eqn: Any) -> tuple[list[bool], Any]:
         donated_invars=keep_where(params.donated_invars, used_inputs),
     )
     new_invars = keep_where(eqn.invars, used_inputs)
-    new_eqn = core.new_jaxpr_eqn(
+    new_eqn = jp.new_jaxpr_eqn(
         list(new_invars),
         list(keep_where(eqn.outvars, used_outputs)),
         pjit_p,
         pruned.as_kwargs(),
-        core.eqn_effects(pruned_jaxpr, new_invars),
+        jp.eqn_effects(pruned_jaxpr, new_invars),
         eqn.source_info,
         eqn.ctx,
     )
     return used_inputs, new_eqn
 
 
-pe.dce_rules[pjit_p] = _pjit_dce
+jp.dce_rules[pjit_p] = _pjit_dce

@@ -27,19 +27,17 @@ from .. import jax_private as jp
 from ..trace.region import RegionParams, block_aval, global_aval, pmap_region_p
 from ._common import batch_dims_first, cotangents_for, keep_where, stage_unknown
 
-ad, batching, core, lu, pe = jp.ad, jp.batching, jp.core, jp.lu, jp.pe
-
 
 def _trace_block_fn(
     p: RegionParams, fn: Callable[..., Sequence[Any]], block_avals: Sequence[Any], what: str
 ) -> Any:
     """``fn`` on blocks, traced under the region's axis environment, as a ClosedJaxpr."""
-    debug = jp.api_util.debug_info(what, fn, tuple(block_avals), {})
+    debug = jp.debug_info(what, fn, tuple(block_avals), {})
     with p.axis_env():
-        jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(
-            lu.wrap_init(lambda *xs: list(fn(*xs)), debug_info=debug), list(block_avals)
+        jaxpr, _, consts = jp.trace_to_jaxpr_dynamic(
+            jp.wrap_init(lambda *xs: list(fn(*xs)), debug_info=debug), list(block_avals)
         )
-    return core.ClosedJaxpr(jaxpr, consts)
+    return jp.ClosedJaxpr(jaxpr, consts)
 
 
 # --- jvp ---
@@ -47,9 +45,9 @@ def _trace_block_fn(
 
 def _region_jvp(primals: Any, tangents: Any, **kwargs: Any) -> tuple[list[Any], list[Any]]:
     p = RegionParams.of(kwargs)
-    nz_in = [type(t) is not ad.Zero for t in tangents]
+    nz_in = [type(t) is not jp.Zero for t in tangents]
     with p.axis_env():
-        body, nz_out = ad.jvp_jaxpr(p.body, nz_in, instantiate=False)
+        body, nz_out = jp.jvp_jaxpr(p.body, nz_in, instantiate=False)
     jvp = p.replace(
         body=body,
         in_dims=(*p.in_dims, *keep_where(p.in_dims, nz_in)),
@@ -63,13 +61,13 @@ def _region_jvp(primals: Any, tangents: Any, **kwargs: Any) -> tuple[list[Any], 
         global_aval(a, d, p.size) for a, d in zip(p.body.out_avals, p.out_dims, strict=True)
     ]
     tangents_out = [
-        next(nz_iter) if nz else ad.Zero(a.to_tangent_aval())
+        next(nz_iter) if nz else jp.Zero(a.to_tangent_aval())
         for nz, a in zip(nz_out, out_avals, strict=True)
     ]
     return list(outs[:n]), tangents_out
 
 
-ad.primitive_jvps[pmap_region_p] = _region_jvp
+jp.primitive_jvps[pmap_region_p] = _region_jvp
 
 
 # --- vmap ---
@@ -81,7 +79,7 @@ def _region_batcher(
     p = RegionParams.of(kwargs)
     vals, in_batched = batch_dims_first(vals_in, dims_in)
     with p.axis_env():
-        body, out_batched = batching.batch_jaxpr(p.body, axis_data, in_batched, False)
+        body, out_batched = jp.batch_jaxpr(p.body, axis_data, in_batched, False)
 
     def shifted(dims: Sequence[int | None], batched: Sequence[bool]) -> tuple[int | None, ...]:
         return tuple(None if d is None else d + int(b) for d, b in zip(dims, batched, strict=True))
@@ -94,7 +92,7 @@ def _region_batcher(
     return list(batched.bind(*vals)), [0 if b else None for b in out_batched]
 
 
-batching.fancy_primitive_batchers[pmap_region_p] = _region_batcher
+jp.fancy_primitive_batchers[pmap_region_p] = _region_batcher
 
 
 # --- partial eval ---
@@ -105,19 +103,19 @@ def _region_partial_eval(trace: Any, *in_tracers: Any, **kwargs: Any) -> list[An
     known_ins = [t.pval.is_known() for t in in_tracers]
     unknown_ins = [not k for k in known_ins]
     with p.axis_env():
-        known_body, unknown_body, unknown_outs, res_avals = pe.partial_eval_jaxpr_nounits(
+        known_body, unknown_body, unknown_outs, res_avals = jp.partial_eval_jaxpr_nounits(
             p.body, unknown_ins, instantiate=False
         )
     known_outs = [not u for u in unknown_outs]
     n_known_out, n_res = sum(known_outs), len(res_avals)
 
     def known_fn(*blocks: Any) -> list[Any]:
-        outs = core.eval_jaxpr(known_body.jaxpr, known_body.consts, *blocks)
+        outs = jp.eval_jaxpr(known_body.jaxpr, known_body.consts, *blocks)
         return [*outs[:n_known_out], *(jax.lax.expand_dims(r, (0,)) for r in outs[n_known_out:])]
 
     def unknown_fn(*blocks: Any) -> Sequence[Any]:
         res = [jax.lax.squeeze(r, (0,)) for r in blocks[:n_res]]
-        return core.eval_jaxpr(unknown_body.jaxpr, unknown_body.consts, *res, *blocks[n_res:])
+        return jp.eval_jaxpr(unknown_body.jaxpr, unknown_body.consts, *res, *blocks[n_res:])
 
     known_in_blocks = keep_where(p.body.in_avals, known_ins)
     known = p.replace(
@@ -135,7 +133,7 @@ def _region_partial_eval(trace: Any, *in_tracers: Any, **kwargs: Any) -> list[An
         out_dims=keep_where(p.out_dims, unknown_outs),
     )
     unknown_in_avals = [
-        *(core.typeof(r) for r in known_vals[n_known_out:]),
+        *(jp.typeof(r) for r in known_vals[n_known_out:]),
         *(t.aval for t in in_tracers if not t.pval.is_known()),
     ]
     out_avals, _ = pmap_region_p.abstract_eval(*unknown_in_avals, **unknown.as_kwargs())
@@ -144,7 +142,7 @@ def _region_partial_eval(trace: Any, *in_tracers: Any, **kwargs: Any) -> list[An
         pmap_region_p,
         unknown.as_kwargs(),
         out_avals,
-        core.positional_effects(unknown.body),
+        jp.positional_effects(unknown.body),
         known_vals[n_known_out:],
         in_tracers,
     )
@@ -152,7 +150,7 @@ def _region_partial_eval(trace: Any, *in_tracers: Any, **kwargs: Any) -> list[An
     return [next(unknown_iter) if u else next(known_iter) for u in unknown_outs]
 
 
-pe.custom_partial_eval_rules[pmap_region_p] = _region_partial_eval
+jp.custom_partial_eval_rules[pmap_region_p] = _region_partial_eval
 
 
 # --- transpose ---
@@ -160,8 +158,8 @@ pe.custom_partial_eval_rules[pmap_region_p] = _region_partial_eval
 
 def _region_transpose(cts_in: Any, *primals_in: Any, **kwargs: Any) -> list[Any]:
     p = RegionParams.of(kwargs)
-    undef = [ad.is_undefined_primal(x) for x in primals_in]
-    nz_cts = [type(ct) is not ad.Zero for ct in cts_in]
+    undef = [jp.is_undefined_primal(x) for x in primals_in]
+    nz_cts = [type(ct) is not jp.Zero for ct in cts_in]
     known = [x for x, u in zip(primals_in, undef, strict=True) if not u]
     cts = keep_where(cts_in, nz_cts)
     body, n = p.body, p.size
@@ -170,36 +168,36 @@ def _region_transpose(cts_in: Any, *primals_in: Any, **kwargs: Any) -> list[Any]
     def transposed(*blocks: Any) -> list[Any]:
         known_blocks, ct_blocks = iter(blocks[: len(known)]), iter(blocks[len(known) :])
         primals = [
-            ad.UndefinedPrimal(a) if u else next(known_blocks)
+            jp.UndefinedPrimal(a) if u else next(known_blocks)
             for a, u in zip(body.in_avals, undef, strict=True)
         ]
         cts_full = []
         for a, d, nz in zip(body.out_avals, p.out_dims, nz_cts, strict=True):
             if not nz:
-                cts_full.append(ad.Zero(a.to_ct_aval()))
+                cts_full.append(jp.Zero(a.to_ct_aval()))
                 continue
             ct = next(ct_blocks)
             if d is None and n > 1 and ct.dtype != jax.dtypes.float0:
                 ct = ct / np.array(n, ct.dtype)  # every device receives a share
             cts_full.append(ct)
-        cts_out = ad.backward_pass(body.jaxpr, False, body.consts, primals, cts_full)
+        cts_out = jp.backward_pass(body.jaxpr, False, body.consts, primals, cts_full)
         linear = []
         for ct, u, d in zip(cts_out, undef, p.in_dims, strict=True):
             if not u:
                 continue
-            if type(ct) is not ad.Zero and ct is not None and d is None:
+            if type(ct) is not jp.Zero and ct is not None and d is None:
                 ct = jax.lax.psum(ct, p.axis_name)  # a broadcast input: summed over devices
             linear.append(ct)
-        nz_out_box.append(tuple(type(ct) is not ad.Zero and ct is not None for ct in linear))
-        return [ct for ct in linear if type(ct) is not ad.Zero and ct is not None]
+        nz_out_box.append(tuple(type(ct) is not jp.Zero and ct is not None for ct in linear))
+        return [ct for ct in linear if type(ct) is not jp.Zero and ct is not None]
 
     block_in = [
         *(
-            block_aval(core.typeof(x), d)
+            block_aval(jp.typeof(x), d)
             for x, d in zip(known, keep_where(p.in_dims, [not u for u in undef]), strict=True)
         ),
         *(
-            block_aval(core.typeof(ct), d)
+            block_aval(jp.typeof(ct), d)
             for ct, d in zip(cts, keep_where(p.out_dims, nz_cts), strict=True)
         ),
     ]
@@ -216,17 +214,17 @@ def _region_transpose(cts_in: Any, *primals_in: Any, **kwargs: Any) -> list[Any]
     return cotangents_for(primals_in, undef, nz_out, outs)
 
 
-ad.primitive_transposes[pmap_region_p] = _region_transpose
+jp.primitive_transposes[pmap_region_p] = _region_transpose
 
 
 def _region_eqn(invars: Sequence[Any], outvars: Sequence[Any], p: RegionParams, like: Any) -> Any:
     """A ``pmap_region_p`` equation with ``like``'s source info and context."""
-    return core.new_jaxpr_eqn(
+    return jp.new_jaxpr_eqn(
         list(invars),
         list(outvars),
         pmap_region_p,
         p.as_kwargs(),
-        core.eqn_effects(p.body, invars),
+        jp.eqn_effects(p.body, invars),
         like.source_info,
         like.ctx,
     )
@@ -236,13 +234,13 @@ def _region_eqn(invars: Sequence[Any], outvars: Sequence[Any], p: RegionParams, 
 
 
 def _region_dce(used_outputs: list[bool], eqn: Any) -> tuple[list[bool], Any]:
-    if not any(used_outputs) and not pe.has_effects(eqn):
+    if not any(used_outputs) and not jp.has_effects(eqn):
         return [False] * len(eqn.invars), None
     p = RegionParams.of(eqn.params)
     with p.axis_env():
-        body, used_inputs = pe.dce_jaxpr(p.body.jaxpr, used_outputs)
+        body, used_inputs = jp.dce_jaxpr(p.body.jaxpr, used_outputs)
     pruned = p.replace(
-        body=core.ClosedJaxpr(body, p.body.consts),
+        body=jp.ClosedJaxpr(body, p.body.consts),
         in_dims=keep_where(p.in_dims, used_inputs),
         out_dims=keep_where(p.out_dims, used_outputs),
     )
@@ -252,7 +250,7 @@ def _region_dce(used_outputs: list[bool], eqn: Any) -> tuple[list[bool], Any]:
     return used_inputs, new_eqn
 
 
-pe.dce_rules[pmap_region_p] = _region_dce
+jp.dce_rules[pmap_region_p] = _region_dce
 
 
 # --- partial_eval_jaxpr_custom (jax.checkpoint and remat policies) ---
@@ -264,9 +262,9 @@ def _region_partial_eval_custom(
     """Split the region into a known and a staged one (residuals mapped at a new dim 0)."""
     p = RegionParams.of(eqn.params)
     n_consts = len(p.body.consts)
-    open_body = pe.convert_constvars_jaxpr(p.body.jaxpr)
+    open_body = jp.convert_constvars_jaxpr(p.body.jaxpr)
     with p.axis_env():
-        known_j, staged_j, unks_out, inst_out, num_res = pe.partial_eval_jaxpr_custom(
+        known_j, staged_j, unks_out, inst_out, num_res = jp.partial_eval_jaxpr_custom(
             open_body,
             [False] * n_consts + list(unks_in),
             [False] * n_consts + list(inst_in),
@@ -279,12 +277,12 @@ def _region_partial_eval_custom(
     n_known_out = sum(known_outs)
 
     def known_fn(*blocks: Any) -> list[Any]:
-        outs = core.eval_jaxpr(known_j, (), *p.body.consts, *blocks)
+        outs = jp.eval_jaxpr(known_j, (), *p.body.consts, *blocks)
         return [*outs[:n_known_out], *(jax.lax.expand_dims(r, (0,)) for r in outs[n_known_out:])]
 
     def staged_fn(*blocks: Any) -> Sequence[Any]:
         res = [jax.lax.squeeze(r, (0,)) for r in blocks[:num_res]]
-        return core.eval_jaxpr(staged_j, (), *res, *blocks[num_res:])
+        return jp.eval_jaxpr(staged_j, (), *res, *blocks[num_res:])
 
     res_avals: list[Any] = [v.aval for v in staged_j.invars[:num_res]]
     known = p.replace(
@@ -305,7 +303,7 @@ def _region_partial_eval_custom(
         in_dims=(*(0,) * num_res, *keep_where(p.in_dims, inst_in)),
         out_dims=keep_where(p.out_dims, inst_out),
     )
-    res_vars = [core.Var(a.update(shape=(p.size, *a.shape))) for a in res_avals]
+    res_vars = [jp.Var(a.update(shape=(p.size, *a.shape))) for a in res_avals]
     eqn_known = _region_eqn(
         keep_where(eqn.invars, known_ins),
         [*keep_where(eqn.outvars, known_outs), *res_vars],
@@ -321,4 +319,4 @@ def _region_partial_eval_custom(
     return eqn_known, eqn_staged, list(unks_out), list(inst_out), res_vars
 
 
-pe.partial_eval_jaxpr_custom_rules[pmap_region_p] = _region_partial_eval_custom
+jp.partial_eval_jaxpr_custom_rules[pmap_region_p] = _region_partial_eval_custom

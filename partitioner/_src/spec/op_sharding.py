@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from jax.sharding import Mesh
 
-from ..jax_private import xla_client as xc
+from .. import jax_private as jp
 from .checks import check_spec
 from .parsed import REPLICATED, ParsedPartitionSpec
 from .partition_spec import PartitionSpec, Spec
@@ -31,8 +31,8 @@ parse_op_sharding: the OpSharding {op_sharding} cannot be expressed as a Partiti
 the mesh {mesh_shape}: {detail}. Only shardings whose tiles follow mesh axes (as
 get_aval_sharding_proto builds them) have a spec."""
 
-OpSharding = xc.OpSharding
-HloSharding = xc.HloSharding
+OpSharding = jp.OpSharding
+HloSharding = jp.HloSharding
 
 
 def _tiling(
@@ -122,40 +122,6 @@ def get_hlo_sharding(aval: Any, axis_resources: Any, mesh: Mesh) -> Any:  # xla_
 def hlo_sharding_text(aval: Any, axis_resources: Any, mesh: Mesh) -> str:
     """The GSPMD ``mhlo.sharding`` attribute text, e.g. ``{devices=[2,1,4]<=[8] last_tile_dim_replicate}``."""
     return str(get_hlo_sharding(aval, axis_resources, mesh))
-
-
-# --- Shardy ---
-
-
-def _quote(axis: Any) -> str:
-    return '"' + str(axis).replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def sdy_mesh_text(mesh: Mesh) -> str:
-    """The body of an ``sdy.mesh`` op: ``<["a"=2, "b"=4]>``.
-
-    No ``device_ids`` are needed: the executable's device assignment is the
-    flattened mesh, so logical device ``i`` is position ``i``.
-    """
-    axes = ", ".join(f"{_quote(a)}={s}" for a, s in mesh.shape.items())
-    return f"<[{axes}]>"
-
-
-def sdy_sharding_text(ndim: int, axis_resources: Any, mesh_name: str = "mesh") -> str:
-    """A Shardy ``#sdy.sharding`` for the spec, e.g. ``#sdy.sharding<@mesh, [{"a"}, {?}]>``.
-
-    Unconstrained dims are open (``{?}``); every other dim is closed, so XLA
-    neither adds axes to it nor drops them.
-    """
-    spec = ParsedPartitionSpec.coerce(axis_resources, "sdy_sharding_text", allow_unconstrained=True)
-    parts = list(spec.partitions) + [()] * (ndim - len(spec.partitions))
-    dims = []
-    for d, axes in enumerate(parts):
-        if d in spec.unconstrained_dims:
-            dims.append("{?}")
-        else:
-            dims.append("{" + ", ".join(_quote(a) for a in axes) + "}")
-    return f"#sdy.sharding<@{mesh_name}, [{', '.join(dims)}]>"
 
 
 # --- OpSharding -> spec ---

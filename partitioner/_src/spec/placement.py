@@ -57,7 +57,7 @@ class Placement:
 
 
 def is_committed(x: Any) -> bool:
-    return isinstance(x, jax.Array) and not isinstance(x, jp.core.Tracer) and x.committed
+    return isinstance(x, jax.Array) and not isinstance(x, jp.Tracer) and x.committed
 
 
 def _placed_sharding(x: Any) -> Any:
@@ -148,7 +148,7 @@ def unspecified_input_spec(x: Any, mesh: Mesh, where: str, api: str) -> ParsedPa
     Raises:
         ValueError: a committed array whose layout no spec over ``mesh`` expresses.
     """
-    if isinstance(x, jp.core.Tracer):
+    if isinstance(x, jp.Tracer):
         return None
     if is_committed(x):
         spec = layout_spec(x, mesh)

@@ -31,11 +31,11 @@ from typing import Any, TypeAlias
 import numpy as np
 from jax.sharding import Mesh
 
-from ..jax_private import xla_client as xc
+from .. import jax_private as jp
 from .checks import check_spec
 from .parsed import ParsedPartitionSpec
 
-OpSharding = xc.OpSharding
+OpSharding = jp.OpSharding
 
 
 def _positive_int(value: Any, what: str) -> int:
@@ -194,7 +194,7 @@ class ShardingSpec:
 
     # --- conversions ---
 
-    def to_op_sharding(self, *, encoding: str = "explicit") -> xc.OpSharding:
+    def to_op_sharding(self, *, encoding: str = "explicit") -> jp.OpSharding:
         """The XLA ``OpSharding`` with the same layout; device ``i`` is position ``i`` of the flat mesh.
 
         The tile grid is the mesh transposed so that, dimension by dimension, the

@@ -14,7 +14,7 @@ import jax
 from jax.sharding import Mesh
 from jax.tree_util import tree_flatten_with_path, tree_unflatten
 
-from ..jax_private import core
+from .. import jax_private as jp
 from ..spec.checks import check_spec
 from ..spec.mesh_env import maybe_current_mesh, resolve_mesh
 from ..spec.parsed import ParsedPartitionSpec
@@ -22,7 +22,7 @@ from ..spec.tree import broadcast_prefix, meshes_named_by, prepare_axis_resource
 from .params import PrimitiveParams
 from .tracing import check_mesh_unchanged
 
-sharding_constraint_p = core.Primitive("sharding_constraint")
+sharding_constraint_p = jp.Primitive("sharding_constraint")
 
 _API = "with_sharding_constraint"
 
@@ -36,7 +36,7 @@ class ConstraintParams(PrimitiveParams):
         mesh: the mesh it is over (the enclosing pjit's).
     """
 
-    primitive: ClassVar[core.Primitive] = sharding_constraint_p
+    primitive: ClassVar[jp.Primitive] = sharding_constraint_p
 
     axis_resources: ParsedPartitionSpec
     mesh: Mesh

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..jax_private import core
+from .. import jax_private as jp
 
 
 def closed_jaxprs_equal(a: Any, b: Any) -> bool:
@@ -44,10 +44,10 @@ def _jaxprs_equal(a: Any, b: Any) -> bool:
         return True
 
     def same_atom(x: Any, y: Any) -> bool:
-        if isinstance(x, core.Literal) or isinstance(y, core.Literal):
+        if isinstance(x, jp.Literal) or isinstance(y, jp.Literal):
             return (
-                isinstance(x, core.Literal)
-                and isinstance(y, core.Literal)
+                isinstance(x, jp.Literal)
+                and isinstance(y, jp.Literal)
                 and x.aval == y.aval
                 and _values_equal(x.val, y.val)
             )
@@ -76,9 +76,9 @@ def _params_equal(pa: dict[str, Any], pb: dict[str, Any]) -> bool:
 def _values_equal(x: Any, y: Any) -> bool:
     if x is y:
         return True
-    if isinstance(x, core.ClosedJaxpr) and isinstance(y, core.ClosedJaxpr):
+    if isinstance(x, jp.ClosedJaxpr) and isinstance(y, jp.ClosedJaxpr):
         return closed_jaxprs_equal(x, y)
-    if isinstance(x, core.Jaxpr) and isinstance(y, core.Jaxpr):
+    if isinstance(x, jp.Jaxpr) and isinstance(y, jp.Jaxpr):
         return _jaxprs_equal(x, y)
     if isinstance(x, (tuple, list)) and isinstance(y, (tuple, list)):
         return (

@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ..jax_private import core
+from .. import jax_private as jp
 
 R = TypeVar("R")
 
@@ -36,7 +36,7 @@ def cache_per_jaxpr(fn: Callable[..., R]) -> Callable[..., R]:
             return hit
         result = fn(jaxpr, *args)
         derived = result[0] if isinstance(result, tuple) else getattr(result, "jaxpr", result)
-        if not any(isinstance(c, core.Tracer) for c in getattr(derived, "consts", ())):
+        if not any(isinstance(c, jp.Tracer) for c in getattr(derived, "consts", ())):
             with lock:
                 cache.setdefault(jaxpr, {})[args] = result
         return result

@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 
-from ..jax_private import core
+from .. import jax_private as jp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +31,7 @@ class PrimitiveParams:
     ``replace`` all run it), so a rule never sees inconsistent params.
     """
 
-    primitive: ClassVar[core.Primitive]
+    primitive: ClassVar[jp.Primitive]
     tuple_fields: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:

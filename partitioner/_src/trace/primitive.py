@@ -18,11 +18,10 @@ from typing import Any, ClassVar
 from jax.sharding import Mesh
 
 from .. import jax_private as jp
-from ..jax_private import core
 from ..spec.parsed import ParsedPartitionSpec
 from .params import PrimitiveParams
 
-pjit_p = core.Primitive("pjit")
+pjit_p = jp.Primitive("pjit")
 pjit_p.multiple_results = True
 
 
@@ -49,14 +48,14 @@ class PjitParams(PrimitiveParams):
     jaxpr input, one spec per jaxpr output.
     """
 
-    primitive: ClassVar[core.Primitive] = pjit_p
+    primitive: ClassVar[jp.Primitive] = pjit_p
     tuple_fields: ClassVar[tuple[str, ...]] = (
         "in_axis_resources",
         "out_axis_resources",
         "donated_invars",
     )
 
-    jaxpr: core.ClosedJaxpr
+    jaxpr: jp.ClosedJaxpr
     in_axis_resources: tuple[ParsedPartitionSpec | None, ...]
     out_axis_resources: tuple[ParsedPartitionSpec | None, ...]
     mesh: Mesh
@@ -81,7 +80,7 @@ class PjitParams(PrimitiveParams):
             )
 
 
-def _pjit_abstract_eval(*avals: Any, jaxpr: core.ClosedJaxpr, **_: Any) -> tuple[Any, Any]:
+def _pjit_abstract_eval(*avals: Any, jaxpr: jp.ClosedJaxpr, **_: Any) -> tuple[Any, Any]:
     return jaxpr.out_avals, jaxpr.effects
 
 
@@ -107,4 +106,4 @@ def _pjit_pp_rule(eqn: Any, context: Any, settings: Any) -> Any:
     return jp.pp_eqn(new_eqn, context, settings)
 
 
-core.pp_eqn_rules[pjit_p] = _pjit_pp_rule
+jp.pp_eqn_rules[pjit_p] = _pjit_pp_rule

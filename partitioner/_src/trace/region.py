@@ -23,13 +23,12 @@ from typing import Any, ClassVar
 from jax.sharding import Mesh, PartitionSpec
 
 from .. import jax_private as jp
-from ..jax_private import core
 from ..spec.parsed import ParsedPartitionSpec
 from .memo import ByIdentity, cache_per_jaxpr
 from .params import PrimitiveParams
 from .primitive import PjitParams
 
-pmap_region_p = core.Primitive("pmap_region")
+pmap_region_p = jp.Primitive("pmap_region")
 pmap_region_p.multiple_results = True
 
 
@@ -47,10 +46,10 @@ class RegionParams(PrimitiveParams):
     Invariant: one mapped dimension (or None) per body input and per body output.
     """
 
-    primitive: ClassVar[core.Primitive] = pmap_region_p
+    primitive: ClassVar[jp.Primitive] = pmap_region_p
     tuple_fields: ClassVar[tuple[str, ...]] = ("in_dims", "out_dims")
 
-    body: core.ClosedJaxpr
+    body: jp.ClosedJaxpr
     axis_name: str
     mesh: Mesh
     in_dims: tuple[int | None, ...]
@@ -73,7 +72,7 @@ class RegionParams(PrimitiveParams):
 
     def axis_env(self) -> Any:
         """The axis environment the body's collectives are traced and lowered in."""
-        return core.extend_axis_env_nd([(self.axis_name, self.size)])
+        return jp.extend_axis_env_nd([(self.axis_name, self.size)])
 
 
 def block_aval(aval: Any, dim: int | None) -> Any:
@@ -126,12 +125,12 @@ def _region_pjit(
     def call(*xs: Any) -> Any:
         return region.bind(*consts.values, *xs)
 
-    debug_info = jp.api_util.debug_info("pmap", call, in_avals, {})
-    jaxpr, _, closed = jp.pe.trace_to_jaxpr_dynamic(
-        jp.lu.wrap_init(call, debug_info=debug_info), list(in_avals)
+    debug_info = jp.debug_info("pmap", call, in_avals, {})
+    jaxpr, _, closed = jp.trace_to_jaxpr_dynamic(
+        jp.wrap_init(call, debug_info=debug_info), list(in_avals)
     )
     return PjitParams(
-        jaxpr=core.ClosedJaxpr(jaxpr, closed),
+        jaxpr=jp.ClosedJaxpr(jaxpr, closed),
         in_axis_resources=tuple(
             mapped_spec(region.axis_name, d) for d in region.in_dims[len(consts.values) :]
         ),
@@ -158,4 +157,4 @@ def _pp_rule(eqn: Any, context: Any, settings: Any) -> Any:
     return jp.pp_eqn(eqn.replace(params=params), context, settings)
 
 
-core.pp_eqn_rules[pmap_region_p] = _pp_rule
+jp.pp_eqn_rules[pmap_region_p] = _pp_rule

@@ -22,8 +22,6 @@ from jax.tree_util import PyTreeDef, tree_flatten
 from .. import jax_private as jp
 from ..events import emit
 
-core, lu, pe = jp.core, jp.lu, jp.pe
-
 
 @dataclass(frozen=True)
 class TracedBody:
@@ -165,14 +163,14 @@ def trace_body(
 
     emit("trace", name=getattr(fun, "__name__", repr(fun)))
     with _tracing_under(_Frame(mesh, axis_name)):
-        jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(
-            lu.wrap_init(flat_fun, debug_info=debug_info), list(in_avals)
+        jaxpr, _, consts = jp.trace_to_jaxpr_dynamic(
+            jp.wrap_init(flat_fun, debug_info=debug_info), list(in_avals)
         )
-    if any(isinstance(c, core.Tracer) for c in consts):
+    if any(isinstance(c, jp.Tracer) for c in consts):
         # Closed-over values of an outer trace: make them explicit inputs.
-        closed = core.ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), ())
+        closed = jp.ClosedJaxpr(jp.convert_constvars_jaxpr(jaxpr), ())
         traced = TracedBody(closed, out_tree_box[-1], tuple(consts))
         return traced
-    traced = TracedBody(core.ClosedJaxpr(jaxpr, consts), out_tree_box[-1], ())
+    traced = TracedBody(jp.ClosedJaxpr(jaxpr, consts), out_tree_box[-1], ())
     trace_cache.put(fun, key, traced)
     return traced
