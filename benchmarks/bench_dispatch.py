@@ -6,8 +6,9 @@ end, as user code does. Programs here are elementwise with no collectives, so an
 un-blocked loop can never hang the CPU rendezvous (README, "block on results").
 
 Rows: partitioner through jaxlib's C++ dispatcher (the default), jax.jit, the raw
-``execute_sharded`` floor of the same executable, and partitioner's pure-Python path
-(``partitioner.options.fast_path(False)``).
+``execute_sharded`` floor of the same executable, partitioner's pure-Python path
+(``partitioner.options.fast_path(False)``), and ``partitioner.jit`` (the jax.jit
+front door, issue 25) with the same shardings.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ def contenders(case: Case, mesh: Mesh, quick: bool) -> Contenders:
         for i in range(case.n_args)
     ]
     ours = partitioner.pjit(_elementwise, case.spec, case.spec)
+    ours_jit = partitioner.jit(_elementwise, in_shardings=sharding, out_shardings=sharding)
     theirs = jax.jit(_elementwise, in_shardings=sharding, out_shardings=sharding)
     executable = ours.lower(*args).compile().executable.loaded
 
@@ -88,10 +90,13 @@ def contenders(case: Case, mesh: Mesh, quick: bool) -> Contenders:
     def call_theirs() -> Any:
         return theirs(*args)
 
+    def call_ours_jit() -> Any:
+        return ours_jit(*args)
+
     def call_raw() -> Any:
         return executable.execute_sharded(args)
 
-    call_ours(), call_theirs()
+    call_ours(), call_theirs(), call_ours_jit()
     # Short loops and many rounds, so both contenders sample the same load phases
     # of a shared machine (they last seconds); at least 100 calls, so the block at
     # the end of a loop amortises.
@@ -115,6 +120,7 @@ def contenders(case: Case, mesh: Mesh, quick: bool) -> Contenders:
         "jax.jit": sample(call_theirs),
         "raw execute_sharded": sample(call_raw, _block_raw),
         "partitioner (python path)": python_path,
+        "partitioner.jit": sample(call_ours_jit),
     }
     return Contenders(samplers, n, ours)
 
@@ -161,6 +167,9 @@ def measure(
                 None,
                 us,
             ),
+            common.compare(
+                f"{case.name} jit", "us/call", samples["partitioner.jit"], theirs, case.target, us
+            ),
         ]
         profile: list[str] = []
         if common.should_profile(args, rows[0]):
@@ -173,6 +182,7 @@ def plot(rows: list[common.Row]) -> None:
     main = [r for r in rows if " " not in r.name]
     floors = {r.name.split()[0]: r.partitioner for r in rows if r.name.endswith("raw floor")}
     python = {r.name.split()[0]: r.partitioner for r in rows if r.name.endswith("python path")}
+    jit = {r.name.split()[0]: r.partitioner for r in rows if r.name.endswith(" jit")}
 
     def draw(fig: Any) -> None:
         common.bar_plot(
@@ -183,6 +193,7 @@ def plot(rows: list[common.Row]) -> None:
             {
                 "raw execute_sharded": [floors.get(r.name) for r in main],
                 "partitioner python path": [python.get(r.name) for r in main],
+                "partitioner.jit": [jit.get(r.name) for r in main],
             },
         )
         fig.axes[0].set_yscale("log")
