@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from jax._src.interpreters import mlir
 from jax._src.lib import xla_client as xc
 from jax._src.lib.mlir import ir
+from jax._src.sharding_impls import parse_flatten_op_sharding
 from jax.sharding import AxisType, Mesh, NamedSharding
 
 from partitioner import (
@@ -190,7 +191,70 @@ def test_parse_never_returns_a_wrong_spec(case, seed) -> None:
         assert "parse_op_sharding" in str(e)
         return
     rebuilt = get_aval_sharding_proto(aval(shape), parsed, mesh)
-    assert HloSharding.from_proto(rebuilt) == HloSharding.from_proto(proto)
+    # The same layout: every device holds the same block (the order a replica
+    # group lists its devices in means nothing).
+    assert blocks_by_device(rebuilt) == blocks_by_device(proto)
+
+
+def blocks_by_device(proto: Any) -> dict[int, tuple[int, ...]]:
+    """Device position -> the tile (over the non-replicated tile dims) it holds."""
+    if proto.type == T.REPLICATED:
+        return {}
+    dims = list(proto.tile_assignment_dimensions)
+    n_repl = 1 if proto.replicate_on_last_tile_dim else len(proto.last_tile_dims)
+    flat = HloSharding.from_proto(proto).tile_assignment_devices()
+    devices = np.asarray(list(flat)).reshape(dims)
+    return {int(devices[index]): tuple(index[: len(dims) - n_repl]) for index in np.ndindex(*dims)}
+
+
+def _shuffled_within_replica_groups(proto: Any, seed: int) -> Any:
+    """``proto`` with each replica group's devices listed in a random order."""
+    dims = list(proto.tile_assignment_dimensions)
+    n_repl = 1 if proto.replicate_on_last_tile_dim else len(proto.last_tile_dims)
+    devices = np.asarray(list(HloSharding.from_proto(proto).tile_assignment_devices()))
+    groups = devices.reshape(math.prod(dims[: len(dims) - n_repl]), -1)
+    rng = np.random.default_rng(seed)
+    shuffled = np.stack([rng.permutation(g) for g in groups]).reshape(-1)
+    out = OpSharding()
+    out.type = proto.type
+    out.tile_assignment_dimensions = dims
+    out.tile_assignment_devices = [int(d) for d in shuffled]
+    out.replicate_on_last_tile_dim = proto.replicate_on_last_tile_dim
+    out.last_tile_dims = list(proto.last_tile_dims)
+    return out
+
+
+@given(mesh_spec_shape(), st.integers(0, 2**32 - 1))
+def test_parse_agrees_with_jax_on_any_replica_group_order(case, seed) -> None:
+    """proto -> spec, against jax's own parser: jax's HloSharding of a random spec,
+    its replica groups listed in a random order, parses to the spec jax parses."""
+    mesh, spec, dims, shape = case
+    hlo = NamedSharding(mesh, JaxP(*spec))._to_xla_hlo_sharding(len(shape))
+    proto = hlo.to_proto()
+    if proto.type == T.OTHER:
+        proto = _shuffled_within_replica_groups(proto, seed)
+    (theirs,) = parse_flatten_op_sharding(proto, mesh)
+    ours = parse_op_sharding(proto, mesh)
+    assert ours == expected_spec(dims, mesh) == theirs
+
+
+@given(mesh_spec_shape())
+def test_spec_to_op_sharding_agrees_with_jax(case) -> None:
+    """spec -> proto, against jax's own conversion (``NamedSharding._to_xla_hlo_sharding``)."""
+    mesh, spec, _, shape = case
+    ours = HloSharding.from_proto(get_aval_sharding_proto(aval(shape), spec, mesh))
+    assert ours == NamedSharding(mesh, JaxP(*spec))._to_xla_hlo_sharding(len(shape))
+
+
+def test_parse_maximal_on_one_device_and_reordered_groups() -> None:
+    one = fake_mesh((1,), ("a",))
+    assert parse_op_sharding(_special(T.MAXIMAL, [0]), one) == PartitionSpec()
+    a2 = fake_mesh((2,), ("a",))
+    assert parse_op_sharding(tiled([1, 2], [1, 0], replicate_last=True), a2) == PartitionSpec()
+    ab = fake_mesh((2, 2), ("a", "b"))
+    assert parse_op_sharding(tiled([2, 2], [0, 1, 3, 2], replicate_last=True), ab) == (
+        PartitionSpec("a")
+    )
 
 
 @st.composite

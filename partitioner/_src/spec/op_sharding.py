@@ -196,13 +196,26 @@ def explode_superdims(
     return out
 
 
-def _axis_order(proto: Any, mesh: Mesh) -> list[Any]:
+def _canonical_device_order(proto: Any, tile_dims: list[int], n_replicated: int) -> np.ndarray:
+    """The flat tile assignment with each replica group's devices in ascending order.
+
+    The devices of one replica group (the trailing replicated tile dimensions) all
+    hold the same block, so the order they are listed in says nothing about the
+    layout; sorting them lets any listing parse (as jax's own parser accepts).
+    """
+    devices = _device_order(proto)
+    if not n_replicated or math.prod(tile_dims) != devices.size:
+        return devices
+    groups = math.prod(tile_dims[: len(tile_dims) - n_replicated])
+    return np.sort(devices.reshape(groups, -1), axis=1).reshape(-1)
+
+
+def _axis_order(devices: np.ndarray, mesh: Mesh) -> list[Any]:
     """Mesh axes (non-size-1) in the major-to-minor order the tile assignment uses."""
     mesh_sizes = dict(mesh.shape)
     names = [a for a in mesh.axis_names if mesh_sizes[a] != 1]
     sizes = [mesh_sizes[a] for a in names]
     strides = [math.prod(sizes[i + 1 :]) for i in range(len(sizes))]
-    devices = _device_order(proto)
     if devices.size != math.prod(sizes) or sorted(devices.tolist()) != list(range(devices.size)):
         raise Unparseable(
             f"it assigns {devices.size} tiles but the mesh has {math.prod(sizes)} devices"
@@ -222,8 +235,9 @@ def _axis_order(proto: Any, mesh: Mesh) -> list[Any]:
 def parse_op_sharding_parsed(op_sharding: Any, mesh: Mesh) -> ParsedPartitionSpec | list[Any]:
     """The inverse of :func:`get_aval_sharding_proto`, as a ParsedPartitionSpec.
 
-    Accepts OpSharding or HloSharding; REPLICATED, OTHER (explicit or iota device
-    lists, ``replicate_on_last_tile_dim`` or replicated ``last_tile_dims``) and
+    Accepts OpSharding or HloSharding; REPLICATED, MAXIMAL on a one-device mesh,
+    OTHER (explicit or iota device lists, ``replicate_on_last_tile_dim`` or
+    replicated ``last_tile_dims``, the devices of a replica group in any order) and
     TUPLE (a list of results).
 
     Raises:
@@ -236,8 +250,8 @@ def parse_op_sharding_parsed(op_sharding: Any, mesh: Mesh) -> ParsedPartitionSpe
     T = OpSharding.Type
     if kind == T.TUPLE:
         return [parse_op_sharding_parsed(s, mesh) for s in proto.tuple_shardings]
-    if kind == T.REPLICATED:
-        return REPLICATED
+    if kind == T.REPLICATED or (kind == T.MAXIMAL and mesh.size == 1):
+        return REPLICATED  # (one device: the whole value is on it, as jax parses it)
     try:
         if kind != T.OTHER:
             raise Unparseable(f"sharding type {kind.name} has no PartitionSpec")
@@ -247,7 +261,7 @@ def parse_op_sharding_parsed(op_sharding: Any, mesh: Mesh) -> ParsedPartitionSpe
             raise Unparseable("only replicated subgroups have a PartitionSpec")
         if math.prod(tile_dims) != _device_order(proto).size:
             raise Unparseable(f"tile dimensions {tile_dims} do not multiply to the device count")
-        order = iter(_axis_order(proto, mesh))
+        order = iter(_axis_order(_canonical_device_order(proto, tile_dims, n_trailing), mesh))
         sizes = dict(mesh.shape)
         partitions: list[tuple[Any, ...]] = []
         for tile in tile_dims[: len(tile_dims) - n_trailing]:
