@@ -600,3 +600,13 @@ def test_output_tree_mismatch_names_every_place(door: Any) -> None:
     with pytest.raises(ValueError) as info:
         door(lambda x: {"a": x, "b": x, "c": x}, out_shardings=bad)(np.ones(8))
     assert "'b'" in str(info.value) and "'d'" in str(info.value)
+
+
+def test_output_tree_mismatch_in_several_subtrees_names_each(door: Any) -> None:
+    mesh = _mesh((4, 2), ("x", "y"))
+    s = NamedSharding(mesh, P())
+    out_specs = {"a": (s, s), "b": [s], "c": s}
+    with pytest.raises(ValueError) as info:
+        door(lambda x: {"a": (x, x, x), "b": (x,), "c": x}, out_shardings=out_specs)(np.ones(8))
+    message = str(info.value)
+    assert "['a']" in message and "['b']" in message, message

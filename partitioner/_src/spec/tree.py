@@ -125,12 +125,10 @@ def broadcast_prefix(
     specs: list[Any] = []
     paths: list[KeyPath] = []
 
+    mismatches: list[tuple[KeyPath, str]] = []
+
     def fail(path: KeyPath, detail: str) -> None:
-        raise ValueError(
-            MSG_NOT_A_PREFIX.format(
-                api=api, what=what, path=keystr(path) or "the top level", detail=detail
-            )
-        )
+        mismatches.append((path, detail))
 
     def walk(p: Any, f: Any, path: KeyPath) -> None:
         if is_spec_leaf(p):
@@ -142,26 +140,40 @@ def broadcast_prefix(
         p_data, p_kids = _one_level(p, is_spec_leaf)
         f_data, f_kids = _one_level(f, None)
         if p_data is None:
-            fail(path, f"{type(p).__name__} {p!r} is not a spec tree node")
+            return fail(path, f"{type(p).__name__} {p!r} is not a spec tree node")
         if f_data is None:
-            fail(
+            return fail(
                 path,
                 f"the spec tree has a {type(p).__name__} where the {what} has a leaf of type {type(f).__name__}",
             )
         if p_data[0] is not f_data[0]:
-            fail(
+            return fail(
                 path,
                 f"the spec tree has a {p_data[0].__name__} where the {what} has a {f_data[0].__name__}",
             )
         if p_data[1] != f_data[1] or len(p_kids) != len(f_kids):
             p_keys = [keystr((k,)) for k, _ in p_kids]
             f_keys = [keystr((k,)) for k, _ in f_kids]
-            fail(
+            missing = sorted(set(f_keys) - set(p_keys))
+            extra = sorted(set(p_keys) - set(f_keys))
+            return fail(
                 path,
-                f"the spec tree has children {p_keys} but the {what} has children {f_keys} (length {len(p_kids)} vs {len(f_kids)})",
+                f"the spec tree has children {p_keys} but the {what} has children {f_keys} "
+                f"(length {len(p_kids)} vs {len(f_kids)}; missing from the spec tree: "
+                f"{missing or 'none'}, not in the {what}: {extra or 'none'})",
             )
         for (key, pc), (_, fc) in zip(p_kids, f_kids, strict=True):
             walk(pc, fc, path + (key,))
 
     walk(prefix, full, ())
+    if mismatches:
+        (path, detail), rest = mismatches[0], mismatches[1:]
+        message = MSG_NOT_A_PREFIX.format(
+            api=api, what=what, path=keystr(path) or "the top level", detail=detail
+        )
+        if rest:  # every place the trees part, not only the first
+            message += "\nThey also part at: " + "; ".join(
+                f"{keystr(p) or 'the top level'}: {d}" for p, d in rest
+            )
+        raise ValueError(message)
     return specs, paths
