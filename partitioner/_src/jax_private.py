@@ -24,6 +24,7 @@ from jax._src import stages as _stages
 from jax._src import tree_util as _tree_util
 from jax._src.interpreters import ad, batching, mlir, pxla
 from jax._src.interpreters import partial_eval as pe
+from jax._src.lax.control_flow.loops import while_p as while_p  # re-exported
 from jax._src.lib import (
     _jax,
     xla_client,  # jaxlib's OpSharding/HloSharding/CompileOptions
@@ -363,3 +364,26 @@ def requires_devices_during_lowering(primitive: Any) -> None:
 def distributed_client() -> Any:
     """The coordination-service client ``jax.distributed.initialize`` connected (key-value store)."""
     return _distributed.global_state.client
+
+
+# --- host callbacks: checkpoint policies, the while loop ---
+
+
+def remat_policy(decision: Any) -> str:
+    """A checkpoint policy's decision for one equation: ``"save"``, ``"recompute"``, ``"offload"``."""
+    case = pe.ensure_enum(decision)
+    if isinstance(case, pe.SaveableType):
+        return "save"
+    if isinstance(case, pe.Offloadable):
+        return "offload"
+    return "recompute"
+
+
+def registered_lowering(primitive: Any) -> Callable[..., Any]:
+    """The platform-independent MLIR lowering rule jax registered for ``primitive``."""
+    return mlir._lowerings[primitive].rule
+
+
+def eval_jaxpr(closed: Any, *args: Any) -> list[Any]:
+    """Evaluate (or trace) a ClosedJaxpr on ``args``."""
+    return core.eval_jaxpr(closed.jaxpr, closed.consts, *args)
