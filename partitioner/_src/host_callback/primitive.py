@@ -341,12 +341,26 @@ def _id_tap_jvp(
     p = TapParams.of(kwargs)
     primals_out = p.bind(*primals)
     n = len(primals) - p.nr_untapped
-    tapped_tangents = [ad.instantiate_zeros(t) for t in tangents[:n]]
+    # float0 tangents (of integer and key operands) cannot cross to the host: the
+    # tap sees False where they are (as the 2024 module showed them).
+    tapped_tangents = [_tappable(ad.instantiate_zeros(t)) for t in tangents[:n]]
     tangent_p = p.with_transform("jvp").replace(
         nr_untapped=0, batch_dims=None if p.batch_dims is None else p.batch_dims[:n]
     )
     tangents_out = tangent_p.bind(*tapped_tangents)
+    tangents_out = [
+        t if _is_float0(t) else out for t, out in zip(tangents[:n], tangents_out, strict=True)
+    ]
     return primals_out, [*tangents_out, *tangents[n:]]
+
+
+def _is_float0(t: Any) -> bool:
+    dtype = t.aval.dtype if type(t) is ad.Zero else getattr(t, "dtype", None)
+    return dtype == jax.dtypes.float0
+
+
+def _tappable(t: Any) -> Any:
+    return jax.numpy.zeros(t.shape, bool) if _is_float0(t) else t
 
 
 ad.primitive_jvps[id_tap_p] = _id_tap_jvp
@@ -357,8 +371,11 @@ ad.primitive_jvps[id_tap_p] = _id_tap_jvp
 
 def _id_tap_transpose(cts: Sequence[Any], *args: Any, **kwargs: Any) -> Sequence[Any]:
     # Every operand of a tangent tap is linear: the identity's transpose is the
-    # identity, tapped.
+    # identity, tapped. When no cotangent flows back (the tap's result was
+    # unused), there is nothing to see: no tap (as the 2024 module).
     del args
+    if all(type(ct) is ad.Zero for ct in cts):
+        return list(cts)
     cts = [ad.instantiate_zeros(ct) for ct in cts]
     return TapParams.of(kwargs).with_transform("transpose").bind(*cts)
 
