@@ -76,8 +76,9 @@ def id_tap(
     ``('batch', {'batch_dims': dims})`` with one entry per tapped leaf. Any other
     function is called as the seed did: ``tap_func(arg, **kwargs)``, with
     ``transforms=`` (a tuple of names) and ``batch_dims=`` (one entry per operand,
-    ``result=`` leaves included) only when a transformation applied, or always
-    when it names a ``transforms`` parameter.
+    ``result=`` leaves included) when a transformation applied and the function
+    takes them (by name or ``**kwargs``); a function naming ``transforms`` always
+    gets it.
 
     Raises:
         TypeError: ``tap_func`` is not callable, a leaf of ``arg``/``result`` is not
@@ -111,7 +112,7 @@ def id_tap(
     result_treedef = None
     if result is not None:  # passed through, never copied
         flat_results, result_treedef = _flatten_checked(result, "result", "id_tap")
-    convention, names_transforms = calling_convention(tap_func)
+    convention, named = calling_convention(tap_func)
     tap = Tap(
         tap_func,
         kwargs,
@@ -121,7 +122,7 @@ def id_tap(
         device_index=device_index,
         key_impls=key_impls,
         convention=convention,
-        names_transforms=names_transforms,
+        named=named,
     )
     outs = TapParams(tap, nr_untapped=len(flat_results)).bind(*operands, *flat_results)
     if result_treedef is not None:
@@ -218,10 +219,11 @@ def call(
 
     def run(arrays: list[np.ndarray], device: Any) -> list[np.ndarray]:
         value = arg_treedef.unflatten(arrays)
-        if call_with_device:
-            out = callback_func(value, device=device)
-        else:
-            out = callback_func(value)
+        try:
+            out = callback_func(value, device=device) if call_with_device else callback_func(value)
+        except Exception as e:
+            e.add_note(f"(raised by the host function of host_callback.call({name}))")
+            raise
         return _check_results(out, result_treedef, result_avals, name)
 
     host_call = HostCall(

@@ -60,24 +60,28 @@ POSITIONAL = "positional"  # func(arg, transforms, **kwargs): the 2021-2024 modu
 KEYWORD = "keyword"  # func(arg, **kwargs), transforms= when transformed: the seed
 
 
-def calling_convention(func: Callable[..., Any]) -> tuple[str, bool]:
-    """``(convention, names_transforms)`` read off ``func``'s signature.
+def calling_convention(func: Callable[..., Any]) -> tuple[str, frozenset[str] | None]:
+    """``(convention, named)`` read off ``func``'s signature.
 
     Positional when ``func`` takes a second positional argument without a default
     (or ``*args``); keyword otherwise, or when the signature cannot be read.
-    ``names_transforms``: a parameter is called ``transforms`` (it then always gets
-    the transforms, also empty).
+    ``named``: the keywords ``func`` names, with ``"**"`` when it takes
+    ``**kwargs`` (None: its signature cannot be read), so the keyword convention
+    passes ``transforms=`` and ``batch_dims=`` only to a function that takes them.
     """
     try:
         params = list(inspect.signature(func).parameters.values())
     except (TypeError, ValueError):
-        return KEYWORD, False
+        return KEYWORD, None
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     var_positional = any(p.kind is p.VAR_POSITIONAL for p in params)
     second_required = len(positional) >= 2 and positional[1].default is inspect.Parameter.empty
     if second_required or (var_positional and len(positional) <= 1):
-        return POSITIONAL, False
-    return KEYWORD, any(p.name == "transforms" for p in params)
+        return POSITIONAL, None
+    names = {p.name for p in params if p.kind not in (p.POSITIONAL_ONLY, p.VAR_KEYWORD)}
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        names.add("**")
+    return KEYWORD, frozenset(names)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -96,7 +100,7 @@ class Tap:
         device_index: the program's device that runs a whole-value tap.
         key_impls: per tapped leaf, the PRNG implementation of a typed key leaf
             (its key data is what crosses to the host), else None.
-        convention, names_transforms: from :func:`calling_convention`.
+        convention, named: from :func:`calling_convention`.
     """
 
     func: Callable[..., Any]
@@ -107,7 +111,7 @@ class Tap:
     device_index: int = 0
     key_impls: tuple[Any, ...] = ()
     convention: str = KEYWORD
-    names_transforms: bool = False
+    named: frozenset[str] | None = None
 
     def item(
         self,
@@ -138,9 +142,17 @@ class Tap:
                 self.func(self._arg(arrays), shown, **extra, **self.kwargs)
 
             return run
-        if transforms or self.names_transforms:
+        # The seed passed transforms= and batch_dims= when a transformation applied;
+        # a function naming ``transforms`` always gets it; one that cannot take a
+        # keyword is not given it.
+        named = self.named
+
+        def takes(keyword: str) -> bool:
+            return named is None or keyword in named or "**" in named
+
+        if (transforms and takes("transforms")) or (named is not None and "transforms" in named):
             extra["transforms"] = transforms
-        if batch_dims is not None:
+        if batch_dims is not None and takes("batch_dims"):
             extra["batch_dims"] = batch_dims
 
         def run_keyword() -> None:
@@ -337,21 +349,28 @@ def _id_tap_jvp(
 ) -> tuple[Sequence[Any], Sequence[Any]]:
     # Two taps, so partial evaluation keeps the primal one in the forward pass and
     # stages the tangent one (its transpose taps the cotangents). The tangents of
-    # untapped operands (``result=``) pass by: they may be float0 (PRNG keys).
+    # ``result=`` operands go through the tangent tap untapped (as the seed's), so
+    # their cotangents reach its transpose: a tap whose ``result=`` is used shows
+    # its (zero) cotangents, one whose outputs are all unused shows none. Symbolic
+    # zeros and float0 tangents (of integers, PRNG keys) pass by.
     p = TapParams.of(kwargs)
     primals_out = p.bind(*primals)
     n = len(primals) - p.nr_untapped
-    # float0 tangents (of integer and key operands) cannot cross to the host: the
-    # tap sees False where they are (as the 2024 module showed them).
+    # float0 tangents cannot cross to the host: the tap sees False where they are
+    # (as the 2024 module showed them).
     tapped_tangents = [_tappable(ad.instantiate_zeros(t)) for t in tangents[:n]]
+    results = list(tangents[n:])
+    through = [i for i, t in enumerate(results) if type(t) is not ad.Zero and not _is_float0(t)]
+    dims = p.batch_dims
     tangent_p = p.with_transform("jvp").replace(
-        nr_untapped=0, batch_dims=None if p.batch_dims is None else p.batch_dims[:n]
+        nr_untapped=len(through),
+        batch_dims=None if dims is None else (*dims[:n], *(dims[n + i] for i in through)),
     )
-    tangents_out = tangent_p.bind(*tapped_tangents)
-    tangents_out = [
-        t if _is_float0(t) else out for t, out in zip(tangents[:n], tangents_out, strict=True)
-    ]
-    return primals_out, [*tangents_out, *tangents[n:]]
+    outs = tangent_p.bind(*tapped_tangents, *(results[i] for i in through))
+    for k, i in enumerate(through):
+        results[i] = outs[n + k]
+    tapped_out = [t if _is_float0(t) else o for t, o in zip(tangents[:n], outs[:n], strict=True)]
+    return primals_out, [*tapped_out, *results]
 
 
 def _is_float0(t: Any) -> bool:
