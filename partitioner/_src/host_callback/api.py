@@ -52,7 +52,7 @@ def id_tap(
     result: Any = None,
     tap_with_device: bool = False,
     device_index: int = 0,
-    callback_flavor: CallbackFlavor = CallbackFlavor.IO_CALLBACK,
+    callback_flavor: CallbackFlavor | None = CallbackFlavor.IO_CALLBACK,
     per_shard: bool = False,
     **kwargs: Any,
 ) -> Any:
@@ -133,7 +133,7 @@ def id_tap(
 
 
 def _check_flavor(flavor: Any, api: str) -> None:
-    if not isinstance(flavor, CallbackFlavor):
+    if flavor is not None and not isinstance(flavor, CallbackFlavor):
         raise TypeError(
             f"{api}: callback_flavor must be a host_callback.CallbackFlavor, got {flavor!r}"
         )
@@ -173,7 +173,7 @@ def call(
     result_shape: Any = None,
     call_with_device: bool = False,
     device_index: int = 0,
-    callback_flavor: CallbackFlavor = CallbackFlavor.IO_CALLBACK,
+    callback_flavor: CallbackFlavor | None = CallbackFlavor.IO_CALLBACK,
 ) -> Any:
     """Call ``callback_func(arg)`` on the host; its result comes back into the computation.
 
@@ -226,9 +226,8 @@ def call(
             raise
         return _check_results(out, result_treedef, result_avals, name)
 
-    host_call = HostCall(
-        run, result_avals, name, callback_flavor is not CallbackFlavor.PURE, device_index
-    )
+    ordered = callback_flavor is not CallbackFlavor.PURE  # None: the default, IO_CALLBACK
+    host_call = HostCall(run, result_avals, name, ordered, device_index)
     outs = CallParams(host_call).bind(*flat_args)
     return None if result_shape is None else result_treedef.unflatten(outs)
 
@@ -276,7 +275,7 @@ def id_print(
     threshold: int | None = 1024,
     tap_with_device: bool = False,
     device_index: int = 0,
-    callback_flavor: CallbackFlavor = CallbackFlavor.IO_CALLBACK,
+    callback_flavor: CallbackFlavor | None = CallbackFlavor.IO_CALLBACK,
     per_shard: bool = False,
     **kwargs: Any,
 ) -> Any:
