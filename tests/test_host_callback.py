@@ -409,11 +409,26 @@ def test_bad_input_gets_clear_errors() -> None:
         id_print(np.ones(2), output_stream="stdout")
 
 
-def test_id_tap_inside_shard_map_is_a_clear_error() -> None:
+def test_id_tap_inside_shard_map_taps_each_device_and_partial_manual_is_an_error() -> None:
+    # NOTE [taps in manual regions]: a fully manual body has per-device semantics.
+    seen: list[Any] = []
     mesh = jax.sharding.Mesh(devices(8), ("x",))
-    body = jax.shard_map(lambda x: id_tap(print, x), mesh=mesh, in_specs=P("x"), out_specs=P("x"))
-    with pytest.raises(ValueError, match="shard_map"):
-        jax.jit(body)(np.arange(8.0))
+    body = jax.shard_map(
+        lambda x: id_tap(lambda v, _, device: seen.append((device, v)), x * 2, tap_with_device=True),
+        mesh=mesh,
+        in_specs=P("x"),
+        out_specs=P("x"),
+    )
+    x = np.arange(8.0, dtype=np.float32)
+    np.testing.assert_array_equal(np.asarray(jax.jit(body)(x)), x * 2)
+    barrier_wait()
+    assert sorted((d.id, v.tolist()) for d, v in seen) == [(i, [2.0 * i]) for i in range(8)]
+    mesh2 = jax.sharding.Mesh(devices(4, 2), ("x", "y"))
+    partial_manual = jax.shard_map(
+        lambda x: id_tap(print, x), mesh=mesh2, in_specs=P("x"), out_specs=P("x"), axis_names={"x"}
+    )
+    with pytest.raises(ValueError, match="manual over axes"):
+        jax.jit(partial_manual)(x)
 
 
 def test_result_may_hold_prng_keys_through_jit_and_grad(partitioner_mode) -> None:

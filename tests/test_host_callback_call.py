@@ -154,3 +154,18 @@ def test_call_result_shape_from_scalars_and_arrays() -> None:
     np.testing.assert_array_equal(
         hcb.call(lambda a: np.int32(7), (), result_shape=jnp.zeros((), jnp.int32)), 7
     )
+
+
+def test_call_in_a_pmap_body_runs_per_device(partitioner_mode) -> None:
+    seen = []
+
+    def host(block: Any, device: Any) -> Any:
+        seen.append(device.id)
+        return block * 10
+
+    x = np.arange(16, dtype=F32).reshape(8, 2)
+    got = partitioner.pmap(
+        lambda b: hcb.call(host, b + 1, result_shape=b, call_with_device=True) - 1
+    )(x)
+    np.testing.assert_allclose(np.asarray(got), (x + 1) * 10 - 1)
+    assert sorted(seen) == list(range(8))

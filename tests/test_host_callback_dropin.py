@@ -19,7 +19,7 @@ from jax import lax
 import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import host_callback as hcb
-from partitioner import pjit
+from partitioner import pjit, pmap
 from partitioner._src.host_callback.primitive import TapParams
 
 DTYPES = [jnp.bfloat16, jnp.float8_e4m3fn, jnp.float8_e5m2, jnp.int4, jnp.uint4, jnp.bool_]
@@ -242,3 +242,33 @@ def test_every_callback_flavor_taps_in_order(flavor: Any) -> None:
         f(i)
     hcb.barrier_wait()
     assert seen == [1, 2, 3]
+
+
+def test_pmap_body_taps_each_device_in_program_order(partitioner_mode) -> None:
+    # NOTE [taps in manual regions]: the classic per-device log of a pmap body.
+    seen: list[Any] = []
+
+    def tap(arg: Any, _: Any, device: Any, what: str) -> None:
+        seen.append((device.id, what, np.asarray(arg).tolist()))
+
+    def body(x: Any) -> Any:
+        y = hcb.id_tap(tap, x * 2, tap_with_device=True, what="a")
+        z = lax.fori_loop(
+            0, 2, lambda i, v: hcb.id_tap(tap, v + 1, tap_with_device=True, what="b"), y
+        )
+        return hcb.id_tap(tap, z.sum(), tap_with_device=True, what="c")
+
+    x = np.arange(16, dtype=np.float32).reshape(8, 2)
+    for _ in range(2):  # call order too
+        got = pmap(body)(x)
+        np.testing.assert_allclose(np.asarray(got), (x * 2 + 2).sum(axis=1))
+    hcb.barrier_wait()
+    for d in range(8):
+        row = x[d] * 2
+        want = [
+            ("a", row.tolist()),
+            ("b", (row + 1).tolist()),
+            ("b", (row + 2).tolist()),
+            ("c", float((row + 2).sum())),
+        ]
+        assert [(w, v) for dev, w, v in seen if dev == d] == want * 2

@@ -387,3 +387,12 @@ def registered_lowering(primitive: Any) -> Callable[..., Any]:
 def eval_jaxpr(closed: Any, *args: Any) -> list[Any]:
     """Evaluate (or trace) a ClosedJaxpr on ``args``."""
     return core.eval_jaxpr(closed.jaxpr, closed.consts, *args)
+
+
+def manual_callback_sharding(avals_out: Any) -> Any:
+    """The sharding of a host callback each device of a fully manual region runs."""
+    if jax_uses_shardy():
+        return _callback._get_sdy_array_list_for_callbacks(avals_out)
+    sharding = xla_client.OpSharding()
+    sharding.type = xla_client.OpSharding.Type.MANUAL
+    return sharding

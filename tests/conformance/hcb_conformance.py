@@ -36,12 +36,22 @@ class Stream:
         out, self.taps = self.output, []
         return out
 
+    def _taken(self, untransformed: bool) -> list[str]:
+        hcb.barrier_wait()
+        taps, self.taps = self.taps, []
+        return [t for t in taps if not (untransformed and _AD.search(t))]
+
     def take_untransformed(self) -> str:
         """The taps not under a jvp or transpose (the 2024 module's default printed only those)."""
-        hcb.barrier_wait()
-        kept = [t for t in self.taps if not re.search(r"transforms: \(.*'(jvp|transpose)'", t)]
-        self.taps = []
-        return "".join(kept)
+        return "".join(self._taken(untransformed=True))
+
+    def take_by_device(self, *, untransformed: bool = False) -> str:
+        """The taps grouped by their ``device:`` (stable within a device), as jax's test did."""
+        taps = self._taken(untransformed)
+        return "".join(sorted(taps, key=lambda t: re.search(r"device: (\S+)", t).group(1)))
+
+
+_AD = re.compile(r"transforms: \(.*'(jvp|transpose)'")
 
 
 def _round_floats(text: str) -> str:
@@ -61,15 +71,18 @@ def assert_printed(expected: str, got: str) -> None:
 
 
 def _as_2024_header(line: str) -> str:
-    m = re.match(r"(batch_dims: (?P<dims>\(.*?\)) )?transforms: (?P<t>\(.*?\))(?P<rest>.*)", line)
+    dims = re.search(r"batch_dims: (\(.*?\)) ?", line)
+    line = line.replace(dims.group(0), "") if dims else line
+    m = re.search(r"transforms: (\(.*?\))(?= \w+:|$)", line)
     if not m:
         return line
-    dims = m.group("dims")
     entries = [
-        f"('batch', {{'batch_dims': {dims}}})" if t == "batch" else repr(t)
-        for t in ast.literal_eval(m.group("t"))
+        f"('batch', {{'batch_dims': {dims.group(1) if dims else None}}})"
+        if t == "batch"
+        else repr(t)
+        for t in ast.literal_eval(m.group(1))
     ]
-    return f"transforms: [{', '.join(entries)}]{m.group('rest')}"
+    return line.replace(m.group(0), f"transforms: [{', '.join(entries)}]")
 
 
 def tokens(text: str) -> list[str]:

@@ -27,7 +27,7 @@ from jax.sharding import Mesh, PartitionSpec
 from .. import jax_private as jp
 from ..lower import annotate
 from ..spec.parsed import ParsedPartitionSpec
-from .call import CallParams, call_p
+from .call import CallParams, HostCall, call_p
 from .primitive import Tap, TapEffect, TapParams, host_copy, id_tap_p, tap_effect
 from .receiver import current
 
@@ -42,10 +42,8 @@ def _id_tap_lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
     tap, dims = p.tap, p.shown_batch_dims()
     axis_ctx = ctx.module_context.axis_context
     if isinstance(axis_ctx, sharding_impls.SPMDAxisContext):
-        raise ValueError(
-            f"id_tap cannot be lowered inside {type(axis_ctx).__name__} (a shard_map body): "
-            "tap the values outside the shard_map."
-        )
+        _emit_manual_tap(ctx, p.tapped(args), p.tapped(ctx.avals_in), p)
+        return list(args)
     operands = p.tapped(args)
     avals = p.tapped(ctx.avals_in)
     devices = getattr(axis_ctx, "device_assignment", None)
@@ -71,6 +69,67 @@ def _id_tap_lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
 
     _emit_global(ctx, operands, avals, on_host, index)
     return list(args)
+
+
+def _emit_manual_tap(ctx: Any, operands: Sequence[Any], avals: Sequence[Any], p: TapParams) -> None:
+    """A tap in a region each device runs on its own block (a ``pmap`` body).
+
+    NOTE [taps in manual regions]: the program has per-device semantics there, so
+    each device taps its block, with ``device=`` its own device (found from its
+    position along the region's axes), in program order on that device: the
+    region threads the tap token through its body. Devices run concurrently;
+    their taps interleave as they arrive (the module's did too).
+    """
+    tap, dims = p.tap, p.shown_batch_dims()
+    pos, devices = _device_position(ctx, "id_tap")
+
+    def on_host(where: Any, *arrays: Any) -> tuple[()]:
+        copies = [host_copy(a) for a in arrays]
+        current().sequencer.put(tap.item(copies, p.transforms, dims, devices[int(where)]))
+        return ()
+
+    in_avals = [_POSITION, *avals]
+    has_token = tap_effect in ctx.tokens_in.effects()
+    _, token, _ = jp.emit_python_callback(
+        dataclasses.replace(ctx, avals_in=in_avals, avals_out=[]),
+        on_host,
+        ctx.tokens_in.get(tap_effect) if has_token else None,
+        [pos, *operands],
+        in_avals,
+        [],
+        has_side_effect=True,
+        sharding=jp.manual_callback_sharding([]),
+    )
+    if has_token:
+        ctx.set_tokens_out(ctx.tokens_in.update_tokens(mlir.TokenSet({tap_effect: token})))
+
+
+_POSITION = core.ShapedArray((), np.int32)
+
+
+def _device_position(ctx: Any, api: str) -> tuple[Any, list[Any]]:
+    """In a fully manual region: each device's position in the mesh, and the mesh's devices."""
+    axis_ctx = ctx.module_context.axis_context
+    mesh = axis_ctx.mesh
+    if set(axis_ctx.manual_axes) != set(mesh.axis_names):
+        raise ValueError(
+            f"{api} inside a region manual over axes {sorted(axis_ctx.manual_axes)} of a mesh "
+            f"with axes {list(mesh.axis_names)} (a pmap body around a nested pmap, or a "
+            f"shard_map over some axes): call {api} inside the innermost pmap, or outside "
+            "the region."
+        )
+    names, shape = tuple(mesh.axis_names), tuple(mesh.shape.values())
+
+    def position() -> Any:
+        index = jax.numpy.int32(0)
+        for name, size in zip(names, shape, strict=True):
+            index = index * size + jax.lax.axis_index(name)
+        return index
+
+    (pos,) = mlir.lower_fun(position, multiple_results=False)(
+        ctx.replace(primitive=None, avals_in=[], avals_out=[_POSITION])
+    )
+    return pos, list(mesh.devices.flat)
 
 
 def check_device_index(index: int, num_devices: int, api: str) -> int:
@@ -191,10 +250,7 @@ def _call_lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
     hc = CallParams.of(kwargs).call
     axis_ctx = ctx.module_context.axis_context
     if isinstance(axis_ctx, sharding_impls.SPMDAxisContext):
-        raise ValueError(
-            f"host_callback.call({hc.name}) cannot be lowered inside a shard_map body: "
-            "call it outside the shard_map."
-        )
+        return _manual_call(ctx, args, hc)
     devices = getattr(axis_ctx, "device_assignment", None)
     num_devices = getattr(axis_ctx, "num_devices", 1)
     index = check_device_index(hc.device_index, num_devices, f"host_callback.call({hc.name})")
@@ -285,3 +341,27 @@ def _select_batched(pred: Any, new: Any, old: Any) -> Any:
 
 
 mlir.register_lowering(jp.while_p, _while_lowering)
+
+
+def _manual_call(ctx: Any, args: Sequence[Any], hc: HostCall) -> Sequence[Any]:
+    """A ``call`` each device of a fully manual region (a ``pmap`` body) makes on its block."""
+    pos, devices = _device_position(ctx, f"host_callback.call({hc.name})")
+
+    def callback(where: Any, *arrays: Any) -> tuple[np.ndarray, ...]:
+        return tuple(hc.on_host(arrays, devices[int(where)]))
+
+    in_avals = [_POSITION, *ctx.avals_in]
+    threaded = hc.ordered and tap_effect in ctx.tokens_in.effects()
+    results, token, _ = jp.emit_python_callback(
+        dataclasses.replace(ctx, avals_in=in_avals),
+        callback,
+        ctx.tokens_in.get(tap_effect) if threaded else None,
+        [pos, *args],
+        in_avals,
+        list(hc.result_avals),
+        has_side_effect=hc.ordered,
+        sharding=jp.manual_callback_sharding(list(hc.result_avals)),
+    )
+    if threaded:
+        ctx.set_tokens_out(ctx.tokens_in.update_tokens(mlir.TokenSet({tap_effect: token})))
+    return list(results)

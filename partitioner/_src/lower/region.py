@@ -69,11 +69,15 @@ def as_pjit(
 
 def _lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
     p = RegionParams.of(kwargs)
-    if jp.effects.ordered_effects.filter_in(p.body.effects):
+    # Shardable ordered effects (id_tap) run per device, their tokens threaded
+    # through the body (NOTE [taps in manual regions] in host_callback/lowering.py).
+    ordered = list(jp.effects.ordered_effects.filter_in(p.body.effects))
+    if any(not jp.effects.shardable_ordered_effects.contains(e) for e in ordered):
         raise ValueError(
-            f"pmap {p.name}: ordered effects (jax.debug.callback(ordered=True), id_tap) are not "
-            "supported inside pmap; use an unordered callback"
+            f"pmap {p.name}: ordered effects (jax.debug.callback(ordered=True)) are not "
+            "supported inside pmap; use an unordered callback, or id_tap"
         )
+    tokens = mlir.TokenSet({e: ctx.tokens_in.get(e) for e in ordered})
     axis_ctx = ctx.module_context.axis_context
     # Axes an enclosing region already made manual (a pmap nested in a pmap).
     outer = (
@@ -96,25 +100,27 @@ def _lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
         axis_context=sharding_impls.SPMDAxisContext(p.mesh, manual)
     )
     if jp.jax_uses_shardy():
-        return _shardy(ctx, sub_ctx, p, args, in_specs, out_specs)
+        return _shardy(ctx, sub_ctx, p, args, in_specs, out_specs, tokens)
     region = _Gspmd(ctx, p.mesh, outer, manual)
     blocks = [
         region.to_block(x, aval, block, spec)
         for x, aval, block, spec in zip(args, ctx.avals_in, p.body.in_avals, in_specs, strict=True)
     ]
     with p.axis_env():
-        outs, _ = mlir.call_lowering(
+        outs, tokens_out = mlir.call_lowering(
             f"pmap_{p.name}",
             p.body,
             None,
             sub_ctx,
             p.body.in_avals,
             p.body.out_avals,
-            mlir.TokenSet(),
+            tokens,
             *blocks,
             dim_var_values=ctx.dim_var_values,
             const_lowering=ctx.const_lowering,
         )
+    if len(tokens):
+        ctx.set_tokens_out(ctx.tokens_in.update_tokens(tokens_out))
     return [
         region.from_block(y, block, aval, spec)
         for y, block, aval, spec in zip(
@@ -172,8 +178,10 @@ def _shardy(
     args: Sequence[Any],
     in_specs: Sequence[ParsedPartitionSpec],
     out_specs: Sequence[ParsedPartitionSpec],
+    tokens: Any,
 ) -> Sequence[Any]:
     symbol = annotate.ensure_sdy_mesh(ctx.module_context.module, p.mesh)
+    effects = list(tokens.effects())
 
     # With axes left free (an outer pmap of a nested one), dims stay open to them.
     partial = len(sub_ctx.axis_context.manual_axes) < len(p.mesh.axis_names)
@@ -185,33 +193,41 @@ def _shardy(
             )[len("#sdy.sharding") :]
             for a, s in zip(avals, specs, strict=True)
         ]
+        # Tokens (first) are replicated over the manual axis.
+        texts = [f"<@{symbol}, []>"] * len(effects) + texts
         return ir.Attribute.parse(f"#sdy.sharding_per_value<[{', '.join(texts)}]>")
 
+    token_types = [mlir.token_type()] * len(effects)
     out_types = [mlir.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_out]
     op = sdy.ManualComputationOp(
-        out_types,
-        list(args),
+        [*token_types, *out_types],
+        [*(tokens.get(e) for e in effects), *args],
         per_value(ctx.avals_in, in_specs),
         per_value(ctx.avals_out, out_specs),
         sdy.ManualAxesAttr.get([ir.StringAttr.get(p.axis_name)]),
     )
     block_types = [mlir.aval_to_ir_type(ctx.module_context, a) for a in p.body.in_avals]
-    block = ir.Block.create_at_start(op.body, block_types)
+    block = ir.Block.create_at_start(op.body, [*token_types, *block_types])
+    token_args, in_args = block.arguments[: len(effects)], block.arguments[len(effects) :]
     with ir.InsertionPoint(block), p.axis_env():
-        outs, _ = mlir.jaxpr_subcomp(
+        outs, tokens_out = mlir.jaxpr_subcomp(
             sub_ctx,
             p.body.jaxpr,
             ctx.name_stack,
-            mlir.TokenSet(),
+            mlir.TokenSet(dict(zip(effects, token_args, strict=True))),
             [mlir.ir_constants(c) for c in p.body.consts],
-            *block.arguments,
+            *in_args,
             dim_var_values=ctx.dim_var_values,
             const_lowering=ctx.const_lowering,
             outer_traceback=None,
         )
-        flat, _ = mlir.ir_tree_registry.flatten(list(outs))
+        flat, _ = mlir.ir_tree_registry.flatten([*(tokens_out.get(e) for e in effects), *outs])
         sdy.return_(flat)
-    return list(op.results)
+    results = list(op.results)
+    if effects:
+        out = dict(zip(effects, results[: len(effects)], strict=True))
+        ctx.set_tokens_out(ctx.tokens_in.update_tokens(mlir.TokenSet(out)))
+    return results[len(effects) :]
 
 
 def _open(spec: ParsedPartitionSpec, aval: Any) -> PartitionSpec:
