@@ -1,17 +1,21 @@
-"""Lowering ``id_tap_p``: a host callback in the compiled program.
+"""Lowering ``id_tap_p`` and ``call_p``: host callbacks in the compiled program.
 
-The callback only copies its operands to host memory and hands them to the
+A tap's callback only copies its operands to host memory and hands them to the
 receiver (NOTE [tap back pressure]); the tap function runs on the receiver's
 thread. The operands are returned unchanged.
 
-Global taps (the default) run once per execution on the program's first device,
-with the global value (a MAXIMAL sharding, as jax's own callbacks), threaded on
-the ordered-effect token. ``tap_with_device`` taps run on every device with its
-local shard: a *partitioned* callback, whose extra first operand is an iota laid
-out one element per device, so each device's callback reads its own position in
-the device assignment (XLA refuses ``partition-id`` in an auto-partitioned
-program). Such a callback cannot take the token (XLA's partitioner aborts), so
-the receiver orders them (NOTE [device tap order]).
+Global taps (the default, ``tap_with_device`` too) run once per execution on the
+program's device ``device_index`` with the global value (a MAXIMAL sharding, as
+jax's own callbacks), threaded on the ordered-effect token. ``per_shard`` taps run
+on every device with its local shard: a *partitioned* callback, whose extra first
+operand is an iota laid out one element per device, so each device's callback
+reads its own position in the device assignment (XLA refuses ``partition-id`` in
+an auto-partitioned program). Such a callback cannot take the token (XLA's
+partitioner aborts), so the receiver orders them (NOTE [device tap order]).
+Inside a fully manual region (a ``pmap`` body) every device taps its own block
+(NOTE [taps in manual regions]). ``call_p`` lowers the same ways, with results.
+The while loop's lowering is ours for one case: NOTE [tap in a batched while
+condition].
 """
 
 from __future__ import annotations
