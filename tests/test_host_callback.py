@@ -414,7 +414,9 @@ def test_id_tap_inside_shard_map_taps_each_device_and_partial_manual_is_an_error
     seen: list[Any] = []
     mesh = jax.sharding.Mesh(devices(8), ("x",))
     body = jax.shard_map(
-        lambda x: id_tap(lambda v, _, device: seen.append((device, v)), x * 2, tap_with_device=True),
+        lambda x: id_tap(
+            lambda v, _, device: seen.append((device, v)), x * 2, tap_with_device=True
+        ),
         mesh=mesh,
         in_specs=P("x"),
         out_specs=P("x"),
