@@ -229,7 +229,7 @@ def call(
     ordered = callback_flavor is not CallbackFlavor.PURE  # None: the default, IO_CALLBACK
     host_call = HostCall(run, result_avals, name, ordered, device_index)
     outs = CallParams(host_call).bind(*flat_args)
-    return None if result_shape is None else result_treedef.unflatten(outs)
+    return None if result_shape is None else jax.tree_util.tree_unflatten(result_treedef, outs)
 
 
 def _result_aval(leaf: Any, name: str) -> Any:

@@ -374,7 +374,7 @@ def _id_tap_jvp(
 
 
 def _is_float0(t: Any) -> bool:
-    dtype = t.aval.dtype if type(t) is ad.Zero else getattr(t, "dtype", None)
+    dtype = getattr(t.aval if type(t) is ad.Zero else t, "dtype", None)
     return dtype == jax.dtypes.float0
 
 
