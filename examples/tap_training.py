@@ -10,7 +10,7 @@ What it shows:
   * ``id_tap`` inside the step sends the step number, the loss and the global and
     per-layer gradient norms to a Python function on the host, once per step, in
     step order, while the step runs: the loop never waits for a value to log it;
-  * ``id_tap(..., tap_with_device=True)`` shows each device's shard of the batch
+  * ``id_tap(..., tap_with_device=True, per_shard=True)`` shows each device's shard of the batch
     loss (the data axis splits the batch four ways);
   * ``barrier_wait()`` waits for every tap; the logged losses are checked against
     the same steps under ``jax.jit`` without taps (the script exits non-zero if
@@ -94,7 +94,7 @@ def train_step(state: dict[str, Any], x: jax.Array, y: jax.Array, *, tap: bool) 
         norms = {f"{name}_norm": optax.tree.norm(g) for name, g in grads.items()}
         metrics = {"step": state["step"], "loss": loss, "grad_norm": optax.tree.norm(grads)}
         loss = id_tap(log_metrics, {**metrics, **norms}, result=loss)
-        loss = id_tap(log_shard, per_example, result=loss, tap_with_device=True)
+        loss = id_tap(log_shard, per_example, result=loss, tap_with_device=True, per_shard=True)
     updates, opt = TX.update(grads, state["opt"], state["params"])
     new_state = {
         "step": state["step"] + 1,

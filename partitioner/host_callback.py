@@ -3,11 +3,14 @@
 ``id_tap(tap_func, arg)`` is the identity on ``arg`` that calls ``tap_func`` on the host
 with a copy of it, in program order; ``id_print`` prints. A byte-bounded receiver runs the
 tap functions on one thread (back pressure slows the program, never memory);
-``barrier_wait()`` waits for every tap launched so far. docs/api.md describes them.
+``barrier_wait()`` waits for every tap launched so far. ``call(f, arg, result_shape=)``
+runs a host function whose result comes back into the program. docs/api.md describes them.
 """
 
 from ._src.host_callback.api import (
+    CallbackFlavor,
     barrier_wait,
+    call,
     configure_receiver,
     id_print,
     id_tap,
@@ -17,8 +20,10 @@ from ._src.host_callback.api import (
 from ._src.host_callback.receiver import TapFunctionException
 
 __all__ = [
+    "CallbackFlavor",
     "TapFunctionException",
     "barrier_wait",
+    "call",
     "configure_receiver",
     "id_print",
     "id_tap",

@@ -7,8 +7,8 @@ import line.
 
 What is here, and why a test needs it:
 
-- ``pjit_p``, ``sharding_constraint_p``, ``id_tap_p``, ``pmap_region_p``: the primitives, to check that
-  every jax transformation registry has a rule for them.
+- ``pjit_p``, ``sharding_constraint_p``, ``id_tap_p``, ``call_p``, ``pmap_region_p``: the
+  primitives, to check that every jax transformation registry has a rule for them.
 - ``Sequencer``, ``TapItem``: the tap receiver's program-order bookkeeping (NOTE
   [device tap order]), driven directly with arrivals in any interleaving.
 - ``executable_cache``, ``ExecutableCache``: the compile-once cache, to count its
@@ -42,6 +42,7 @@ from ._src.colocated import runtime as colocated_runtime
 from ._src.dispatch.cache import ExecutableCache
 from ._src.dispatch.execute import executables as executable_cache
 from ._src.dispatch.window import MAX_IN_FLIGHT
+from ._src.host_callback.call import call_p
 from ._src.host_callback.primitive import id_tap_p
 from ._src.host_callback.receiver import Sequencer, TapItem
 from ._src.lower.annotate import ensure_sdy_mesh, sdy_mesh_attr, sdy_sharding_attr
@@ -85,6 +86,7 @@ __all__ = [
     "as_auto_mesh",
     "broadcast_prefix",
     "call_is_guarded",
+    "call_p",
     "check_spec",
     "check_specs",
     "colocated_runtime",

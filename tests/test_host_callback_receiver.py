@@ -73,7 +73,9 @@ def test_slow_consumer_of_device_taps_stays_under_cap_plus_one_round(partitioner
 
     def f(x: Any) -> Any:
         def body(i: Any, x: Any) -> Any:
-            return id_tap(slow, x + i.astype(x.dtype), result=x, tap_with_device=True)
+            return id_tap(
+                slow, x + i.astype(x.dtype), result=x, tap_with_device=True, per_shard=True
+            )
 
         return jax.lax.fori_loop(0, n, body, x)
 

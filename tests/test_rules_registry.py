@@ -22,7 +22,7 @@ from rules_helpers import assert_tree_close, constraint_eqns
 import partitioner  # noqa: F401  (registers every rule)
 from partitioner import PartitionSpec as P
 from partitioner import with_sharding_constraint
-from partitioner.testing import id_tap_p, pjit_p, pmap_region_p, sharding_constraint_p
+from partitioner.testing import call_p, id_tap_p, pjit_p, pmap_region_p, sharding_constraint_p
 
 
 def _has_impl(prim: Any) -> bool:
@@ -84,6 +84,12 @@ TAP_RULES = ("impl", "abstract eval", "MLIR lowering", "JVP", "transpose", "batc
 @pytest.mark.parametrize("rule", TAP_RULES)
 def test_id_tap_p_has_rule(rule: str) -> None:
     assert RULES[rule](id_tap_p), f"id_tap_p has no {rule} rule"
+
+
+# call_p has no transpose: its JVP rule refuses differentiation with a clear error.
+@pytest.mark.parametrize("rule", [r for r in TAP_RULES if r != "transpose"])
+def test_call_p_has_rule(rule: str) -> None:
+    assert RULES[rule](call_p), f"call_p has no {rule} rule"
 
 
 def test_every_registered_rule_is_ours() -> None:

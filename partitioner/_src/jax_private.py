@@ -40,6 +40,7 @@ from jax._src.interpreters import batching as _batching
 from jax._src.interpreters import mlir as _mlir
 from jax._src.interpreters import partial_eval as _pe
 from jax._src.interpreters import pxla as _pxla
+from jax._src.lax.control_flow import loops as _loops
 from jax._src.lib import _jax
 from jax._src.lib import xla_client as _xla_client
 from jax._src.lib.mlir import ir as _ir
@@ -83,6 +84,7 @@ debug_info = _api_util.debug_info
 
 # jax._src.core
 ClosedJaxpr = _core.ClosedJaxpr
+DropVar = _core.DropVar
 eqn_effects = _core.eqn_effects
 eval_jaxpr = _core.eval_jaxpr
 extend_axis_env_nd = _core.extend_axis_env_nd
@@ -132,9 +134,11 @@ iota = _mlir.iota
 ir_constants = _mlir.ir_constants
 ir_tree_registry = _mlir.ir_tree_registry
 jaxpr_subcomp = _mlir.jaxpr_subcomp
+lower_fun = _mlir.lower_fun
 lower_jaxpr_to_module = _mlir.lower_jaxpr_to_module
 LoweringParameters = _mlir.LoweringParameters
 register_lowering = _mlir.register_lowering
+token_type = _mlir.token_type
 TokenSet = _mlir.TokenSet
 wrap_with_full_to_shard_op = _mlir.wrap_with_full_to_shard_op
 wrap_with_shard_to_full_op = _mlir.wrap_with_shard_to_full_op
@@ -159,6 +163,9 @@ trace_to_jaxpr_dynamic = _pe.trace_to_jaxpr_dynamic
 
 # jax._src.interpreters.pxla
 manual_proto = _pxla.manual_proto
+
+# jax._src.lax.control_flow.loops
+while_p = _loops.while_p
 
 # jax._src.linear_util
 wrap_init = _lu.wrap_init
@@ -559,3 +566,35 @@ def requires_devices_during_lowering(primitive: Any) -> None:
 def distributed_client() -> Any:
     """The coordination-service client ``jax.distributed.initialize`` connected (key-value store)."""
     return _distributed.global_state.client
+
+
+# --- host callbacks: checkpoint policies, the while loop ---
+
+
+def remat_policy(decision: Any) -> str:
+    """A checkpoint policy's decision for one equation: ``"save"``, ``"recompute"``, ``"offload"``."""
+    case = _pe.ensure_enum(decision)
+    if isinstance(case, _pe.SaveableType):
+        return "save"
+    if isinstance(case, _pe.Offloadable):
+        return "offload"
+    return "recompute"
+
+
+def registered_lowering(primitive: Any) -> Callable[..., Any]:
+    """The platform-independent MLIR lowering rule jax registered for ``primitive``."""
+    return _mlir._lowerings[primitive].rule
+
+
+def eval_closed_jaxpr(closed: Any, *args: Any) -> list[Any]:
+    """Evaluate (or trace) a ClosedJaxpr on ``args``."""
+    return _core.eval_jaxpr(closed.jaxpr, closed.consts, *args)
+
+
+def manual_callback_sharding(avals_out: Any) -> Any:
+    """The sharding of a host callback each device of a fully manual region runs."""
+    if jax_uses_shardy():
+        return _callback._get_sdy_array_list_for_callbacks(avals_out)
+    sharding = _xla_client.OpSharding()
+    sharding.type = _xla_client.OpSharding.Type.MANUAL
+    return sharding

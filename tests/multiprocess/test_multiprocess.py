@@ -50,6 +50,9 @@ def test_every_pjit_feature_runs_across_two_processes() -> None:
     # process 0 (device 0), each process's tap_with_device on its own 4 devices.
     assert values(proc.stdout, 0, "TAPS") == ["1 own-devices"], _explain(proc)
     assert values(proc.stdout, 1, "TAPS") == ["0 own-devices"], _explain(proc)
+    # tap_with_device without per_shard: one tap of the whole value, on device 0.
+    assert values(proc.stdout, 0, "WHOLE") == ["[0]"], _explain(proc)
+    assert values(proc.stdout, 1, "WHOLE") == ["[]"], _explain(proc)
 
 
 def _reference_losses() -> list[float]:

@@ -1,7 +1,8 @@
-"""Host callbacks: ``id_tap`` / ``id_print`` and the byte-bounded receiver (seeds 003, 004).
+"""Host callbacks: ``id_tap`` / ``id_print`` / ``call`` and the byte-bounded receiver (seeds 003, 004).
 
 ``api`` (what users call) -> ``primitive`` (``id_tap_p`` and its transformation
-rules) -> ``lowering`` (the host callback in the compiled program) -> ``receiver``
+rules), ``call`` (``call_p`` and its rules) -> ``lowering`` (the host callbacks in
+the compiled program) -> ``receiver``
 (program order, the bounded queue, the consumer thread). A tap plugs into the
 pipeline as one more primitive: pjit, jax.jit and the control-flow primitives
 lower it where it sits, with the ordered-effect token pjit already threads.

@@ -9,22 +9,40 @@ in ``primitive.py`` (rules), ``lowering.py`` (the compiled callback) and
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .. import jax_private as jp
 from . import lowering as _lowering  # noqa: F401  (registers the MLIR lowering)
 from . import receiver
-from .primitive import Tap, id_tap_p
+from .call import CallParams, HostCall
+from .primitive import Tap, TapParams, calling_convention
 
 logger = logging.getLogger("partitioner.host_callback")
 
 #: Keywords the tap function receives from the library, not from ``**kwargs``.
 _RESERVED = ("transforms", "batch_dims", "device")
+
+
+class CallbackFlavor(enum.Enum):
+    """How a callback is staged (the 2024 module's names; NOTE [callback flavors]).
+
+    NOTE [callback flavors]: ``IO_CALLBACK`` (the default) and ``DEBUG`` are
+    ordered: in program and call order with every other tap, never dropped.
+    ``PURE`` declares the function free of side effects: a ``call`` may then be
+    dropped when its result is unused, and runs unordered; an ``id_tap`` is the
+    same whatever the flavour (a tap is its side effect).
+    """
+
+    IO_CALLBACK = 1
+    PURE = 2
+    DEBUG = 3
 
 
 def id_tap(
@@ -33,71 +51,220 @@ def id_tap(
     *,
     result: Any = None,
     tap_with_device: bool = False,
+    device_index: int = 0,
+    callback_flavor: CallbackFlavor | None = CallbackFlavor.IO_CALLBACK,
+    per_shard: bool = False,
     **kwargs: Any,
 ) -> Any:
     """The identity on ``arg`` (or returns ``result``), calling ``tap_func`` on the host.
 
-    ``tap_func(arg, transforms=(...), **kwargs)`` runs on the receiver's thread
-    with numpy copies of ``arg``'s arrays: once per execution with the global value,
-    or, with ``tap_with_device=True``, once per device with that device's shard and
-    ``device=``. Under ``vmap`` it also gets ``batch_dims=``. ``kwargs`` stay in
-    Python (any objects). Taps arrive in program order, and in call order across
-    calls; :func:`barrier_wait` waits for them.
+    ``tap_func`` runs on the receiver's thread with numpy copies of ``arg``'s
+    arrays (typed PRNG keys come back as key arrays), once per execution of its
+    place in the program, with the global value. Its signature picks how it is
+    called (NOTE [calling conventions]). With ``tap_with_device=True`` it also gets
+    ``device=``: the program's device ``device_index`` (the one the tap runs on);
+    adding ``per_shard=True`` taps each device's shard on its own, once per device.
+    ``kwargs`` stay in Python (any objects). Taps arrive in program order, and in
+    call order across calls; :func:`barrier_wait` waits for them.
+
+    NOTE [calling conventions]: two generations of host_callback called the tap
+    function differently, and code written for either must keep working. A
+    function taking a second positional argument without a default (``def
+    tap(arg, transforms)``, ``def tap(arg, _)``, ``def tap(*args)``) is called as
+    the 2021-2024 module did: ``tap_func(arg, transforms, **kwargs)`` (and
+    ``device=``), where ``transforms`` lists the transformations, a ``vmap`` as
+    ``('batch', {'batch_dims': dims})`` with one entry per tapped leaf. Any other
+    function is called as the seed did: ``tap_func(arg, **kwargs)``, with
+    ``transforms=`` (a tuple of names) and ``batch_dims=`` (one entry per operand,
+    ``result=`` leaves included) when a transformation applied and the function
+    takes them (by name or ``**kwargs``); a function naming ``transforms`` always
+    gets it.
 
     Raises:
         TypeError: ``tap_func`` is not callable, a leaf of ``arg``/``result`` is not
-            an array or a scalar (the error names its path), or a keyword is one the
-            library passes itself.
+            an array or a scalar of a jax type (the error names its path), a keyword
+            is one the library passes itself, or a bad option value.
+        ValueError: ``device_index`` negative or ``per_shard`` without
+            ``tap_with_device``.
     """
     if not callable(tap_func):
         raise TypeError(f"id_tap: tap_func must be callable, got {tap_func!r}")
     if not isinstance(tap_with_device, bool):
         raise TypeError(f"id_tap: tap_with_device must be a bool, got {tap_with_device!r}")
+    if not isinstance(per_shard, bool):
+        raise TypeError(f"id_tap: per_shard must be a bool, got {per_shard!r}")
+    if per_shard and not tap_with_device:
+        raise ValueError(
+            "id_tap: per_shard=True taps each device's shard; add tap_with_device=True"
+        )
+    _check_flavor(callback_flavor, "id_tap")
+    _check_device_index(device_index, "id_tap")
     reserved = sorted(set(kwargs) & set(_RESERVED))
     if reserved:
         raise TypeError(
             f"id_tap: keyword(s) {reserved} are passed to the tap function by id_tap itself; "
             "rename them."
         )
-    flat_args, arg_treedef = _flatten_checked(arg, "arg", keys_allowed=False)
+    flat_args, arg_treedef = _flatten_checked(arg, "arg", "id_tap")
+    key_impls = tuple(jax.random.key_impl(a) if jp.is_extended(a) else None for a in flat_args)
+    operands = [jax.random.key_data(a) if jp.is_extended(a) else a for a in flat_args]
     flat_results: list[Any] = []
     result_treedef = None
-    if result is not None:  # passed through, never copied: PRNG keys are fine
-        flat_results, result_treedef = _flatten_checked(result, "result", keys_allowed=True)
-    tap = Tap(tap_func, kwargs, arg_treedef, tap_with_device)
-    outs = id_tap_p.bind(
-        *flat_args,
-        *flat_results,
-        tap=tap,
-        nr_untapped=len(flat_results),
-        transforms=(),
-        batch_dims=None,
+    if result is not None:  # passed through, never copied
+        flat_results, result_treedef = _flatten_checked(result, "result", "id_tap")
+    convention, named = calling_convention(tap_func)
+    tap = Tap(
+        tap_func,
+        kwargs,
+        arg_treedef,
+        with_device=tap_with_device,
+        per_shard=per_shard,
+        device_index=device_index,
+        key_impls=key_impls,
+        convention=convention,
+        named=named,
     )
+    outs = TapParams(tap, nr_untapped=len(flat_results)).bind(*operands, *flat_results)
     if result_treedef is not None:
         return result_treedef.unflatten(outs[len(flat_args) :])
-    return arg_treedef.unflatten(outs)
+    # A key leaf's tap saw its key data; the identity gives the key back.
+    tapped = [a if impl is not None else o for a, o, impl in zip(flat_args, outs, key_impls)]
+    return arg_treedef.unflatten(tapped)
 
 
-def _flatten_checked(tree: Any, name: str, *, keys_allowed: bool) -> tuple[list[Any], Any]:
+def _check_flavor(flavor: Any, api: str) -> None:
+    if flavor is not None and not isinstance(flavor, CallbackFlavor):
+        raise TypeError(
+            f"{api}: callback_flavor must be a host_callback.CallbackFlavor, got {flavor!r}"
+        )
+
+
+def _check_device_index(index: Any, api: str) -> None:
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise ValueError(f"{api}: device_index must be an int >= 0, got {index!r}")
+
+
+def _is_jax_dtype(dtype: Any) -> bool:
+    try:
+        return bool(jnp.issubdtype(dtype, np.number) or jnp.issubdtype(dtype, np.bool_))
+    except TypeError:
+        return False
+
+
+def _flatten_checked(tree: Any, name: str, api: str) -> tuple[list[Any], Any]:
     leaves_with_paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
     for path, leaf in leaves_with_paths:
-        where = f"{name}{jax.tree_util.keystr(path)}"
+        if jp.is_extended(leaf) or isinstance(leaf, (bool, int, float, complex)):
+            continue  # typed PRNG keys, Python scalars (and jax's typed scalars)
         dtype = getattr(leaf, "dtype", None)
-        if jp.is_extended(leaf):
-            if keys_allowed:
-                continue
-            raise TypeError(
-                f"id_tap: {where} is a typed PRNG key array ({dtype}); tap "
-                "jax.random.key_data(key) instead."
-            )
-        if isinstance(leaf, (bool, int, float, complex, np.generic)) and dtype is None:
+        if dtype is not None and hasattr(leaf, "shape") and _is_jax_dtype(dtype):
             continue
-        if dtype is None or not hasattr(leaf, "shape") or np.dtype(dtype).kind in "OSUV":
-            raise TypeError(
-                f"id_tap: {where} must be an array or a scalar, got {type(leaf).__name__} "
-                f"{leaf!r:.80}"
-            )
+        raise TypeError(
+            f"{api}: {name}{jax.tree_util.keystr(path)} must be an array or a scalar of a jax "
+            f"type, got {type(leaf).__name__} {leaf!r:.80}"
+        )
     return [leaf for _, leaf in leaves_with_paths], treedef
+
+
+def call(
+    callback_func: Callable[..., Any],
+    arg: Any,
+    *,
+    result_shape: Any = None,
+    call_with_device: bool = False,
+    device_index: int = 0,
+    callback_flavor: CallbackFlavor | None = CallbackFlavor.IO_CALLBACK,
+) -> Any:
+    """Call ``callback_func(arg)`` on the host; its result comes back into the computation.
+
+    ``arg`` is a pytree of arrays and scalars; ``callback_func`` gets numpy copies
+    (and ``device=`` with ``call_with_device=True``: the program's device
+    ``device_index``, where the call runs) and returns a pytree matching
+    ``result_shape`` (a pytree of ``jax.ShapeDtypeStruct``, arrays or numeric
+    scalars; None: the function returns nothing and ``call`` returns None).
+    Works eagerly, under ``jax.jit`` and ``pjit``, in control flow and under
+    ``vmap`` (one host call per batch element, in order). An ordered call (the
+    default flavour) runs on the receiver's thread after every earlier tap
+    (NOTE [callback flavors]).
+
+    Raises:
+        ValueError: a ``result_shape`` leaf without a shape and a dtype; a bad
+            ``device_index``.
+        TypeError: ``callback_func`` not callable; a bad ``arg`` leaf;
+            ``callback_flavor=DEBUG`` (it cannot return values).
+        Errors of the host function, and results of the wrong structure, shape or
+        dtype, are raised where the computation runs (eagerly: here), naming the
+        function.
+    """
+    if not callable(callback_func):
+        raise TypeError(
+            f"host_callback.call: callback_func must be callable, got {callback_func!r}"
+        )
+    _check_flavor(callback_flavor, "host_callback.call")
+    if callback_flavor is CallbackFlavor.DEBUG:
+        raise TypeError(
+            "host_callback.call: callback_flavor=DEBUG cannot return values; use IO_CALLBACK "
+            "(ordered) or PURE."
+        )
+    _check_device_index(device_index, "host_callback.call")
+    name = getattr(callback_func, "__qualname__", repr(callback_func))
+    flat_args, arg_treedef = _flatten_checked(arg, "arg", f"host_callback.call({name})")
+    if any(jp.is_extended(a) for a in flat_args):
+        raise TypeError(
+            f"host_callback.call({name}): arg holds a typed PRNG key; pass "
+            "jax.random.key_data(key)."
+        )
+    result_leaves, result_treedef = jax.tree_util.tree_flatten(result_shape)
+    result_avals = tuple(_result_aval(leaf, name) for leaf in result_leaves)
+
+    def run(arrays: list[np.ndarray], device: Any) -> list[np.ndarray]:
+        value = arg_treedef.unflatten(arrays)
+        try:
+            out = callback_func(value, device=device) if call_with_device else callback_func(value)
+        except Exception as e:
+            e.add_note(f"(raised by the host function of host_callback.call({name}))")
+            raise
+        return _check_results(out, result_treedef, result_avals, name)
+
+    ordered = callback_flavor is not CallbackFlavor.PURE  # None: the default, IO_CALLBACK
+    host_call = HostCall(run, result_avals, name, ordered, device_index)
+    outs = CallParams(host_call).bind(*flat_args)
+    return None if result_shape is None else jax.tree_util.tree_unflatten(result_treedef, outs)
+
+
+def _result_aval(leaf: Any, name: str) -> Any:
+    if isinstance(leaf, (bool, int, float, complex, np.number, np.bool_)):
+        leaf = np.asarray(leaf)
+    shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
+    if shape is None or dtype is None or not _is_jax_dtype(dtype):
+        raise ValueError(
+            f"host_callback.call({name}): result_shape leaf {leaf!r:.80} is not valid. The "
+            "values must be either numeric scalars, or must have 'shape' and 'dtype' "
+            "attributes (e.g. jax.ShapeDtypeStruct(shape, dtype))."
+        )
+    return jp.ShapedArray(tuple(shape), jax.dtypes.canonicalize_dtype(dtype))
+
+
+def _check_results(out: Any, treedef: Any, avals: tuple[Any, ...], name: str) -> list[np.ndarray]:
+    if not avals and out is None:
+        return []
+    leaves, got_tree = jax.tree_util.tree_flatten(out)
+    if got_tree != treedef:
+        raise TypeError(
+            f"host_callback.call({name}): the function returned a value of structure "
+            f"{got_tree}, but result_shape declares {treedef}."
+        )
+    results = []
+    for i, (leaf, aval) in enumerate(zip(leaves, avals, strict=True)):
+        value = np.asarray(leaf)
+        if value.shape != aval.shape or value.dtype != aval.dtype:
+            raise TypeError(
+                f"host_callback.call({name}): result leaf {i} is {value.dtype}{list(value.shape)}"
+                f", but result_shape declares {aval.dtype}{list(aval.shape)}; return that "
+                "shape and dtype (e.g. np.asarray(x, dtype)) or fix result_shape."
+            )
+        results.append(value)
+    return results
 
 
 def id_print(
@@ -105,8 +272,11 @@ def id_print(
     *,
     result: Any = None,
     output_stream: Any = None,
-    threshold: int = 1024,
+    threshold: int | None = 1024,
     tap_with_device: bool = False,
+    device_index: int = 0,
+    callback_flavor: CallbackFlavor | None = CallbackFlavor.IO_CALLBACK,
+    per_shard: bool = False,
     **kwargs: Any,
 ) -> Any:
     """Like :func:`id_tap` with a tap function that prints.
@@ -127,8 +297,11 @@ def id_print(
         arg,
         result=result,
         tap_with_device=tap_with_device,
+        device_index=device_index,
+        callback_flavor=callback_flavor,
+        per_shard=per_shard,
         output_stream=output_stream,
-        threshold=threshold,
+        threshold=1024 if threshold is None else threshold,
         **kwargs,
     )
 
@@ -190,6 +363,8 @@ def outfeed_receiver(
     *,
     receiver_name: str = "",
     timeout_sec: float = receiver.DEFAULT_TIMEOUT_SEC,
+    backends: Sequence[str] | None = None,
+    devices: Sequence[Any] | None = None,
     max_queue_bytes: int = receiver.DEFAULT_MAX_QUEUE_BYTES,
 ) -> Iterator[None]:
     """A receiver for the block: taps inside run through it; at exit it drains and stops.
@@ -198,9 +373,13 @@ def outfeed_receiver(
     timeout for the block, and a point where every tap of the block has run. After
     it, the next tap starts a receiver with the defaults again.
 
+    ``backends`` / ``devices`` (the seed's): accepted and checked; taps from every
+    device reach the one receiver whatever they say (there is no per-device outfeed
+    to listen to).
+
     Raises:
-        TypeError, ValueError: a bad ``max_queue_bytes`` / ``timeout_sec``, or a
-            nested ``outfeed_receiver()``.
+        TypeError, ValueError: a bad ``max_queue_bytes`` / ``timeout_sec`` /
+            ``backends`` / ``devices``, or a nested ``outfeed_receiver()``.
         TapFunctionException: at exit, a tap function raised.
     """
     global _in_context
@@ -208,6 +387,7 @@ def outfeed_receiver(
         raise ValueError("outfeed_receiver(): already inside an outfeed_receiver() block")
     if not isinstance(receiver_name, str):
         raise TypeError(f"outfeed_receiver: receiver_name must be a str, got {receiver_name!r}")
+    _check_listen_to(backends, devices)
     receiver.restart(
         persist=False,
         name=receiver_name,
@@ -226,6 +406,21 @@ def outfeed_receiver(
         raise
     _in_context = False
     receiver.stop()
+
+
+def _check_listen_to(backends: Sequence[str] | None, devices: Sequence[Any] | None) -> None:
+    if backends and devices:
+        raise ValueError("outfeed_receiver: at most one of `devices` or `backends` must be given.")
+    for backend in backends or ():
+        try:
+            jax.devices(backend)
+        except RuntimeError as e:
+            raise ValueError(
+                f"outfeed_receiver: backends: unknown backend {backend!r} ({e})"
+            ) from e
+    for device in devices or ():
+        if not isinstance(device, jax.Device):
+            raise TypeError(f"outfeed_receiver: devices must be jax.Device objects, got {device!r}")
 
 
 def configure_receiver(

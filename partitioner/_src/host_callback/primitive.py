@@ -1,37 +1,41 @@
 """``id_tap_p``: the identity on its operands, with a tap on the way (seed 003).
 
-The primitive carries a :class:`Tap` (the tap function and its Python kwargs,
-compared by identity so any objects may ride along) and the transformations
-applied so far. Its effect is *ordered* and *shardable*: XLA may partition the
-program around it, and taps keep program and call order (the ordered-effect
-token, NOTE [device tap order] in ``receiver.py``).
+The primitive's params are one :class:`TapParams` (the :class:`Tap`: the tap
+function and its Python kwargs, compared by identity so any objects may ride
+along; the transformations applied so far). Its effect is *ordered* and
+*shardable*: XLA may partition the program around it, and taps keep program and
+call order (the ordered-effect token, NOTE [device tap order] in ``receiver.py``).
 
 Transformation rules (the seed's, names kept): ``vmap`` taps the batched value
 with ``'batch'`` appended and ``batch_dims=``; ``jvp`` taps the primals as before
 and the tangents with ``'jvp'``; transposing a tangent tap taps the cotangents
 with ``'transpose'`` appended, so ``grad`` shows ``('jvp', 'transpose')``.
 
-NOTE [taps under checkpoint]: jax's partial evaluation runs an effectful
-equation whose inputs are known in the forward (known) pass and saves its
-outputs; ``jax.checkpoint`` therefore never re-runs a forward tap in the backward
-pass, whatever the policy. Only the cotangent taps run there.
+NOTE [taps under checkpoint]: the work ``jax.checkpoint`` recomputes in the
+backward pass is work the user asked to watch, so a forward tap inside it runs
+again there (the 2024 module's behaviour). jax's partial evaluation alone would
+run it once and save its outputs (effectful equations are never recomputed);
+:func:`_id_tap_remat` keeps it in the forward pass and stages a copy of it with
+the recomputation, unless the checkpoint policy saves its outputs.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import numpy as np
 
 from .. import jax_private as jp
+from ..trace.params import PrimitiveParams
 from . import receiver
 
 
 class TapEffect(jp.Effect):
-    """The ordered, shardable effect of a tap."""
+    """The ordered, shardable effect of a tap (and of an ordered ``call``)."""
 
     def __str__(self) -> str:
         return "Tap"
@@ -50,18 +54,63 @@ for _registry in (
     _registry.add_type(TapEffect)
 
 
-@dataclass(frozen=True, eq=False)
+#: How the tap function is called (NOTE [calling conventions] in ``api.py``).
+POSITIONAL = "positional"  # func(arg, transforms, **kwargs): the 2021-2024 module
+KEYWORD = "keyword"  # func(arg, **kwargs), transforms= when transformed: the seed
+
+
+def calling_convention(func: Callable[..., Any]) -> tuple[str, frozenset[str] | None]:
+    """``(convention, named)`` read off ``func``'s signature.
+
+    Positional when ``func`` takes a second positional argument without a default
+    (or ``*args``); keyword otherwise, or when the signature cannot be read.
+    ``named``: the keywords ``func`` names, with ``"**"`` when it takes
+    ``**kwargs`` (None: its signature cannot be read), so the keyword convention
+    passes ``transforms=`` and ``batch_dims=`` only to a function that takes them.
+    """
+    try:
+        params = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        return KEYWORD, None
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    var_positional = any(p.kind is p.VAR_POSITIONAL for p in params)
+    second_required = len(positional) >= 2 and positional[1].default is inspect.Parameter.empty
+    if second_required or (var_positional and len(positional) <= 1):
+        return POSITIONAL, None
+    names = {p.name for p in params if p.kind not in (p.POSITIONAL_ONLY, p.VAR_KEYWORD)}
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        names.add("**")
+    return KEYWORD, frozenset(names)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
 class Tap:
-    """What to call on the host: ``func(arg, transforms=..., **kwargs)``.
+    """What to call on the host, and how (NOTE [calling conventions] in ``api.py``).
 
     Compared by identity (``eq=False``): kwargs may hold any Python objects,
     hashable or not, and two ``id_tap`` calls are two taps.
+
+    Attributes:
+        func, kwargs: the tap function and the Python keywords it also gets.
+        arg_treedef: the tapped pytree's structure.
+        with_device: pass ``device=``.
+        per_shard: with ``with_device``, one call per device with its shard (else
+            one call with the whole value on device ``device_index``).
+        device_index: the program's device that runs a whole-value tap.
+        key_impls: per tapped leaf, the PRNG implementation of a typed key leaf
+            (its key data is what crosses to the host), else None.
+        convention, named: from :func:`calling_convention`.
     """
 
     func: Callable[..., Any]
     kwargs: dict[str, Any]
     arg_treedef: Any
-    with_device: bool
+    with_device: bool = False
+    per_shard: bool = False
+    device_index: int = 0
+    key_impls: tuple[Any, ...] = ()
+    convention: str = KEYWORD
+    named: frozenset[str] | None = None
 
     def item(
         self,
@@ -71,25 +120,122 @@ class Tap:
         device: Any = None,
     ) -> receiver.TapItem:
         """The queue item calling the tap function on host copies ``arrays``."""
-        extra: dict[str, Any] = {"transforms": transforms}
-        if batch_dims is not None:
-            extra["batch_dims"] = batch_dims
+        nbytes = sum(a.nbytes for a in arrays)
+        run = self._runner(list(arrays), transforms, batch_dims, device)
+        return receiver.TapItem(run, nbytes)
+
+    def _runner(
+        self,
+        arrays: list[Any],
+        transforms: tuple[str, ...],
+        batch_dims: tuple[int | None, ...] | None,
+        device: Any,
+    ) -> Callable[[], None]:
+        extra: dict[str, Any] = {}
         if self.with_device:
             extra["device"] = device
-        arg = self.arg_treedef.unflatten(arrays)
+        if self.convention == POSITIONAL:
+            shown = _positional_transforms(transforms, batch_dims)
 
-        def run() -> None:
-            self.func(arg, **extra, **self.kwargs)
+            def run() -> None:
+                self.func(self._arg(arrays), shown, **extra, **self.kwargs)
 
-        return receiver.TapItem(run, sum(a.nbytes for a in arrays))
+            return run
+        # The seed passed transforms= and batch_dims= when a transformation applied;
+        # a function naming ``transforms`` always gets it; one that cannot take a
+        # keyword is not given it.
+        named = self.named
+
+        def takes(keyword: str) -> bool:
+            return named is None or keyword in named or "**" in named
+
+        if (transforms and takes("transforms")) or (named is not None and "transforms" in named):
+            extra["transforms"] = transforms
+        if batch_dims is not None and takes("batch_dims"):
+            extra["batch_dims"] = batch_dims
+
+        def run_keyword() -> None:
+            self.func(self._arg(arrays), **extra, **self.kwargs)
+
+        return run_keyword
+
+    def _arg(self, arrays: list[Any]) -> Any:
+        if any(impl is not None for impl in self.key_impls):
+            arrays = [
+                a if impl is None else jax.random.wrap_key_data(a, impl=impl)
+                for a, impl in zip(arrays, self.key_impls, strict=True)
+            ]
+        return self.arg_treedef.unflatten(arrays)
 
     def __repr__(self) -> str:
         name = getattr(self.func, "__qualname__", repr(self.func))
         return f"Tap({name}{', with_device' if self.with_device else ''})"
 
 
+def _positional_transforms(
+    transforms: tuple[str, ...], batch_dims: tuple[int | None, ...] | None
+) -> tuple[Any, ...]:
+    """The 2021-2024 module's ``transforms``: ``('batch', {'batch_dims': ...})`` entries.
+
+    Only the innermost ``vmap``'s dims are known (the seed keeps one ``batch_dims``).
+    """
+    last_batch = max((i for i, t in enumerate(transforms) if t == "batch"), default=-1)
+    return tuple(
+        ("batch", {"batch_dims": batch_dims}) if i == last_batch else t
+        for i, t in enumerate(transforms)
+    )
+
+
 id_tap_p = jp.Primitive("id_tap")
 id_tap_p.multiple_results = True
+
+
+@dataclasses.dataclass(frozen=True)
+class TapParams(PrimitiveParams):
+    """The parameters of one ``id_tap_p`` equation.
+
+    Attributes:
+        tap: the :class:`Tap`.
+        nr_untapped: how many trailing operands (``result=``) pass by untapped.
+        transforms: the transformations applied so far, outermost last.
+        batch_dims: under ``vmap``: per operand (tapped and passed by, as the
+            seed), its batch dimension or None; else None.
+
+    Invariants (checked at construction): ``nr_untapped >= 0``; ``transforms`` a
+    tuple of names; ``batch_dims`` None or a tuple.
+    """
+
+    primitive: ClassVar[Any] = id_tap_p
+
+    tap: Tap
+    nr_untapped: int
+    transforms: tuple[str, ...] = ()
+    batch_dims: tuple[int | None, ...] | None = None
+
+    def check(self) -> None:
+        if not isinstance(self.tap, Tap):
+            raise TypeError(f"internal error: id_tap params need a Tap, got {self.tap!r}")
+        if not isinstance(self.nr_untapped, int) or self.nr_untapped < 0:
+            raise ValueError(f"internal error: id_tap nr_untapped={self.nr_untapped!r}")
+        object.__setattr__(self, "transforms", tuple(self.transforms))
+        if not all(isinstance(t, str) for t in self.transforms):
+            raise TypeError(f"internal error: id_tap transforms={self.transforms!r}")
+        if self.batch_dims is not None:
+            object.__setattr__(self, "batch_dims", tuple(self.batch_dims))
+
+    def with_transform(self, name: str) -> TapParams:
+        """A copy with ``name`` appended to the transforms."""
+        return self.replace(transforms=(*self.transforms, name))
+
+    def tapped(self, args: Sequence[Any]) -> Sequence[Any]:
+        """The operands passed to the tap function (the last ``nr_untapped`` are not)."""
+        return args[: len(args) - self.nr_untapped]
+
+    def shown_batch_dims(self) -> tuple[int | None, ...] | None:
+        """``batch_dims`` as the tap function sees them (NOTE [calling conventions])."""
+        if self.batch_dims is None or self.tap.convention == KEYWORD:
+            return self.batch_dims
+        return tuple(self.tapped(self.batch_dims))
 
 
 def host_copy(x: Any) -> np.ndarray:
@@ -103,45 +249,43 @@ def host_copy(x: Any) -> np.ndarray:
     return np.array(x, copy=True)
 
 
-def tapped(args: Sequence[Any], nr_untapped: int) -> Sequence[Any]:
-    """The operands passed to the tap function (the last ``nr_untapped`` are not)."""
-    return args[: len(args) - nr_untapped]
-
-
 # --- evaluation ---
 
 
-def _id_tap_impl(
-    *args: Any,
-    tap: Tap,
-    nr_untapped: int,
-    transforms: tuple[str, ...],
-    batch_dims: tuple[int | None, ...] | None,
-) -> Sequence[Any]:
+def _id_tap_impl(*args: Any, **kwargs: Any) -> Sequence[Any]:
+    p = TapParams.of(kwargs)
     # An eager tap comes after the taps of every program launched before it.
     rec = receiver.current()
     if not rec.in_consumer():
         jax.effects_barrier()
-    values = tapped(args, nr_untapped)
+    values = p.tapped(args)
+    tap, dims = p.tap, p.shown_batch_dims()
     if not tap.with_device:
-        rec.sequencer.put(tap.item([host_copy(v) for v in values], transforms, batch_dims))
+        rec.sequencer.put(tap.item([host_copy(v) for v in values], p.transforms, dims))
         return args
-    for device, shards in _shards_by_device(values):
-        rec.sequencer.put(tap.item(shards, transforms, batch_dims, device))
+    by_device = _shards_by_device(values)
+    if tap.per_shard:
+        for device, shards in by_device:
+            rec.sequencer.put(tap.item(shards, p.transforms, dims, device))
+        return args
+    devices = [d for d, _ in by_device]
+    device = devices[tap.device_index] if tap.device_index < len(devices) else devices[0]
+    rec.sequencer.put(tap.item([host_copy(v) for v in values], p.transforms, dims, device))
     return args
 
 
 def _shards_by_device(values: Sequence[Any]) -> list[tuple[Any, list[np.ndarray]]]:
     """``(device, each value's shard there)`` for every device holding one of ``values``.
 
-    A value not on a device (a numpy array, a Python scalar) is whole on each.
+    A value not on a device (a numpy array, a Python scalar) is whole on each; when
+    no value is on a device, the default device holds them all.
     """
     on_device = [v for v in values if isinstance(v, jax.Array)]
     devices = sorted(
         {s.device for v in on_device for s in v.addressable_shards}, key=lambda d: d.id
     )
     if not devices:
-        return [(None, [host_copy(v) for v in values])]
+        return [(jax.local_devices()[0], [host_copy(v) for v in values])]
     found = []
     for device in devices:
         shards = []
@@ -171,12 +315,11 @@ id_tap_p.def_effectful_abstract_eval(_id_tap_abstract_eval)
 
 
 def _id_tap_batcher(
-    args: Sequence[Any], dims: Sequence[int | None], *, nr_untapped: int, **params: Any
+    args: Sequence[Any], dims: Sequence[int | None], **kwargs: Any
 ) -> tuple[Sequence[Any], Sequence[int | None]]:
-    batch_dims = tuple(dims)  # None: that operand is not batched
-    params = dict(params, transforms=(*params["transforms"], "batch"))
-    params["batch_dims"] = tuple(tapped(batch_dims, nr_untapped))
-    return id_tap_p.bind(*args, nr_untapped=nr_untapped, **params), dims
+    p = TapParams.of(kwargs)
+    batched = p.with_transform("batch").replace(batch_dims=tuple(dims))
+    return batched.bind(*args), dims
 
 
 jp.primitive_batchers[id_tap_p] = _id_tap_batcher
@@ -186,34 +329,84 @@ jp.primitive_batchers[id_tap_p] = _id_tap_batcher
 
 
 def _id_tap_jvp(
-    primals: Sequence[Any], tangents: Sequence[Any], *, nr_untapped: int, **params: Any
+    primals: Sequence[Any], tangents: Sequence[Any], **kwargs: Any
 ) -> tuple[Sequence[Any], Sequence[Any]]:
     # Two taps, so partial evaluation keeps the primal one in the forward pass and
     # stages the tangent one (its transpose taps the cotangents). The tangents of
-    # untapped operands (``result=``) pass by: they may be float0 (PRNG keys).
-    primals_out = id_tap_p.bind(*primals, nr_untapped=nr_untapped, **params)
-    n = len(primals) - nr_untapped
-    tapped_tangents = [jp.instantiate_zeros(t) for t in tangents[:n]]
-    tangents_out = id_tap_p.bind(*tapped_tangents, nr_untapped=0, **_with_transform(params, "jvp"))
-    return primals_out, [*tangents_out, *tangents[n:]]
+    # ``result=`` operands go through the tangent tap untapped (as the seed's), so
+    # their cotangents reach its transpose: a tap whose ``result=`` is used shows
+    # its (zero) cotangents, one whose outputs are all unused shows none. Symbolic
+    # zeros and float0 tangents (of integers, PRNG keys) pass by.
+    p = TapParams.of(kwargs)
+    primals_out = p.bind(*primals)
+    n = len(primals) - p.nr_untapped
+    # float0 tangents cannot cross to the host: the tap sees False where they are
+    # (as the 2024 module showed them).
+    tapped_tangents = [_tappable(jp.instantiate_zeros(t)) for t in tangents[:n]]
+    results = list(tangents[n:])
+    through = [i for i, t in enumerate(results) if type(t) is not jp.Zero and not _is_float0(t)]
+    dims = p.batch_dims
+    tangent_p = p.with_transform("jvp").replace(
+        nr_untapped=len(through),
+        batch_dims=None if dims is None else (*dims[:n], *(dims[n + i] for i in through)),
+    )
+    outs = tangent_p.bind(*tapped_tangents, *(results[i] for i in through))
+    for k, i in enumerate(through):
+        results[i] = outs[n + k]
+    tapped_out = [t if _is_float0(t) else o for t, o in zip(tangents[:n], outs[:n], strict=True)]
+    return primals_out, [*tapped_out, *results]
+
+
+def _is_float0(t: Any) -> bool:
+    dtype = getattr(t.aval if type(t) is jp.Zero else t, "dtype", None)
+    return dtype == jax.dtypes.float0
+
+
+def _tappable(t: Any) -> Any:
+    return jax.numpy.zeros(t.shape, bool) if _is_float0(t) else t
 
 
 jp.primitive_jvps[id_tap_p] = _id_tap_jvp
 
 
-def _with_transform(params: dict[str, Any], name: str) -> dict[str, Any]:
-    return dict(params, transforms=(*params["transforms"], name))
-
-
 # --- transpose ---
 
 
-def _id_tap_transpose(cts: Sequence[Any], *args: Any, **params: Any) -> Sequence[Any]:
+def _id_tap_transpose(cts: Sequence[Any], *args: Any, **kwargs: Any) -> Sequence[Any]:
     # Every operand of a tangent tap is linear: the identity's transpose is the
-    # identity, tapped.
+    # identity, tapped. When no cotangent flows back (the tap's result was
+    # unused), there is nothing to see: no tap (as the 2024 module).
     del args
+    if all(type(ct) is jp.Zero for ct in cts):
+        return list(cts)
     cts = [jp.instantiate_zeros(ct) for ct in cts]
-    return id_tap_p.bind(*cts, **_with_transform(params, "transpose"))
+    return TapParams.of(kwargs).with_transform("transpose").bind(*cts)
 
 
 jp.primitive_transposes[id_tap_p] = _id_tap_transpose
+
+
+# --- partial eval (remat) ---
+
+
+def _id_tap_remat(
+    saveable: Callable[..., Any], unks_in: Sequence[bool], inst_in: Sequence[bool], eqn: Any
+) -> tuple[Any, Any, list[bool], list[bool], list[Any]]:
+    # NOTE [taps under checkpoint]
+    n = len(eqn.outvars)
+    if any(unks_in):  # as jax's default: the whole tap is staged
+        residuals = [
+            v
+            for v, unknown, inst in zip(eqn.invars, unks_in, inst_in, strict=True)
+            if not unknown and not inst and not isinstance(v, jp.Literal)
+        ]
+        return None, eqn, [True] * n, [True] * n, residuals
+    policy = jp.remat_policy(saveable(eqn.primitive, *[v.aval for v in eqn.invars], **eqn.params))
+    if policy != "recompute":
+        return eqn, None, [False] * n, [False] * n, []
+    again = eqn.replace(outvars=[jp.DropVar(v.aval) for v in eqn.outvars])
+    residuals = [v for v in eqn.invars if not isinstance(v, jp.Literal)]
+    return eqn, again, [False] * n, [False] * n, residuals
+
+
+jp.partial_eval_jaxpr_custom_rules[id_tap_p] = _id_tap_remat

@@ -267,6 +267,32 @@ class Receiver:
             while self._stats.queued_bytes >= self.max_queue_bytes and not self._stopping:
                 self._cond.wait()
 
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the consumer thread after every tap queued before it; its result.
+
+        Why there: a ``call`` in program order after a tap sees the tap's effects
+        (the seed's single receiver ran both). ``fn``'s error is raised here, to the
+        caller, not kept for the barrier.
+        """
+        if self.in_consumer():
+            return fn()
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                box["value"] = fn()
+            except BaseException as e:  # handed to the waiting caller
+                box["error"] = e
+            finally:
+                done.set()
+
+        self.sequencer.put(TapItem(run, 0))
+        done.wait()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
     # --- the consumer ---
 
     def _consume(self) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 from jax.sharding import Mesh, PartitionSpec
 
 from .. import jax_private as jp
-from ..spec.parsed import ParsedPartitionSpec
+from ..spec.parsed import REPLICATED, ParsedPartitionSpec
 from ..trace.region import RegionParams, mapped_spec, pmap_region_p
 from . import annotate
 from .rules import placement
@@ -28,11 +28,15 @@ from .rules import placement
 
 def _lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
     p = RegionParams.of(kwargs)
-    if jp.ordered_effects.filter_in(p.body.effects):
+    # Shardable ordered effects (id_tap) run per device, their tokens threaded
+    # through the body (NOTE [taps in manual regions] in host_callback/lowering.py).
+    ordered = list(jp.ordered_effects.filter_in(p.body.effects))
+    if any(not jp.shardable_ordered_effects.contains(e) for e in ordered):
         raise ValueError(
-            f"pmap {p.name}: ordered effects (jax.debug.callback(ordered=True), id_tap) are not "
-            "supported inside pmap; use an unordered callback"
+            f"pmap {p.name}: ordered effects (jax.debug.callback(ordered=True)) are not "
+            "supported inside pmap; use an unordered callback, or id_tap"
         )
+    tokens = jp.TokenSet({e: ctx.tokens_in.get(e) for e in ordered})
     axis_ctx = ctx.module_context.axis_context
     # Axes an enclosing region already made manual (a pmap nested in a pmap).
     outer = (
@@ -51,25 +55,27 @@ def _lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
     out_specs = [mapped_spec(p.axis_name, d) for d in p.out_dims]
     sub_ctx = ctx.module_context.replace(axis_context=jp.SPMDAxisContext(p.mesh, manual))
     if jp.jax_uses_shardy():
-        return _shardy(ctx, sub_ctx, p, args, in_specs, out_specs)
+        return _shardy(ctx, sub_ctx, p, args, in_specs, out_specs, tokens)
     region = _Gspmd(ctx, p.mesh, outer, manual)
     blocks = [
         region.to_block(x, aval, block, spec)
         for x, aval, block, spec in zip(args, ctx.avals_in, p.body.in_avals, in_specs, strict=True)
     ]
     with p.axis_env():
-        outs, _ = jp.call_lowering(
+        outs, tokens_out = jp.call_lowering(
             f"pmap_{p.name}",
             p.body,
             None,
             sub_ctx,
             p.body.in_avals,
             p.body.out_avals,
-            jp.TokenSet(),
+            tokens,
             *blocks,
             dim_var_values=ctx.dim_var_values,
             const_lowering=ctx.const_lowering,
         )
+    if len(tokens):
+        ctx.set_tokens_out(ctx.tokens_in.update_tokens(tokens_out))
     return [
         region.from_block(y, block, aval, spec)
         for y, block, aval, spec in zip(
@@ -127,15 +133,19 @@ def _shardy(
     args: Sequence[Any],
     in_specs: Sequence[ParsedPartitionSpec],
     out_specs: Sequence[ParsedPartitionSpec],
+    tokens: Any,
 ) -> Sequence[Any]:
     symbol = annotate.ensure_sdy_mesh(ctx.module_context.module, p.mesh)
+    effects = list(tokens.effects())
 
     # With axes left free (an outer pmap of a nested one), dims stay open to them.
     partial = len(sub_ctx.axis_context.manual_axes) < len(p.mesh.axis_names)
 
     def per_value(avals: Sequence[Any], specs: Sequence[ParsedPartitionSpec]) -> Any:
         return jp.TensorShardingPerValueAttr.get(
-            [
+            # Tokens (first) are replicated over the manual axis.
+            [annotate.sdy_sharding_attr(0, REPLICATED, symbol)] * len(effects)
+            + [
                 annotate.sdy_sharding_attr(
                     len(jp.physical_aval(a).shape), _open(s, a) if partial else s, symbol
                 )
@@ -143,31 +153,37 @@ def _shardy(
             ]
         )
 
+    token_types = [jp.token_type()] * len(effects)
     out_types = [jp.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_out]
     op = jp.ManualComputationOp(
-        out_types,
-        list(args),
+        [*token_types, *out_types],
+        [*(tokens.get(e) for e in effects), *args],
         per_value(ctx.avals_in, in_specs),
         per_value(ctx.avals_out, out_specs),
         jp.ManualAxesAttr.get([jp.StringAttr.get(p.axis_name)]),
     )
     block_types = [jp.aval_to_ir_type(ctx.module_context, a) for a in p.body.in_avals]
-    block = jp.Block.create_at_start(op.body, block_types)
+    block = jp.Block.create_at_start(op.body, [*token_types, *block_types])
+    token_args, in_args = block.arguments[: len(effects)], block.arguments[len(effects) :]
     with jp.InsertionPoint(block), p.axis_env():
-        outs, _ = jp.jaxpr_subcomp(
+        outs, tokens_out = jp.jaxpr_subcomp(
             sub_ctx,
             p.body.jaxpr,
             ctx.name_stack,
-            jp.TokenSet(),
+            jp.TokenSet(dict(zip(effects, token_args, strict=True))),
             [jp.ir_constants(c) for c in p.body.consts],
-            *block.arguments,
+            *in_args,
             dim_var_values=ctx.dim_var_values,
             const_lowering=ctx.const_lowering,
             outer_traceback=None,
         )
-        flat, _ = jp.ir_tree_registry.flatten(list(outs))
+        flat, _ = jp.ir_tree_registry.flatten([*(tokens_out.get(e) for e in effects), *outs])
         jp.sdy_return(flat)
-    return list(op.results)
+    results = list(op.results)
+    if effects:
+        out = dict(zip(effects, results[: len(effects)], strict=True))
+        ctx.set_tokens_out(ctx.tokens_in.update_tokens(jp.TokenSet(out)))
+    return results[len(effects) :]
 
 
 def _open(spec: ParsedPartitionSpec, aval: Any) -> PartitionSpec:

@@ -94,13 +94,23 @@ with partitioner.mesh(MESH.devices, MESH.axis_names):
     devices: list[int] = []
     per_device = pjit(
         lambda x: id_tap(
-            lambda v, transforms, device: devices.append(device.id), x, tap_with_device=True
+            lambda v, transforms, device: devices.append(device.id),
+            x,
+            tap_with_device=True,
+            per_shard=True,
         ),
         P("a"),
         P("a"),
     )
     per_device(X)
+    whole: list[int] = []
+    pjit(
+        lambda x: id_tap(lambda v, _, device: whole.append(device.id), x, tap_with_device=True),
+        P("a"),
+        P("a"),
+    )(X)
     barrier_wait()
+    print(f"WHOLE {whole}", flush=True)
     own = sorted(d.id for d in jax.local_devices())
     print(f"TAPS {len(seen)} {'own-devices' if sorted(devices) == own else devices}", flush=True)
     if seen:
