@@ -14,6 +14,7 @@ from typing import Any
 from jax._src import api_util, core, effects, sharding_impls, source_info_util, xla_bridge
 from jax._src import array as _array
 from jax._src import callback as _callback
+from jax._src import compiler as _compiler
 from jax._src import config as _config
 from jax._src import dispatch as _dispatch
 from jax._src import distributed as _distributed
@@ -28,6 +29,7 @@ from jax._src.lib import (
     _jax,
     xla_client,  # jaxlib's OpSharding/HloSharding/CompileOptions
 )
+from jax._src.lib import hlo as _hlo
 from jax._src.lib.mlir import ir
 from jax._src.lib.mlir.dialects import sdy
 from jax.sharding import Mesh as _Mesh
@@ -245,6 +247,13 @@ def hlo_computation(module: Any) -> Any:
     )
 
 
+def hlo_text(module: Any, debug_info: bool) -> str:
+    """The HLO text of a StableHLO module, printed as jax's ``Lowered.as_text("hlo")`` prints it."""
+    print_opts = _hlo.HloPrintOptions.short_parsable()
+    print_opts.print_metadata = debug_info
+    return hlo_computation(module).as_hlo_module().to_string(print_opts)
+
+
 def hlo_sharding_of(sharding: Any, ndim: int) -> Any:
     """The HloSharding a jax Sharding lays an ``ndim`` array out with."""
     return sharding._to_xla_hlo_sharding(ndim)
@@ -363,3 +372,30 @@ def requires_devices_during_lowering(primitive: Any) -> None:
 def distributed_client() -> Any:
     """The coordination-service client ``jax.distributed.initialize`` connected (key-value store)."""
     return _distributed.global_state.client
+
+
+# --- jax's compilation machinery (persistent cache, options, logs, monitoring) ---
+
+# ``compiler.compile_or_get_cached``: compile, or load from the persistent
+# compilation cache (``jax_compilation_cache_dir`` and its companion settings).
+compile_or_get_cached = _compiler.compile_or_get_cached
+# jax's CompileOptions from its flags (optimization effort and levels, remat,
+# the XLA caches the persistent cache turns on) plus ``compiler_options``.
+get_compile_options = _compiler.get_compile_options
+use_detailed_logging = _compiler.use_detailed_logging
+# Logs at WARNING under ``jax_log_compiles`` and records a ``jax.monitoring``
+# duration under ``event``: tools that profile jax.jit's compile time see ours.
+log_elapsed_time = _dispatch.log_elapsed_time
+JAXPR_TRACE_EVENT = _dispatch.JAXPR_TRACE_EVENT
+JAXPR_TO_MLIR_MODULE_EVENT = _dispatch.JAXPR_TO_MLIR_MODULE_EVENT
+BACKEND_COMPILE_EVENT = _dispatch.BACKEND_COMPILE_EVENT
+log_compiles = _config.log_compiles
+explain_cache_misses = _config.explain_cache_misses
+hlo_module_cost_analysis = _jax.hlo_module_cost_analysis
+using_pjrt_c_api = xla_bridge.using_pjrt_c_api
+module_to_string = mlir.module_to_string
+
+
+def user_call_site() -> str:
+    """The user's ``file:line (function)`` the current call came from (our frames skipped)."""
+    return source_info_util.summarize(source_info_util.current())

@@ -173,6 +173,10 @@ class Dispatcher:
         with self._python_cache_lock:
             self._python_cache.clear()
 
+    def cache_size(self) -> int:
+        """The call signatures cached: each is in the Python cache, hit first by C++ or not."""
+        return len(self._python_cache)
+
     # --- guarded C++ calls (NOTE [guarded C++ calls]) ---
 
     def _install_guard(self, executable: Executable, out: Any) -> None:

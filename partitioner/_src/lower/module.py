@@ -60,8 +60,13 @@ class LoweredModule:
             name=self.name,
         )
 
-    def as_text(self) -> str:
-        return str(self.module)
+    @property
+    def module_name(self) -> str:
+        """The module's symbol name (jax.jit's ``jit_f`` is our ``pjit_f``)."""
+        return f"pjit_{self.name}"
+
+    def as_text(self, debug_info: bool = False) -> str:
+        return jp.module_to_string(self.module, enable_debug_info=debug_info)
 
 
 def _sharded_shape(aval: Any, spec: ParsedPartitionSpec | None, mesh: Mesh) -> Any:
@@ -133,6 +138,21 @@ def ordered_effects_of(params: PjitParams) -> tuple[Any, ...]:
     return ordered
 
 
+def value_names(jaxpr: Any, n_in: int, n_out: int) -> tuple[list[str], list[str]]:
+    """Names of ``main``'s arguments and results: their pytree paths (``params['w1']``, ``x``).
+
+    jax.jit's names from the trace's debug info; leading inputs with no name
+    (values of an enclosing trace) get ``""``. Results are named ``result...``
+    as jax.jit names them (``result[0]['y']``).
+    """
+    debug = jaxpr.jaxpr.debug_info
+    names = tuple(debug.arg_names or ()) if debug is not None else ()
+    args = [""] * (n_in - len(names)) + [n or "" for n in names] if len(names) <= n_in else []
+    paths = tuple(debug.result_paths or ()) if debug is not None else ()
+    results = list(paths) if len(paths) == n_out and all(isinstance(p, str) for p in paths) else []
+    return args or [""] * n_in, results
+
+
 def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
     """Lower ``params.jaxpr`` over its mesh and annotate ``main`` with our shardings.
 
@@ -148,7 +168,15 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
         in_avals, in_specs, params.donated_invars, out_avals, out_specs, mesh, params.name
     )
     ordered = ordered_effects_of(params)
-    with jp.shardy_config(shardy):
+    arg_names, result_names = value_names(jaxpr, len(in_avals), len(out_avals))
+    with (
+        jp.shardy_config(shardy),
+        jp.log_elapsed_time(
+            "Finished jaxpr to MLIR module conversion {fun_name} in {elapsed_time:.9f} sec",
+            fun_name=f"pjit_{params.name}",
+            event=jp.JAXPR_TO_MLIR_MODULE_EVENT,
+        ),
+    ):
         result = mlir.lower_jaxpr_to_module(
             f"pjit_{params.name}",
             jaxpr,
@@ -163,12 +191,15 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
             donated_args=[False] * len(in_avals),
             input_output_aliases=aliases,
             num_partitions=len(devices),
+            arg_names=arg_names,
+            result_names=result_names,
             lowering_parameters=mlir.LoweringParameters(hoist_constants_as_args=False),
         )
         with result.module.context:
             annotate.set_main_shardings(
                 result.module, in_avals, in_specs, out_avals, out_specs, mesh, shardy
             )
+            annotate.set_arg_names(result.module, arg_names)
     return LoweredModule(
         module=result.module,
         name=params.name,
