@@ -106,6 +106,11 @@ def ambient_mesh() -> Any | None:
     return None
 
 
+def trace_context_names() -> tuple[str, ...]:
+    """The names of the :func:`trace_context` entries, in order (for cache-miss explanations)."""
+    return tuple(_config.trace_context_names())
+
+
 def trace_context() -> Any:
     """jax's hashable trace-affecting configuration (x64, etc.) for cache keys."""
     return _config.trace_context()

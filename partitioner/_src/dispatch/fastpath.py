@@ -51,7 +51,7 @@ from .. import jax_private as jp
 from .. import options
 from ..events import emit
 from ..trace.plan import CallPlan, split_arguments
-from . import window
+from . import explain, window
 from .executable import Executable
 from .execute import get_executable, run
 
@@ -132,6 +132,7 @@ class Dispatcher:
         static_argnames: tuple[str, ...],
     ) -> None:
         self.name = name
+        self._fun = fun
         self._plan = plan
         self._donated_positions = donated_positions
         self._static_argnums = frozenset(static_argnums)
@@ -264,6 +265,17 @@ class Dispatcher:
         hash(key)  # raises TypeError for unhashable static values
         return key, leaves
 
+    def _explain(self, key: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Log why this call missed (``jax_explain_cache_misses``), naming what changed."""
+        split = split_arguments(args, kwargs, self._static_argnums, self._static_argnames)
+        paths = [
+            p for p, _ in tree_flatten_with_path((split.dynamic_args, split.dynamic_kwargs))[0]
+        ]
+        with self._python_cache_lock:
+            seen = list(self._python_cache)
+        names = explain.ArgNames(self._fun, self._static_argnums)
+        explain.explain_miss(self.name, self._fun, key, seen, paths, names)
+
     def _call(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[Any, Executable | None, bool]:
@@ -283,6 +295,8 @@ class Dispatcher:
                 raise
             return out, hit.executable, not moved
         emit("dispatch_miss", name=self.name)
+        if key is not None and explain.enabled():
+            self._explain(key, args, kwargs)
         plan = self._plan(args, kwargs)
         if plan.num_consts:
             return plan.bind(), None, False
