@@ -103,10 +103,10 @@ def _diff(
     tree, leaves, statics, mesh, context = new
     o_tree, o_leaves, o_statics, o_mesh, o_context = old
     if context != o_context:
-        names = jp.trace_context_names()
+        context_names = jp.trace_context_names()
         diffs = [
             f"  * {n} differs: now {a} and before {b}"
-            for n, a, b in zip(names, context, o_context, strict=False)
+            for n, a, b in zip(context_names, context, o_context, strict=False)
             if a != b
         ]
         return 0, len(diffs), "the jax configuration differs:\n" + "\n".join(diffs)
