@@ -20,7 +20,7 @@ WORKER = Path(__file__).resolve().parent / "compile_cache_worker.py"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _run(mode: str, cache_dir: Path) -> dict[str, Any]:
+def _run(mode: str, cache_dir: Path, **settings: str) -> dict[str, Any]:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
@@ -29,6 +29,7 @@ def _run(mode: str, cache_dir: Path) -> dict[str, Any]:
         "JAX_COMPILATION_CACHE_DIR": str(cache_dir),
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
         "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+        **settings,
     }
     done = subprocess.run(
         [sys.executable, str(WORKER), mode],
@@ -76,3 +77,16 @@ def test_a_truncated_entry_is_compiled_again_with_a_warning(tmp_path: Path) -> N
     assert again["pjit_ok"] and again["pmap_ok"]  # recompiled: the right program
     assert again["hits"] == 0 and again["misses"] == 2
     assert any("Error reading persistent compilation cache entry" in w for w in again["warnings"])
+
+
+def test_the_companion_settings_are_honoured(tmp_path: Path) -> None:
+    for setting, value in [
+        ("JAX_ENABLE_COMPILATION_CACHE", "false"),
+        ("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "600"),
+        ("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", str(1 << 30)),
+    ]:
+        out = _run("shardy", tmp_path, **{setting: value})
+        assert out["pjit_ok"] and out["pmap_ok"]
+        assert out["misses"] == 0 and not _entries(tmp_path), setting  # nothing written
+    out = _run("shardy", tmp_path)  # the same program without them is written
+    assert out["misses"] == 2 and len(_entries(tmp_path)) == 2
