@@ -20,6 +20,9 @@ the backend and XLA flags: anything that changes the executable changes the
 key. An entry that cannot be read back (truncated, corrupt) is reported by jax
 with a warning and compiled again, never run. Modules with host callbacks are
 not written, as under jax.jit (their callbacks are baked into the program).
+With no cache directory set, the compile goes straight to jax's
+``backend_compile_and_load``: jax.jit would still hash every module into a key
+for a cache that does not exist.
 """
 
 from __future__ import annotations
@@ -142,13 +145,15 @@ def _compile_once(lowered: LoweredModule, compiler_options: CompilerOptions | No
         fun_name=lowered.module_name,
         event=jp.BACKEND_COMPILE_EVENT,
     ):
+        executable_devices = xc.DeviceList(tuple(device_array))
+        callbacks = list(lowered.host_callbacks)
+        if not jp.persistent_cache_in_play():
+            jp.dump_module_to_file(lowered.module, "compile")  # as compile_or_get_cached does
+            return jp.backend_compile_and_load(
+                backend, lowered.module, executable_devices, opts, callbacks
+            )
         return jp.compile_or_get_cached(
-            backend,
-            lowered.module,
-            device_array,
-            opts,
-            list(lowered.host_callbacks),
-            xc.DeviceList(tuple(device_array)),
+            backend, lowered.module, device_array, opts, callbacks, executable_devices
         )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from jax._src import api_util, core, effects, sharding_impls, source_info_util, xla_bridge
 from jax._src import array as _array
 from jax._src import callback as _callback
+from jax._src import compilation_cache as _compilation_cache
 from jax._src import compiler as _compiler
 from jax._src import config as _config
 from jax._src import dispatch as _dispatch
@@ -387,6 +388,23 @@ compile_or_get_cached = _compiler.compile_or_get_cached
 # jax's CompileOptions from its flags (optimization effort and levels, remat,
 # the XLA caches the persistent cache turns on) plus ``compiler_options``.
 get_compile_options = _compiler.get_compile_options
+# The compile call itself (jax's XLA error handlers included), for when no cache is in play.
+backend_compile_and_load = _compiler.backend_compile_and_load
+dump_module_to_file = mlir.dump_module_to_file
+
+
+def persistent_cache_in_play() -> bool:
+    """Whether ``compile_or_get_cached`` would read, write or share anything.
+
+    With no cache directory (and no binary sharing between hosts), jax still
+    hashes the module into a cache key on every compile, then finds no cache:
+    skipping that keeps a cold compile as lean as before the cache was wired in.
+    """
+    return bool(
+        _compilation_cache.is_persistent_cache_enabled() or _config.share_binary_between_hosts.value
+    )
+
+
 use_detailed_logging = _compiler.use_detailed_logging
 # Logs at WARNING under ``jax_log_compiles`` and records a ``jax.monitoring``
 # duration under ``event``: tools that profile jax.jit's compile time see ours.
