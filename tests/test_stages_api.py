@@ -128,6 +128,11 @@ def test_compiled_describes_itself_as_jax_jit(lowered_pair: Any) -> None:
 
 def test_compiler_options_as_jax_jit(lowered_pair: Any) -> None:
     ours, theirs, mesh = lowered_pair
+    with partitioner.recording() as events:
+        first, again = ours.compile(), ours.compile()  # kept, as jax.jit's Lowered keeps it
+        assert first.runtime_executable() is again.runtime_executable()
+        ours.compile({"xla_embed_ir_in_executable": False})  # options: compiled anew
+    assert events["compile"] == 2
     compiled = ours.compile(compiler_options={"xla_embed_ir_in_executable": True})
     x = jax.device_put(X, named(mesh, P("a")))
     assert_close(compiled(PARAMS, x, 2.0), theirs.compile()(PARAMS, X, 2.0))

@@ -146,6 +146,7 @@ class Lowered(_Stage):
     def __init__(self, module: LoweredModule, plan: CallPlan) -> None:
         self._module = module
         self._plan = plan
+        self._executable: Executable | None = None  # compiled with default options, kept
 
     @property
     def out_info(self) -> Any:
@@ -203,6 +204,9 @@ class Lowered(_Stage):
     ) -> Compiled:
         """Compile with XLA's SPMD partitioner (or load from the persistent cache).
 
+        Without ``compiler_options`` the executable is kept: compiling again
+        returns it (as jax.jit's ``Lowered.compile`` does).
+
         Args:
             compiler_options: XLA options by name, as jax.jit's ``Lowered.compile``
                 takes them (``{"xla_embed_ir_in_executable": True}``, or build
@@ -228,7 +232,12 @@ class Lowered(_Stage):
                 f"{[getattr(d, 'id', d) for d in device_assignment]}. Lower under a mesh of "
                 "those devices instead."
             )
+        # As jax's: compiled once with default options, then reused by later calls.
+        if compiler_options is None and self._executable is not None:
+            return Compiled(self._executable, self._plan)
         executable = finish(self._module, self._plan.params.jaxpr, compiler_options)
+        if compiler_options is None:
+            self._executable = executable
         return Compiled(executable, self._plan)
 
     def report(self) -> Report:
