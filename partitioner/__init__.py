@@ -26,7 +26,7 @@ from ._src.spec import (
     parse_op_sharding,
     prepare_axis_resources,
 )
-from ._src.stages import Compiled, Lowered
+from ._src.stages import Compiled, Lowered, Traced
 from ._src.trace.constraint import with_sharding_constraint
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "PjitWrapped",
     "PmapWrapped",
     "SpecSync",
+    "Traced",
     "add_listener",
     "clear_caches",
     "colocated_cpu_devices",

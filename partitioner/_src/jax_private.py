@@ -22,6 +22,8 @@ import jax as _jax_pkg
 from jax._src import api_util as _api_util
 from jax._src import array as _array
 from jax._src import callback as _callback
+from jax._src import compilation_cache as _compilation_cache
+from jax._src import compiler as _compiler
 from jax._src import config as _config
 from jax._src import core as _core
 from jax._src import dispatch as _dispatch
@@ -42,6 +44,7 @@ from jax._src.interpreters import partial_eval as _pe
 from jax._src.interpreters import pxla as _pxla
 from jax._src.lax.control_flow import loops as _loops
 from jax._src.lib import _jax
+from jax._src.lib import hlo as _hlo
 from jax._src.lib import xla_client as _xla_client
 from jax._src.lib.mlir import ir as _ir
 from jax._src.lib.mlir.dialects import sdy as _sdy
@@ -184,8 +187,6 @@ summarize_source_info = _source_info_util.summarize
 get_device_backend = _xla_bridge.get_device_backend
 
 # jaxlib._jax
-CompileOptions = _jax.CompileOptions
-DeviceAssignment = _jax.DeviceAssignment
 DeviceList = _jax.DeviceList
 
 # jaxlib.mlir.dialects.sdy
@@ -269,6 +270,11 @@ def ambient_mesh() -> Any | None:
     if concrete is not None and not concrete.empty:
         return concrete
     return None
+
+
+def trace_context_names() -> tuple[str, ...]:
+    """The names of the :func:`trace_context` entries, in order (for cache-miss explanations)."""
+    return tuple(_config.trace_context_names())
 
 
 def trace_context() -> Any:
@@ -438,6 +444,13 @@ def hlo_computation(module: Any) -> Any:
     )
 
 
+def hlo_text(module: Any, debug_info: bool) -> str:
+    """The HLO text of a StableHLO module, printed as jax's ``Lowered.as_text("hlo")`` prints it."""
+    print_opts = _hlo.HloPrintOptions.short_parsable()
+    print_opts.print_metadata = debug_info
+    return hlo_computation(module).as_hlo_module().to_string(print_opts)
+
+
 def hlo_sharding_of(sharding: Any, ndim: int) -> Any:
     """The HloSharding a jax Sharding lays an ``ndim`` array out with."""
     return sharding._to_xla_hlo_sharding(ndim)
@@ -598,3 +611,47 @@ def manual_callback_sharding(avals_out: Any) -> Any:
     sharding = _xla_client.OpSharding()
     sharding.type = _xla_client.OpSharding.Type.MANUAL
     return sharding
+
+
+# --- jax's compilation machinery (persistent cache, options, logs, monitoring) ---
+
+# ``compiler.compile_or_get_cached``: compile, or load from the persistent
+# compilation cache (``jax_compilation_cache_dir`` and its companion settings).
+compile_or_get_cached = _compiler.compile_or_get_cached
+# jax's CompileOptions from its flags (optimization effort and levels, remat,
+# the XLA caches the persistent cache turns on) plus ``compiler_options``.
+get_compile_options = _compiler.get_compile_options
+# The compile call itself (jax's XLA error handlers included), for when no cache is in play.
+backend_compile_and_load = _compiler.backend_compile_and_load
+dump_module_to_file = _mlir.dump_module_to_file
+
+
+def persistent_cache_in_play() -> bool:
+    """Whether ``compile_or_get_cached`` would read, write or share anything.
+
+    With no cache directory (and no binary sharing between hosts), jax still
+    hashes the module into a cache key on every compile, then finds no cache:
+    skipping that keeps a cold compile as lean as before the cache was wired in.
+    """
+    return bool(
+        _compilation_cache.is_persistent_cache_enabled() or _config.share_binary_between_hosts.value
+    )
+
+
+use_detailed_logging = _compiler.use_detailed_logging
+# Logs at WARNING under ``jax_log_compiles`` and records a ``jax.monitoring``
+# duration under ``event``: tools that profile jax.jit's compile time see ours.
+log_elapsed_time = _dispatch.log_elapsed_time
+JAXPR_TRACE_EVENT = _dispatch.JAXPR_TRACE_EVENT
+JAXPR_TO_MLIR_MODULE_EVENT = _dispatch.JAXPR_TO_MLIR_MODULE_EVENT
+BACKEND_COMPILE_EVENT = _dispatch.BACKEND_COMPILE_EVENT
+log_compiles = _config.log_compiles
+explain_cache_misses = _config.explain_cache_misses
+hlo_module_cost_analysis = _jax.hlo_module_cost_analysis
+using_pjrt_c_api = _xla_bridge.using_pjrt_c_api
+module_to_string = _mlir.module_to_string
+
+
+def user_call_site() -> str:
+    """The user's ``file:line (function)`` the current call came from (our frames skipped)."""
+    return _source_info_util.summarize(_source_info_util.current())

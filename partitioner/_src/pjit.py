@@ -34,7 +34,7 @@ from .spec.placement import (
     unspecified_input_spec,
 )
 from .spec.tree import UNSPECIFIED, broadcast_prefix, meshes_named_by, prepare_axis_resources
-from .stages import Lowered, lower_plan
+from .stages import Lowered, Traced, lower_plan
 from .trace.arguments import (
     CallArguments,
     FlatArguments,
@@ -408,9 +408,17 @@ class PjitWrapped:
         """Lower for these arguments (arrays or ``jax.ShapeDtypeStruct``s)."""
         return lower_plan(self._planner.plan(args, kwargs))
 
+    def trace(self, *args: Any, **kwargs: Any) -> Traced:
+        """Trace for these arguments (arrays or ``jax.ShapeDtypeStruct``s): the jaxpr, then ``.lower()``."""
+        return Traced(self._planner.plan(args, kwargs))
+
     def clear_cache(self) -> None:
         """Forget this function's fast-path entries (executables stay in the shared cache)."""
         self._dispatcher.clear()
+
+    def cache_size(self) -> int:
+        """How many call signatures this function has cached (emptied by :meth:`clear_cache`)."""
+        return self._dispatcher.cache_size()
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         # Decorated methods bind like plain functions.

@@ -1,20 +1,36 @@
-"""The ahead-of-time stages users inspect: ``Lowered`` and ``Compiled``.
+"""The ahead-of-time stages users inspect: ``Traced``, ``Lowered`` and ``Compiled``.
 
-``f.lower(*args)`` stops after lowering (annotated StableHLO, nothing compiled);
-``.compile()`` hands the module to XLA. ``Compiled`` reports the partitioned HLO,
-XLA's cost and memory analyses, and the layouts XLA settled on, parsed back into
-partition specs by ``parse_op_sharding``.
+``f.trace(*args)`` stops after tracing (the jaxpr), ``f.lower(*args)`` after
+lowering (annotated StableHLO, nothing compiled), and ``.compile()`` hands the
+module to XLA (or takes it from jax's persistent cache, NOTE [persistent
+compilation cache] in ``compile.py``).
+
+NOTE [stages API]: the names and the shapes of the answers are jax.jit's
+(``jax.stages``), so code scripted against jax.jit's stages runs on ours:
+``args_info`` (a tree of ``jax.stages.ArgInfo``), ``in_tree`` / ``out_tree``,
+``in_avals``, ``out_info``, ``donate_argnums``, ``as_text(dialect=...)``,
+``compiler_ir(dialect)``, ``cost_analysis()``, ``compile(compiler_options=...)``,
+``runtime_executable()`` and ``input_formats`` / ``output_formats``. Two
+deliberate differences (docs/api.md): ``Compiled.input_shardings`` /
+``output_shardings`` are PartitionSpec trees (the layouts XLA settled on, parsed
+back by ``parse_op_sharding``), and the lowered module names every argument
+(``jax.arg_info``) where jax keeps the names only in debug locations.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from jax.tree_util import tree_flatten, tree_unflatten
+import jax
+from jax.experimental.layout import Format, Layout
+from jax.stages import ArgInfo
+from jax.tree_util import PyTreeDef, tree_flatten, tree_unflatten
 
 from . import jax_private as jp
 from . import options
-from .dispatch.executable import Executable, finish
+from .compile import CompilerOptions
+from .dispatch.executable import Executable, finish, named_sharding
 from .dispatch.execute import run
 from .lower.module import LoweredModule, lower_pjit_body
 from .report.tables import Report
@@ -22,63 +38,214 @@ from .report.tables import build as build_report
 from .spec.partition_spec import Spec
 from .trace.plan import CallPlan
 
+_DIALECTS = ("stablehlo", "hlo")
+
 
 def lower_plan(plan: CallPlan) -> Lowered:
     """Lower the body a :class:`CallPlan` describes."""
-    if plan.num_consts:
+    return Traced(plan).lower()
+
+
+def _check_dialect(dialect: str | None, api: str) -> str:
+    dialect = "stablehlo" if dialect is None else dialect
+    if dialect not in _DIALECTS:
         raise ValueError(
-            f"{plan.api}.lower: the function closes over values of an enclosing "
-            "transformation (tracers); lower it outside jax transformations."
+            f"{api}: unknown dialect {dialect!r}; the dialect must be 'stablehlo' or 'hlo' "
+            "(as for jax.jit's stages)."
         )
-    return Lowered(lower_pjit_body(plan.params, options.use_shardy()), plan)
+    return dialect
 
 
-class Lowered:
+class _Stage:
+    """What every stage says about its arguments, as ``jax.stages.Stage`` does."""
+
+    _plan: CallPlan
+
+    @property
+    def args_info(self) -> Any:
+        """A tree (of the dynamic arguments) of ``jax.stages.ArgInfo``: aval and donation."""
+        donated = self._plan.params.donated_invars[self._plan.num_consts :]
+        return tree_unflatten(
+            self._plan.in_tree,
+            [ArgInfo(a, d) for a, d in zip(self._plan.in_avals, donated, strict=True)],
+        )
+
+    @property
+    def in_tree(self) -> PyTreeDef:
+        """Tree structure of the pair (dynamic positional arguments, keyword arguments)."""
+        return self._plan.in_tree
+
+    @property
+    def out_tree(self) -> PyTreeDef:
+        return self._plan.out_tree
+
+    @property
+    def in_avals(self) -> Any:
+        """The tree of input avals."""
+        return tree_unflatten(self._plan.in_tree, list(self._plan.in_avals))
+
+    @property
+    def donate_argnums(self) -> tuple[int, ...]:
+        """Flat indices of the donated arguments."""
+        donated = self._plan.params.donated_invars[self._plan.num_consts :]
+        return tuple(i for i, d in enumerate(donated) if d)
+
+    @property
+    def fun_name(self) -> str:
+        return self._plan.params.name
+
+
+class Traced(_Stage):
+    """A traced pjit (``f.trace(*args)``): the jaxpr of its body, ready to lower."""
+
+    def __init__(self, plan: CallPlan) -> None:
+        self._plan = plan
+
+    @property
+    def jaxpr(self) -> Any:
+        """The body's ClosedJaxpr: one input per flat dynamic argument."""
+        return self._plan.params.jaxpr
+
+    @property
+    def out_avals(self) -> Any:
+        return tree_unflatten(self._plan.out_tree, list(self.jaxpr.out_avals))
+
+    @property
+    def out_info(self) -> Any:
+        """The outputs as ``jax.ShapeDtypeStruct``s, with their NamedSharding where a spec fixes it."""
+        specs = self._plan.params.out_axis_resources
+        return _shape_dtype_structs(self._plan, self.jaxpr.out_avals, specs)
+
+    def lower(self) -> Lowered:
+        """Lower to annotated StableHLO for the partitioner in effect (Shardy or GSPMD)."""
+        plan = self._plan
+        if plan.num_consts:
+            raise ValueError(
+                f"{plan.api}.lower: the function closes over values of an enclosing "
+                "transformation (tracers); lower it outside jax transformations."
+            )
+        return Lowered(lower_pjit_body(plan.params, options.use_shardy()), plan)
+
+
+def _shape_dtype_structs(plan: CallPlan, avals: Sequence[Any], specs: Sequence[Any]) -> Any:
+    structs = [
+        jax.ShapeDtypeStruct(
+            a.shape,
+            a.dtype,
+            sharding=None if s is None else named_sharding(plan.mesh, s),
+            weak_type=a.weak_type,
+        )
+        for a, s in zip(avals, specs, strict=True)
+    ]
+    return tree_unflatten(plan.out_tree, structs)
+
+
+class Lowered(_Stage):
     """A lowered pjit: annotated StableHLO, ready to compile."""
 
     def __init__(self, module: LoweredModule, plan: CallPlan) -> None:
         self._module = module
         self._plan = plan
+        self._executable: Executable | None = None  # compiled with default options, kept
 
     @property
-    def in_tree(self) -> Any:
-        return self._plan.in_tree
+    def out_info(self) -> Any:
+        """The outputs as ``jax.ShapeDtypeStruct``s, with their NamedSharding where a spec fixes it."""
+        return _shape_dtype_structs(self._plan, self._module.out_avals, self._module.out_specs)
 
-    @property
-    def out_tree(self) -> Any:
-        return self._plan.out_tree
-
-    def as_text(self) -> str:
-        """The StableHLO module with GSPMD (``mhlo.sharding``) or Shardy (``sdy.sharding``) annotations."""
-        return self._module.as_text()
-
-    def compiler_ir(self, dialect: str = "stablehlo") -> Any:
-        """The lowered program before partitioning, as jax's ``Lowered.compiler_ir`` gives it.
+    def as_text(self, dialect: str | None = None, *, debug_info: bool = False) -> str:
+        """The module as text, annotated for GSPMD (``mhlo.sharding``) or Shardy (``sdy.sharding``).
 
         Args:
-            dialect: ``"stablehlo"`` (the MLIR module, with our sharding
-                annotations) or ``"hlo"`` (an ``XlaComputation``; ``.as_hlo_text()``
-                shows the shardings as HLO ``sharding={...}`` attributes).
+            dialect: ``"stablehlo"`` (the default) or ``"hlo"`` (HLO text, the
+                shardings as ``sharding={...}``).
+            debug_info: include source locations (and, in HLO, op metadata).
 
         Raises:
             ValueError: another dialect.
         """
-        if dialect == "stablehlo":
-            return self._module.module
-        if dialect == "hlo":
-            return jp.hlo_computation(self._module.module)
-        raise ValueError(f"compiler_ir: dialect must be 'stablehlo' or 'hlo', got {dialect!r}")
+        if _check_dialect(dialect, "Lowered.as_text") == "hlo":
+            return jp.hlo_text(self._module.module, debug_info)
+        return self._module.as_text(debug_info)
 
-    def compile(self) -> Compiled:
-        """Compile with XLA's SPMD partitioner; the result is reusable."""
-        return Compiled(finish(self._module, self._plan.params.jaxpr), self._plan)
+    def compiler_ir(self, dialect: str | None = None) -> Any:
+        """The lowered program before partitioning, as jax's ``Lowered.compiler_ir`` gives it.
+
+        Args:
+            dialect: ``"stablehlo"`` (the default: the MLIR module, with our
+                sharding annotations) or ``"hlo"`` (an ``XlaComputation``;
+                ``.as_hlo_text()`` shows the shardings as ``sharding={...}``).
+
+        Raises:
+            ValueError: another dialect.
+        """
+        if _check_dialect(dialect, "Lowered.compiler_ir") == "hlo":
+            return jp.hlo_computation(self._module.module)
+        return self._module.module
+
+    def cost_analysis(self) -> Any:
+        """XLA's cost estimates of the *unpartitioned, unoptimized* program (a dict), or None.
+
+        As jax's: the figures come before any optimization; ``compile().cost_analysis()``
+        gives the partitioned program's. None where the backend has no such
+        analysis (plugins behind the PJRT C API).
+        """
+        backend = jp.get_device_backend(self._module.mesh.devices.flat[0])
+        if jp.using_pjrt_c_api(backend):
+            return None
+        hlo_module = jp.hlo_computation(self._module.module).as_hlo_module()
+        return jp.hlo_module_cost_analysis(backend, hlo_module)
+
+    def compile(
+        self,
+        compiler_options: CompilerOptions | None = None,
+        *,
+        device_assignment: Sequence[jax.Device] | None = None,
+    ) -> Compiled:
+        """Compile with XLA's SPMD partitioner (or load from the persistent cache).
+
+        Without ``compiler_options`` the executable is kept: compiling again
+        returns it (as jax.jit's ``Lowered.compile`` does).
+
+        Args:
+            compiler_options: XLA options by name, as jax.jit's ``Lowered.compile``
+                takes them (``{"xla_embed_ir_in_executable": True}``, or build
+                options such as ``"exec_time_optimization_effort"``). An unknown
+                name or bad value raises jax's ``JaxRuntimeError``
+                (``INVALID_ARGUMENT: No such compile option``), as under jax.jit.
+            device_assignment: must be the mesh's devices, in order, if given.
+
+        Raises:
+            TypeError: ``compiler_options`` is not a dict.
+            ValueError: ``device_assignment`` differs from the mesh's devices.
+        """
+        if compiler_options is not None and not isinstance(compiler_options, dict):
+            raise TypeError(
+                f"{self._plan.api}.lower(...).compile: compiler_options must be a dict of "
+                f"XLA option names to values, got {type(compiler_options).__name__}"
+            )
+        mesh_devices = list(self._module.mesh.devices.flat)
+        if device_assignment is not None and list(device_assignment) != mesh_devices:
+            raise ValueError(
+                f"{self._plan.api}.lower(...).compile: device_assignment must match the "
+                f"mesh's devices {[d.id for d in mesh_devices]}, got "
+                f"{[getattr(d, 'id', d) for d in device_assignment]}. Lower under a mesh of "
+                "those devices instead."
+            )
+        # As jax's: compiled once with default options, then reused by later calls.
+        if compiler_options is None and self._executable is not None:
+            return Compiled(self._executable, self._plan)
+        executable = finish(self._module, self._plan.params.jaxpr, compiler_options)
+        if compiler_options is None:
+            self._executable = executable
+        return Compiled(executable, self._plan)
 
     def report(self) -> Report:
         """What partitioning does to this program: compiles it, then :meth:`Compiled.report`."""
         return self.compile().report()
 
 
-class Compiled:
+class Compiled(_Stage):
     """A compiled pjit: call it with the dynamic arguments only."""
 
     def __init__(self, executable: Executable, plan: CallPlan) -> None:
@@ -110,9 +277,20 @@ class Compiled:
         strict = not options.reshard_committed_enabled()
         return run(self._executable, leaves, self._plan.out_tree, where, strict=strict)[0]
 
+    @property
+    def out_info(self) -> Any:
+        """The outputs as ``jax.ShapeDtypeStruct``s with the NamedShardings XLA settled on."""
+        return _shape_dtype_structs(
+            self._plan, self._executable.lowered.out_avals, self._executable.out_specs
+        )
+
     def as_text(self) -> str:
         """The partitioned HLO XLA produced (per-device shapes and collectives)."""
         return "\n\n".join(m.to_string() for m in self._executable.loaded.hlo_modules())
+
+    def runtime_executable(self) -> Any:
+        """jaxlib's ``LoadedExecutable`` behind this program, as jax.jit's ``Compiled`` gives it."""
+        return self._executable.loaded
 
     def cost_analysis(self) -> Any:
         """XLA's cost estimates for one device's program, as XLA's HLO cost analysis gives them.
@@ -153,3 +331,33 @@ class Compiled:
         """The output layouts, as PartitionSpecs parsed from the executable's OpShardings."""
         specs: list[Spec] = [s.to_partition_spec() for s in self._executable.out_specs]
         return tree_unflatten(self._plan.out_tree, specs)
+
+    @property
+    def input_formats(self) -> Any:
+        """Each input's ``Format``: the memory layout XLA chose and its NamedSharding.
+
+        As jax.jit's ``Compiled.input_formats``: a pair ``(args, kwargs)`` of trees.
+        """
+        exe = self._executable
+        layouts = _without_tokens(exe.loaded.get_parameter_layouts(), len(exe.in_shardings))
+        formats = [
+            Format(Layout.from_pjrt_layout(lay), s)
+            for lay, s in zip(layouts, exe.in_shardings, strict=True)
+        ]
+        return tree_unflatten(self._plan.in_tree, formats[self._plan.num_consts :])
+
+    @property
+    def output_formats(self) -> Any:
+        """Each output's ``Format``: the memory layout XLA chose and its NamedSharding."""
+        exe = self._executable
+        layouts = _without_tokens(exe.loaded.get_output_layouts(), len(exe.out_shardings))
+        formats = [
+            Format(Layout.from_pjrt_layout(lay), s)
+            for lay, s in zip(layouts, exe.out_shardings, strict=True)
+        ]
+        return tree_unflatten(self._plan.out_tree, formats)
+
+
+def _without_tokens(layouts: Sequence[Any], n_values: int) -> Sequence[Any]:
+    """Drop the layouts of ``main``'s leading runtime tokens (ordered effects)."""
+    return layouts[len(layouts) - n_values :]

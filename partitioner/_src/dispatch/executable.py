@@ -16,7 +16,7 @@ from typing import Any
 from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 
 from .. import jax_private as jp
-from ..compile import compile_module
+from ..compile import CompilerOptions, compile_module
 from ..lower.module import LoweredModule, lower_pjit_body
 from ..spec.parsed import REPLICATED, ParsedPartitionSpec
 from ..trace.primitive import PjitParams
@@ -54,7 +54,9 @@ def build(params: PjitParams, shardy: bool) -> Executable:
     return finish(lower_pjit_body(params, shardy), params.jaxpr)
 
 
-def finish(lowered: LoweredModule, jaxpr: Any) -> Executable:
+def finish(
+    lowered: LoweredModule, jaxpr: Any, compiler_options: CompilerOptions | None = None
+) -> Executable:
     """Compile ``lowered`` (lowered from ``jaxpr``) into an :class:`Executable`.
 
     Where XLA was free to choose (a ``None`` spec) and chose a layout no
@@ -63,13 +65,13 @@ def finish(lowered: LoweredModule, jaxpr: Any) -> Executable:
     ever described by a spec that is exactly their layout.
     """
     check_same_program(lowered)  # NOTE [program agreement]
-    loaded, in_specs, out_specs = compile_module(lowered)
+    loaded, in_specs, out_specs = compile_module(lowered, compiler_options)
     if None in in_specs or None in out_specs:
         pinned = lowered.params(jaxpr).replace(
             in_axis_resources=[s if s is not None else REPLICATED for s in in_specs],
             out_axis_resources=[s if s is not None else REPLICATED for s in out_specs],
         )
-        return finish(lower_pjit_body(pinned, lowered.shardy), jaxpr)
+        return finish(lower_pjit_body(pinned, lowered.shardy), jaxpr, compiler_options)
     return _executable(lowered, loaded, tuple(in_specs), tuple(out_specs))  # type: ignore[arg-type]
 
 

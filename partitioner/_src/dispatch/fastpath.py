@@ -52,7 +52,7 @@ from .. import options
 from ..events import emit
 from ..trace.arguments import CallArguments
 from ..trace.plan import CallPlan
-from . import window
+from . import explain, window
 from .executable import Executable
 from .execute import check_live, get_executable, run
 
@@ -133,6 +133,7 @@ class Dispatcher:
         arguments: CallArguments,
     ) -> None:
         self.name = name
+        self._fun = fun
         self._plan = plan
         self._donated_positions = donated_positions
         self._arguments = arguments
@@ -172,6 +173,10 @@ class Dispatcher:
         self._cpp_cache.clear()
         with self._python_cache_lock:
             self._python_cache.clear()
+
+    def cache_size(self) -> int:
+        """The call signatures cached: each is in the Python cache, hit first by C++ or not."""
+        return len(self._python_cache)
 
     # --- guarded C++ calls (NOTE [guarded C++ calls]) ---
 
@@ -267,6 +272,17 @@ class Dispatcher:
         hash(key)  # raises TypeError for unhashable static values
         return key, leaves
 
+    def _explain(self, key: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Log why this call missed (``jax_explain_cache_misses``), naming what changed."""
+        split = self._arguments.split(args, kwargs)
+        paths = [
+            p for p, _ in tree_flatten_with_path((split.dynamic_args, split.dynamic_kwargs))[0]
+        ]
+        with self._python_cache_lock:
+            seen = list(self._python_cache)
+        names = explain.ArgNames(self._fun, self._arguments.static_argnums)
+        explain.explain_miss(self.name, self._fun, key, seen, paths, names)
+
     def _call(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[Any, Executable | None, bool]:
@@ -287,6 +303,8 @@ class Dispatcher:
             )
             return out, hit.executable, not moved
         emit("dispatch_miss", name=self.name)
+        if key is not None and explain.enabled():
+            self._explain(key, args, kwargs)
         plan = self._plan(args, kwargs)
         if plan.num_consts:
             return plan.bind(), None, False

@@ -157,6 +157,28 @@ def set_main_shardings(
     attrs["res_attrs"] = merged(old_res, n_tokens_out, out_avals, out_specs)
 
 
+def set_arg_names(module: Any, names: Sequence[str]) -> None:
+    """Name ``main``'s arguments (``jax.arg_info = "params['w1']"``) where a name is known.
+
+    Beyond jax.jit, which keeps argument names only in debug locations: the
+    text a user reads says which value is which. XLA ignores the attribute.
+    """
+    main = find_main(module)
+    attrs = main.attributes
+    if "arg_attrs" not in attrs or not any(names):
+        return
+    old = list(attrs["arg_attrs"])  # type: ignore[arg-type]
+    offset = len(old) - len(names)  # leading token arguments have no name
+    dicts = []
+    for i, d in enumerate(old):
+        entries = {n.name: n.attr for n in jp.DictAttr(d)}  # type: ignore[attr-defined]
+        name = names[i - offset] if i >= offset else ""
+        if name:
+            entries["jax.arg_info"] = jp.StringAttr.get(name)
+        dicts.append(jp.DictAttr.get(entries))
+    attrs["arg_attrs"] = jp.ArrayAttr.get(dicts)
+
+
 def find_main(module: Any) -> Any:
     for op in module.body.operations:
         if "sym_name" in op.attributes and jp.StringAttr(op.attributes["sym_name"]).value == "main":

@@ -65,8 +65,13 @@ class LoweredModule:
             committed=self.committed,
         )
 
-    def as_text(self) -> str:
-        return str(self.module)
+    @property
+    def module_name(self) -> str:
+        """The module's symbol name (jax.jit's ``jit_f`` is our ``pjit_f``)."""
+        return f"pjit_{self.name}"
+
+    def as_text(self, debug_info: bool = False) -> str:
+        return jp.module_to_string(self.module, enable_debug_info=debug_info)
 
 
 def _sharded_shape(aval: Any, spec: ParsedPartitionSpec | None, mesh: Mesh) -> Any:
@@ -161,6 +166,21 @@ def ordered_effects_of(params: PjitParams) -> tuple[Any, ...]:
     return ordered
 
 
+def value_names(jaxpr: Any, n_in: int, n_out: int) -> tuple[list[str], list[str]]:
+    """Names of ``main``'s arguments and results: their pytree paths (``params['w1']``, ``x``).
+
+    jax.jit's names from the trace's debug info; leading inputs with no name
+    (values of an enclosing trace) get ``""``. Results are named ``result...``
+    as jax.jit names them (``result[0]['y']``).
+    """
+    debug = jaxpr.jaxpr.debug_info
+    names = tuple(debug.arg_names or ()) if debug is not None else ()
+    args = [""] * (n_in - len(names)) + [n or "" for n in names] if len(names) <= n_in else []
+    paths = tuple(debug.result_paths or ()) if debug is not None else ()
+    results = list(paths) if len(paths) == n_out and all(isinstance(p, str) for p in paths) else []
+    return args or [""] * n_in, results
+
+
 def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
     """Lower ``params.jaxpr`` over its mesh and annotate ``main`` with our shardings.
 
@@ -182,7 +202,15 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
         f"{params.api} {params.name}",
     )
     ordered = ordered_effects_of(params)
-    with jp.shardy_config(shardy):
+    arg_names, result_names = value_names(jaxpr, len(in_avals), len(out_avals))
+    with (
+        jp.shardy_config(shardy),
+        jp.log_elapsed_time(
+            "Finished jaxpr to MLIR module conversion {fun_name} in {elapsed_time:.9f} sec",
+            fun_name=f"pjit_{params.name}",
+            event=jp.JAXPR_TO_MLIR_MODULE_EVENT,
+        ),
+    ):
         result = jp.lower_jaxpr_to_module(
             f"pjit_{params.name}",
             jaxpr,
@@ -197,6 +225,8 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
             donated_args=[False] * len(in_avals),
             input_output_aliases=aliases,
             num_partitions=len(devices),
+            arg_names=arg_names,
+            result_names=result_names,
             lowering_parameters=jp.LoweringParameters(hoist_constants_as_args=False),
         )
         with result.module.context:
@@ -204,6 +234,7 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
                 result.module, in_avals, in_specs, out_avals, out_specs, mesh, shardy
             )
             annotate.mark_buffer_donors(result.module, len(in_avals), donors)
+            annotate.set_arg_names(result.module, arg_names)
     return LoweredModule(
         module=result.module,
         name=params.name,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jax.sharding import Mesh
-from jax.tree_util import PyTreeDef, tree_flatten
+from jax.tree_util import PyTreeDef, keystr, tree_flatten_with_path
 
 from .. import jax_private as jp
 from ..events import emit
@@ -153,19 +153,31 @@ def trace_body(
     if hit is not None:
         return hit
     out_tree_box: list[PyTreeDef] = []
+    result_paths: list[tuple[str, ...]] = []
 
     def flat_fun(*flat_args: Any) -> list[Any]:
         args, kwargs = rebuild_args(list(flat_args))
         out = (call or fun)(*args, **kwargs)
-        leaves, tree = tree_flatten(out)
+        with_paths, tree = tree_flatten_with_path(out)
         out_tree_box.append(tree)
-        return leaves
+        # jax.jit's names for the results ("result['y']"), for the lowered module.
+        result_paths.append(tuple(f"result{keystr(p)}" for p, _ in with_paths))
+        return [leaf for _, leaf in with_paths]
 
-    emit("trace", name=getattr(fun, "__name__", repr(fun)))
-    with _tracing_under(_Frame(mesh, axis_name)):
+    name = getattr(fun, "__name__", repr(fun))
+    emit("trace", name=name)
+    with (
+        _tracing_under(_Frame(mesh, axis_name)),
+        jp.log_elapsed_time(
+            "Finished tracing + transforming {fun_name} for pjit in {elapsed_time:.9f} sec",
+            fun_name=name,
+            event=jp.JAXPR_TRACE_EVENT,
+        ),
+    ):
         jaxpr, _, consts = jp.trace_to_jaxpr_dynamic(
             jp.wrap_init(flat_fun, debug_info=debug_info), list(in_avals)
         )
+    jaxpr = jaxpr.replace(debug_info=jaxpr.debug_info._replace(result_paths=result_paths[-1]))
     if any(isinstance(c, jp.Tracer) for c in consts):
         # Closed-over values of an outer trace: make them explicit inputs.
         closed = jp.ClosedJaxpr(jp.convert_constvars_jaxpr(jaxpr), ())
