@@ -15,8 +15,8 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff")
-    session.run("ruff", "check", "partitioner", "tests", "benchmarks", "examples", "docs/make_images.py")
-    session.run("ruff", "format", "--check", "partitioner", "tests", "benchmarks", "examples", "docs/make_images.py")
+    session.run("ruff", "check", "partitioner", "tests", "benchmarks", "examples", "docs/make_images.py", "docs/hooks.py")
+    session.run("ruff", "format", "--check", "partitioner", "tests", "benchmarks", "examples", "docs/make_images.py", "docs/hooks.py")
 
 
 @nox.session
@@ -35,7 +35,7 @@ def bench(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """The docs site (MkDocs, warnings as errors) into site/; its pictures drawn first."""
     session.install("-e", ".[docs]")
-    session.run("python", "docs/make_images.py")
+    session.run("python", "docs/make_images.py", "docs/hooks.py")
     session.run("mkdocs", "build", "--strict")
 
 

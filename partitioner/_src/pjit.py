@@ -517,7 +517,10 @@ def pjit(
         donate_argnames: the same as ``donate_argnums``, by parameter name.
         in_shardings: today's ``jax.jit`` spelling of ``in_axis_resources`` (pass one).
         out_shardings: today's ``jax.jit`` spelling of ``out_axis_resources`` (pass one).
-        keep_unused, device, backend, inline: as in ``jax.jit`` (see :func:`partitioner.jit`).
+        keep_unused: as in ``jax.jit`` (see :func:`partitioner.jit`).
+        device: as in ``jax.jit``.
+        backend: as in ``jax.jit``.
+        inline: as in ``jax.jit``.
 
     Returns:
         A :class:`PjitWrapped`: call it to run, ``.lower(...)`` for the AOT

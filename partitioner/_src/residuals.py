@@ -29,7 +29,8 @@ class Residual:
             name it: ``'jvp(mlp)'`` for a pjit-ed ``mlp`` under ``jax.vjp``/``grad``.
         index: its position among that forward pjit's outputs, counting the primal
             outputs first: a function with one output has its residuals at 1, 2, ...
-        shape, dtype: the value's global shape and dtype.
+        shape: the value's global shape.
+        dtype: the value's dtype.
         spec: the layout XLA chose for it (residuals are never forced to replicate).
         nbytes_per_device: the bytes one device holds.
     """

@@ -185,16 +185,15 @@ def call(
     Works eagerly, under ``jax.jit`` and ``pjit``, in control flow and under
     ``vmap`` (one host call per batch element, in order). An ordered call (the
     default flavour) runs on the receiver's thread after every earlier tap
-    (NOTE [callback flavors]).
+    (NOTE [callback flavors]). Errors of the host function, and results of the wrong
+    structure, shape or dtype, are raised where the computation runs (eagerly: here),
+    naming the function.
 
     Raises:
         ValueError: a ``result_shape`` leaf without a shape and a dtype; a bad
             ``device_index``.
         TypeError: ``callback_func`` not callable; a bad ``arg`` leaf;
             ``callback_flavor=DEBUG`` (it cannot return values).
-        Errors of the host function, and results of the wrong structure, shape or
-        dtype, are raised where the computation runs (eagerly: here), naming the
-        function.
     """
     if not callable(callback_func):
         raise TypeError(

@@ -52,9 +52,9 @@ class Collective:
     Attributes:
         kind: ``all-reduce``, ``all-gather``, ``reduce-scatter``, ``all-to-all`` or
             ``collective-permute``.
-        shape, dtype: one device's operand (the first, for tuples): for an
-            all-gather the slice it contributes, for a reduce-scatter the whole
-            value it reduces.
+        shape: one device's operand (the first, for tuples): for an all-gather
+            the slice it contributes, for a reduce-scatter the whole value it reduces.
+        dtype: that operand's dtype.
         bytes_per_device: the bytes each device sends: its operands' size.
         count: executions per run of the program (loop trip counts included).
         axes: the mesh axes the groups span (``()``: a group per device; ``None``:

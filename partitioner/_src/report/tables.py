@@ -35,7 +35,8 @@ class ValueRow:
         kind: ``input``, ``output``, ``constraint`` or ``residual``.
         path: the pytree path (``args[0]['w']``), the output path, or for a
             constraint its index and source line.
-        shape, dtype: the global value.
+        shape: the global value's shape.
+        dtype: the global value's dtype.
         spec_asked: the layout asked for (``None``: XLA chooses).
         spec_chosen: the layout XLA settled on, read back from the executable.
         per_device_shape: one device's block (the largest, for uneven splits).

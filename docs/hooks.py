@@ -1,0 +1,21 @@
+"""MkDocs hook: the API reference names public paths only.
+
+mkdocstrings gives each name in a signature or a type column a hover title with the
+path where the object is defined; for partitioner that is a module of the private
+package ``partitioner._src``, which users never import. The hook drops such titles
+(the name shown stays, and links still go to the public entry), so the built site
+names only what ``partitioner`` exports. ``tests/test_docs_site.py`` checks the result.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_PRIVATE_TITLE = re.compile(r'\stitle="[^"]*\._src\.[^"]*"')
+
+
+def on_post_page(output: str, **_: Any) -> str:
+    # After autorefs has turned its placeholders into links (it runs on_post_page
+    # earlier, at a higher priority).
+    return _PRIVATE_TITLE.sub("", output)

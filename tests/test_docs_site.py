@@ -1,0 +1,105 @@
+"""The docs site builds strictly, offline, and its reference names the public surface only.
+
+``mkdocs build --strict`` (the README's instructions) into a temporary folder, bounded
+in time; then the built HTML is read: every name of ``partitioner.__all__`` has its
+entry in the API reference, once, the reference names no private module or sentinel,
+code is coloured at build time (Pygments), and no page loads a script or font from the
+internet.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import partitioner
+
+pytest.importorskip("mkdocs", reason="the docs site needs mkdocs (pip install -e '.[test]')")
+pytest.importorskip("material", reason="the docs theme is mkdocs-material (in the test extra)")
+pytest.importorskip("mkdocstrings_handlers.python", reason="mkdocstrings[python] builds the API reference")
+
+ROOT = Path(__file__).resolve().parent.parent
+SWITCHING = [
+    "from-pjit-2022",
+    "from-jax-jit",
+    "from-pmap",
+    "from-host-callback",
+    "from-colocated-python",
+]
+#: Names a user never writes: the private package, the old sentinels, private bases.
+PRIVATE = re.compile(r"_src\b|_UNSET|_Unspecified|_Stage\b|jax_private")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stderr[-4000:]}"
+    return out
+
+
+def _content(html: str) -> str:
+    """The page's article (the navigation repeats headings from other pages)."""
+    match = re.search(r'<article class="md-content__inner[^"]*">(.*)</article>', html, re.S)
+    assert match, "no article in the page"
+    return match.group(1)
+
+
+def test_every_public_name_is_in_the_reference_once(site: Path) -> None:
+    html = _content((site / "reference" / "index.html").read_text())
+    ids = collections.Counter(re.findall(r'<h\d id="(partitioner\.[A-Za-z_.]+)"', html))
+    missing = [n for n in partitioner.__all__ if ids[f"partitioner.{n}"] == 0]
+    assert not missing, f"public names without a reference entry: {missing}"
+    twice = [i for i, n in ids.items() if n > 1]
+    assert not twice, f"entries shown twice: {twice}"
+    # No section shares its title with an entry (the menu showed pjit, pmap twice).
+    titles = [
+        re.sub(r"<[^>]+>|¤", "", t).strip()
+        for t in re.findall(r"<h[2-4][^>]*>(.*?)</h[2-4]>", html, re.S)
+    ]
+    assert len(titles) == len(set(titles)), collections.Counter(titles).most_common(3)
+
+
+def test_the_reference_names_no_private_name(site: Path) -> None:
+    html = (site / "reference" / "index.html").read_text()
+    found = sorted({m.group(0) for m in PRIVATE.finditer(html)})
+    assert not found, f"private names in the built reference: {found}"
+    # The omitted-spec default reads as the documented word, explained on the page.
+    assert "UNSPECIFIED" in html and "left out" in html
+
+
+def test_code_is_highlighted_at_build_time_and_nothing_loads_from_the_internet(
+    site: Path,
+) -> None:
+    tutorial = (site / "tutorial" / "index.html").read_text()
+    assert 'class="language-python highlight"' in tutorial
+    assert '<span class="kn">import</span>' in tutorial  # Pygments' token classes
+    for page in site.rglob("*.html"):
+        text = page.read_text()
+        remote = re.findall(r'<(?:script|link)[^>]+(?:src|href)="(https?://[^"]+)"', text)
+        remote = [u for u in remote if not u.startswith("https://github.com")]
+        assert not remote, f"{page.relative_to(site)} loads {remote}"
+
+
+def test_the_switching_pages_are_in_the_menu(site: Path) -> None:
+    home = (site / "index.html").read_text()
+    assert "Switching to partitioner" in home
+    for name in SWITCHING:
+        assert f'href="switching/{name}/"' in home, name
+        page = _content((site / "switching" / name / "index.html").read_text())
+        assert "<table>" in page, f"{name}: no table of differences"
+        assert 'href="../../api/' in page, f"{name}: does not link the contract"
