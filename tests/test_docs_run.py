@@ -2,7 +2,9 @@
 
 The blocks of one file run in order in one fresh interpreter (later blocks use
 names the earlier ones define), bounded in time, so the documentation cannot
-drift from the code.
+drift from the code. A ```` ```py ```` block is shown (highlighted) but not run: the
+switching pages keep old code for APIs jax no longer has (the 2022 pjit,
+host_callback) in such blocks, beside the runnable ```` ```python ```` version.
 """
 
 from __future__ import annotations
