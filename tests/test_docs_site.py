@@ -22,7 +22,9 @@ import partitioner
 
 pytest.importorskip("mkdocs", reason="the docs site needs mkdocs (pip install -e '.[test]')")
 pytest.importorskip("material", reason="the docs theme is mkdocs-material (in the test extra)")
-pytest.importorskip("mkdocstrings_handlers.python", reason="mkdocstrings[python] builds the API reference")
+pytest.importorskip(
+    "mkdocstrings_handlers.python", reason="mkdocstrings[python] builds the API reference"
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SWITCHING = [
