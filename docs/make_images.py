@@ -1,27 +1,35 @@
-"""Draw the layout pictures the tutorial shows (``nox -s docs`` runs this first).
+"""Draw the pictures the docs show (``nox -s docs`` runs this first).
 
 python docs/make_images.py
+
+The layout pictures of the tutorial (``inspect.visualize``: one colour per device
+set, the mesh axes on the axes), and the reports page's picture of what the
+tutorial's training step communicates per mesh axis (its report's collectives).
 """
 
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 from pathlib import Path
 
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import matplotlib  # noqa: E402
 import numpy as np  # noqa: E402
 
 from partitioner import PartitionSpec as P  # noqa: E402
-from partitioner import inspect  # noqa: E402
+from partitioner import inspect, pjit  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
 
 IMAGES = Path(__file__).resolve().parent / "images"
 
 
-def main() -> None:
-    IMAGES.mkdir(exist_ok=True)
-    mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
+def layouts(mesh: jax.sharding.Mesh) -> None:
     inspect.visualize(
         spec=P("data"), shape=(8, 16), mesh=mesh, png=str(IMAGES / "batch_layout.png"), show=False
     )
@@ -32,6 +40,78 @@ def main() -> None:
         png=str(IMAGES / "weight_layout.png"),
         show=False,
     )
+
+
+def training_step_report(mesh: jax.sharding.Mesh) -> inspect.Report:
+    """The report of the tutorial's training step (section 5), on the same shapes."""
+
+    def init(key: jax.Array) -> dict[str, jax.Array]:
+        k1, k2 = jax.random.split(key)
+        return {
+            "w1": jax.random.normal(k1, (16, 32)) * 0.1,
+            "w2": jax.random.normal(k2, (32, 1)) * 0.1,
+        }
+
+    def loss_fn(params: dict[str, jax.Array], x: jax.Array, y: jax.Array) -> jax.Array:
+        h = jnp.tanh(x @ params["w1"])
+        return jnp.mean((h @ params["w2"] - y) ** 2)
+
+    def step(params: dict[str, jax.Array], x: jax.Array, y: jax.Array) -> tuple:
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), loss
+
+    param_specs = {"w1": P(None, "model"), "w2": P("model", None)}
+    train = pjit(step, (param_specs, P("data"), P("data")), (param_specs, None), donate_argnums=0)
+    xs = np.random.default_rng(0).standard_normal((32, 16)).astype(np.float32)
+    ys = np.sin(xs.sum(1, keepdims=True)).astype(np.float32)
+    params = init(jax.random.key(0))
+    with jax.set_mesh(mesh):
+        return inspect.report(train, params, xs, ys)
+
+
+def collectives_picture(report: inspect.Report, path: Path) -> None:
+    """Bytes each device sends per run, one bar per mesh axis, one segment per collective."""
+    per_axis: dict[str, list[inspect.Collective]] = defaultdict(list)
+    for c in report.collectives:
+        per_axis[c.describe_axes()].append(c)
+    names = sorted(per_axis)
+    colours = {"all-reduce": "tab:blue", "all-gather": "tab:orange", "reduce-scatter": "tab:green"}
+    widest = max(c.bytes_per_device * c.count for c in report.collectives)
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.9 * len(names)))
+    for row, name in enumerate(names):
+        left = 0
+        for c in per_axis[name]:
+            width = c.bytes_per_device * c.count
+            colour = colours.get(c.kind, "tab:gray")
+            ax.barh(row, width, left=left, color=colour, alpha=0.7, edgecolor="black")
+            shape = "x".join(map(str, c.shape))
+            function = c.source.rsplit("(", 1)[-1].rstrip(")").rsplit(".", 1)[-1]
+            label = f"{c.kind} {c.dtype}[{shape}], x{c.count}, in {function}: {width} B"
+            narrow = width < 0.4 * widest  # the label goes beside a short bar
+            ax.text(
+                left + width + 0.01 * widest if narrow else left + width / 2,
+                row,
+                label,
+                ha="left" if narrow else "center",
+                va="center",
+                fontsize=8,
+            )
+            left += width
+    ax.set_yticks(range(len(names)), names)
+    ax.invert_yaxis()
+    ax.set_xlabel("bytes each device sends per step")
+    mesh = " x ".join(f"{a}={n}" for a, n in report.mesh.items())
+    ax.set_title(f"collectives of the tutorial's training step, mesh {mesh}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main() -> None:
+    IMAGES.mkdir(exist_ok=True)
+    mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
+    layouts(mesh)
+    collectives_picture(training_step_report(mesh), IMAGES / "step_collectives.png")
 
 
 if __name__ == "__main__":

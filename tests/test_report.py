@@ -188,6 +188,34 @@ def test_visualize_draws_blocks_and_replicas(tmp_path: Any) -> None:
         inspect.visualize(spec=P("data"))
 
 
+def test_the_picture_colours_each_device_set_and_names_the_mesh_axes(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from matplotlib.figure import Figure
+
+    drawn: list[Any] = []
+    save = Figure.savefig
+    monkeypatch.setattr(
+        Figure, "savefig", lambda fig, *a, **k: (drawn.append(fig), save(fig, *a, **k))
+    )
+    mesh = Mesh(devices(4, 2), ("data", "model"))
+    x = jax.device_put(np.zeros((8, 6)), jax.sharding.NamedSharding(mesh, P("data", "model")))
+    inspect.visualize(x, png=str(tmp_path / "grid.png"), show=False)
+    (ax,) = drawn[0].axes
+    colours = [tuple(patch.get_facecolor()) for patch in ax.patches]
+    assert len(colours) == 8 and len(set(colours)) == 8  # one colour per device set
+    assert sorted(t.get_text().split("\n")[-1] for t in ax.texts) == [str(i) for i in range(8)]
+    assert ax.get_ylabel() == "dim 0 (8): split over 'data' (4)"
+    assert ax.get_xlabel() == "dim 1 (6): split over 'model' (2)"
+    # Replicas share a block and its colour; the title says over which axis.
+    inspect.visualize(
+        spec=P("data"), shape=(8, 6), mesh=mesh, png=str(tmp_path / "r.png"), show=False
+    )
+    (ax,) = drawn[1].axes
+    assert len({tuple(p.get_facecolor()) for p in ax.patches}) == 4
+    assert "replicated over 'model'" in ax.get_title() and ax.get_xlabel().endswith("not split")
+
+
 def test_the_command_line_prints_the_report(tmp_path: Any) -> None:
     (tmp_path / "mymodel.py").write_text(
         "import jax.numpy as jnp\n\ndef step(x, w):\n    return jnp.tanh(x @ w)\n"

@@ -8,6 +8,7 @@ the dimensions past the second, replicas listed in their cell.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -97,14 +98,50 @@ def visualize(
     index_map = sharding.devices_indices_map(tuple(shape))
     text = layout_text(index_map, shape)
     if png is not None:
-        _save_png(index_map, shape, png)
+        _save_png(index_map, shape, png, *_axis_labels(sharding, shape))
     if show:
         print(text)
     return text
 
 
-def _save_png(index_map: Mapping[Any, tuple[slice, ...]], shape: Sequence[int], path: str) -> None:
-    """The first grid (dims 0 and 1) as rectangles labelled with their devices."""
+def _axis_labels(sharding: Any, shape: Sequence[int]) -> tuple[list[str], str]:
+    """Per dimension, the mesh axes that split it; and a title naming the layout.
+
+    A ``NamedSharding`` names its mesh axes (``dim 0 (8): split over 'data' (4)``);
+    other shardings only say how many blocks a dimension has.
+    """
+    if not isinstance(sharding, NamedSharding):
+        return [f"dim {d} ({n})" for d, n in enumerate(shape)], f"shape {list(shape)}"
+    sizes = dict(sharding.mesh.shape)
+    spec = tuple(sharding.spec) + (None,) * (len(shape) - len(sharding.spec))
+    labels, used = [], set()
+    for d, (n, entry) in enumerate(zip(shape, spec)):
+        axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+        axes = tuple(a for a in axes if isinstance(a, str))
+        used.update(axes)
+        over = " x ".join(f"'{a}' ({sizes[a]})" for a in axes)
+        labels.append(f"dim {d} ({n}): " + (f"split over {over}" if axes else "not split"))
+    mesh_text = " x ".join(f"{a}={n}" for a, n in sizes.items())
+    replicated = [a for a in sizes if a not in used and sizes[a] > 1]
+    title = f"{sharding.spec!r} of {list(shape)} over mesh {mesh_text}"
+    if replicated:
+        title += (
+            f"\neach block on {math.prod(sizes[a] for a in replicated)} devices: replicated over "
+            + ", ".join(f"'{a}'" for a in replicated)
+        )
+    return labels, title
+
+
+def _save_png(
+    index_map: Mapping[Any, tuple[slice, ...]],
+    shape: Sequence[int],
+    path: str,
+    labels: list[str],
+    title: str,
+) -> None:
+    """The first grid (dims 0 and 1) as rectangles, one colour per device set (as
+    ``jax.debug.visualize_array_sharding`` colours them), each labelled with its devices,
+    the axes labelled with the mesh axes that split them."""
     try:
         import matplotlib  # optional: only for pictures
     except ImportError:
@@ -116,20 +153,33 @@ def _save_png(index_map: Mapping[Any, tuple[slice, ...]], shape: Sequence[int], 
 
     blocks = _blocks(index_map, shape)
     rank = len(shape)
-    fig, ax = plt.subplots(figsize=(5, 4))
     first_rest = tuple(sorted({b[2:] for b in blocks}))[0] if rank > 2 else ()
-    for key, devices in blocks.items():
-        if rank > 2 and key[2:] != first_rest:
-            continue
+    shown = [(k, v) for k, v in blocks.items() if rank <= 2 or k[2:] == first_rest]
+    colours = plt.get_cmap("tab20" if len(shown) > 10 else "tab10")
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for i, (key, devices) in enumerate(shown):
         (r0, r1) = key[0] if rank else (0, 1)
         (c0, c1) = key[1] if rank > 1 else (0, 1)
-        ax.add_patch(plt.Rectangle((c0, r0), c1 - c0, r1 - r0, fill=True, alpha=0.25, ec="black"))
-        ax.text((c0 + c1) / 2, (r0 + r1) / 2, ",".join(map(str, devices)), ha="center", va="center")
+        colour = colours(i % colours.N)
+        ax.add_patch(plt.Rectangle((c0, r0), c1 - c0, r1 - r0, fc=colour, alpha=0.55, ec="black"))
+        name = "device" if len(devices) == 1 else "devices"
+        ax.text(
+            (c0 + c1) / 2,
+            (r0 + r1) / 2,
+            f"{name}\n" + ",".join(map(str, devices)),
+            ha="center",
+            va="center",
+            fontsize=9,
+        )
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.yaxis.get_major_locator().set_params(integer=True)
     ax.set_xlim(0, shape[1] if rank > 1 else 1)
     ax.set_ylim(shape[0] if rank else 1, 0)
-    ax.set_xlabel("dim 1")
-    ax.set_ylabel("dim 0")
-    ax.set_title(f"shape {list(shape)}: devices per block")
+    ax.set_ylabel(labels[0] if rank else "")
+    ax.set_xlabel(labels[1] if rank > 1 else "")
+    if rank > 2:
+        title += "\nthe first block of dims 2+: " + ", ".join(f"[{a}:{b}]" for a, b in first_rest)
+    ax.set_title(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
