@@ -33,9 +33,9 @@ def bench(session: nox.Session) -> None:
 
 @nox.session
 def docs(session: nox.Session) -> None:
-    """The docs site (MkDocs, warnings as errors) into site/; its pictures drawn first."""
+    """The docs site (MkDocs + mkdocs-material, warnings as errors) into site/; pictures first."""
     session.install("-e", ".[docs]")
-    session.run("python", "docs/make_images.py", "docs/hooks.py")
+    session.run("python", "docs/make_images.py")
     session.run("mkdocs", "build", "--strict")
 
 
