@@ -50,8 +50,8 @@ def jit(
     never a hidden transfer. Without ``fun``, returns a decorator.
 
     Returns:
-        A :class:`JitWrapped` (call it; ``.lower(...)``; ``.clear_cache()``), plus
-        what partitioner adds: reports, both partitioners.
+        JitWrapped: call it; ``.lower(...)``; ``.clear_cache()``; plus what
+        partitioner adds: reports, both partitioners.
 
     Raises:
         TypeError: ``fun`` is not callable, a bad argnums/flag type.

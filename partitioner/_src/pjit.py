@@ -523,8 +523,8 @@ def pjit(
         inline: as in ``jax.jit``.
 
     Returns:
-        A :class:`PjitWrapped`: call it to run, ``.lower(...)`` for the AOT
-        stages, ``.clear_cache()`` to drop its fast-path entries.
+        PjitWrapped: call it to run, ``.lower(...)`` for the AOT stages,
+        ``.clear_cache()`` to drop its fast-path entries.
     """
     in_axis_resources = _one_of(
         "in_axis_resources", in_axis_resources, "in_shardings", in_shardings

@@ -248,7 +248,7 @@ class ShardingSpec:
         """Which part of a global array of ``shape`` each device holds.
 
         Returns:
-            A numpy object array shaped :attr:`mesh_shape`; each element is a tuple
+            numpy.ndarray: an object array shaped ``mesh_shape``; each element is a tuple
             with one entry per dimension: ``slice(None)`` for a whole dimension,
             ``slice(start, stop)`` for a block of a ``Chunked`` one, and an int for
             an ``Unstacked`` one. Property (tested): for a spec built by
