@@ -30,7 +30,12 @@ in_axis_resources=(PartitionSpec('x'), None) for f(x, y)."""
 
 
 class _Unspecified:
-    """A spec leaf the caller left open: inputs as laid out, outputs as XLA propagates."""
+    """A spec leaf the caller left open: inputs as laid out, outputs as XLA propagates.
+
+    Signatures show it as the default of every spec argument (``in_shardings=UNSPECIFIED``
+    in ``help(partitioner.jit)`` and the API reference): users get it by leaving the
+    argument out, never by naming it, so its repr is the one word the docs explain.
+    """
 
     def __repr__(self) -> str:
         return "UNSPECIFIED"
