@@ -105,3 +105,6 @@ def test_the_switching_pages_are_in_the_menu(site: Path) -> None:
         page = _content((site / "switching" / name / "index.html").read_text())
         assert "<table>" in page, f"{name}: no table of differences"
         assert 'href="../../api/' in page, f"{name}: does not link the contract"
+        source = (ROOT / "docs" / "switching" / f"{name}.md").read_text()
+        runnable = source.count("\n```python\n") + source.startswith("```python\n")
+        assert runnable >= 2, f"{name}: needs a runnable before/after pair ({runnable} blocks)"
