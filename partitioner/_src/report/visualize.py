@@ -114,7 +114,8 @@ def _axis_labels(sharding: Any, shape: Sequence[int]) -> tuple[list[str], str]:
         return [f"dim {d} ({n})" for d, n in enumerate(shape)], f"shape {list(shape)}"
     sizes = dict(sharding.mesh.shape)
     spec = tuple(sharding.spec) + (None,) * (len(shape) - len(sharding.spec))
-    labels, used = [], set()
+    labels: list[str] = []
+    used: set[str] = set()
     for d, (n, entry) in enumerate(zip(shape, spec)):
         axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
         axes = tuple(a for a in axes if isinstance(a, str))
@@ -150,6 +151,7 @@ def _save_png(
         ) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     blocks = _blocks(index_map, shape)
     rank = len(shape)
@@ -171,8 +173,8 @@ def _save_png(
             va="center",
             fontsize=9,
         )
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlim(0, shape[1] if rank > 1 else 1)
     ax.set_ylim(shape[0] if rank else 1, 0)
     ax.set_ylabel(labels[0] if rank else "")
