@@ -102,6 +102,7 @@ class PjitFunction:
         *,
         kind: str = "pjit",
         device: Any = None,
+        compiler_options: dict[str, Any] | None = None,
     ) -> None:
         """See :func:`pjit`; ``kind`` is ``"jit"`` for :func:`partitioner.jit`, where a
         ``None`` spec means unspecified, and ``device`` is ``jit(device=...)``."""
@@ -113,6 +114,13 @@ class PjitFunction:
         self.fun = fun
         self.kind = kind
         self._device = device
+        if compiler_options is not None and not isinstance(compiler_options, dict):
+            raise TypeError(
+                f"{kind}: compiler_options must be a dict of XLA option names to values, got "
+                f"{type(compiler_options).__name__}"
+            )
+        # Hashable, so they key the executable cache beside the program.
+        self._compiler_options = tuple(sorted((compiler_options or {}).items()))
         in_name, out_name = (
             ("in_shardings", "out_shardings")
             if kind == "jit"
@@ -312,6 +320,7 @@ class PjitFunction:
             api=self.kind,
             single_device=placement.single_device,
             committed=placement.committed,
+            compiler_options=self._compiler_options,
         )
         return CallPlan(
             params=params,
@@ -493,6 +502,7 @@ def pjit(
     device: Any = None,
     backend: str | None = None,
     inline: bool = False,
+    compiler_options: dict[str, Any] | None = None,
 ) -> PjitWrapped:
     """Partition ``fun`` over the mesh in context at each call.
 
@@ -517,7 +527,8 @@ def pjit(
         donate_argnames: the same as ``donate_argnums``, by parameter name.
         in_shardings: today's ``jax.jit`` spelling of ``in_axis_resources`` (pass one).
         out_shardings: today's ``jax.jit`` spelling of ``out_axis_resources`` (pass one).
-        keep_unused, device, backend, inline: as in ``jax.jit`` (see :func:`partitioner.jit`).
+        keep_unused, device, backend, inline, compiler_options: as in ``jax.jit`` (see
+            :func:`partitioner.jit`).
 
     Returns:
         A :class:`PjitWrapped`: call it to run, ``.lower(...)`` for the AOT
@@ -538,5 +549,6 @@ def pjit(
         static_argnames,
         donate_argnames,
         device=device_option(device, backend, keep_unused, inline, "pjit"),
+        compiler_options=compiler_options,
     )
     return make_wrapped(PjitWrapped, planner)

@@ -232,7 +232,13 @@ class Lowered(_Stage):
                 f"{[getattr(d, 'id', d) for d in device_assignment]}. Lower under a mesh of "
                 "those devices instead."
             )
-        # As jax's: compiled once with default options, then reused by later calls.
+        # As jax's: compiled once with default options, then reused by later calls;
+        # a jit(..., compiler_options=...) function's options are its defaults.
+        if compiler_options is None and self._plan.params.compiler_options:
+            compiler_options = dict(self._plan.params.compiler_options)
+            if self._executable is None:
+                self._executable = finish(self._module, self._plan.params.jaxpr, compiler_options)
+            return Compiled(self._executable, self._plan)
         if compiler_options is None and self._executable is not None:
             return Compiled(self._executable, self._plan)
         executable = finish(self._module, self._plan.params.jaxpr, compiler_options)

@@ -612,3 +612,16 @@ def test_output_tree_mismatch_in_several_subtrees_names_each(door: Any) -> None:
         door(lambda x: {"a": (x, x, x), "b": (x,), "c": x}, out_shardings=out_specs)(np.ones(8))
     message = str(info.value)
     assert "['a']" in message and "['b']" in message, message
+
+
+def test_compiler_options_as_jax_jit(door: Any) -> None:
+    x = np.arange(8.0, dtype=np.float32)
+    f = door(lambda v: v * 2, compiler_options={"xla_embed_ir_in_executable": True})
+    np.testing.assert_array_equal(np.asarray(f(x)), x * 2)
+    bad = door(lambda v: v * 3, compiler_options={"not_an_xla_option": 1})
+    with pytest.raises(Exception, match="not_an_xla_option"):
+        bad(x)
+    with pytest.raises(Exception, match="not_an_xla_option"):
+        jax.jit(lambda v: v * 3, compiler_options={"not_an_xla_option": 1})(x)
+    with pytest.raises(TypeError, match="compiler_options"):
+        door(lambda v: v, compiler_options=[("a", 1)])

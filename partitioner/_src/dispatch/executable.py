@@ -51,7 +51,8 @@ class Executable:
 
 def build(params: PjitParams, shardy: bool) -> Executable:
     """Lower and compile the body ``params`` describe, for Shardy or GSPMD."""
-    return finish(lower_pjit_body(params, shardy), params.jaxpr)
+    options = dict(params.compiler_options) or None
+    return finish(lower_pjit_body(params, shardy), params.jaxpr, options)
 
 
 def finish(

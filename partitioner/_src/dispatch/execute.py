@@ -54,6 +54,7 @@ def get_executable(params: PjitParams) -> Executable:
         shardy,
         params.single_device,
         params.committed,
+        params.compiler_options,
     )
     executable, _ = executables.get_or_compile(params.jaxpr, key, build_it)
     return executable

@@ -40,6 +40,7 @@ class LoweredModule:
     mesh: Mesh
     single_device: bool  # results carry SingleDeviceSharding (PjitParams.single_device)
     committed: bool  # results are committed (PjitParams.committed)
+    compiler_options: tuple[tuple[str, Any], ...]  # PjitParams.compiler_options
     shardy: bool
     in_avals: tuple[Any, ...]
     out_avals: tuple[Any, ...]
@@ -63,6 +64,7 @@ class LoweredModule:
             api=self.api,
             single_device=self.single_device,
             committed=self.committed,
+            compiler_options=self.compiler_options,
         )
 
     @property
@@ -242,6 +244,7 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
         mesh=mesh,
         single_device=params.single_device,
         committed=params.committed,
+        compiler_options=params.compiler_options,
         shardy=shardy,
         in_avals=in_avals,
         out_avals=out_avals,

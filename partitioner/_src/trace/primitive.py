@@ -43,6 +43,8 @@ class PjitParams(PrimitiveParams):
             carry ``SingleDeviceSharding``, as ``jax.jit``'s do).
         committed: its results are committed to their devices (False only for a
             call nothing committed: uncommitted arguments and no mesh).
+        compiler_options: ``jit(..., compiler_options=...)`` as sorted ``(name,
+            value)`` pairs (hashable), handed to XLA when the body is compiled.
 
     Invariants (checked at construction): one spec and one donation flag per
     jaxpr input, one spec per jaxpr output.
@@ -64,6 +66,7 @@ class PjitParams(PrimitiveParams):
     api: str = "pjit"
     single_device: bool = False
     committed: bool = True
+    compiler_options: tuple[tuple[str, Any], ...] = ()
 
     def check(self) -> None:
         n_in, n_out = len(self.jaxpr.in_avals), len(self.jaxpr.out_avals)
@@ -99,7 +102,12 @@ def _pjit_pp_rule(eqn: Any, context: Any, settings: Any) -> Any:
     params["mesh"] = dict(params["mesh"].shape)
     if not any(params["donated_invars"]):
         del params["donated_invars"]
-    for field, default in (("api", "pjit"), ("single_device", False), ("committed", True)):
+    for field, default in (
+        ("api", "pjit"),
+        ("single_device", False),
+        ("committed", True),
+        ("compiler_options", ()),
+    ):
         if params[field] == default:
             del params[field]
     new_eqn = eqn.replace(params=params)
