@@ -25,7 +25,7 @@ from . import rules as _rules  # noqa: F401  (registers the transformation rules
 from .dispatch.execute import check_usable
 from .dispatch.fastpath import Dispatcher
 from .spec.checks import check_specs
-from .spec.mesh_env import resolve_mesh
+from .spec.mesh_env import has_explicit_axes, resolve_mesh
 from .spec.parsed import REPLICATED, ParsedPartitionSpec
 from .spec.tree import broadcast_prefix, meshes_named_by, prepare_axis_resources
 from .stages import Lowered, lower_plan
@@ -225,8 +225,9 @@ class PjitFunction:
         specs = tuple(arg_specs) + (REPLICATED,) * (len(flat.leaves) - n_pos)
         for i, leaf in enumerate(flat.leaves):
             check_usable(leaf, mesh, flat.where(i, self.api))
+        typed = has_explicit_axes(mesh)
         avals = tuple(
-            abstractify(leaf, flat.where(i, self.api), "static_argnums/static_argnames")
+            abstractify(leaf, flat.where(i, self.api), "static_argnums/static_argnames", typed=typed)
             for i, leaf in enumerate(flat.leaves)
         )
         check_specs(self.api, "argument args", specs, flat.paths, [a.shape for a in avals], mesh)

@@ -13,11 +13,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .. import jax_private as jp
 from ..compile import compile_module
 from ..lower.module import LoweredModule, lower_pjit_body
+from ..spec.mesh_env import has_explicit_axes
 from ..spec.parsed import REPLICATED, ParsedPartitionSpec
 from ..trace.primitive import PjitParams
 from . import window
@@ -73,8 +74,16 @@ def finish(lowered: LoweredModule, jaxpr: Any) -> Executable:
     return _executable(lowered, loaded, tuple(in_specs), tuple(out_specs))  # type: ignore[arg-type]
 
 
-def named_sharding(mesh: Mesh, spec: ParsedPartitionSpec) -> NamedSharding:
-    return NamedSharding(mesh, spec.to_closed_spec())
+def named_sharding(mesh: Mesh, spec: ParsedPartitionSpec, ndim: int | None = None) -> NamedSharding:
+    """``spec`` over ``mesh``; with ``ndim``, spelled with one entry per dimension.
+
+    Over Explicit axes a result's sharding is spelled as its type is
+    (``P('x', None)`` for ``float32[8@x,2]``), as jax.jit's results are.
+    """
+    closed = spec.to_closed_spec()
+    if ndim is not None and len(closed) < ndim:
+        closed = PartitionSpec(*closed, *(None,) * (ndim - len(closed)))
+    return NamedSharding(mesh, closed)
 
 
 def bytes_per_device(aval: Any, spec: ParsedPartitionSpec, mesh: Mesh) -> int:
@@ -92,7 +101,11 @@ def _executable(
     out_specs: tuple[ParsedPartitionSpec, ...],
 ) -> Executable:
     mesh = lowered.mesh
-    out_sh = tuple(named_sharding(mesh, s) for s in out_specs)
+    typed = has_explicit_axes(mesh)  # NOTE [explicit axes]
+    out_sh = tuple(
+        named_sharding(mesh, s, a.ndim if typed else None)
+        for a, s in zip(lowered.out_avals, out_specs, strict=True)
+    )
     windowed = window.needs_window(loaded, mesh.devices.flat[0].platform, mesh.size)
     out_bytes = [bytes_per_device(a, s, mesh) for a, s in zip(lowered.out_avals, out_specs)]
     marker = window.marker_index(lowered.out_avals, out_bytes) if windowed else None

@@ -15,6 +15,7 @@ from jax.sharding import Mesh
 
 from .. import jax_private as jp
 from ..events import emit
+from ..spec.mesh_env import typed_context
 from ..spec.parsed import ParsedPartitionSpec
 from ..trace.primitive import PjitParams
 from ..warn import warn
@@ -134,17 +135,50 @@ def ordered_effects_of(params: PjitParams) -> tuple[Any, ...]:
     return ordered
 
 
+def typed_out_specs(
+    out_avals: Sequence[Any], out_specs: Sequence[ParsedPartitionSpec | None], mesh: Mesh
+) -> tuple[ParsedPartitionSpec | None, ...]:
+    """Each ``None`` output spec replaced by its type's sharding where the type has one.
+
+    NOTE [unspecified outputs follow the type]: over a mesh whose axes are all
+    Explicit, jax.jit lays an output it was given no sharding for out as its type
+    says (``float32[8@x,4]`` -> ``P('x', None)``); so does partitioner, for the
+    same outputs (omitted specs, residuals). Over a mesh mixing Auto and
+    Explicit axes the spec stays ``None``: the body's ops already pin the
+    Explicit dims, and XLA chooses the rest, as jax leaves them unconstrained.
+    """
+    abstract = mesh.abstract_mesh
+    if not abstract.are_all_axes_explicit:
+        return tuple(out_specs)
+    resolved: list[ParsedPartitionSpec | None] = []
+    for aval, spec in zip(out_avals, out_specs, strict=True):
+        sharding = getattr(aval, "sharding", None)
+        typed = (
+            spec is None
+            and sharding is not None
+            and sharding.mesh == abstract
+            and not sharding.spec.unreduced
+            and not sharding.spec.reduced
+        )
+        resolved.append(
+            ParsedPartitionSpec.from_user_input(sharding.spec, "output type") if typed else spec
+        )
+    return tuple(resolved)
+
+
 def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
     """Lower ``params.jaxpr`` over its mesh and annotate ``main`` with our shardings.
 
-    A ``None`` spec (inputs or outputs) leaves the value for XLA to shard.
+    A ``None`` spec (inputs or outputs) leaves the value for XLA to shard, but
+    see NOTE [unspecified outputs follow the type].
     """
     emit("lower", name=params.name)
     mesh, jaxpr = params.mesh, params.jaxpr
     devices = tuple(mesh.devices.flat)
     backend = xla_bridge.get_device_backend(devices[0])
     in_avals, out_avals = tuple(jaxpr.in_avals), tuple(jaxpr.out_avals)
-    in_specs, out_specs = params.in_axis_resources, params.out_axis_resources
+    in_specs = params.in_axis_resources
+    out_specs = typed_out_specs(out_avals, params.out_axis_resources, mesh)
     aliased, aliases = plan_donation(
         in_avals,
         in_specs,
@@ -155,7 +189,7 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
         f"{params.api} {params.name}",
     )
     ordered = ordered_effects_of(params)
-    with jp.shardy_config(shardy):
+    with jp.shardy_config(shardy), typed_context(mesh):
         result = mlir.lower_jaxpr_to_module(
             f"pjit_{params.name}",
             jaxpr,

@@ -21,6 +21,7 @@ from jax.tree_util import PyTreeDef, tree_flatten
 
 from .. import jax_private as jp
 from ..events import emit
+from ..spec.mesh_env import typed_context
 
 core, lu, pe = jp.core, jp.lu, jp.pe
 
@@ -163,7 +164,7 @@ def trace_body(
         return leaves
 
     emit("trace", name=getattr(fun, "__name__", repr(fun)))
-    with _tracing_under(_Frame(mesh, axis_name)):
+    with _tracing_under(_Frame(mesh, axis_name)), typed_context(mesh):
         jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(
             lu.wrap_init(flat_fun, debug_info=debug_info), list(in_avals)
         )
