@@ -18,7 +18,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from .. import jax_private as jp
 from ..compile import compile_module
 from ..lower.module import LoweredModule, lower_pjit_body
-from ..spec.mesh_env import has_explicit_axes
+from ..spec.mesh_env import has_explicit_axes, result_mesh
 from ..spec.parsed import REPLICATED, ParsedPartitionSpec
 from ..trace.primitive import PjitParams
 from . import window
@@ -71,6 +71,11 @@ def finish(lowered: LoweredModule, jaxpr: Any) -> Executable:
             out_axis_resources=[s if s is not None else REPLICATED for s in out_specs],
         )
         return finish(lower_pjit_body(pinned, lowered.shardy), jaxpr)
+    if has_explicit_axes(lowered.mesh):
+        # Results are annotated with their specs, which XLA honours; read back, a
+        # size-1 mesh axis would vanish from them, but it is part of a typed result's
+        # sharding (``P('x', 'z')`` for ``f32[8@x,4@z]``), as in jax.jit's results.
+        out_specs = [a if a is not None else c for a, c in zip(lowered.out_specs, out_specs)]
     return _executable(lowered, loaded, tuple(in_specs), tuple(out_specs))  # type: ignore[arg-type]
 
 
@@ -84,6 +89,14 @@ def named_sharding(mesh: Mesh, spec: ParsedPartitionSpec, ndim: int | None = Non
     if ndim is not None and len(closed) < ndim:
         closed = PartitionSpec(*closed, *(None,) * (ndim - len(closed)))
     return NamedSharding(mesh, closed)
+
+
+def _result_sharding(mesh: Mesh, aval: Any, spec: ParsedPartitionSpec) -> NamedSharding:
+    """A result's sharding; over Explicit axes, over its type's mesh and spelled as its type."""
+    if not has_explicit_axes(mesh):
+        return named_sharding(mesh, spec)
+    over = result_mesh(mesh, aval)  # NOTE [explicit axes]
+    return named_sharding(over, spec, aval.ndim if over.are_all_axes_explicit else None)
 
 
 def bytes_per_device(aval: Any, spec: ParsedPartitionSpec, mesh: Mesh) -> int:
@@ -101,11 +114,7 @@ def _executable(
     out_specs: tuple[ParsedPartitionSpec, ...],
 ) -> Executable:
     mesh = lowered.mesh
-    typed = has_explicit_axes(mesh)  # NOTE [explicit axes]
-    out_sh = tuple(
-        named_sharding(mesh, s, a.ndim if typed else None)
-        for a, s in zip(lowered.out_avals, out_specs, strict=True)
-    )
+    out_sh = tuple(_result_sharding(mesh, a, s) for a, s in zip(lowered.out_avals, out_specs))
     windowed = window.needs_window(loaded, mesh.devices.flat[0].platform, mesh.size)
     out_bytes = [bytes_per_device(a, s, mesh) for a, s in zip(lowered.out_avals, out_specs)]
     marker = window.marker_index(lowered.out_avals, out_bytes) if windowed else None

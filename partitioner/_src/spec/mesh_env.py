@@ -65,6 +65,22 @@ def as_call_mesh(m: Mesh) -> Mesh:
     return m if has_explicit_axes(m) else as_auto_mesh(m)
 
 
+def result_mesh(m: Mesh, aval: Any) -> Mesh:
+    """The mesh a result typed ``aval`` of a call over ``m`` is reported over.
+
+    Inside ``auto_axes`` / ``explicit_axes`` (or ``use_abstract_mesh``) a value's
+    type names the call's mesh with other axis types; jax.jit reports such a
+    result (a residual, say) over the concrete mesh with *those* axis types, so
+    that its type read back (``jax.typeof``) is the one it was traced with.
+    """
+    typed = getattr(getattr(aval, "sharding", None), "mesh", None)
+    if typed is None or typed.empty or not has_explicit_axes(m):
+        return m
+    if typed.axis_types == m.axis_types or typed.shape_tuple != m.abstract_mesh.shape_tuple:
+        return m
+    return Mesh(m.devices, m.axis_names, axis_types=typed.axis_types)
+
+
 @contextlib.contextmanager
 def typed_context(m: Mesh) -> Iterator[None]:
     """Trace or lower a body of a call over ``m`` as jax.jit does (NOTE [explicit axes]).
