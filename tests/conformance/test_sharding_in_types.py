@@ -1056,3 +1056,43 @@ def test_lowered_text_has_type_constraints(partitioner_mode, mesh22) -> None:
     )
     marker = "sdy.sharding_constraint" if partitioner_mode == "shardy" else "@Sharding"
     assert text.count(marker) >= 3
+
+
+# --- with_sharding_constraint over Explicit axes ---
+
+
+@pytest.mark.parametrize("wsc", ["jax", "partitioner"])
+def test_constraint_is_an_assert_over_explicit_axes(front, mesh22, wsc) -> None:
+    """jax's test_wsc_error: over all-Explicit axes a constraint checks the type, changes nothing."""
+    constrain = (
+        jax.lax.with_sharding_constraint if wsc == "jax" else partitioner.with_sharding_constraint
+    )
+    arr = put(inp(8, 2), P("x", None))
+
+    def ok(seen, x):
+        y = constrain(x * 2, P("x", None))
+        seen.append(jax.typeof(y))
+        return y
+
+    check(front, ok, [arr], expect=P("x", None), expect_types=[P("x", None)])
+
+    def bad(seen, x):
+        return constrain(x * 2, P(None, "y"))
+
+    check_error(front, bad, [arr], AssertionError, "acts as an assert when all axes")
+
+
+def test_constraint_names_only_auto_axes_of_a_mixed_mesh(front) -> None:
+    mesh = make_mesh((2, 2), ("x", "y"), (E, A))
+    with jax.set_mesh(mesh):
+        arr = jax.device_put(inp(8, 2), NamedSharding(mesh, P("x", None)))
+
+        def auto_ok(seen, x):
+            return partitioner.with_sharding_constraint(x * 2, P(None, "y"))
+
+        want = jax.jit(lambda x: jax.lax.with_sharding_constraint(x * 2, P(None, "y")))(arr)
+        got = _ours(front, functools.partial(auto_ok, []), [arr], P("x", "y"))(arr)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want))
+        for constrain in (jax.lax.with_sharding_constraint, partitioner.with_sharding_constraint):
+            with pytest.raises(ValueError, match="only refer to Auto axes"):
+                _ours(front, lambda x, c=constrain: c(x, P("x", None)), [arr], P("x", None))(arr)
