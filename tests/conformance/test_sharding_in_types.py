@@ -1096,3 +1096,39 @@ def test_constraint_names_only_auto_axes_of_a_mixed_mesh(front) -> None:
         for constrain in (jax.lax.with_sharding_constraint, partitioner.with_sharding_constraint):
             with pytest.raises(ValueError, match="only refer to Auto axes"):
                 _ours(front, lambda x, c=constrain: c(x, P("x", None)), [arr], P("x", None))(arr)
+
+
+def test_pjit_in_scan_body(front, mesh22) -> None:
+    """The pjit-ed step inside ``lax.scan`` (eager, grad, grad under jit), as jax.jit's."""
+    carry = put(inp(8, 2), P("x", None))
+    xs = put(np.ones((3, 8, 2), np.float32), P(None, "x", None))
+    spec = P("x", None)
+    ref, ours = _mapped(front, lambda c, x: jnp.sin(c) + x, (spec, spec), spec)
+
+    def loop(step: Callable[..., Any]) -> Callable[..., Any]:
+        return lambda c, xs: lax.scan(lambda c, x: (step(c, x), None), c, xs)[0]
+
+    _assert_same_results(jax.jit(loop(ours))(carry, xs), jax.jit(loop(ref))(carry, xs))
+    for wrap in (lambda g: g, jax.jit):
+        g_ours = wrap(jax.grad(lambda c, x: loop(ours)(c, x).sum()))(carry, xs)
+        g_want = wrap(jax.grad(lambda c, x: loop(ref)(c, x).sum()))(carry, xs)
+        _assert_same_results(g_ours, g_want)
+        _assert_sharding(g_ours, carry.sharding)
+
+
+def test_lower_typed_shape_dtype_structs(front, mesh22) -> None:
+    """``.lower`` on ShapeDtypeStructs with shardings types the body as the arrays would."""
+    s = NamedSharding(mesh22, P("x", "y"))
+    sds = jax.ShapeDtypeStruct((8, 2), jnp.float32, sharding=s)
+    arr = put(inp(8, 2), P("x", "y"))
+    seen: list[Any] = []
+
+    def f(x):
+        seen.append(jax.typeof(x))
+        return (x * 2) * (x * 2)
+
+    _, ours = _mapped(front, f, P("x", "y"), P("x", "y"))
+    compiled = ours.lower(sds).compile()
+    assert seen[-1].sharding.spec == P("x", "y")
+    got = compiled(arr)
+    _assert_same_results(got, jax.jit(f)(arr))
