@@ -227,7 +227,9 @@ class PjitFunction:
             check_usable(leaf, mesh, flat.where(i, self.api))
         typed = has_explicit_axes(mesh)
         avals = tuple(
-            abstractify(leaf, flat.where(i, self.api), "static_argnums/static_argnames", typed=typed)
+            abstractify(
+                leaf, flat.where(i, self.api), "static_argnums/static_argnames", typed=typed
+            )
             for i, leaf in enumerate(flat.leaves)
         )
         check_specs(self.api, "argument args", specs, flat.paths, [a.shape for a in avals], mesh)
