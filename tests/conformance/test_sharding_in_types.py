@@ -1132,3 +1132,25 @@ def test_lower_typed_shape_dtype_structs(front, mesh22) -> None:
     assert seen[-1].sharding.spec == P("x", "y")
     got = compiled(arr)
     _assert_same_results(got, jax.jit(f)(arr))
+
+
+def test_vmap_spmd_axis_name_of_pjit(front, mesh22) -> None:
+    """``vmap(..., spmd_axis_name=...)`` around the call: the batch dim over that axis."""
+    arr = put(inp(8, 2), P("x", "y"))
+    seen_jax: list[Any] = []
+    seen_ours: list[Any] = []
+
+    def body(seen, x):
+        seen.append(jax.typeof(x))
+        return jnp.sin(x)
+
+    ref, _ = _mapped(front, functools.partial(body, seen_jax), P("y"), P("y"))
+    _, ours = _mapped(front, functools.partial(body, seen_ours), P("y"), P("y"))
+
+    def mapped(f: Callable[..., Any]) -> Callable[..., Any]:
+        return jax.jit(jax.vmap(f, spmd_axis_name="x"))
+
+    got = mapped(ours)(arr)
+    _assert_same_results(got, mapped(ref)(arr))
+    _types_equal(seen_ours, seen_jax)
+    _assert_sharding(got, arr.sharding)
