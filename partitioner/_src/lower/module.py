@@ -153,16 +153,15 @@ def typed_out_specs(
     resolved: list[ParsedPartitionSpec | None] = []
     for aval, spec in zip(out_avals, out_specs, strict=True):
         sharding = getattr(aval, "sharding", None)
-        typed = (
+        if (
             spec is None
             and sharding is not None
             and sharding.mesh == abstract
             and not sharding.spec.unreduced
             and not sharding.spec.reduced
-        )
-        resolved.append(
-            ParsedPartitionSpec.from_user_input(sharding.spec, "output type") if typed else spec
-        )
+        ):
+            spec = ParsedPartitionSpec.from_user_input(sharding.spec, "output type")
+        resolved.append(spec)
     return tuple(resolved)
 
 
