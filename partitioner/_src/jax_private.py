@@ -277,6 +277,13 @@ def trace_context_names() -> tuple[str, ...]:
     return tuple(_config.trace_context_names())
 
 
+#: Context managers setting the abstract / concrete mesh jax's sharding rules read
+#: (jax's pjit sets both while tracing a body over a mesh with Explicit axes).
+use_abstract_mesh = _mesh_lib.use_abstract_mesh
+use_concrete_mesh = _sharding_impls._internal_use_concrete_mesh
+get_abstract_mesh = _mesh_lib.get_abstract_mesh
+
+
 def trace_context() -> Any:
     """jax's hashable trace-affecting configuration (x64, etc.) for cache keys."""
     return _config.trace_context()
@@ -300,6 +307,14 @@ def shaped_abstractify(x: Any) -> Any:
     """
     a = _core.shaped_abstractify(x)
     return _core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type)
+
+
+def typed_abstractify(x: Any) -> Any:
+    """The aval jax.jit traces ``x`` as, sharding included (``float32[8@x,4]``).
+
+    Used over meshes with Explicit axes, where the sharding is part of the type.
+    """
+    return _core.shaped_abstractify(x)
 
 
 # --- how an enclosing jax.jit picks its devices ---

@@ -25,7 +25,7 @@ from . import rules as _rules  # noqa: F401  (registers the transformation rules
 from .dispatch.execute import check_usable
 from .dispatch.fastpath import Dispatcher
 from .spec.checks import check_specs
-from .spec.mesh_env import maybe_current_mesh, resolve_mesh
+from .spec.mesh_env import has_explicit_axes, maybe_current_mesh, resolve_mesh
 from .spec.parsed import REPLICATED, ParsedPartitionSpec
 from .spec.placement import (
     Placement,
@@ -264,8 +264,11 @@ class PjitFunction:
                 if not options.reshard_committed_enabled():
                     check_committed_layout(leaf, spec, mesh, where, self.api)
                 specs.append(spec)
+        typed = has_explicit_axes(mesh)
         avals = tuple(
-            abstractify(leaf, flat.where(i, self.api), "static_argnums/static_argnames")
+            abstractify(
+                leaf, flat.where(i, self.api), "static_argnums/static_argnames", typed=typed
+            )
             for i, leaf in enumerate(flat.leaves)
         )
         checked = [(s, p, a.shape) for s, p, a in zip(specs, flat.paths, avals) if s is not None]

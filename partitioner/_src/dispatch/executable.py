@@ -13,11 +13,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from .. import jax_private as jp
 from ..compile import CompilerOptions, compile_module
 from ..lower.module import LoweredModule, lower_pjit_body
+from ..spec.mesh_env import has_explicit_axes, result_mesh
 from ..spec.parsed import REPLICATED, ParsedPartitionSpec
 from ..trace.primitive import PjitParams
 from . import window
@@ -73,11 +74,40 @@ def finish(
             out_axis_resources=[s if s is not None else REPLICATED for s in out_specs],
         )
         return finish(lower_pjit_body(pinned, lowered.shardy), jaxpr, compiler_options)
+    if has_explicit_axes(lowered.mesh):
+        # Results are annotated with their specs, which XLA honours; read back, a
+        # size-1 mesh axis would vanish from them, but it is part of a typed result's
+        # sharding (``P('x', 'z')`` for ``f32[8@x,4@z]``), as in jax.jit's results.
+        out_specs = [a if a is not None else c for a, c in zip(lowered.out_specs, out_specs)]
     return _executable(lowered, loaded, tuple(in_specs), tuple(out_specs))  # type: ignore[arg-type]
 
 
-def named_sharding(mesh: Mesh, spec: ParsedPartitionSpec) -> NamedSharding:
-    return NamedSharding(mesh, spec.to_closed_spec())
+def named_sharding(mesh: Mesh, spec: ParsedPartitionSpec, ndim: int | None = None) -> NamedSharding:
+    """``spec`` over ``mesh``; with ``ndim``, spelled with one entry per dimension.
+
+    Over Explicit axes a result's sharding is spelled as its type is
+    (``P('x', None)`` for ``float32[8@x,2]``), as jax.jit's results are.
+    """
+    closed = spec.to_closed_spec()
+    if ndim is not None and len(closed) < ndim:
+        closed = PartitionSpec(*closed, *(None,) * (ndim - len(closed)))
+    return NamedSharding(mesh, closed)
+
+
+def _result_sharding(
+    mesh: Mesh, aval: Any, spec: ParsedPartitionSpec, asked: ParsedPartitionSpec | None
+) -> NamedSharding:
+    """A result's sharding; over Explicit axes, over its type's mesh, and spelled as its
+    type (one entry per dimension) where the type says it (as jax.jit's results are):
+    always on an all-Explicit mesh, and on a mixed one for an unspecified (``asked``
+    None) output whose type names an axis."""
+    if not has_explicit_axes(mesh):
+        return named_sharding(mesh, spec)
+    over = result_mesh(mesh, aval)  # NOTE [explicit axes]
+    typed = getattr(getattr(aval, "sharding", None), "spec", None)
+    from_type = asked is None and typed is not None and any(e is not None for e in typed)
+    as_type = over.are_all_axes_explicit or from_type
+    return named_sharding(over, spec, aval.ndim if as_type else None)
 
 
 def bytes_per_device(aval: Any, spec: ParsedPartitionSpec, mesh: Mesh) -> int:
@@ -95,7 +125,10 @@ def _executable(
     out_specs: tuple[ParsedPartitionSpec, ...],
 ) -> Executable:
     mesh = lowered.mesh
-    out_sh: tuple[Any, ...] = tuple(named_sharding(mesh, s) for s in out_specs)
+    out_sh: tuple[Any, ...] = tuple(
+        _result_sharding(mesh, a, s, asked)
+        for a, s, asked in zip(lowered.out_avals, out_specs, lowered.out_specs, strict=True)
+    )
     if lowered.single_device:  # as jax.jit hands back a one-device call's results
         out_sh = tuple(SingleDeviceSharding(mesh.devices.flat[0]) for _ in out_specs)
     windowed = window.needs_window(loaded, mesh.devices.flat[0].platform, mesh.size)

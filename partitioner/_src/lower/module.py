@@ -16,6 +16,7 @@ from jax.sharding import Mesh
 
 from .. import jax_private as jp
 from ..events import emit
+from ..spec.mesh_env import typed_context
 from ..spec.parsed import ParsedPartitionSpec
 from ..trace.primitive import PjitParams
 from ..warn import warn
@@ -183,17 +184,49 @@ def value_names(jaxpr: Any, n_in: int, n_out: int) -> tuple[list[str], list[str]
     return args or [""] * n_in, results
 
 
+def typed_out_specs(
+    out_avals: Sequence[Any], out_specs: Sequence[ParsedPartitionSpec | None], mesh: Mesh
+) -> tuple[ParsedPartitionSpec | None, ...]:
+    """Each ``None`` output spec replaced by its type's sharding where the type has one.
+
+    NOTE [unspecified outputs follow the type]: over a mesh whose axes are all
+    Explicit, jax.jit lays an output it was given no sharding for out as its type
+    says (``float32[8@x,4]`` -> ``P('x', None)``); so does partitioner, for the
+    same outputs (omitted specs, residuals). Over a mesh mixing Auto and
+    Explicit axes the spec stays ``None``: the body's ops already pin the
+    Explicit dims, and XLA chooses the rest, as jax leaves them unconstrained.
+    """
+    abstract = mesh.abstract_mesh
+    if not abstract.are_all_axes_explicit:
+        return tuple(out_specs)
+    resolved: list[ParsedPartitionSpec | None] = []
+    for aval, spec in zip(out_avals, out_specs, strict=True):
+        sharding = getattr(aval, "sharding", None)
+        if (
+            spec is None
+            and sharding is not None
+            and sharding.mesh == abstract
+            and not sharding.spec.unreduced
+            and not sharding.spec.reduced
+        ):
+            spec = ParsedPartitionSpec.from_user_input(sharding.spec, "output type")
+        resolved.append(spec)
+    return tuple(resolved)
+
+
 def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
     """Lower ``params.jaxpr`` over its mesh and annotate ``main`` with our shardings.
 
-    A ``None`` spec (inputs or outputs) leaves the value for XLA to shard.
+    A ``None`` spec (inputs or outputs) leaves the value for XLA to shard, but
+    see NOTE [unspecified outputs follow the type].
     """
     emit("lower", name=params.name)
     mesh, jaxpr = params.mesh, params.jaxpr
     devices = tuple(mesh.devices.flat)
     backend = jp.get_device_backend(devices[0])
     in_avals, out_avals = tuple(jaxpr.in_avals), tuple(jaxpr.out_avals)
-    in_specs, out_specs = params.in_axis_resources, params.out_axis_resources
+    in_specs = params.in_axis_resources
+    out_specs = typed_out_specs(out_avals, params.out_axis_resources, mesh)
     aliased, aliases, donors = plan_donation(
         in_avals,
         in_specs,
@@ -207,6 +240,7 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
     arg_names, result_names = value_names(jaxpr, len(in_avals), len(out_avals))
     with (
         jp.shardy_config(shardy),
+        typed_context(mesh),
         jp.log_elapsed_time(
             "Finished jaxpr to MLIR module conversion {fun_name} in {elapsed_time:.9f} sec",
             fun_name=f"pjit_{params.name}",

@@ -18,7 +18,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
 from .. import jax_private as jp
-from .mesh_env import as_auto_mesh
+from .mesh_env import as_auto_mesh, as_call_mesh
 from .op_sharding import parse_op_sharding_parsed
 from .parsed import REPLICATED, ParsedPartitionSpec
 
@@ -108,7 +108,7 @@ def placement_from_arguments(
                 )
             )
         if isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, Mesh):
-            return Placement(as_auto_mesh(sharding.mesh), derived=True)
+            return Placement(as_call_mesh(sharding.mesh), derived=True)
     if first is not None:
         devices = jp.device_assignment_of(first[1])
         if len(devices) == 1:
@@ -127,7 +127,7 @@ def layout_spec(x: Any, mesh: Mesh) -> ParsedPartitionSpec | None:
     """
     sharding = x.sharding
     if isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, Mesh):
-        if as_auto_mesh(sharding.mesh) == mesh:
+        if as_auto_mesh(sharding.mesh) == as_auto_mesh(mesh):
             return ParsedPartitionSpec.coerce(sharding.spec, "argument sharding")
     if jp.device_assignment_of(sharding) != tuple(mesh.devices.flat):
         return REPLICATED if mesh.size == 1 and len(sharding.device_set) == 1 else None

@@ -34,7 +34,10 @@ class PjitParams(PrimitiveParams):
         in_axis_resources / out_axis_resources: one ParsedPartitionSpec per flat
             input / output, or None where XLA chooses the layout (residuals, see
             NOTE [residual shardings] in rules/pjit.py).
-        mesh: the Auto-typed ``jax.sharding.Mesh`` the call runs over.
+        mesh: the ``jax.sharding.Mesh`` the call runs over: with its axis types
+            when some axis is Explicit (values are then typed with their
+            shardings, NOTE [explicit axes] in ``spec/mesh_env.py``), else its
+            Auto twin.
         donated_invars: one bool per flat input: the caller asks to donate it.
         name: the function's name, for the HLO module and messages.
         api: the front door the user called (``"pjit"``, ``"jit"``, ``"pmap"``), so
