@@ -363,3 +363,12 @@ def requires_devices_during_lowering(primitive: Any) -> None:
 def distributed_client() -> Any:
     """The coordination-service client ``jax.distributed.initialize`` connected (key-value store)."""
     return _distributed.global_state.client
+
+
+# --- memory kinds (NOTE [memory kinds] in lower/memory.py) ---
+
+mem_space_to_kind = core.mem_space_to_kind
+mem_kind_to_space = core.mem_kind_to_space
+MemorySpace = core.MemorySpace
+device_put_p = _dispatch.device_put_p
+subjaxprs = core.subjaxprs

@@ -25,6 +25,7 @@ from . import rules as _rules  # noqa: F401  (registers the transformation rules
 from .dispatch.execute import check_usable
 from .dispatch.fastpath import Dispatcher
 from .spec.checks import check_specs
+from .spec.memory import resolve_input_memory
 from .spec.mesh_env import resolve_mesh
 from .spec.parsed import REPLICATED, ParsedPartitionSpec
 from .spec.tree import broadcast_prefix, meshes_named_by, prepare_axis_resources
@@ -230,6 +231,14 @@ class PjitFunction:
             for i, leaf in enumerate(flat.leaves)
         )
         check_specs(self.api, "argument args", specs, flat.paths, [a.shape for a in avals], mesh)
+        specs, avals = resolve_input_memory(
+            self.api,
+            specs,
+            flat.leaves,
+            avals,
+            lambda i: flat.where(i, self.api),
+            mesh.devices.flat[0].default_memory().kind,
+        )
         donated = tuple(
             path[0].idx in bound.donate if i < n_pos else path[0].key in bound.donate_kw  # type: ignore[attr-defined]
             for i, path in enumerate(flat.paths)

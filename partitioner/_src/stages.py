@@ -2,8 +2,9 @@
 
 ``f.lower(*args)`` stops after lowering (annotated StableHLO, nothing compiled);
 ``.compile()`` hands the module to XLA. ``Compiled`` reports the partitioned HLO,
-XLA's cost and memory analyses, and the layouts XLA settled on, parsed back into
-partition specs by ``parse_op_sharding``.
+XLA's cost and memory analyses, and the layouts XLA settled on: as shardings
+(``input_shardings``, as ``jax.jit`` gives them) and as partition specs parsed
+back by ``parse_op_sharding`` (``input_specs``).
 """
 
 from __future__ import annotations
@@ -142,12 +143,29 @@ class Compiled:
 
     @property
     def input_shardings(self) -> Any:
+        """The inputs' shardings, as ``jax.jit``'s ``Compiled`` gives them.
+
+        A ``(args, kwargs)`` tree of ``jax.sharding.NamedSharding`` over the mesh:
+        the layouts XLA settled on and each input's memory kind, so
+        ``.spec``, ``.memory_kind`` and ``.is_equivalent_to`` work as on jax's.
+        :attr:`input_specs` gives the same layouts as PartitionSpecs.
+        """
+        shardings = list(self._executable.in_shardings[self._plan.num_consts :])
+        return tree_unflatten(self._plan.in_tree, shardings)
+
+    @property
+    def output_shardings(self) -> Any:
+        """The outputs' shardings (NamedShardings, with memory kinds), as ``jax.jit``'s."""
+        return tree_unflatten(self._plan.out_tree, list(self._executable.out_shardings))
+
+    @property
+    def input_specs(self) -> Any:
         """The input layouts, as PartitionSpecs parsed from the executable's OpShardings."""
         specs = [s.to_partition_spec() for s in self._executable.in_specs[self._plan.num_consts :]]
         return tree_unflatten(self._plan.in_tree, specs)
 
     @property
-    def output_shardings(self) -> Any:
+    def output_specs(self) -> Any:
         """The output layouts, as PartitionSpecs parsed from the executable's OpShardings."""
         specs: list[Spec] = [s.to_partition_spec() for s in self._executable.out_specs]
         return tree_unflatten(self._plan.out_tree, specs)

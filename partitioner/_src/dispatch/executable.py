@@ -66,15 +66,28 @@ def finish(lowered: LoweredModule, jaxpr: Any) -> Executable:
     loaded, in_specs, out_specs = compile_module(lowered)
     if None in in_specs or None in out_specs:
         pinned = lowered.params(jaxpr).replace(
-            in_axis_resources=[s if s is not None else REPLICATED for s in in_specs],
-            out_axis_resources=[s if s is not None else REPLICATED for s in out_specs],
+            in_axis_resources=_pinned(in_specs, lowered.in_specs),
+            out_axis_resources=_pinned(out_specs, lowered.out_specs),
         )
         return finish(lower_pjit_body(pinned, lowered.shardy), jaxpr)
     return _executable(lowered, loaded, tuple(in_specs), tuple(out_specs))  # type: ignore[arg-type]
 
 
-def named_sharding(mesh: Mesh, spec: ParsedPartitionSpec) -> NamedSharding:
-    return NamedSharding(mesh, spec.to_closed_spec())
+def _pinned(
+    chosen: list[ParsedPartitionSpec | None], asked: tuple[ParsedPartitionSpec | None, ...]
+) -> list[ParsedPartitionSpec]:
+    """XLA's layouts (replicated where no spec expresses one), in the memory kinds asked."""
+    return [
+        (c if c is not None else REPLICATED).with_memory_kind(a.memory_kind if a else None)
+        for c, a in zip(chosen, asked, strict=True)
+    ]
+
+
+def named_sharding(
+    mesh: Mesh, spec: ParsedPartitionSpec, memory_kind: str | None = None
+) -> NamedSharding:
+    """The NamedSharding of ``spec`` over ``mesh``, in ``memory_kind`` (None: the default)."""
+    return NamedSharding(mesh, spec.to_closed_spec(), memory_kind=memory_kind)
 
 
 def bytes_per_device(aval: Any, spec: ParsedPartitionSpec, mesh: Mesh) -> int:
@@ -92,7 +105,9 @@ def _executable(
     out_specs: tuple[ParsedPartitionSpec, ...],
 ) -> Executable:
     mesh = lowered.mesh
-    out_sh = tuple(named_sharding(mesh, s) for s in out_specs)
+    out_sh = tuple(
+        named_sharding(mesh, s, lowered.out_memory_kind(i)) for i, s in enumerate(out_specs)
+    )
     windowed = window.needs_window(loaded, mesh.devices.flat[0].platform, mesh.size)
     out_bytes = [bytes_per_device(a, s, mesh) for a, s in zip(lowered.out_avals, out_specs)]
     marker = window.marker_index(lowered.out_avals, out_bytes) if windowed else None
@@ -101,7 +116,9 @@ def _executable(
         loaded=loaded,
         in_specs=in_specs,
         out_specs=out_specs,
-        in_shardings=tuple(named_sharding(mesh, s) for s in in_specs),
+        in_shardings=tuple(
+            named_sharding(mesh, s, lowered.in_memory_kind(i)) for i, s in enumerate(in_specs)
+        ),
         out_shardings=out_sh,
         out_handler=jp.results_handler(lowered.out_avals, out_sh),
         windowed=windowed,

@@ -20,6 +20,7 @@ from ..trace.primitive import PjitParams
 from ..warn import warn
 from . import annotate
 from . import rules as _rules  # noqa: F401  (registers the MLIR lowering rules)
+from .memory import MemoryKinds, annotate_memory_kinds, memory_kinds
 
 mlir, sharding_impls, xla_bridge = jp.mlir, jp.sharding_impls, jp.xla_bridge
 
@@ -49,6 +50,15 @@ class LoweredModule:
     ordered_effects: tuple[Any, ...]  # main's leading token arguments and results, in order
     host_callbacks: tuple[Any, ...]
     keepalive: Any
+    memory: MemoryKinds | None = None  # None: every value in default memory
+
+    def in_memory_kind(self, i: int) -> str | None:
+        """Input ``i``'s memory kind (None: the devices' default)."""
+        return None if self.memory is None else self.memory.inputs[i]
+
+    def out_memory_kind(self, i: int) -> str | None:
+        """Output ``i``'s memory kind (None: the devices' default)."""
+        return None if self.memory is None else self.memory.outputs[i]
 
     def params(self, jaxpr: Any) -> PjitParams:
         """The params this module was lowered for, given the body it came from."""
@@ -155,6 +165,8 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
         f"{params.api} {params.name}",
     )
     ordered = ordered_effects_of(params)
+    default_kind = devices[0].default_memory().kind
+    kinds = memory_kinds(in_avals, in_specs, out_avals, out_specs, jaxpr, default_kind)
     with jp.shardy_config(shardy):
         result = mlir.lower_jaxpr_to_module(
             f"pjit_{params.name}",
@@ -170,12 +182,16 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
             donated_args=[False] * len(in_avals),
             input_output_aliases=aliases,
             num_partitions=len(devices),
+            all_default_mem_kind=kinds is None,
             lowering_parameters=mlir.LoweringParameters(hoist_constants_as_args=False),
         )
         with result.module.context:
             annotate.set_main_shardings(
                 result.module, in_avals, in_specs, out_avals, out_specs, mesh, shardy
             )
+            if kinds is not None:
+                main = annotate.find_main(result.module)
+                annotate_memory_kinds(main, kinds)
     return LoweredModule(
         module=result.module,
         name=params.name,
@@ -191,4 +207,5 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
         ordered_effects=ordered,
         host_callbacks=tuple(result.host_callbacks),
         keepalive=result.keepalive,
+        memory=kinds,
     )

@@ -57,11 +57,15 @@ class ParsedPartitionSpec:
     of one layout shares caches.
     """
 
-    __slots__ = ("partitions", "unconstrained_dims", "unsafe_user_spec", "sync")
+    __slots__ = ("partitions", "unconstrained_dims", "unsafe_user_spec", "sync", "memory_kind")
     partitions: tuple[tuple[AxisName, ...], ...]
     unconstrained_dims: frozenset[int]
     unsafe_user_spec: Any
     sync: SpecSync
+    # The memory space the user asked for (a NamedSharding's ``memory_kind``,
+    # e.g. "pinned_host"); None where the spec says nothing about memory
+    # (a PartitionSpec or None leaf). NOTE [memory kinds] in ``lower/memory.py``.
+    memory_kind: str | None
 
     def __init__(
         self,
@@ -69,11 +73,13 @@ class ParsedPartitionSpec:
         partitions: tuple[tuple[AxisName, ...], ...] | list[tuple[AxisName, ...]],
         sync: SpecSync = SpecSync.IN_SYNC,
         unconstrained_dims: frozenset[int] = frozenset(),
+        memory_kind: str | None = None,
     ) -> None:
         object.__setattr__(self, "partitions", tuple(tuple(p) for p in partitions))
         object.__setattr__(self, "unconstrained_dims", frozenset(unconstrained_dims))
         object.__setattr__(self, "unsafe_user_spec", user_spec)
         object.__setattr__(self, "sync", SpecSync(sync))
+        object.__setattr__(self, "memory_kind", memory_kind)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("ParsedPartitionSpec is immutable")
@@ -83,7 +89,13 @@ class ParsedPartitionSpec:
         # refuses; rebuild through __init__ so copy/deepcopy/pickle work.
         return (
             ParsedPartitionSpec,
-            (self.unsafe_user_spec, self.partitions, self.sync, self.unconstrained_dims),
+            (
+                self.unsafe_user_spec,
+                self.partitions,
+                self.sync,
+                self.unconstrained_dims,
+                self.memory_kind,
+            ),
         )
 
     # --- user spec, for messages ---
@@ -124,7 +136,9 @@ class ParsedPartitionSpec:
         """
         if entry is None:
             return cls(None, ())
+        memory_kind = None
         if isinstance(entry, NamedSharding):
+            memory_kind = stated_memory_kind(entry)
             entry = entry.spec
         if not is_spec(entry):
             raise TypeError(
@@ -152,7 +166,12 @@ class ParsedPartitionSpec:
                     )
                 seen.add(axis)
             partitions.append(axes)
-        return cls(entry, partitions, unconstrained_dims=frozenset(unconstrained))
+        return cls(
+            entry,
+            partitions,
+            unconstrained_dims=frozenset(unconstrained),
+            memory_kind=memory_kind,
+        )
 
     @classmethod
     def coerce(
@@ -187,7 +206,19 @@ class ParsedPartitionSpec:
         shifted = {d if d < dim else d + 1 for d in self.unconstrained_dims}
         unconstrained_dims = frozenset(shifted | ({dim} if unconstrained else set()))
         sync = min(self.sync, SpecSync.DIM_PERMUTE if not axes else SpecSync.OUT_OF_SYNC)
-        return ParsedPartitionSpec(self.unsafe_user_spec, new_parts, sync, unconstrained_dims)
+        return ParsedPartitionSpec(
+            self.unsafe_user_spec, new_parts, sync, unconstrained_dims, self.memory_kind
+        )
+
+    def with_memory_kind(self, memory_kind: str | None) -> ParsedPartitionSpec:
+        """The same layout in another memory space (None: unstated)."""
+        return ParsedPartitionSpec(
+            self.unsafe_user_spec,
+            self.partitions,
+            self.sync,
+            self.unconstrained_dims,
+            memory_kind,
+        )
 
     # --- views ---
 
@@ -230,7 +261,7 @@ class ParsedPartitionSpec:
         parts = list(self.partitions)
         while parts and parts[-1] == () and len(parts) - 1 not in self.unconstrained_dims:
             parts.pop()
-        return (tuple(parts), self.unconstrained_dims)
+        return (tuple(parts), self.unconstrained_dims, self.memory_kind)
 
     def __hash__(self) -> int:
         return hash(self._key())
@@ -255,7 +286,14 @@ class ParsedPartitionSpec:
             if self.unconstrained_dims
             else ""
         )
+        if self.memory_kind is not None:
+            extra += f", memory_kind={self.memory_kind!r}"
         return f"ParsedPartitionSpec(partitions={self.partitions}, sync={self.sync.name}{extra})"
+
+
+def stated_memory_kind(sharding: NamedSharding) -> str | None:
+    """The memory kind a NamedSharding states (jax fills in its devices' default)."""
+    return sharding.memory_kind
 
 
 #: The fully replicated spec (what a ``None`` leaf means).
