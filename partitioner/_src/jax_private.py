@@ -372,3 +372,4 @@ mem_kind_to_space = core.mem_kind_to_space
 MemorySpace = core.MemorySpace
 device_put_p = _dispatch.device_put_p
 subjaxprs = core.subjaxprs
+

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from jax.sharding import Mesh
 from jax.tree_util import (
+    keystr,
     tree_unflatten,
 )
 
@@ -25,9 +26,9 @@ from . import rules as _rules  # noqa: F401  (registers the transformation rules
 from .dispatch.execute import check_usable
 from .dispatch.fastpath import Dispatcher
 from .spec.checks import check_specs
-from .spec.memory import resolve_input_memory
 from .spec.mesh_env import resolve_mesh
 from .spec.parsed import REPLICATED, ParsedPartitionSpec
+from .spec.placement import check_layouts, resolve_inputs
 from .spec.tree import broadcast_prefix, meshes_named_by, prepare_axis_resources
 from .stages import Lowered, lower_plan
 from .trace.arguments import (
@@ -231,13 +232,8 @@ class PjitFunction:
             for i, leaf in enumerate(flat.leaves)
         )
         check_specs(self.api, "argument args", specs, flat.paths, [a.shape for a in avals], mesh)
-        specs, avals = resolve_input_memory(
-            self.api,
-            specs,
-            flat.leaves,
-            avals,
-            lambda i: flat.where(i, self.api),
-            mesh.devices.flat[0].default_memory().kind,
+        specs, avals = resolve_inputs(
+            self.api, specs, flat.leaves, avals, lambda i: flat.where(i, self.api), mesh
         )
         donated = tuple(
             path[0].idx in bound.donate if i < n_pos else path[0].key in bound.donate_kw  # type: ignore[attr-defined]
@@ -291,6 +287,7 @@ class PjitFunction:
             self._out_specs, outs, api=f"{self.api} out_axis_resources", what="outputs"
         )
         check_specs(self.api, "output", specs, paths, [a.shape for a in out_avals], mesh)
+        check_layouts(self.api, specs, out_avals, lambda i: f"{self.api} output{keystr(paths[i])}")
         return tuple(specs)
 
     def donated_positions(self, n: int) -> list[int]:

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from jax.experimental.layout import Format
 from jax.tree_util import tree_flatten, tree_unflatten
 
 from . import jax_private as jp
 from . import options
-from .dispatch.executable import Executable, finish
+from .dispatch.executable import Executable, finish, xla_layouts
 from .dispatch.execute import run
 from .lower.module import LoweredModule, lower_pjit_body
 from .report.tables import Report
 from .report.tables import build as build_report
 from .spec.partition_spec import Spec
+from .spec.placement import as_reported
 from .trace.plan import CallPlan
 
 
@@ -150,13 +152,36 @@ class Compiled:
         ``.spec``, ``.memory_kind`` and ``.is_equivalent_to`` work as on jax's.
         :attr:`input_specs` gives the same layouts as PartitionSpecs.
         """
-        shardings = list(self._executable.in_shardings[self._plan.num_consts :])
-        return tree_unflatten(self._plan.in_tree, shardings)
+        shardings = self._executable.in_shardings[self._plan.num_consts :]
+        return tree_unflatten(self._plan.in_tree, [as_reported(s) for s in shardings])
 
     @property
     def output_shardings(self) -> Any:
         """The outputs' shardings (NamedShardings, with memory kinds), as ``jax.jit``'s."""
-        return tree_unflatten(self._plan.out_tree, list(self._executable.out_shardings))
+        shardings = [as_reported(s) for s in self._executable.out_shardings]
+        return tree_unflatten(self._plan.out_tree, shardings)
+
+    @property
+    def input_formats(self) -> Any:
+        """The inputs' ``Format``s (XLA's memory layout and the sharding), as ``jax.jit``'s.
+
+        Where a spec asked for ``Layout.AUTO`` this is the layout XLA chose: lay
+        arguments out with ``jax.device_put(x, fmt)`` to call without a relayout.
+        """
+        ins, _ = xla_layouts(self._executable.lowered, self._executable.loaded)
+        shardings = self._executable.in_shardings
+        formats = [Format(layout, as_reported(s)) for layout, s in zip(ins, shardings, strict=True)]
+        return tree_unflatten(self._plan.in_tree, formats[self._plan.num_consts :])
+
+    @property
+    def output_formats(self) -> Any:
+        """The outputs' ``Format``s (XLA's memory layout and the sharding), as ``jax.jit``'s."""
+        _, outs = xla_layouts(self._executable.lowered, self._executable.loaded)
+        shardings = self._executable.out_shardings
+        formats = [
+            Format(layout, as_reported(s)) for layout, s in zip(outs, shardings, strict=True)
+        ]
+        return tree_unflatten(self._plan.out_tree, formats)
 
     @property
     def input_specs(self) -> Any:

@@ -13,12 +13,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from jax.experimental.layout import Format, Layout
 from jax.sharding import Mesh, NamedSharding
 
 from .. import jax_private as jp
 from ..compile import compile_module
 from ..lower.module import LoweredModule, lower_pjit_body
 from ..spec.parsed import REPLICATED, ParsedPartitionSpec
+from ..spec.placement import as_reported
 from ..trace.primitive import PjitParams
 from . import window
 from .agreement import check_same_program
@@ -47,6 +49,19 @@ class Executable:
     physical_inputs: bool  # some input is a typed PRNG key, run on its physical array
     # Runs with runtime tokens (ordered effects, host callbacks), on the Python path.
     uses_tokens: bool
+    # Per input: the memory layout XLA compiled for where its spec states one
+    # (a Layout or Layout.AUTO), else None (XLA's default). Such inputs are
+    # placed as ``Format(layout, sharding)``, on the Python path.
+    in_layouts: tuple[Any, ...] = ()
+
+    def in_placements(self) -> tuple[Any, ...]:
+        """Where each input goes: its sharding, or a ``Format`` where a layout is stated."""
+        if not any(layout is not None for layout in self.in_layouts):
+            return self.in_shardings
+        return tuple(
+            s if layout is None else Format(layout, s)
+            for s, layout in zip(self.in_shardings, self.in_layouts, strict=True)
+        )
 
 
 def build(params: PjitParams, shardy: bool) -> Executable:
@@ -120,11 +135,30 @@ def _executable(
             named_sharding(mesh, s, lowered.in_memory_kind(i)) for i, s in enumerate(in_specs)
         ),
         out_shardings=out_sh,
-        out_handler=jp.results_handler(lowered.out_avals, out_sh),
+        out_handler=jp.results_handler(lowered.out_avals, tuple(map(as_reported, out_sh))),
         windowed=windowed,
         marker=marker,
         small_marker=marker is not None and out_bytes[marker] <= window.SMALL_MARKER_BYTES,
         aliased=tuple(i for i, a in enumerate(lowered.aliased) if a),
         physical_inputs=any(jp.is_extended(a) for a in lowered.in_avals),
         uses_tokens=bool(lowered.ordered_effects or lowered.host_callbacks),
+        in_layouts=_stated_input_layouts(lowered, loaded),
+    )
+
+
+def xla_layouts(lowered: LoweredModule, loaded: Any) -> tuple[list[Any], list[Any]]:
+    """The layouts XLA compiled each input and output for (tokens dropped), as jax Layouts."""
+    n_tokens = len(lowered.ordered_effects)
+    ins = [Layout.from_pjrt_layout(x) for x in loaded.get_parameter_layouts()[n_tokens:]]
+    outs = [Layout.from_pjrt_layout(x) for x in loaded.get_output_layouts()[n_tokens:]]
+    return ins, outs
+
+
+def _stated_input_layouts(lowered: LoweredModule, loaded: Any) -> tuple[Any, ...]:
+    if not any(s is not None and s.layout is not None for s in lowered.in_specs):
+        return ()
+    chosen = xla_layouts(lowered, loaded)[0]
+    return tuple(
+        None if s is None or s.layout is None else c
+        for s, c in zip(lowered.in_specs, chosen, strict=True)
     )

@@ -232,6 +232,7 @@ class Dispatcher:
             not cpp_ok
             or executable is None
             or executable.uses_tokens  # runtime tokens are threaded in Python, as jax does
+            or executable.in_layouts  # inputs with stated layouts are placed in Python
             or not options.fast_path_enabled()
         ):
             return out, None, False

@@ -20,6 +20,7 @@ from ..trace.primitive import PjitParams
 from ..warn import warn
 from . import annotate
 from . import rules as _rules  # noqa: F401  (registers the MLIR lowering rules)
+from .layouts import annotate_layouts, has_layouts
 from .memory import MemoryKinds, annotate_memory_kinds, memory_kinds
 
 mlir, sharding_impls, xla_bridge = jp.mlir, jp.sharding_impls, jp.xla_bridge
@@ -189,9 +190,11 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
             annotate.set_main_shardings(
                 result.module, in_avals, in_specs, out_avals, out_specs, mesh, shardy
             )
+            main = annotate.find_main(result.module)
             if kinds is not None:
-                main = annotate.find_main(result.module)
                 annotate_memory_kinds(main, kinds)
+            if has_layouts(in_specs, out_specs):
+                annotate_layouts(main, in_avals, in_specs, out_avals, out_specs)
     return LoweredModule(
         module=result.module,
         name=params.name,

@@ -1,0 +1,145 @@
+"""Spec leaves beyond PartitionSpec: one-device shardings and ``Format`` (layout) leaves.
+
+``jax.jit`` takes any of ``NamedSharding``, ``SingleDeviceSharding`` and
+``jax.experimental.layout.Format`` (a sharding plus a memory layout, or
+``Layout.AUTO`` for "XLA picks") as an in/out sharding. partitioner reads them
+into its one spec type (``ParsedPartitionSpec``: partitions, memory kind,
+layout); the devices they name become the call's mesh (``spec/mesh_env.py``).
+A SingleDeviceSharding names a one-device mesh with a reserved axis name, so
+results on it are reported as ``SingleDeviceSharding`` again, as jax.jit does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.experimental.layout import Format, Layout
+from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
+
+from .. import jax_private as jp
+from .memory import resolve_input_memory
+from .parsed import ParsedPartitionSpec
+
+#: The jax objects a spec tree may hold besides PartitionSpecs and None.
+SHARDING_LEAVES = (NamedSharding, SingleDeviceSharding, Format)
+
+#: The axis of the one-device mesh a SingleDeviceSharding leaf stands for.
+SINGLE_DEVICE_AXIS = "_single_device"
+
+MSG_LAYOUT_RANK = """\
+{where}: its layout {layout} orders {n} dimension(s), but the value has shape {shape}. \
+A Layout's major_to_minor lists every dimension once, e.g. Layout(major_to_minor={example})."""
+
+MSG_LAYOUT_MISMATCH = """\
+{where}: its spec asks for layout {wanted}, but the argument is laid out as {got}. {api} \
+does not relayout committed arrays implicitly, as jax.jit does not. Lay it out first \
+(jax.device_put(x, Format(layout, sharding))) or ask for the layout it has."""
+
+MSG_AUTO_WITH_ARRAY = """\
+{where}: its spec asks for Layout.AUTO, but the argument is a jax.Array with a concrete \
+layout {got}. Layout.AUTO lets XLA choose the layout at compile time: lower with a \
+jax.ShapeDtypeStruct for it, then lay arguments out as Compiled.input_formats says."""
+
+
+def single_device_mesh(device: Any) -> Mesh:
+    """The one-device mesh a SingleDeviceSharding leaf stands for."""
+    return Mesh(np.array([device]), (SINGLE_DEVICE_AXIS,))
+
+
+def leaf_mesh(leaf: Any) -> Mesh | None:
+    """The mesh a spec leaf names (None for PartitionSpecs, None and shardingless Formats)."""
+    if isinstance(leaf, Format):
+        leaf = leaf.sharding
+    if isinstance(leaf, NamedSharding):
+        return leaf.mesh  # type: ignore[return-value]
+    if isinstance(leaf, SingleDeviceSharding):
+        return single_device_mesh(next(iter(leaf.device_set)))
+    return None
+
+
+def as_reported(sharding: NamedSharding) -> jax.sharding.Sharding:
+    """``sharding`` as jax.jit reports it: a SingleDeviceSharding on a one-device leaf's mesh."""
+    mesh = sharding.mesh
+    if tuple(mesh.axis_names) == (SINGLE_DEVICE_AXIS,):
+        return SingleDeviceSharding(mesh.devices.flat[0], memory_kind=sharding.memory_kind)  # type: ignore[union-attr]
+    return sharding
+
+
+def xla_layout_text(layout: Any, aval: Any) -> str | None:
+    """``mhlo.layout_mode`` for a spec's layout: "auto", XLA's layout string, or None."""
+    if layout is None:
+        return None
+    if not isinstance(layout, Layout):
+        return "auto"
+    return str(layout._to_xla_layout(jp.physical_aval(aval).dtype))
+
+
+def check_layouts(
+    api: str,
+    specs: Sequence[ParsedPartitionSpec | None],
+    avals: Sequence[Any],
+    where: Callable[[int], str],
+    leaves: Sequence[Any] | None = None,
+) -> None:
+    """Each stated layout fits its value (and, for inputs, the argument's own layout).
+
+    Raises:
+        ValueError: a layout of the wrong rank; an argument committed to another
+            layout; ``Layout.AUTO`` for a concrete jax.Array (as jax.jit says).
+    """
+    for i, (spec, aval) in enumerate(zip(specs, avals, strict=True)):
+        layout = None if spec is None else spec.layout
+        if layout is None:
+            continue
+        shape = tuple(aval.shape)
+        if isinstance(layout, Layout) and len(layout.major_to_minor) != len(shape):
+            raise ValueError(
+                MSG_LAYOUT_RANK.format(
+                    where=where(i),
+                    layout=layout,
+                    n=len(layout.major_to_minor),
+                    shape=shape,
+                    example=tuple(range(len(shape))),
+                )
+            )
+        leaf = None if leaves is None else leaves[i]
+        if not (isinstance(leaf, jax.Array) and not isinstance(leaf, jp.core.Tracer)):
+            continue
+        got = leaf.format.layout
+        if not isinstance(layout, Layout):
+            raise ValueError(MSG_AUTO_WITH_ARRAY.format(where=where(i), got=got))
+        if leaf.committed and not same_layout(layout, got):
+            raise ValueError(
+                MSG_LAYOUT_MISMATCH.format(
+                    where=where(i), wanted=layout, got=got, api=api.split(" ")[0]
+                )
+            )
+
+
+def same_layout(asked: Layout, got: Any) -> bool:
+    """Whether ``got`` (a concrete layout) is the layout ``asked`` states (tiling may be open)."""
+    if got is None or tuple(asked.major_to_minor) != tuple(got.major_to_minor):
+        return False
+    return asked.tiling is None or tuple(asked.tiling) == tuple(got.tiling or ())
+
+
+def resolve_inputs(
+    api: str,
+    specs: Sequence[ParsedPartitionSpec],
+    leaves: Sequence[Any],
+    avals: Sequence[Any],
+    where: Callable[[int], str],
+    mesh: Mesh,
+) -> tuple[tuple[ParsedPartitionSpec, ...], tuple[Any, ...]]:
+    """The inputs' memory kinds and layouts, checked against the arguments (before tracing).
+
+    Returns ``(specs, avals)`` in the memory kinds the arguments will live in
+    (:func:`spec.memory.resolve_input_memory`).
+    """
+    default_kind = mesh.devices.flat[0].default_memory().kind  # type: ignore[union-attr]
+    specs, avals = resolve_input_memory(api, specs, leaves, avals, where, default_kind)
+    check_layouts(api, specs, avals, where, leaves)
+    return specs, avals
