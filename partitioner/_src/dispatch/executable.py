@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from jax.experimental.layout import Format, Layout
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .. import jax_private as jp
 from ..compile import compile_module
 from ..lower.module import LoweredModule, lower_pjit_body
-from ..spec.parsed import REPLICATED, ParsedPartitionSpec
+from ..spec.parsed import REPLICATED, ParsedPartitionSpec, SpecSync
 from ..spec.placement import as_reported
 from ..trace.primitive import PjitParams
 from . import window
@@ -99,10 +99,27 @@ def _pinned(
 
 
 def named_sharding(
-    mesh: Mesh, spec: ParsedPartitionSpec, memory_kind: str | None = None
+    mesh: Mesh,
+    spec: ParsedPartitionSpec,
+    memory_kind: str | None = None,
+    asked: ParsedPartitionSpec | None = None,
 ) -> NamedSharding:
-    """The NamedSharding of ``spec`` over ``mesh``, in ``memory_kind`` (None: the default)."""
-    return NamedSharding(mesh, spec.to_closed_spec(), memory_kind=memory_kind)
+    """The NamedSharding of ``spec`` over ``mesh``, in ``memory_kind`` (None: the default).
+
+    Where ``spec`` is the layout the user ``asked`` for, the sharding keeps the
+    user's spelling of it (``P('x', None)``, not ``P('x')``), as jax.jit does:
+    jax compares shardings' specs as written.
+    """
+    closed = spec.to_closed_spec()
+    if (
+        asked is not None
+        and asked.sync == SpecSync.IN_SYNC
+        and isinstance(asked.unsafe_user_spec, PartitionSpec)
+        and not asked.unconstrained_dims
+        and asked.to_partition_spec() == spec.to_partition_spec()
+    ):
+        closed = asked.unsafe_user_spec
+    return NamedSharding(mesh, closed, memory_kind=memory_kind)
 
 
 def bytes_per_device(aval: Any, spec: ParsedPartitionSpec, mesh: Mesh) -> int:
@@ -121,7 +138,8 @@ def _executable(
 ) -> Executable:
     mesh = lowered.mesh
     out_sh = tuple(
-        named_sharding(mesh, s, lowered.out_memory_kind(i)) for i, s in enumerate(out_specs)
+        named_sharding(mesh, s, lowered.out_memory_kind(i), lowered.out_specs[i])
+        for i, s in enumerate(out_specs)
     )
     windowed = window.needs_window(loaded, mesh.devices.flat[0].platform, mesh.size)
     out_bytes = [bytes_per_device(a, s, mesh) for a, s in zip(lowered.out_avals, out_specs)]
@@ -132,7 +150,8 @@ def _executable(
         in_specs=in_specs,
         out_specs=out_specs,
         in_shardings=tuple(
-            named_sharding(mesh, s, lowered.in_memory_kind(i)) for i, s in enumerate(in_specs)
+            named_sharding(mesh, s, lowered.in_memory_kind(i), lowered.in_specs[i])
+            for i, s in enumerate(in_specs)
         ),
         out_shardings=out_sh,
         out_handler=jp.results_handler(lowered.out_avals, tuple(map(as_reported, out_sh))),
