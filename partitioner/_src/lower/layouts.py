@@ -12,11 +12,38 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from jax.experimental.layout import Layout
+
 from .. import jax_private as jp
 from ..spec.parsed import ParsedPartitionSpec
 from ..spec.placement import xla_layout_text
 
 ir = jp.ir
+
+MSG_AUTO_DONATION = """\
+{where}: a donated input with layout {got_in} would be reused by an output with layout \
+{got_out}. Did you mean to set the **{side} layout** to **Layout.AUTO**? (jax.jit refuses \
+this pairing too: one side's layout would be chosen by XLA, the other fixed.)"""
+
+
+def _is_auto(layout: Any) -> bool:
+    return layout is not None and not isinstance(layout, Layout)
+
+
+def same_donated_layout(
+    in_spec: ParsedPartitionSpec | None, out_spec: ParsedPartitionSpec | None, where: str
+) -> bool:
+    """Whether a donated input can alias an output as far as layouts go (as jax.jit decides).
+
+    Raises:
+        ValueError: one side's layout is ``Layout.AUTO`` and the other's is not.
+    """
+    li = None if in_spec is None else in_spec.layout
+    lo = None if out_spec is None else out_spec.layout
+    if _is_auto(li) != _is_auto(lo):
+        side = "output" if _is_auto(li) else "input"
+        raise ValueError(MSG_AUTO_DONATION.format(where=where, got_in=li, got_out=lo, side=side))
+    return li == lo
 
 
 def has_layouts(*spec_lists: Sequence[ParsedPartitionSpec | None]) -> bool:

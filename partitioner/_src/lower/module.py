@@ -20,7 +20,7 @@ from ..trace.primitive import PjitParams
 from ..warn import warn
 from . import annotate
 from . import rules as _rules  # noqa: F401  (registers the MLIR lowering rules)
-from .layouts import annotate_layouts, has_layouts
+from .layouts import annotate_layouts, has_layouts, same_donated_layout
 from .memory import MemoryKinds, annotate_memory_kinds, memory_kinds
 
 mlir, sharding_impls, xla_bridge = jp.mlir, jp.sharding_impls, jp.xla_bridge
@@ -92,27 +92,32 @@ def plan_donation(
     out_specs: Sequence[ParsedPartitionSpec | None],
     mesh: Mesh,
     api: str,
+    memory: MemoryKinds | None = None,
 ) -> tuple[tuple[bool, ...], tuple[int | None, ...]]:
     """Pair each donated input with an output it can alias (``api`` names the call).
 
     An input can be reused only by an output with the same per-device buffer:
-    same global shape, dtype and spec. Donations with no such output are
+    same global shape, dtype and spec, in the same memory (``memory``: each
+    value's kind; None when all live in the default one). Donations with no such output are
     dropped with a warning, so those inputs stay alive (not deleted).
 
     Returns:
         ``(usable, aliases)``: which inputs are really donated, and for each
         input the index of the output it aliases (or None).
     """
+    in_kinds = memory.inputs if memory else (None,) * len(in_avals)
+    out_kinds = memory.outputs if memory else (None,) * len(out_avals)
     free: dict[Any, list[int]] = {}
     for j, (aval, spec) in enumerate(zip(out_avals, out_specs, strict=True)):
         key = _sharded_shape(aval, spec, mesh)
         if key is not None:
-            free.setdefault((tuple(aval.shape), key), []).append(j)
+            free.setdefault((tuple(aval.shape), key, out_kinds[j]), []).append(j)
     aliases: list[int | None] = []
     unusable = []
     for i, (aval, spec, d) in enumerate(zip(in_avals, in_specs, donated, strict=True)):
-        outs = free.get((tuple(aval.shape), _sharded_shape(aval, spec, mesh))) if d else None
-        if outs:
+        key = (tuple(aval.shape), _sharded_shape(aval, spec, mesh), in_kinds[i])
+        outs = free.get(key) if d else None
+        if outs and same_donated_layout(in_specs[i], out_specs[outs[0]], f"{api} input {i}"):
             aliases.append(outs.pop(0))
         else:
             aliases.append(None)
@@ -156,6 +161,8 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
     backend = xla_bridge.get_device_backend(devices[0])
     in_avals, out_avals = tuple(jaxpr.in_avals), tuple(jaxpr.out_avals)
     in_specs, out_specs = params.in_axis_resources, params.out_axis_resources
+    default_kind = devices[0].default_memory().kind
+    kinds = memory_kinds(in_avals, in_specs, out_avals, out_specs, jaxpr, default_kind)
     aliased, aliases = plan_donation(
         in_avals,
         in_specs,
@@ -164,10 +171,9 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
         out_specs,
         mesh,
         f"{params.api} {params.name}",
+        kinds,
     )
     ordered = ordered_effects_of(params)
-    default_kind = devices[0].default_memory().kind
-    kinds = memory_kinds(in_avals, in_specs, out_avals, out_specs, jaxpr, default_kind)
     with jp.shardy_config(shardy):
         result = mlir.lower_jaxpr_to_module(
             f"pjit_{params.name}",

@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from jax.experimental.layout import Format
+from jax.experimental.layout import Format, Layout
 from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 
 from .partition_spec import (
@@ -34,6 +34,10 @@ MSG_NOT_A_SPEC = """\
 {where}: expected a PartitionSpec, a NamedSharding, a SingleDeviceSharding, a Format or None \
 as a spec leaf, got {value!r} \
 of type {type_name}. Wrap axis names in a spec: PartitionSpec({value!r}) instead of {value!r}."""
+
+MSG_BARE_LAYOUT = """\
+{where}: got the layout {value!r} alone; as jax.jit, pjit does not accept device-local \
+layouts directly. Wrap it with its sharding: Format({value!r}, NamedSharding(mesh, spec))."""
 
 MSG_UNCONSTRAINED_IN_PJIT = """\
 {where}: the spec {spec} marks dimension {dim} UNCONSTRAINED, which only \
@@ -152,6 +156,8 @@ class ParsedPartitionSpec:
         layout = None
         if isinstance(entry, Format):
             layout, entry = entry.layout, entry.sharding
+        elif isinstance(entry, (Layout, type(Layout.AUTO))):
+            raise ValueError(MSG_BARE_LAYOUT.format(where=arg_name, value=entry))
         if entry is None:
             return cls(None, (), layout=layout)
         memory_kind = None
