@@ -22,7 +22,7 @@ from .lower.module import LoweredModule, lower_pjit_body
 from .report.tables import Report
 from .report.tables import build as build_report
 from .spec.partition_spec import Spec
-from .spec.placement import as_reported
+from .spec.placement import as_reported, check_compiled_layouts
 from .trace.plan import CallPlan
 
 
@@ -109,6 +109,10 @@ class Compiled:
                     f"got {got.dtype.name}{list(got.shape)}. A compiled function only accepts the "
                     "shapes and dtypes it was lowered for; lower again for new ones."
                 )
+        n = self._plan.num_consts
+        check_compiled_layouts(
+            leaves, self._executable.in_layouts[n:], lambda i: f"Compiled {self._plan.where(n + i)}"
+        )
         return run(self._executable, leaves, self._plan.out_tree)[0]
 
     def as_text(self) -> str:

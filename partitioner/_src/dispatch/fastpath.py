@@ -79,7 +79,8 @@ class _Hit:
 
 def _leaf_signature(x: Any) -> Any:
     if isinstance(x, jax.Array):
-        return (type(x), x.shape, x.dtype, x.aval.weak_type, x.sharding, x.committed)
+        layout = None if x.is_deleted() else jp.array_layout(x)
+        return (type(x), x.shape, x.dtype, x.aval.weak_type, x.sharding, x.committed, layout)
     shape = getattr(x, "shape", None)
     if shape is not None:
         return (type(x), shape, x.dtype)

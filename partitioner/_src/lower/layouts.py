@@ -16,7 +16,7 @@ from jax.experimental.layout import Layout
 
 from .. import jax_private as jp
 from ..spec.parsed import ParsedPartitionSpec
-from ..spec.placement import xla_layout_text
+from ..spec.placement import is_default_layout, xla_layout_text
 
 ir = jp.ir
 
@@ -30,16 +30,23 @@ def _is_auto(layout: Any) -> bool:
     return layout is not None and not isinstance(layout, Layout)
 
 
+def _concrete(spec: ParsedPartitionSpec | None, ndim: int) -> Any:
+    """The spec's layout, XLA's default spelled as None (both mean the same buffer)."""
+    layout = None if spec is None else spec.layout
+    if isinstance(layout, Layout) and is_default_layout(layout, ndim):
+        return None
+    return layout
+
+
 def same_donated_layout(
-    in_spec: ParsedPartitionSpec | None, out_spec: ParsedPartitionSpec | None, where: str
+    in_spec: ParsedPartitionSpec | None, out_spec: ParsedPartitionSpec | None, ndim: int, where: str
 ) -> bool:
     """Whether a donated input can alias an output as far as layouts go (as jax.jit decides).
 
     Raises:
         ValueError: one side's layout is ``Layout.AUTO`` and the other's is not.
     """
-    li = None if in_spec is None else in_spec.layout
-    lo = None if out_spec is None else out_spec.layout
+    li, lo = _concrete(in_spec, ndim), _concrete(out_spec, ndim)
     if _is_auto(li) != _is_auto(lo):
         side = "output" if _is_auto(li) else "input"
         raise ValueError(MSG_AUTO_DONATION.format(where=where, got_in=li, got_out=lo, side=side))

@@ -117,7 +117,8 @@ def plan_donation(
     for i, (aval, spec, d) in enumerate(zip(in_avals, in_specs, donated, strict=True)):
         key = (tuple(aval.shape), _sharded_shape(aval, spec, mesh), in_kinds[i])
         outs = free.get(key) if d else None
-        if outs and same_donated_layout(in_specs[i], out_specs[outs[0]], f"{api} input {i}"):
+        where = f"{api} input {i}"
+        if outs and same_donated_layout(in_specs[i], out_specs[outs[0]], len(aval.shape), where):
             aliases.append(outs.pop(0))
         else:
             aliases.append(None)

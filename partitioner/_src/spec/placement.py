@@ -142,4 +142,59 @@ def resolve_inputs(
     default_kind = mesh.devices.flat[0].default_memory().kind  # type: ignore[union-attr]
     specs, avals = resolve_input_memory(api, specs, leaves, avals, where, default_kind)
     check_layouts(api, specs, avals, where, leaves)
-    return specs, avals
+    return tuple(_with_arg_layout(s, x) for s, x in zip(specs, leaves, strict=True)), avals
+
+
+def _with_arg_layout(spec: ParsedPartitionSpec, leaf: Any) -> ParsedPartitionSpec:
+    """A committed array in a non-default layout is taken in that layout (as jax.jit does).
+
+    The program is compiled for the layout the argument has, rather than reading
+    its buffers as if they were laid out by default (a wrong result).
+    """
+    if spec.layout is not None or not isinstance(leaf, jax.Array):
+        return spec
+    if isinstance(leaf, jp.core.Tracer) or not leaf.committed or leaf.is_deleted():
+        return spec
+    layout = leaf.format.layout
+    if layout is None or is_default_layout(layout, leaf.ndim):
+        return spec
+    return spec.with_layout(layout)
+
+
+def is_default_layout(layout: Layout, ndim: int) -> bool:
+    """Whether ``layout`` is XLA's default for an ``ndim``-dimensional dense array."""
+    return tuple(layout.major_to_minor) == tuple(range(ndim)) and not layout.tiling
+
+
+MSG_COMPILED_LAYOUT = """\
+{where}: the computation was compiled for input layouts that disagree with the layouts of \
+arguments passed to it: compiled for {wanted}, got {got}. Lay the argument out as \
+Compiled.input_formats says (jax.device_put(x, fmt)), or lower again for this layout."""
+
+
+def check_compiled_layouts(
+    leaves: Sequence[Any], layouts: Sequence[Any], where: Callable[[int], str]
+) -> None:
+    """Arrays passed to a ``Compiled`` must be in the layouts it was compiled for (as jax's).
+
+    ``layouts[i]`` is the layout input ``i`` was compiled for, None for XLA's default.
+
+    Raises:
+        ValueError: a jax.Array in another layout (it would be read wrongly).
+    """
+    for i, leaf in enumerate(leaves):
+        if not isinstance(leaf, jax.Array) or isinstance(leaf, jp.core.Tracer):
+            continue
+        if leaf.is_deleted():
+            continue
+        got = leaf.format.layout
+        wanted = layouts[i] if i < len(layouts) else None
+        if got is None:
+            continue
+        ok = is_default_layout(got, leaf.ndim) if wanted is None else same_layout(wanted, got)
+        if not ok:
+            raise ValueError(
+                MSG_COMPILED_LAYOUT.format(
+                    where=where(i), wanted=wanted or "the default layout", got=got
+                )
+            )
