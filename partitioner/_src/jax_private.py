@@ -7,7 +7,6 @@ imports from ``jax._src``.
 
 from __future__ import annotations
 
-import operator
 import os
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -373,7 +372,13 @@ mem_kind_to_space = core.mem_kind_to_space
 MemorySpace = core.MemorySpace
 device_put_p = _dispatch.device_put_p
 subjaxprs = core.subjaxprs
-#: An array's PjRt layout (cheap, hashable): keys the Python dispatch cache, so
-#: an argument in another memory layout never reuses an executable built for
-#: the default one (jaxlib's C++ dispatcher misses on it the same way).
-array_layout = operator.attrgetter("_pjrt_layout")
+
+
+def array_layout(x: Any) -> Any:
+    """An array's PjRt layout (cheap, hashable; None for typed key arrays).
+
+    It keys the Python dispatch cache, so an argument in another memory layout
+    never reuses an executable built for the default one (jaxlib's C++
+    dispatcher misses on it the same way).
+    """
+    return getattr(x, "_pjrt_layout", None)

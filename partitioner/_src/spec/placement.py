@@ -108,7 +108,7 @@ def check_layouts(
         leaf = None if leaves is None else leaves[i]
         if not (isinstance(leaf, jax.Array) and not isinstance(leaf, jp.core.Tracer)):
             continue
-        got = leaf.format.layout
+        got = _layout_of(leaf)
         if not isinstance(layout, Layout):
             raise ValueError(MSG_AUTO_WITH_ARRAY.format(where=where(i), got=got))
         if leaf.committed and not same_layout(layout, got):
@@ -155,10 +155,16 @@ def _with_arg_layout(spec: ParsedPartitionSpec, leaf: Any) -> ParsedPartitionSpe
         return spec
     if isinstance(leaf, jp.core.Tracer) or not leaf.committed or leaf.is_deleted():
         return spec
-    layout = leaf.format.layout
+    layout = _layout_of(leaf)
     if layout is None or is_default_layout(layout, leaf.ndim):
         return spec
     return spec.with_layout(layout)
+
+
+def _layout_of(x: jax.Array) -> Layout | None:
+    """A concrete array's layout (None where it has none to report, e.g. typed key arrays)."""
+    fmt = getattr(x, "format", None)
+    return None if fmt is None else fmt.layout
 
 
 def is_default_layout(layout: Layout, ndim: int) -> bool:
@@ -187,7 +193,7 @@ def check_compiled_layouts(
             continue
         if leaf.is_deleted():
             continue
-        got = leaf.format.layout
+        got = _layout_of(leaf)
         wanted = layouts[i] if i < len(layouts) else None
         if got is None:
             continue
