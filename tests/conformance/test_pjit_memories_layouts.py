@@ -2,7 +2,8 @@
 
 Scenarios adapted from jax's ``tests/memories_test.py``, ``tests/layout_test.py`` and
 ``tests/pjit_test.py`` (our own code; jax's expected behaviour). Every case runs the
-program through ``partitioner.pjit`` *and* ``jax.jit`` in the same test and compares
+program through ``partitioner.pjit`` (and ``partitioner.jit`` where present) *and*
+``jax.jit`` in the same test and compares
 values, shardings (memory kinds included), formats and errors. Where jax.jit leaves a
 sharding unspecified, pjit is given the sharding jax.jit ends up with (or a
 PartitionSpec leaf, which states no memory kind, under the mesh). Both of XLA's
@@ -25,6 +26,17 @@ import partitioner
 from partitioner import pjit
 
 pytestmark = pytest.mark.usefixtures("partitioner_mode")
+
+#: The front doors every case runs through: pjit, and partitioner.jit where this
+#: checkout has it (jax.jit's signature; the cases pass explicit shardings).
+FRONT_DOORS = {"pjit": pjit, **({"jit": partitioner.jit} if hasattr(partitioner, "jit") else {})}
+
+
+@pytest.fixture(params=sorted(FRONT_DOORS))
+def front(request: pytest.FixtureRequest) -> Any:
+    """The partitioner front door under test."""
+    return FRONT_DOORS[request.param]
+
 
 AUTO = jax.sharding.AxisType.Auto
 MESH = jax.make_mesh((2, 2), ("x", "y"), axis_types=(AUTO, AUTO), devices=jax.devices()[:4])
@@ -51,55 +63,55 @@ def _check(ours: Any, theirs: Any, want: Any = None) -> None:
 # --- memories_test.py ---
 
 
-def test_identity_host_to_device_and_back() -> None:
+def test_identity_host_to_device_and_back(front: Any) -> None:
     arr_host, arr_dev = jax.device_put(NP, S_HOST), jax.device_put(NP, S_DEV)
     for arg, out_s in ((arr_host, S_DEV), (arr_dev, S_HOST)):
-        ours = pjit(lambda x: x, in_shardings=arg.sharding, out_shardings=out_s)(arg)
+        ours = front(lambda x: x, in_shardings=arg.sharding, out_shardings=out_s)(arg)
         theirs = jax.jit(lambda x: x, out_shardings=out_s)(arg)
         _check(ours, theirs, NP)
         assert ours.sharding == out_s
 
 
-def test_parameter_streaming() -> None:
+def test_parameter_streaming(front: Any) -> None:
     inp_host, inp_dev = jax.device_put(NP, S_HOST), jax.device_put(NP, S_DEV)
 
     def f(a: Any, b: Any) -> Any:
         z = (b * 2) * jax.device_put(a, S_DEV)
         return z * 4, z
 
-    ours = pjit(f, in_shardings=(S_HOST, S_DEV), out_shardings=S_HOST)
+    ours = front(f, in_shardings=(S_HOST, S_DEV), out_shardings=S_HOST)
     theirs = jax.jit(f, out_shardings=S_HOST)
     _check(ours(inp_host, inp_dev), theirs(inp_host, inp_dev), (NP * NP * 8, NP * NP * 2))
     assert ours.lower(inp_host, inp_dev).compile().as_text()  # compiles
 
 
-def test_parameter_streaming_with_scalar_and_constant() -> None:
+def test_parameter_streaming_with_scalar_and_constant(front: Any) -> None:
     s_host = NamedSharding(MESH, P(), memory_kind="pinned_host")
 
     def f(scalar: Any) -> Any:
         return jax.device_put(scalar, s_host), jax.device_put(2, s_host)
 
-    ours = pjit(f, in_shardings=P(), out_shardings=s_host)
+    ours = front(f, in_shardings=P(), out_shardings=s_host)
     with jax.set_mesh(MESH):
         got = ours(1)
     _check(got, jax.jit(f, out_shardings=s_host)(1), (1, 2))
 
 
-def test_parameter_and_output_streaming_with_array() -> None:
+def test_parameter_and_output_streaming_with_array(front: Any) -> None:
     inp_host = jax.device_put(NP, S_HOST)
-    ours = pjit(lambda x: (x, x), in_shardings=S_HOST, out_shardings=(S_HOST, S_HOST))
+    ours = front(lambda x: (x, x), in_shardings=S_HOST, out_shardings=(S_HOST, S_HOST))
     theirs = jax.jit(lambda x: (x, x), out_shardings=(S_HOST, S_HOST))
     _check(ours(inp_host), theirs(inp_host), (NP, NP))
 
 
-def test_output_streaming() -> None:
+def test_output_streaming(front: Any) -> None:
     arr = jax.device_put(NP.astype(np.float32), S_DEV)
-    ours = pjit(lambda x: x + 1.0, in_shardings=S_DEV, out_shardings=S_HOST)
+    ours = front(lambda x: x + 1.0, in_shardings=S_DEV, out_shardings=S_HOST)
     theirs = jax.jit(lambda x: x + 1.0, out_shardings=S_HOST)
     _check(ours(arr), theirs(arr), NP + 1.0)
 
 
-def test_weight_offload_with_device_put_on_the_output() -> None:
+def test_weight_offload_with_device_put_on_the_output(front: Any) -> None:
     seen = []
 
     def f(x: Any) -> Any:
@@ -110,14 +122,14 @@ def test_weight_offload_with_device_put_on_the_output() -> None:
 
     arr = jax.device_put(NP, S_DEV)
     with jax.set_mesh(MESH):
-        ours = pjit(f, in_shardings=P("x", "y"), out_shardings=P("x", "y"))(arr)
+        ours = front(f, in_shardings=P("x", "y"), out_shardings=P("x", "y"))(arr)
     theirs = jax.jit(f)(arr)
     _check(ours, theirs, NP * 2)
     space = jax.memory.Space
     assert seen == [(space.Device, space.Host)] * 2  # traced once by each
 
 
-def test_output_streaming_inside_scan() -> None:
+def test_output_streaming_inside_scan(front: Any) -> None:
     mesh = jax.make_mesh((1, 1, 2), ("x", "y", "z"), axis_types=(AUTO,) * 3)
     np_inp = np.arange(512).reshape(8, 8, 8)
     arr = jax.device_put(np_inp, NamedSharding(mesh, P(None, "y", "z")))
@@ -130,14 +142,14 @@ def test_output_streaming_inside_scan() -> None:
         return jax.lax.scan(body, 1, xs)[1]
 
     with jax.set_mesh(mesh):
-        ours = pjit(f, in_shardings=P(None, "y", "z"), out_shardings=P(None, "y", "z"))(arr)
+        ours = front(f, in_shardings=P(None, "y", "z"), out_shardings=P(None, "y", "z"))(arr)
     theirs = jax.jit(f)(arr)
     np.testing.assert_array_equal(np.asarray(ours), np_inp + 1)
     np.testing.assert_array_equal(np.asarray(theirs), np_inp + 1)
     assert ours.sharding.memory_kind == theirs.sharding.memory_kind == "pinned_host"
 
 
-def test_parameter_streaming_inside_scan() -> None:
+def test_parameter_streaming_inside_scan(front: Any) -> None:
     mesh = jax.make_mesh((1, 1, 2), ("x", "y", "z"), axis_types=(AUTO,) * 3)
     np_inp = np.arange(512.0).reshape(8, 8, 8)
     arr_host = jax.device_put(np_inp, NamedSharding(mesh, P("x", "y", "z"), "pinned_host"))
@@ -149,13 +161,13 @@ def test_parameter_streaming_inside_scan() -> None:
         return jax.lax.scan(body, 1.0, xs)
 
     out_s = NamedSharding(mesh, P(None, None, "z"))
-    ours = pjit(f, in_shardings=arr_host.sharding, out_shardings=(P(), out_s))(arr_host)
+    ours = front(f, in_shardings=arr_host.sharding, out_shardings=(P(), out_s))(arr_host)
     theirs = jax.jit(f)(arr_host)
     _check(ours[1], theirs[1], np_inp + 1.0)
     assert ours[1].sharding == NamedSharding(mesh, P(None, None, "z"), memory_kind="device")
 
 
-def test_mixing_memory_spaces_in_one_op_is_jax_error() -> None:
+def test_mixing_memory_spaces_in_one_op_is_jax_error(front: Any) -> None:
     arr_dev = jax.device_put(NP.astype(np.float32), S_DEV)
     arr_host = jax.device_put(NP.astype(np.float32), S_HOST)
     with pytest.raises(ValueError, match="memory_space of all inputs.*must be the same"):
@@ -164,10 +176,10 @@ def test_mixing_memory_spaces_in_one_op_is_jax_error() -> None:
         jax.set_mesh(MESH),
         pytest.raises(ValueError, match="memory_space of all inputs.*must be the same"),
     ):
-        pjit(lambda x, y: x + y, in_shardings=P("x", "y"), out_shardings=P())(arr_dev, arr_host)
+        front(lambda x, y: x + y, in_shardings=P("x", "y"), out_shardings=P())(arr_dev, arr_host)
 
 
-def test_host_multi_outputs() -> None:
+def test_host_multi_outputs(front: Any) -> None:
     s = NamedSharding(MESH, P("x"))
     inp = jax.device_put(NP.astype(np.float32), s)
 
@@ -176,16 +188,16 @@ def test_host_multi_outputs() -> None:
         return jax.device_put(x, s.with_memory_kind("pinned_host")), jax.device_put(y, s)
 
     with jax.set_mesh(MESH):
-        ours = pjit(f, in_shardings=P("x"), out_shardings=P("x"))(inp, inp)
+        ours = front(f, in_shardings=P("x"), out_shardings=P("x"))(inp, inp)
     theirs = jax.jit(f)(inp, inp)
     _check(ours, theirs)
     assert [o.sharding for o in ours] == [s.with_memory_kind("pinned_host"), s]
 
 
-def test_out_shardings_single_output() -> None:
+def test_out_shardings_single_output(front: Any) -> None:
     out_s = NamedSharding(MESH, P(), memory_kind="pinned_host")
     inp = jax.device_put(NP, S_DEV)
-    ours = pjit(lambda x: jnp.sum(x * 2), in_shardings=S_DEV, out_shardings=out_s)
+    ours = front(lambda x: jnp.sum(x * 2), in_shardings=S_DEV, out_shardings=out_s)
     theirs = jax.jit(lambda x: jnp.sum(x * 2), out_shardings=out_s)
     _check(ours(inp), theirs(inp))
     assert ours(inp).sharding == out_s
@@ -196,14 +208,14 @@ def test_out_shardings_single_output() -> None:
         return jax.device_put(jnp.sum(x * 2), out_s)
 
     with jax.set_mesh(MESH):
-        got = pjit(h, in_shardings=P("x", "y"), out_shardings=P())(inp)
+        got = front(h, in_shardings=P("x", "y"), out_shardings=P())(inp)
     _check(got, jax.jit(h)(inp))
 
 
-def test_in_shardings_with_another_memory_is_an_error() -> None:
+def test_in_shardings_with_another_memory_is_an_error(front: Any) -> None:
     host_in = S_DEV.with_memory_kind("pinned_host")
     theirs = jax.jit(lambda x: x * 2, in_shardings=host_in)
-    ours = pjit(lambda x: x * 2, in_shardings=host_in, out_shardings=S_DEV)
+    ours = front(lambda x: x * 2, in_shardings=host_in, out_shardings=S_DEV)
     inp = jax.device_put(NP, S_DEV)
     uncommitted = jnp.arange(16).reshape(8, 2)
     for arg in (uncommitted, inp):  # uncommitted arrays too, as jax.jit
@@ -213,17 +225,17 @@ def test_in_shardings_with_another_memory_is_an_error() -> None:
             ours(arg)
     dev_in = S_DEV.with_memory_kind("device")
     _check(
-        pjit(lambda x: x * 2, in_shardings=dev_in, out_shardings=dev_in)(inp),
+        front(lambda x: x * 2, in_shardings=dev_in, out_shardings=dev_in)(inp),
         jax.jit(lambda x: x * 2, in_shardings=dev_in)(inp),
         NP * 2,
     )
 
 
 @pytest.mark.parametrize("kind", ["device", "pinned_host"])
-def test_in_out_shardings_reduction(kind: str) -> None:
+def test_in_out_shardings_reduction(kind: str, front: Any) -> None:
     out_s = NamedSharding(MESH, P(), memory_kind=kind)
     inp = jax.device_put(NP, S_DEV)
-    ours = pjit(jnp.sum, in_shardings=S_DEV, out_shardings=out_s)
+    ours = front(jnp.sum, in_shardings=S_DEV, out_shardings=out_s)
     theirs = jax.jit(jnp.sum, in_shardings=S_DEV, out_shardings=out_s)
     _check(ours(inp), theirs(inp), NP.sum())
     c_ours, c_theirs = ours.lower(inp).compile(), theirs.lower(inp).compile()
@@ -231,31 +243,31 @@ def test_in_out_shardings_reduction(kind: str) -> None:
     assert c_ours.input_shardings == c_theirs.input_shardings
 
 
-def test_close_over_host_array_and_stream() -> None:
+def test_close_over_host_array_and_stream(front: Any) -> None:
     inp_host = jax.device_put(NP, S_HOST)
 
     def f() -> Any:
         return jax.device_put(inp_host, S_DEV) * 2
 
-    ours = pjit(f, in_shardings=(), out_shardings=S_DEV)()
+    ours = front(f, in_shardings=(), out_shardings=S_DEV)()
     _check(ours, jax.jit(f, out_shardings=S_DEV)(), NP * 2)
 
 
-def test_device_put_inside_moves_host_inputs_to_device() -> None:
+def test_device_put_inside_moves_host_inputs_to_device(front: Any) -> None:
     inp_host = jax.device_put(NP, S_HOST)
 
     def f(a: Any, b: Any) -> Any:
         x, y = jax.device_put((a, b), S_DEV)
         return x * y
 
-    ours = pjit(f, in_shardings=S_HOST, out_shardings=S_DEV)(inp_host, inp_host)
+    ours = front(f, in_shardings=S_HOST, out_shardings=S_DEV)(inp_host, inp_host)
     _check(ours, jax.jit(f)(inp_host, inp_host), NP * NP)
 
 
-def test_default_and_stated_device_memory_share_one_executable() -> None:
+def test_default_and_stated_device_memory_share_one_executable(front: Any) -> None:
     s2 = NamedSharding(MESH, P("x", "y"), memory_kind="device")
-    f = pjit(lambda x: x @ x.T, in_shardings=S_DEV, out_shardings=P())
-    g = pjit(lambda x: x @ x.T, in_shardings=s2, out_shardings=P())
+    f = front(lambda x: x @ x.T, in_shardings=S_DEV, out_shardings=P())
+    g = front(lambda x: x @ x.T, in_shardings=s2, out_shardings=P())
     with jax.set_mesh(MESH), partitioner.recording() as counts:
         out, out2 = f(NP), g(NP)
     assert counts["compile"] == 1
@@ -264,10 +276,10 @@ def test_default_and_stated_device_memory_share_one_executable() -> None:
     np.testing.assert_array_equal(np.asarray(out2), np.asarray(want))
 
 
-def test_no_donation_across_memory_kinds() -> None:
+def test_no_donation_across_memory_kinds(front: Any) -> None:
     s_hbm = NamedSharding(MESH, P("x"))
     s_host = s_hbm.with_memory_kind("pinned_host")
-    for make in (jax.jit, pjit):
+    for make in (jax.jit, front):
         inp = jax.device_put(NP, s_hbm)
         f = make(lambda x: x * 2, in_shardings=s_hbm, out_shardings=s_host, donate_argnums=0)
         with pytest.warns(UserWarning, match="donated buffers were not usable"):
@@ -276,9 +288,9 @@ def test_no_donation_across_memory_kinds() -> None:
         assert "input_output_alias" not in f.lower(inp).compiler_ir("hlo").as_hlo_text()
 
 
-def test_donation_in_default_memory() -> None:
+def test_donation_in_default_memory(front: Any) -> None:
     s = NamedSharding(MESH, P())
-    for make in (jax.jit, pjit):
+    for make in (jax.jit, front):
         x = jax.device_put(NP, s)
         f = make(lambda x: x * 2, in_shardings=s, out_shardings=s, donate_argnums=0)
         assert "input_output_alias" in f.lower(x).compiler_ir("hlo").as_hlo_text()
@@ -286,14 +298,14 @@ def test_donation_in_default_memory() -> None:
         assert x.is_deleted()
 
 
-def test_grad_through_a_device_put_to_device() -> None:
+def test_grad_through_a_device_put_to_device(front: Any) -> None:
     arr_host = jax.device_put(np.arange(8.0), NamedSharding(MESH, P("x"), "pinned_host"))
     device_s = arr_host.sharding.with_memory_kind("device")
 
     def loss(f: Any) -> Any:
         return jax.jit(jax.grad(lambda x: f(x).sum()))
 
-    ours = pjit(lambda x: jax.device_put(x, device_s), in_shardings=arr_host.sharding,
+    ours = front(lambda x: jax.device_put(x, device_s), in_shardings=arr_host.sharding,
                 out_shardings=device_s)  # fmt: skip
     theirs = jax.jit(lambda x: jax.device_put(x, device_s))
     g_ours, g_theirs = loss(ours)(arr_host), loss(theirs)(arr_host)
@@ -307,18 +319,18 @@ S_XY = NamedSharding(MESH, P("x", "y"))
 S_X = NamedSharding(MESH, P("x"))
 
 
-def _lower_both(fun: Any, *args: Any, **kw: Any) -> tuple[Any, Any]:
-    return pjit(fun, **kw).lower(*args).compile(), jax.jit(fun, **kw).lower(*args).compile()
+def _lower_both(front: Any, fun: Any, *args: Any, **kw: Any) -> tuple[Any, Any]:
+    return front(fun, **kw).lower(*args).compile(), jax.jit(fun, **kw).lower(*args).compile()
 
 
-def test_auto_layout_round_trip() -> None:
+def test_auto_layout_round_trip(front: Any) -> None:
     np1 = np.arange(64 * 64, dtype=np.int32).reshape(64, 64)
     np2 = np1 + 1
     sds1 = jax.ShapeDtypeStruct(np1.shape, np1.dtype, sharding=S_XY)
     sds2 = jax.ShapeDtypeStruct(np2.shape, np2.dtype, sharding=S_X)
     auto = (Format(Layout.AUTO, S_XY), Format(Layout.AUTO, S_X))
     apply_o, apply_t = _lower_both(
-        lambda x, y: (x.T, y.T), sds1, sds2, in_shardings=auto, out_shardings=auto
+        front, lambda x, y: (x.T, y.T), sds1, sds2, in_shardings=auto, out_shardings=auto
     )
     assert apply_o.input_formats == apply_t.input_formats
     assert apply_o.output_formats == apply_t.output_formats
@@ -326,7 +338,12 @@ def test_auto_layout_round_trip() -> None:
     assert kw_formats == {}
 
     init_o, init_t = _lower_both(
-        lambda x, y: (x * 2, y * 2), sds1, sds2, in_shardings=(S_XY, S_X), out_shardings=arg_formats
+        front,
+        lambda x, y: (x * 2, y * 2),
+        sds1,
+        sds2,
+        in_shardings=(S_XY, S_X),
+        out_shardings=arg_formats,
     )
     assert init_o.output_formats == init_t.output_formats
     arr1, arr2 = jax.device_put(np1, S_XY), jax.device_put(np2, S_X)
@@ -340,11 +357,13 @@ def test_auto_layout_round_trip() -> None:
     np.testing.assert_array_equal(np.asarray(apply_out[0]), (np1 * 2).T)
 
 
-def test_default_and_auto_layouts_of_a_transpose() -> None:
+def test_default_and_auto_layouts_of_a_transpose(front: Any) -> None:
     np_inp = np.arange(32, dtype=np.int32).reshape(4, 4, 2)
     sds = jax.ShapeDtypeStruct(np_inp.shape, np_inp.dtype, sharding=S_XY)
     out_s = NamedSharding(MESH, P(None, "y", "x"))
-    plain_o, plain_t = _lower_both(lambda x: x.T, sds, in_shardings=S_XY, out_shardings=out_s)
+    plain_o, plain_t = _lower_both(
+        front, lambda x: x.T, sds, in_shardings=S_XY, out_shardings=out_s
+    )
     assert plain_o.input_formats == plain_t.input_formats
     assert plain_o.output_formats == plain_t.output_formats
     assert plain_o.input_formats[0][0].layout.major_to_minor[::-1] == (2, 1, 0)
@@ -353,6 +372,7 @@ def test_default_and_auto_layouts_of_a_transpose() -> None:
     assert out.sharding == out_s
 
     auto_o, auto_t = _lower_both(
+        front,
         lambda x: x.T, sds, in_shardings=Format(Layout.AUTO, S_XY),
         out_shardings=Format(Layout.AUTO, out_s),
     )  # fmt: skip
@@ -360,17 +380,18 @@ def test_default_and_auto_layouts_of_a_transpose() -> None:
     assert auto_o.output_formats == auto_t.output_formats
 
 
-def test_bare_layout_is_an_error() -> None:
+def test_bare_layout_is_an_error(front: Any) -> None:
     with pytest.raises(ValueError, match="does not accept device-local layouts directly"):
         jax.jit(lambda x: x, in_shardings=Layout.AUTO, out_shardings=Layout.AUTO).lower(NP)
     with pytest.raises(ValueError, match="does not accept device-local layouts directly"):
-        pjit(lambda x: x, in_shardings=Layout.AUTO, out_shardings=Layout.AUTO)
+        front(lambda x: x, in_shardings=Layout.AUTO, out_shardings=Layout.AUTO)
 
 
-def test_auto_output_layout_of_a_transpose() -> None:
+def test_auto_output_layout_of_a_transpose(front: Any) -> None:
     arr = jax.device_put(np.arange(64).reshape(8, 8), S_XY)
     out_s = NamedSharding(MESH, P("y", "x"))
     c_o, c_t = _lower_both(
+        front,
         lambda x: x.T, arr, in_shardings=Format(None, S_XY),
         out_shardings=Format(Layout.AUTO, out_s),
     )  # fmt: skip
@@ -383,11 +404,11 @@ def test_auto_output_layout_of_a_transpose() -> None:
     assert out.sharding == out_s
 
 
-def test_auto_layouts_with_numpy_arguments() -> None:
+def test_auto_layouts_with_numpy_arguments(front: Any) -> None:
     np_inp = np.arange(32).reshape(4, 8)
     fmt = Format(Layout.AUTO, S_XY)
     c_o, c_t = _lower_both(
-        lambda x: x.T, np_inp, in_shardings=fmt, out_shardings=Format(Layout.AUTO, S_XY)
+        front, lambda x: x.T, np_inp, in_shardings=fmt, out_shardings=Format(Layout.AUTO, S_XY)
     )
     assert c_o.input_formats == c_t.input_formats
     assert c_o.input_formats[0][0].layout.major_to_minor[::-1] == (1, 0)
@@ -396,14 +417,14 @@ def test_auto_layouts_with_numpy_arguments() -> None:
     assert out.sharding == c_t(np_inp).sharding == S_XY
 
 
-def test_unused_arguments_keep_their_formats() -> None:
+def test_unused_arguments_keep_their_formats(front: Any) -> None:
     def f(x: Any, y: Any, z: Any, a: Any, b: Any, c: Any) -> Any:
         return z * 2, b.T
 
     s = NamedSharding(MESH, P())
     inps = [np.arange(16).reshape(8, 2)] * 6
     auto = Format(Layout.AUTO, s)
-    c_o, c_t = _lower_both(f, *inps, in_shardings=auto, out_shardings=auto)
+    c_o, c_t = _lower_both(front, f, *inps, in_shardings=auto, out_shardings=auto)
     arg_formats, _ = c_o.input_formats
     # The used arguments' layouts as jax's (jax.jit drops unused arguments,
     # keep_unused=False, and reports no format for them; pjit keeps every argument).
@@ -411,7 +432,7 @@ def test_unused_arguments_keep_their_formats() -> None:
         assert theirs_fmt.layout is None or ours_fmt.layout == theirs_fmt.layout
     assert [f.layout for f in c_t.input_formats[0]].count(None) == 4
     out1, out2 = c_o(*inps)
-    again = pjit(f, in_shardings=arg_formats, out_shardings=s).lower(*inps).compile()
+    again = front(f, in_shardings=arg_formats, out_shardings=s).lower(*inps).compile()
     assert again.input_formats[0] == arg_formats
     out3, out4 = again(*inps)
     np.testing.assert_array_equal(np.asarray(out1), np.asarray(out3))
@@ -421,31 +442,31 @@ def test_unused_arguments_keep_their_formats() -> None:
     np.testing.assert_array_equal(np.asarray(out1), np.asarray(out5))
 
 
-def test_concrete_output_layout() -> None:
+def test_concrete_output_layout(front: Any) -> None:
     np_inp = np.arange(16 * 128).reshape(16, 128)
     arr = jax.device_put(np_inp, S_X)
     custom = Layout(major_to_minor=(0, 1))
     out_fmt = Format(custom, NamedSharding(MESH, P(None, "x")))
-    ours = pjit(lambda x: x.T, in_shardings=S_X, out_shardings=out_fmt)(arr)
+    ours = front(lambda x: x.T, in_shardings=S_X, out_shardings=out_fmt)(arr)
     theirs = jax.jit(lambda x: x.T, out_shardings=out_fmt)(arr)
     np.testing.assert_array_equal(np.asarray(ours), np_inp.T)
     assert ours.format == theirs.format
     assert ours.format.layout.major_to_minor == custom.major_to_minor
 
 
-def test_layout_of_the_wrong_rank() -> None:
+def test_layout_of_the_wrong_rank(front: Any) -> None:
     fmt = Format(Layout(major_to_minor=(0, 1, 2)), SingleDeviceSharding(jax.devices()[0]))
     with pytest.raises(ValueError, match="Length of major_to_minor and the rank"):
         jax.jit(lambda x: x * 2, in_shardings=fmt)(np.arange(8))
     with pytest.raises(ValueError, match=r"orders 3 dimension\(s\).*shape \(8,\)"):
-        pjit(lambda x: x * 2, in_shardings=fmt, out_shardings=None)(np.arange(8))
+        front(lambda x: x * 2, in_shardings=fmt, out_shardings=None)(np.arange(8))
 
 
-def test_concrete_input_layout() -> None:
+def test_concrete_input_layout(front: Any) -> None:
     np_inp = np.arange(16 * 128).reshape(16, 128)
     arr = jax.device_put(np_inp, S_XY)
     row_major = Layout(major_to_minor=(0, 1))
-    ours = pjit(lambda x: x.T, in_shardings=Format(row_major, S_XY),
+    ours = front(lambda x: x.T, in_shardings=Format(row_major, S_XY),
                 out_shardings=Format(Layout.AUTO, NamedSharding(MESH, P("y", "x"))))  # fmt: skip
     theirs = jax.jit(lambda x: x.T, in_shardings=Format(row_major, S_XY),
                      out_shardings=Format(Layout.AUTO))  # fmt: skip
@@ -458,13 +479,13 @@ def test_concrete_input_layout() -> None:
     with pytest.raises(ValueError, match="Layout passed to jit does not match"):
         jax.jit(lambda x: x.T, in_shardings=Format(col_major, S_XY))(arr)
     with pytest.raises(ValueError, match=r"asks for layout.*laid out as"):
-        pjit(lambda x: x.T, in_shardings=Format(col_major, S_XY), out_shardings=None)(arr)
+        front(lambda x: x.T, in_shardings=Format(col_major, S_XY), out_shardings=None)(arr)
 
 
-def test_input_layout_with_jnp_and_numpy_arguments() -> None:
+def test_input_layout_with_jnp_and_numpy_arguments(front: Any) -> None:
     major_last = Layout(major_to_minor=(1, 0))
     fmt = Format(major_last, SingleDeviceSharding(jax.devices()[0]))
-    ours = pjit(lambda x: x + 1, in_shardings=fmt, out_shardings=fmt.sharding)
+    ours = front(lambda x: x + 1, in_shardings=fmt, out_shardings=fmt.sharding)
     theirs = jax.jit(lambda x: x + 1, in_shardings=fmt)
     arr = jnp.arange(8 * 128).reshape(8, 128)
     np_inp = np.arange(8 * 128).reshape(8, 128)
@@ -473,17 +494,17 @@ def test_input_layout_with_jnp_and_numpy_arguments() -> None:
 
 
 @pytest.mark.parametrize("layout", ["concrete", "matching-out"])
-def test_layout_donation(layout: str) -> None:
+def test_layout_donation(layout: str, front: Any) -> None:
     np_inp = np.arange(16 * 128).reshape(16, 128)
     fmt = Format(Layout(major_to_minor=(0, 1)), S_XY)
     out = fmt if layout == "matching-out" else S_XY
-    for make in (jax.jit, pjit):
+    for make in (jax.jit, front):
         arr = jax.device_put(np_inp, fmt)
         make(lambda x: x * x, in_shardings=fmt, out_shardings=out, donate_argnums=0)(arr)
         assert arr.is_deleted()
 
 
-def test_donation_with_auto_on_one_side_is_an_error() -> None:
+def test_donation_with_auto_on_one_side_is_an_error(front: Any) -> None:
     for side, kw in (
         ("output", {"in_shardings": Format(Layout.AUTO, S_X), "out_shardings": S_X}),
         ("input", {"in_shardings": S_X, "out_shardings": Format(Layout.AUTO, S_X)}),
@@ -492,12 +513,12 @@ def test_donation_with_auto_on_one_side_is_an_error() -> None:
         with pytest.raises(ValueError, match=f"Did you mean to set the.*{side} layout.*AUTO"):
             jax.jit(lambda x: x * 2, donate_argnums=0, **kw).lower(sds)
         with pytest.raises(ValueError, match=f"Did you mean to set the.*{side} layout.*AUTO"):
-            pjit(lambda x: x * 2, donate_argnums=0, **kw).lower(sds)
+            front(lambda x: x * 2, donate_argnums=0, **kw).lower(sds)
 
 
-def test_donation_into_the_default_layout_aliases() -> None:
+def test_donation_into_the_default_layout_aliases(front: Any) -> None:
     np_inp = np.arange(256).reshape(16, 16)
-    for make in (jax.jit, pjit):
+    for make in (jax.jit, front):
         arr = jax.device_put(np_inp, S_XY)
         out_fmt = Format(arr.format.layout, S_XY)
         f = make(lambda x: x * 2, in_shardings=S_XY, out_shardings=out_fmt, donate_argnums=0)
@@ -507,11 +528,11 @@ def test_donation_into_the_default_layout_aliases() -> None:
         assert out.format == out_fmt
 
 
-def test_arrays_in_another_layout_compile_again() -> None:
+def test_arrays_in_another_layout_compile_again(front: Any) -> None:
     np_inp = np.arange(256).reshape(16, 16)
     arr = jax.device_put(np_inp, S_XY)
     arr2 = jax.device_put(np_inp, Format(Layout(arr.format.layout.major_to_minor[::-1]), S_XY))
-    f = pjit(lambda x: x @ x.T, in_shardings=P("x", "y"), out_shardings=P("x", "y"))
+    f = front(lambda x: x @ x.T, in_shardings=P("x", "y"), out_shardings=P("x", "y"))
     with jax.set_mesh(MESH):
         out, out2 = f(arr), f(arr2)
     want = np_inp @ np_inp.T
@@ -522,11 +543,11 @@ def test_arrays_in_another_layout_compile_again() -> None:
 # --- pjit_test.py: SingleDeviceSharding and Compiled shardings ---
 
 
-def test_single_device_sharding_add_and_cache() -> None:
+def test_single_device_sharding_add_and_cache(front: Any) -> None:
     s = SingleDeviceSharding(jax.devices()[0])
     a = jnp.array([1, 2, 3], dtype=jnp.float32)
     b = jnp.array([4, 5, 6], dtype=jnp.float32)
-    ours = pjit(lambda x, y: x + y, in_shardings=s, out_shardings=s)
+    ours = front(lambda x, y: x + y, in_shardings=s, out_shardings=s)
     theirs = jax.jit(lambda x, y: x + y, out_shardings=s)
     with partitioner.recording() as counts:
         o1, o2 = ours(a, b), ours(a, b)
@@ -536,26 +557,26 @@ def test_single_device_sharding_add_and_cache() -> None:
     assert isinstance(o1.sharding, SingleDeviceSharding)
 
 
-def test_grad_of_pjit_single_device_sharding() -> None:
+def test_grad_of_pjit_single_device_sharding(front: Any) -> None:
     s = SingleDeviceSharding(jax.devices()[0])
     a = jnp.array(3.0)
-    ours = jax.grad(pjit(lambda x: x * x, in_shardings=s, out_shardings=s))(a)
+    ours = jax.grad(front(lambda x: x * x, in_shardings=s, out_shardings=s))(a)
     theirs = jax.grad(jax.jit(lambda x: x * x, in_shardings=s, out_shardings=s))(a)
     np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
 
 
-def test_vmap_pjit_single_device() -> None:
+def test_vmap_pjit_single_device(front: Any) -> None:
     s = SingleDeviceSharding(jax.devices()[0])
     x = jnp.arange(12.0).reshape(3, 4)
-    ours = jax.vmap(pjit(lambda v: v * 2, in_shardings=s, out_shardings=s))(x)
+    ours = jax.vmap(front(lambda v: v * 2, in_shardings=s, out_shardings=s))(x)
     theirs = jax.vmap(jax.jit(lambda v: v * 2, in_shardings=s, out_shardings=s))(x)
     _check(ours, theirs, np.arange(12.0).reshape(3, 4) * 2)
 
 
-def test_compiled_shardings_are_jax_shardings() -> None:
+def test_compiled_shardings_are_jax_shardings(front: Any) -> None:
     inp = jax.device_put(NP, S_XY)
     out_s = NamedSharding(MESH, P("x"))
-    c_o, c_t = _lower_both(lambda x: x * 2, inp, in_shardings=S_XY, out_shardings=out_s)
+    c_o, c_t = _lower_both(front, lambda x: x * 2, inp, in_shardings=S_XY, out_shardings=out_s)
     assert c_o.input_shardings == c_t.input_shardings
     assert c_o.output_shardings == c_t.output_shardings
     assert c_o.output_shardings.spec == P("x")
@@ -564,9 +585,9 @@ def test_compiled_shardings_are_jax_shardings() -> None:
     assert c_o.output_specs == P("x")
 
 
-def test_lowered_modules_agree_on_memory_attributes() -> None:
+def test_lowered_modules_agree_on_memory_attributes(front: Any) -> None:
     inp = jax.ShapeDtypeStruct((8, 2), jnp.int32, sharding=S_DEV)
-    ours = pjit(lambda x: x * 2, in_shardings=S_DEV, out_shardings=S_HOST).lower(inp).as_text()
+    ours = front(lambda x: x * 2, in_shardings=S_DEV, out_shardings=S_HOST).lower(inp).as_text()
     theirs = jax.jit(lambda x: x * 2, in_shardings=S_DEV, out_shardings=S_HOST).lower(inp).as_text()
     for text in (ours, theirs):
         assert 'mhlo.memory_kind = "device"' in text
