@@ -116,10 +116,19 @@ def named_sharding(
         and asked.sync == SpecSync.IN_SYNC
         and isinstance(asked.unsafe_user_spec, PartitionSpec)
         and not asked.unconstrained_dims
-        and asked.to_partition_spec() == spec.to_partition_spec()
+        and _cuts(asked, mesh) == _cuts(spec, mesh)
     ):
         closed = asked.unsafe_user_spec
     return NamedSharding(mesh, closed, memory_kind=memory_kind)
+
+
+def _cuts(spec: ParsedPartitionSpec, mesh: Mesh) -> tuple[tuple[Any, ...], ...]:
+    """The axes that really cut each dimension (size-1 mesh axes cut nothing)."""
+    sizes = dict(mesh.shape)
+    parts = [tuple(a for a in axes if sizes[a] > 1) for axes in spec.partitions]
+    while parts and not parts[-1]:
+        parts.pop()
+    return tuple(parts)
 
 
 def bytes_per_device(aval: Any, spec: ParsedPartitionSpec, mesh: Mesh) -> int:

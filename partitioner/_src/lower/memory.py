@@ -41,14 +41,18 @@ def _aval_kind(aval: Any) -> str:
     return "device" if space is None else jp.mem_space_to_kind(space)
 
 
-def _moves_memory(jaxpr: Any) -> bool:
-    """Whether a ``device_put`` in ``jaxpr`` (or a sub-jaxpr) targets a memory kind."""
+def _moves_memory(jaxpr: Any, default_kind: str) -> bool:
+    """Whether a ``device_put`` in ``jaxpr`` (or a sub-jaxpr) targets a non-default memory."""
     for eqn in jaxpr.eqns:
         if eqn.primitive is jp.device_put_p:
             for d in eqn.params["devices"]:
-                if isinstance(d, jp.MemorySpace) or getattr(d, "memory_kind", None) is not None:
+                if isinstance(d, jp.MemorySpace):
+                    kind = jp.mem_space_to_kind(d)
+                else:
+                    kind = getattr(d, "memory_kind", None) or default_kind
+                if kind != default_kind:
                     return True
-    return any(_moves_memory(sub) for sub in jp.subjaxprs(jaxpr))
+    return any(_moves_memory(sub, default_kind) for sub in jp.subjaxprs(jaxpr))
 
 
 def memory_kinds(
@@ -69,7 +73,7 @@ def memory_kinds(
         for a, s in zip(out_avals, out_specs, strict=True)
     )
     moved = tuple(s is not None and s.memory_kind is not None for s in out_specs)
-    if all(k == default_kind for k in ins + outs) and not _moves_memory(jaxpr.jaxpr):
+    if all(k == default_kind for k in ins + outs) and not _moves_memory(jaxpr.jaxpr, default_kind):
         return None
     return MemoryKinds(ins, outs, moved)
 
