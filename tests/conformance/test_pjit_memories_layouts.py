@@ -528,6 +528,24 @@ def test_donation_into_the_default_layout_aliases(front: Any) -> None:
         assert out.format == out_fmt
 
 
+def test_layout_on_a_shape_dtype_struct(front: Any) -> None:
+    arr = jax.device_put(np.arange(16.0).reshape(8, 2), S_XY)
+    out_format = (
+        jax.jit(jnp.sin, out_shardings=Format(Layout(major_to_minor=(1, 0)), S_XY))
+        .lower(arr)
+        .compile()
+        .output_formats
+    )
+    sds = jax.ShapeDtypeStruct(arr.shape, arr.dtype, sharding=out_format)
+    c_o, c_t = _lower_both(front, lambda x: x * 2, sds, in_shardings=S_XY, out_shardings=S_XY)
+    assert c_o.input_formats[0][0] == out_format
+    assert c_t.input_formats[0][0].layout == out_format.layout
+    x = jax.device_put(np.asarray(arr), out_format)
+    np.testing.assert_array_equal(np.asarray(c_o(x)), np.asarray(arr) * 2)
+    with pytest.raises(ValueError, match="compiled for input layouts that disagree"):
+        c_o(arr)  # the default layout, not the one it was compiled for
+
+
 def test_arrays_in_another_layout_compile_again(front: Any) -> None:
     np_inp = np.arange(256).reshape(16, 16)
     arr = jax.device_put(np_inp, S_XY)

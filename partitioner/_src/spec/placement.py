@@ -146,12 +146,20 @@ def resolve_inputs(
 
 
 def _with_arg_layout(spec: ParsedPartitionSpec, leaf: Any) -> ParsedPartitionSpec:
-    """A committed array in a non-default layout is taken in that layout (as jax.jit does).
+    """A committed array (or a ShapeDtypeStruct) in a non-default layout is taken in it.
 
     The program is compiled for the layout the argument has, rather than reading
     its buffers as if they were laid out by default (a wrong result).
     """
-    if spec.layout is not None or not isinstance(leaf, jax.Array):
+    if spec.layout is not None:
+        return spec
+    if isinstance(leaf, jax.ShapeDtypeStruct):  # a layout given on the struct
+        fmt = getattr(leaf, "format", None)
+        layout = getattr(fmt, "layout", None)
+        if isinstance(layout, Layout) and not is_default_layout(layout, len(leaf.shape)):
+            return spec.with_layout(layout)
+        return spec
+    if not isinstance(leaf, jax.Array):
         return spec
     if isinstance(leaf, jp.core.Tracer) or not leaf.committed or leaf.is_deleted():
         return spec
