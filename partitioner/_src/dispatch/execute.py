@@ -116,18 +116,17 @@ def place_args_reporting(
     moved_committed = False
     for i, (x, target) in enumerate(zip(args, shardings, strict=True)):
         # A Format target: the input's spec states a memory layout too.
-        sharding, layout = (
-            (target.sharding, target.layout) if isinstance(target, Format) else (target, None)
-        )
+        sharding: Any = target.sharding if isinstance(target, Format) else target
+        layout = target.layout if isinstance(target, Format) else None
         if isinstance(x, jax.Array) and not isinstance(x, jp.core.Tracer):
             if (
                 not x.is_deleted()
                 and (x.sharding == sharding or x.sharding.is_equivalent_to(sharding, x.ndim))
-                and (layout is None or x.format.layout == layout)
+                and (layout is None or x.format.layout == layout)  # type: ignore[attr-defined]
             ):
                 placed.append(x)
                 continue
-            check_usable(x, sharding.mesh, where(i))  # type: ignore[attr-defined]
+            check_usable(x, sharding.mesh, where(i))
             moved_committed = moved_committed or x.committed
         placed.append(jax.device_put(x, target))
     return placed, moved_committed

@@ -29,11 +29,10 @@ or state the kind it has."""
 def _array_kind(x: Any) -> str | None:
     """The memory kind a concrete jax.Array lives in (None for anything else)."""
     if isinstance(x, jax.Array) and not isinstance(x, jp.core.Tracer):
-        sharding = x.sharding
-        return sharding.memory_kind or _default_kind(sharding)
-    sharding = getattr(x, "sharding", None)  # a ShapeDtypeStruct with a sharding
-    if isinstance(sharding, jax.sharding.Sharding) and sharding.memory_kind is not None:
-        return sharding.memory_kind
+        return x.sharding.memory_kind or _default_kind(x.sharding)
+    stated = getattr(x, "sharding", None)  # a ShapeDtypeStruct with a sharding
+    if isinstance(stated, jax.sharding.Sharding) and stated.memory_kind is not None:
+        return stated.memory_kind
     return None
 
 
