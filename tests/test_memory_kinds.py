@@ -147,3 +147,14 @@ def test_memory_kind_survives_jvp_and_vmap() -> None:
 def test_an_unknown_memory_kind_is_jax_error() -> None:
     with pytest.raises(ValueError, match="memory kind"):
         pjit(lambda x: x, in_shardings=DEV.with_memory_kind("hbm"), out_shardings=DEV)
+
+
+def test_device_put_to_other_devices_inside_is_an_error() -> None:
+    def f(x: Any) -> Any:
+        return jax.device_put(x, jax.sharding.SingleDeviceSharding(jax.devices()[0]))
+
+    x = jax.device_put(X, DEV)
+    with pytest.raises(ValueError, match="incompatible devices"):
+        jax.jit(f)(x)
+    with jax.set_mesh(MESH), pytest.raises(ValueError, match=r"incompatible devices.*\[0\]"):
+        pjit(f, in_shardings=P("x"), out_shardings=P("x"))(x)

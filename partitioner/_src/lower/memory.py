@@ -26,6 +26,13 @@ ir, mlir = jp.ir, jp.mlir
 
 PLACEMENT_TARGET = "annotate_device_placement"
 
+MSG_DEVICE_PUT_DEVICES = """\
+{api} {name}: received incompatible devices: a jax.device_put inside the body targets \
+devices {got}, but the computation runs on the mesh's devices {mesh_ids} (jax.jit refuses \
+this too). Inside a pjit, device_put may change a value's layout and memory kind, not its \
+devices: use a sharding over the mesh, e.g. NamedSharding(mesh, spec, \
+memory_kind="pinned_host"), or jax.memory.Space.Host."""
+
 
 @dataclass(frozen=True)
 class MemoryKinds:
@@ -53,6 +60,35 @@ def _moves_memory(jaxpr: Any, default_kind: str) -> bool:
                 if kind != default_kind:
                     return True
     return any(_moves_memory(sub, default_kind) for sub in jp.subjaxprs(jaxpr))
+
+
+def _device_put_targets(jaxpr: Any) -> list[Any]:
+    """Every sharding a ``device_put`` in ``jaxpr`` (or a sub-jaxpr) targets."""
+    found = [
+        d
+        for eqn in jaxpr.eqns
+        if eqn.primitive is jp.device_put_p
+        for d in eqn.params["devices"]
+        if hasattr(d, "device_set")
+    ]
+    for sub in jp.subjaxprs(jaxpr):
+        found += _device_put_targets(sub)
+    return found
+
+
+def check_device_put_devices(jaxpr: Any, device_ids: Sequence[int], api: str, name: str) -> None:
+    """A ``device_put`` inside the body may not move values off the computation's devices.
+
+    Raises:
+        ValueError: a target sharding over other devices (as ``jax.jit`` raises).
+    """
+    wanted = set(device_ids)
+    for target in _device_put_targets(jaxpr):
+        got = sorted(d.id for d in target.device_set)
+        if set(got) != wanted:
+            raise ValueError(
+                MSG_DEVICE_PUT_DEVICES.format(api=api, name=name, got=got, mesh_ids=sorted(wanted))
+            )
 
 
 def memory_kinds(

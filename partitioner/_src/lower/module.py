@@ -21,7 +21,7 @@ from ..warn import warn
 from . import annotate
 from . import rules as _rules  # noqa: F401  (registers the MLIR lowering rules)
 from .layouts import annotate_layouts, has_layouts, same_donated_layout
-from .memory import MemoryKinds, annotate_memory_kinds, memory_kinds
+from .memory import MemoryKinds, annotate_memory_kinds, check_device_put_devices, memory_kinds
 
 mlir, sharding_impls, xla_bridge = jp.mlir, jp.sharding_impls, jp.xla_bridge
 
@@ -162,6 +162,7 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
     backend = xla_bridge.get_device_backend(devices[0])
     in_avals, out_avals = tuple(jaxpr.in_avals), tuple(jaxpr.out_avals)
     in_specs, out_specs = params.in_axis_resources, params.out_axis_resources
+    check_device_put_devices(jaxpr.jaxpr, [d.id for d in devices], params.api, params.name)
     default_kind = devices[0].default_memory().kind
     kinds = memory_kinds(in_avals, in_specs, out_avals, out_specs, jaxpr, default_kind)
     aliased, aliases = plan_donation(
