@@ -13,6 +13,7 @@ from jax.experimental.layout import Format, Layout, with_layout_constraint
 from jax.sharding import NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
+import partitioner
 from partitioner import pjit
 
 pytestmark = pytest.mark.usefixtures("partitioner_mode")
@@ -140,3 +141,16 @@ def test_single_device_sharding_against_an_array_elsewhere() -> None:
         theirs(x)
     with pytest.raises(ValueError, match=r"args\[0\]"):
         ours(x)
+
+
+def test_constraint_with_a_format_leaf() -> None:
+    fmt = Format(Layout(major_to_minor=(0, 1)), ST)
+
+    def f(wsc: Any) -> Any:
+        return lambda x: wsc(x.T, fmt) * 2
+
+    ours = pjit(f(partitioner.with_sharding_constraint), in_shardings=S, out_shardings=ST)
+    theirs = jax.jit(f(jax.lax.with_sharding_constraint))
+    x = jax.device_put(X, S)
+    np.testing.assert_allclose(np.asarray(ours(x)), np.asarray(theirs(x)))
+    assert "LayoutConstraint" in ours.lower(x).as_text()
