@@ -133,6 +133,7 @@ primitive_batchers = _batching.primitive_batchers
 # jax._src.interpreters.mlir
 aval_to_ir_type = _mlir.aval_to_ir_type
 call_lowering = _mlir.call_lowering
+custom_call = _mlir.custom_call
 iota = _mlir.iota
 ir_constants = _mlir.ir_constants
 ir_tree_registry = _mlir.ir_tree_registry
@@ -670,3 +671,22 @@ module_to_string = _mlir.module_to_string
 def user_call_site() -> str:
     """The user's ``file:line (function)`` the current call came from (our frames skipped)."""
     return _source_info_util.summarize(_source_info_util.current())
+
+
+# --- memory kinds (NOTE [memory kinds] in lower/memory.py) ---
+
+mem_space_to_kind = _core.mem_space_to_kind
+mem_kind_to_space = _core.mem_kind_to_space
+MemorySpace = _core.MemorySpace
+device_put_p = _dispatch.device_put_p
+subjaxprs = _core.subjaxprs
+
+
+def array_layout(x: Any) -> Any:
+    """An array's PjRt layout (cheap, hashable; None for typed key arrays).
+
+    It keys the Python dispatch cache, so an argument in another memory layout
+    never reuses an executable built for the default one (jaxlib's C++
+    dispatcher misses on it the same way).
+    """
+    return getattr(x, "_pjrt_layout", None)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 from jax.sharding import Mesh
-from jax.tree_util import tree_leaves, tree_unflatten
+from jax.tree_util import keystr, tree_leaves, tree_unflatten
 
 from . import jax_private as jp
 from . import options
@@ -25,6 +25,7 @@ from . import rules as _rules  # noqa: F401  (registers the transformation rules
 from .dispatch.execute import check_usable
 from .dispatch.fastpath import Dispatcher
 from .spec.checks import check_specs
+from .spec.leaves import check_layouts, resolve_inputs
 from .spec.mesh_env import has_explicit_axes, maybe_current_mesh, resolve_mesh
 from .spec.parsed import REPLICATED, ParsedPartitionSpec
 from .spec.placement import (
@@ -271,15 +272,28 @@ class PjitFunction:
             )
             for i, leaf in enumerate(flat.leaves)
         )
-        checked = [(s, p, a.shape) for s, p, a in zip(specs, flat.paths, avals) if s is not None]
+        given = [i for i, s in enumerate(specs) if s is not None]  # None: a tracer's, XLA's
         check_specs(
             self.api,
             "argument args",
-            [s for s, _, _ in checked],
-            [p for _, p, _ in checked],
-            [shape for _, _, shape in checked],
+            [specs[i] for i in given],
+            [flat.paths[i] for i in given],
+            [avals[i].shape for i in given],
             mesh,
         )
+        # Memory kinds and layouts, checked against the arguments (spec/leaves.py).
+        resolved, resolved_avals = resolve_inputs(
+            self.api,
+            [specs[i] for i in given],  # type: ignore[misc]
+            [flat.leaves[i] for i in given],
+            [avals[i] for i in given],
+            lambda k: flat.where(given[k], self.api),
+            mesh,
+        )
+        avals_list = list(avals)
+        for k, i in enumerate(given):
+            specs[i], avals_list[i] = resolved[k], resolved_avals[k]
+        avals = tuple(avals_list)
         donated = tuple(
             path[0].idx in bound.donate if i < n_pos else path[0].key in bound.donate_kw  # type: ignore[attr-defined]
             for i, path in enumerate(flat.paths)
@@ -321,7 +335,6 @@ class PjitFunction:
             donated_invars=(False,) * len(consts) + flat.donated,
             name=self.name,
             api=self.kind,
-            single_device=placement.single_device,
             committed=placement.committed,
             compiler_options=self._compiler_options,
         )
@@ -344,16 +357,20 @@ class PjitFunction:
         specs, paths = broadcast_prefix(
             out_specs, outs, api=f"{self.api} out_axis_resources", what="outputs"
         )
-        given = [
-            (s, p, a.shape) for s, p, a in zip(specs, paths, out_avals) if s is not UNSPECIFIED
-        ]
+        given = [i for i, s in enumerate(specs) if s is not UNSPECIFIED]
         check_specs(
             self.api,
             "output",
-            [s for s, _, _ in given],
-            [p for _, p, _ in given],
-            [shape for _, _, shape in given],
+            [specs[i] for i in given],
+            [paths[i] for i in given],
+            [out_avals[i].shape for i in given],
             mesh,
+        )
+        check_layouts(
+            self.api,
+            [specs[i] for i in given],
+            [out_avals[i] for i in given],
+            lambda k: f"{self.api} output{keystr(paths[given[k]])}",
         )
         return tuple(None if s is UNSPECIFIED else s for s in specs)
 

@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any, ClassVar
 
 import jax
+from jax.experimental.layout import Layout, with_layout_constraint
 from jax.sharding import AxisType, Mesh
 from jax.tree_util import tree_flatten_with_path, tree_unflatten
 
@@ -122,7 +123,11 @@ def with_sharding_constraint(x: Any, axis_resources: Any) -> Any:
         if _typed_constraint(leaf, spec, mesh, where):  # NOTE [explicit axes]
             outs.append(leaf)
             continue
-        outs.append(ConstraintParams(spec, mesh).bind(leaf))
+        # A Format leaf's concrete layout is jax's layout constraint on top (as
+        # jax's with_sharding_constraint applies it); Layout.AUTO leaves it to XLA.
+        layout = spec.layout
+        out = ConstraintParams(spec.with_layout(None), mesh).bind(leaf)
+        outs.append(with_layout_constraint(out, layout) if isinstance(layout, Layout) else out)
     return tree_unflatten(tree, outs)
 
 

@@ -42,8 +42,6 @@ class PjitParams(PrimitiveParams):
         name: the function's name, for the HLO module and messages.
         api: the front door the user called (``"pjit"``, ``"jit"``, ``"pmap"``), so
             messages from the shared layers name what the user wrote.
-        single_device: the call runs on one device no mesh named (its results
-            carry ``SingleDeviceSharding``, as ``jax.jit``'s do).
         committed: its results are committed to their devices (False only for a
             call nothing committed: uncommitted arguments and no mesh).
         compiler_options: ``jit(..., compiler_options=...)`` as sorted ``(name,
@@ -67,7 +65,6 @@ class PjitParams(PrimitiveParams):
     donated_invars: tuple[bool, ...]
     name: str
     api: str = "pjit"
-    single_device: bool = False
     committed: bool = True
     compiler_options: tuple[tuple[str, Any], ...] = ()
 
@@ -107,7 +104,6 @@ def _pjit_pp_rule(eqn: Any, context: Any, settings: Any) -> Any:
         del params["donated_invars"]
     for field, default in (
         ("api", "pjit"),
-        ("single_device", False),
         ("committed", True),
         ("compiler_options", ()),
     ):
