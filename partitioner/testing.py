@@ -31,6 +31,10 @@ What is here, and why a test needs it:
 - The lowering's Shardy attribute builders, ``sdy_sharding_attr`` and
   ``sdy_mesh_attr``, and ``ensure_sdy_mesh`` (one ``sdy.mesh`` op per distinct mesh
   in a module); they need an MLIR context with the sdy dialect.
+- Explicit axes (NOTE [explicit axes]): ``has_explicit_axes``, ``as_call_mesh``,
+  ``result_mesh``, ``typed_context``, and ``run_with_unspecified_outputs(f, *args)``,
+  which runs the pjit-ed ``f``'s call with every output spec unspecified (the spec
+  residuals get), so the rule for such outputs can be tested on its own.
 """
 
 from __future__ import annotations
@@ -48,7 +52,15 @@ from ._src.host_callback.receiver import Sequencer, TapItem
 from ._src.lower.annotate import ensure_sdy_mesh, sdy_mesh_attr, sdy_sharding_attr
 from ._src.report.collectives import parse_groups as hlo_replica_groups
 from ._src.spec.checks import check_spec, check_specs
-from ._src.spec.mesh_env import as_auto_mesh, current_mesh, maybe_current_mesh
+from ._src.spec.mesh_env import (
+    as_auto_mesh,
+    as_call_mesh,
+    current_mesh,
+    has_explicit_axes,
+    maybe_current_mesh,
+    result_mesh,
+    typed_context,
+)
 from ._src.spec.op_sharding import (
     Unparseable,
     hlo_sharding_text,
@@ -70,6 +82,13 @@ def call_is_guarded(f: Any) -> bool:
     return isinstance(type(f).__dict__["__call__"].__func__, types.FunctionType)
 
 
+def run_with_unspecified_outputs(f: Any, *args: Any) -> list[Any]:
+    """Run the pjit-ed ``f`` on ``args`` with every output spec unspecified (``None``)."""
+    plan = f._planner.plan(args, {})
+    params = plan.params.replace(out_axis_resources=(None,) * len(plan.params.out_axis_resources))
+    return params.bind(*plan.args_flat)
+
+
 def runs_windowed(f: Any, *args: Any, **kwargs: Any) -> bool:
     """Whether calling the pjit-ed ``f`` with these arguments enters the CPU window."""
     return bool(f.lower(*args, **kwargs).compile().executable.windowed)
@@ -84,6 +103,11 @@ __all__ = [
     "TapItem",
     "Unparseable",
     "as_auto_mesh",
+    "as_call_mesh",
+    "has_explicit_axes",
+    "result_mesh",
+    "run_with_unspecified_outputs",
+    "typed_context",
     "broadcast_prefix",
     "call_is_guarded",
     "call_p",

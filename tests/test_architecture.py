@@ -69,6 +69,13 @@ def _package_of(name: str, path: Path) -> str:
     return name if path.name == "__init__.py" else name.rpartition(".")[0]
 
 
+def _relative_target(node: ast.ImportFrom, here: str) -> str:
+    """The partitioner module a relative ``from ... import`` in package ``here`` names."""
+    base = here.split(".") if here and here != "__init__" else []
+    base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+    return ".".join([*base, *(node.module.split(".") if node.module else [])])
+
+
 def _imports(name: str, path: Path) -> list[tuple[str, ast.AST, bool]]:
     """``(imported partitioner module, node, at module level)`` for every import."""
     tree = ast.parse(path.read_text())
@@ -78,9 +85,7 @@ def _imports(name: str, path: Path) -> list[tuple[str, ast.AST, bool]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level:
-                base = here.split(".") if here and here != "__init__" else []
-                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
-                target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+                target = _relative_target(node, here)
             elif node.module and node.module.startswith("partitioner"):
                 target = node.module.removeprefix("partitioner").lstrip(".")
             else:
@@ -330,12 +335,7 @@ def _jax_bindings(name: str, path: Path, tree: ast.Module) -> dict[str, str]:
     here = _package_of(name, path)
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = here.split(".") if here and here != "__init__" else []
-                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
-                target = ".".join([*base, *(node.module.split(".") if node.module else [])])
-            else:
-                target = node.module or ""
+            target = _relative_target(node, here) if node.level else node.module or ""
             for alias in node.names:
                 local = alias.asname or alias.name
                 if f"{target}.{alias.name}" == GATEWAY:

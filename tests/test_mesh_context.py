@@ -128,16 +128,19 @@ def test_partitioner_mesh_as_a_decorator() -> None:
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
-def test_explicit_mesh_is_read_back_as_auto() -> None:
+def test_explicit_mesh_is_kept_and_auto_twins_are_interned() -> None:
+    """A mesh with Explicit axes is used as is (sharding in types); the Auto twin is interned."""
     explicit = jax.make_mesh((4, 2), ("a", "b"))
     assert set(explicit.axis_types) == {AxisType.Explicit}  # jax 0.10.2's default
     with explicit:
         m = current_mesh("t")
-    assert m.axis_types == AUTO2
-    assert m.axis_names == explicit.axis_names
-    assert (m.devices == explicit.devices).all()
+    assert m is explicit
+    twin = as_auto_mesh(explicit)
+    assert twin.axis_types == AUTO2
+    assert twin.axis_names == explicit.axis_names
+    assert (twin.devices == explicit.devices).all()
     # interned: an equal mesh built again gives the same Auto twin (no retrace)
-    assert as_auto_mesh(jax.make_mesh((4, 2), ("a", "b"))) is m
+    assert as_auto_mesh(jax.make_mesh((4, 2), ("a", "b"))) is twin
     auto = Mesh(devices(8), ("d",))
     assert as_auto_mesh(auto) is auto
 
@@ -145,10 +148,18 @@ def test_explicit_mesh_is_read_back_as_auto() -> None:
 def test_set_mesh_is_used_when_no_context_mesh() -> None:
     explicit = jax.make_mesh((2, 4), ("a", "b"))
     with jax.set_mesh(explicit):
-        assert current_mesh("t").axis_types == AUTO2
+        assert current_mesh("t") is explicit
         with partitioner.mesh(devices(8), ("z",)) as ours:
             assert current_mesh("t") is ours
     assert maybe_current_mesh() is None
+
+
+def test_partitioner_mesh_takes_axis_types() -> None:
+    with partitioner.mesh(devices(2, 4), ("x", "y"), axis_types=(AxisType.Explicit,) * 2) as m:
+        assert current_mesh("t") is m and m.axis_types == (AxisType.Explicit,) * 2
+    with pytest.raises(ValueError, match="one jax.sharding.AxisType per axis"):
+        with partitioner.mesh(devices(2, 4), ("x", "y"), axis_types=(AxisType.Explicit,)):
+            pass
 
 
 def test_jax_sees_the_partitioner_mesh() -> None:

@@ -303,7 +303,7 @@ def test_keyword_arguments_get_their_positional_spec() -> None:
     assert_close(out_pos, want)
     assert_laid_out(out, mesh, P("a", "b"), want)
     # The keyword `y` is the positional parameter `y`: it gets the second spec.
-    args_specs, kwarg_specs = compiled.input_shardings
+    args_specs, kwarg_specs = compiled.input_specs
     assert args_specs == (P("a"), P("b", "a"))
     # A keyword-only argument has no positional spec: it is replicated.
     assert kwarg_specs == {"scale": P()}

@@ -137,23 +137,31 @@ def test_cost_and_memory_analysis() -> None:
         pytest.param(P("a"), (P("a"),), id="broadcast-in-tuple-out"),
     ],
 )
-def test_input_and_output_shardings_are_specs(in_specs: Any, out_specs: Any) -> None:
+def test_input_and_output_specs_are_specs(in_specs: Any, out_specs: Any) -> None:
     def f(x: Any, w: Any) -> Any:
         out = _affine(x, w)
         return (out,) if isinstance(out_specs, tuple) else out
 
     with mesh_ctx(*MESH_2D):
         compiled = pjit(f, in_specs, out_specs).lower(X_SDS, W_SDS).compile()
-    args_specs, kwargs_specs = compiled.input_shardings
+    args_specs, kwargs_specs = compiled.input_specs
     want_in = in_specs if isinstance(in_specs, tuple) else (in_specs, in_specs)
     assert args_specs == tuple(P() if s is None else s for s in want_in)
     assert kwargs_specs == {}
     if isinstance(out_specs, tuple):
-        assert compiled.output_shardings == (out_specs[0],)
+        assert compiled.output_specs == (out_specs[0],)
     else:
-        assert compiled.output_shardings == (P() if out_specs is None else out_specs)
-    for spec in jax.tree_util.tree_leaves(compiled.output_shardings):
+        assert compiled.output_specs == (P() if out_specs is None else out_specs)
+    for spec in jax.tree_util.tree_leaves(compiled.output_specs):
         assert isinstance(spec, (P, jax.sharding.PartitionSpec))
+    # The sharding views are jax shardings with the same layouts.
+    for sharding, spec in zip(
+        jax.tree_util.tree_leaves(compiled.output_shardings),
+        jax.tree_util.tree_leaves(compiled.output_specs),
+        strict=True,
+    ):
+        assert isinstance(sharding, jax.sharding.NamedSharding)
+        assert sharding.is_equivalent_to(jax.sharding.NamedSharding(sharding.mesh, spec), 2)
 
 
 def test_pytree_shardings_follow_the_trees() -> None:
@@ -167,8 +175,13 @@ def test_pytree_shardings_follow_the_trees() -> None:
             .lower({"x": sds, "y": sds})
             .compile()
         )
-    assert compiled.input_shardings == (({"x": P("a", "b"), "y": P()},), {})
-    assert compiled.output_shardings == {"sum": P("b"), "x": P("a")}
+    assert compiled.input_specs == (({"x": P("a", "b"), "y": P()},), {})
+    assert compiled.output_specs == {"sum": P("b"), "x": P("a")}
+    mesh = compiled.output_shardings["sum"].mesh
+    assert compiled.output_shardings == {
+        "sum": jax.sharding.NamedSharding(mesh, P("b")),
+        "x": jax.sharding.NamedSharding(mesh, P("a")),
+    }
 
 
 def test_compiled_with_donation() -> None:

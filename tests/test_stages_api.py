@@ -217,18 +217,19 @@ def test_explain_cache_misses_names_what_changed(caplog: pytest.LogCaptureFixtur
             f(params, 1, np.ones((4,), np.float32))
             f(params, 2, np.ones((4,), np.float32))
             f(params, 2, np.ones((4,), np.int32))
+            f(params, 2, jax.device_put(np.ones((4,), np.int32), named(mesh, P())))
             f(params, 2, jax.device_put(np.ones((4,), np.int32), named(mesh, P("a"))))
             f(params, 2, np.ones((4,), np.int32))  # a hit: nothing to explain
             with jax.numpy_rank_promotion("raise"):
                 f(params, 2, np.ones((4,), np.int32))
     misses = [r.getMessage() for r in caplog.records if "TRACING CACHE MISS" in r.getMessage()]
-    assert len(misses) == 6
+    assert len(misses) == 7
     assert "never seen function" in misses[0] and "body defined at" in misses[0]
     assert "at x, shape now (4,) and before (8,)" in misses[1]
     assert "at static argument n, now 2 and before 1" in misses[2]
     assert "at x, dtype now int32 and before float32" in misses[3]
-    assert "at x," in misses[4] and "sharding" in misses[4]
-    assert "jax_numpy_rank_promotion differs: now raise and before allow" in misses[5]
+    assert "at x," in misses[5]  # against the closest key seen: its type or its sharding
+    assert "jax_numpy_rank_promotion differs: now raise and before allow" in misses[6]
 
 
 def test_monitoring_sees_trace_lower_and_compile_durations() -> None:

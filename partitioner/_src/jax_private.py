@@ -133,6 +133,7 @@ primitive_batchers = _batching.primitive_batchers
 # jax._src.interpreters.mlir
 aval_to_ir_type = _mlir.aval_to_ir_type
 call_lowering = _mlir.call_lowering
+custom_call = _mlir.custom_call
 iota = _mlir.iota
 ir_constants = _mlir.ir_constants
 ir_tree_registry = _mlir.ir_tree_registry
@@ -277,6 +278,13 @@ def trace_context_names() -> tuple[str, ...]:
     return tuple(_config.trace_context_names())
 
 
+#: Context managers setting the abstract / concrete mesh jax's sharding rules read
+#: (jax's pjit sets both while tracing a body over a mesh with Explicit axes).
+use_abstract_mesh = _mesh_lib.use_abstract_mesh
+use_concrete_mesh = _sharding_impls._internal_use_concrete_mesh
+get_abstract_mesh = _mesh_lib.get_abstract_mesh
+
+
 def trace_context() -> Any:
     """jax's hashable trace-affecting configuration (x64, etc.) for cache keys."""
     return _config.trace_context()
@@ -300,6 +308,14 @@ def shaped_abstractify(x: Any) -> Any:
     """
     a = _core.shaped_abstractify(x)
     return _core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type)
+
+
+def typed_abstractify(x: Any) -> Any:
+    """The aval jax.jit traces ``x`` as, sharding included (``float32[8@x,4]``).
+
+    Used over meshes with Explicit axes, where the sharding is part of the type.
+    """
+    return _core.shaped_abstractify(x)
 
 
 # --- how an enclosing jax.jit picks its devices ---
@@ -655,3 +671,22 @@ module_to_string = _mlir.module_to_string
 def user_call_site() -> str:
     """The user's ``file:line (function)`` the current call came from (our frames skipped)."""
     return _source_info_util.summarize(_source_info_util.current())
+
+
+# --- memory kinds (NOTE [memory kinds] in lower/memory.py) ---
+
+mem_space_to_kind = _core.mem_space_to_kind
+mem_kind_to_space = _core.mem_kind_to_space
+MemorySpace = _core.MemorySpace
+device_put_p = _dispatch.device_put_p
+subjaxprs = _core.subjaxprs
+
+
+def array_layout(x: Any) -> Any:
+    """An array's PjRt layout (cheap, hashable; None for typed key arrays).
+
+    It keys the Python dispatch cache, so an argument in another memory layout
+    never reuses an executable built for the default one (jaxlib's C++
+    dispatcher misses on it the same way).
+    """
+    return getattr(x, "_pjrt_layout", None)

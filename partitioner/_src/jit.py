@@ -37,6 +37,7 @@ def jit(
     device: Any = None,
     backend: str | None = None,
     inline: bool = False,
+    compiler_options: dict[str, Any] | None = None,
 ) -> Any:
     """Compile ``fun`` as ``jax.jit`` does, partitioned by partitioner's pipeline.
 
@@ -68,6 +69,7 @@ def jit(
         device=device,
         backend=backend,
         inline=inline,
+        compiler_options=compiler_options,
     )
     if fun is None:
         return lambda f: jit(f, **options)
@@ -83,5 +85,6 @@ def jit(
         donate_argnames,
         kind="jit",
         device=device_option(device, backend, keep_unused, inline, "jit"),
+        compiler_options=compiler_options,
     )
     return make_wrapped(JitWrapped, planner)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 from jax.sharding import Mesh
-from jax.tree_util import tree_leaves, tree_unflatten
+from jax.tree_util import keystr, tree_leaves, tree_unflatten
 
 from . import jax_private as jp
 from . import options
@@ -25,7 +25,8 @@ from . import rules as _rules  # noqa: F401  (registers the transformation rules
 from .dispatch.execute import check_usable
 from .dispatch.fastpath import Dispatcher
 from .spec.checks import check_specs
-from .spec.mesh_env import maybe_current_mesh, resolve_mesh
+from .spec.leaves import check_layouts, resolve_inputs
+from .spec.mesh_env import has_explicit_axes, maybe_current_mesh, resolve_mesh
 from .spec.parsed import REPLICATED, ParsedPartitionSpec
 from .spec.placement import (
     Placement,
@@ -102,6 +103,7 @@ class PjitFunction:
         *,
         kind: str = "pjit",
         device: Any = None,
+        compiler_options: dict[str, Any] | None = None,
     ) -> None:
         """See :func:`pjit`; ``kind`` is ``"jit"`` for :func:`partitioner.jit`, where a
         ``None`` spec means unspecified, and ``device`` is ``jit(device=...)``."""
@@ -113,6 +115,13 @@ class PjitFunction:
         self.fun = fun
         self.kind = kind
         self._device = device
+        if compiler_options is not None and not isinstance(compiler_options, dict):
+            raise TypeError(
+                f"{kind}: compiler_options must be a dict of XLA option names to values, got "
+                f"{type(compiler_options).__name__}"
+            )
+        # Hashable, so they key the executable cache beside the program.
+        self._compiler_options = tuple(sorted((compiler_options or {}).items()))
         in_name, out_name = (
             ("in_shardings", "out_shardings")
             if kind == "jit"
@@ -256,19 +265,35 @@ class PjitFunction:
                 if not options.reshard_committed_enabled():
                     check_committed_layout(leaf, spec, mesh, where, self.api)
                 specs.append(spec)
+        typed = has_explicit_axes(mesh)
         avals = tuple(
-            abstractify(leaf, flat.where(i, self.api), "static_argnums/static_argnames")
+            abstractify(
+                leaf, flat.where(i, self.api), "static_argnums/static_argnames", typed=typed
+            )
             for i, leaf in enumerate(flat.leaves)
         )
-        checked = [(s, p, a.shape) for s, p, a in zip(specs, flat.paths, avals) if s is not None]
+        given = [i for i, s in enumerate(specs) if s is not None]  # None: a tracer's, XLA's
         check_specs(
             self.api,
             "argument args",
-            [s for s, _, _ in checked],
-            [p for _, p, _ in checked],
-            [shape for _, _, shape in checked],
+            [specs[i] for i in given],
+            [flat.paths[i] for i in given],
+            [avals[i].shape for i in given],
             mesh,
         )
+        # Memory kinds and layouts, checked against the arguments (spec/leaves.py).
+        resolved, resolved_avals = resolve_inputs(
+            self.api,
+            [specs[i] for i in given],  # type: ignore[misc]
+            [flat.leaves[i] for i in given],
+            [avals[i] for i in given],
+            lambda k: flat.where(given[k], self.api),
+            mesh,
+        )
+        avals_list = list(avals)
+        for k, i in enumerate(given):
+            specs[i], avals_list[i] = resolved[k], resolved_avals[k]
+        avals = tuple(avals_list)
         donated = tuple(
             path[0].idx in bound.donate if i < n_pos else path[0].key in bound.donate_kw  # type: ignore[attr-defined]
             for i, path in enumerate(flat.paths)
@@ -310,8 +335,8 @@ class PjitFunction:
             donated_invars=(False,) * len(consts) + flat.donated,
             name=self.name,
             api=self.kind,
-            single_device=placement.single_device,
             committed=placement.committed,
+            compiler_options=self._compiler_options,
         )
         return CallPlan(
             params=params,
@@ -332,16 +357,20 @@ class PjitFunction:
         specs, paths = broadcast_prefix(
             out_specs, outs, api=f"{self.api} out_axis_resources", what="outputs"
         )
-        given = [
-            (s, p, a.shape) for s, p, a in zip(specs, paths, out_avals) if s is not UNSPECIFIED
-        ]
+        given = [i for i, s in enumerate(specs) if s is not UNSPECIFIED]
         check_specs(
             self.api,
             "output",
-            [s for s, _, _ in given],
-            [p for _, p, _ in given],
-            [shape for _, _, shape in given],
+            [specs[i] for i in given],
+            [paths[i] for i in given],
+            [out_avals[i].shape for i in given],
             mesh,
+        )
+        check_layouts(
+            self.api,
+            [specs[i] for i in given],
+            [out_avals[i] for i in given],
+            lambda k: f"{self.api} output{keystr(paths[given[k]])}",
         )
         return tuple(None if s is UNSPECIFIED else s for s in specs)
 
@@ -493,6 +522,7 @@ def pjit(
     device: Any = None,
     backend: str | None = None,
     inline: bool = False,
+    compiler_options: dict[str, Any] | None = None,
 ) -> PjitWrapped:
     """Partition ``fun`` over the mesh in context at each call.
 
@@ -521,6 +551,7 @@ def pjit(
         device: as in ``jax.jit``.
         backend: as in ``jax.jit``.
         inline: as in ``jax.jit``.
+        compiler_options: as in ``jax.jit``: XLA options by name for every compile.
 
     Returns:
         PjitWrapped: call it to run, ``.lower(...)`` for the AOT stages,
@@ -541,5 +572,6 @@ def pjit(
         static_argnames,
         donate_argnames,
         device=device_option(device, backend, keep_unused, inline, "pjit"),
+        compiler_options=compiler_options,
     )
     return make_wrapped(PjitWrapped, planner)

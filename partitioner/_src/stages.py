@@ -10,10 +10,11 @@ NOTE [stages API]: the names and the shapes of the answers are jax.jit's
 ``args_info`` (a tree of ``jax.stages.ArgInfo``), ``in_tree`` / ``out_tree``,
 ``in_avals``, ``out_info``, ``donate_argnums``, ``as_text(dialect=...)``,
 ``compiler_ir(dialect)``, ``cost_analysis()``, ``compile(compiler_options=...)``,
-``runtime_executable()`` and ``input_formats`` / ``output_formats``. Two
-deliberate differences (docs/api.md): ``Compiled.input_shardings`` /
-``output_shardings`` are PartitionSpec trees (the layouts XLA settled on, parsed
-back by ``parse_op_sharding``), and the lowered module names every argument
+``runtime_executable()`` and ``input_formats`` / ``output_formats``. ``Compiled.input_shardings``
+/ ``output_shardings`` are jax shardings as jax.jit gives them (memory kinds
+included), with the same layouts as PartitionSpecs under ``input_specs`` /
+``output_specs`` (parsed back by ``parse_op_sharding``). One deliberate
+difference (docs/api.md): the lowered module names every argument
 (``jax.arg_info``) where jax keeps the names only in debug locations.
 """
 
@@ -23,18 +24,19 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
-from jax.experimental.layout import Format, Layout
+from jax.experimental.layout import Format
 from jax.stages import ArgInfo
 from jax.tree_util import PyTreeDef, tree_flatten, tree_unflatten
 
 from . import jax_private as jp
 from . import options
 from .compile import CompilerOptions
-from .dispatch.executable import Executable, finish, named_sharding
+from .dispatch.executable import Executable, finish, named_sharding, xla_layouts
 from .dispatch.execute import run
 from .lower.module import LoweredModule, lower_pjit_body
 from .report.tables import Report
 from .report.tables import build as build_report
+from .spec.leaves import as_reported, check_compiled_layouts
 from .spec.partition_spec import Spec
 from .trace.plan import CallPlan
 
@@ -232,7 +234,13 @@ class Lowered(_Stage):
                 f"{[getattr(d, 'id', d) for d in device_assignment]}. Lower under a mesh of "
                 "those devices instead."
             )
-        # As jax's: compiled once with default options, then reused by later calls.
+        # As jax's: compiled once with default options, then reused by later calls;
+        # a jit(..., compiler_options=...) function's options are its defaults.
+        if compiler_options is None and self._plan.params.compiler_options:
+            compiler_options = dict(self._plan.params.compiler_options)
+            if self._executable is None:
+                self._executable = finish(self._module, self._plan.params.jaxpr, compiler_options)
+            return Compiled(self._executable, self._plan)
         if compiler_options is None and self._executable is not None:
             return Compiled(self._executable, self._plan)
         executable = finish(self._module, self._plan.params.jaxpr, compiler_options)
@@ -273,6 +281,10 @@ class Compiled(_Stage):
                     f"got {got.dtype.name}{list(got.shape)}. A compiled function only accepts the "
                     "shapes and dtypes it was lowered for; lower again for new ones."
                 )
+        n = self._plan.num_consts
+        check_compiled_layouts(
+            leaves, self._executable.in_layouts[n:], lambda i: f"Compiled {self._plan.where(n + i)}"
+        )
         where = lambda i: f"Compiled {self._plan.where(self._plan.num_consts + i)}"  # noqa: E731
         strict = not options.reshard_committed_enabled()
         return run(self._executable, leaves, self._plan.out_tree, where, strict=strict)[0]
@@ -322,42 +334,52 @@ class Compiled(_Stage):
 
     @property
     def input_shardings(self) -> Any:
+        """The inputs' shardings, as ``jax.jit``'s ``Compiled`` gives them.
+
+        A ``(args, kwargs)`` tree of ``jax.sharding.NamedSharding`` over the mesh:
+        the layouts XLA settled on and each input's memory kind, so
+        ``.spec``, ``.memory_kind`` and ``.is_equivalent_to`` work as on jax's.
+        :attr:`input_specs` gives the same layouts as PartitionSpecs.
+        """
+        shardings = self._executable.in_shardings[self._plan.num_consts :]
+        return tree_unflatten(self._plan.in_tree, [as_reported(s) for s in shardings])
+
+    @property
+    def output_shardings(self) -> Any:
+        """The outputs' shardings (NamedShardings, with memory kinds), as ``jax.jit``'s."""
+        shardings = [as_reported(s) for s in self._executable.out_shardings]
+        return tree_unflatten(self._plan.out_tree, shardings)
+
+    @property
+    def input_formats(self) -> Any:
+        """The inputs' ``Format``s (XLA's memory layout and the sharding), as ``jax.jit``'s.
+
+        Where a spec asked for ``Layout.AUTO`` this is the layout XLA chose: lay
+        arguments out with ``jax.device_put(x, fmt)`` to call without a relayout.
+        """
+        ins, _ = xla_layouts(self._executable.lowered, self._executable.loaded)
+        shardings = self._executable.in_shardings
+        formats = [Format(layout, as_reported(s)) for layout, s in zip(ins, shardings, strict=True)]
+        return tree_unflatten(self._plan.in_tree, formats[self._plan.num_consts :])
+
+    @property
+    def output_formats(self) -> Any:
+        """The outputs' ``Format``s (XLA's memory layout and the sharding), as ``jax.jit``'s."""
+        _, outs = xla_layouts(self._executable.lowered, self._executable.loaded)
+        shardings = self._executable.out_shardings
+        formats = [
+            Format(layout, as_reported(s)) for layout, s in zip(outs, shardings, strict=True)
+        ]
+        return tree_unflatten(self._plan.out_tree, formats)
+
+    @property
+    def input_specs(self) -> Any:
         """The input layouts, as PartitionSpecs parsed from the executable's OpShardings."""
         specs = [s.to_partition_spec() for s in self._executable.in_specs[self._plan.num_consts :]]
         return tree_unflatten(self._plan.in_tree, specs)
 
     @property
-    def output_shardings(self) -> Any:
+    def output_specs(self) -> Any:
         """The output layouts, as PartitionSpecs parsed from the executable's OpShardings."""
         specs: list[Spec] = [s.to_partition_spec() for s in self._executable.out_specs]
         return tree_unflatten(self._plan.out_tree, specs)
-
-    @property
-    def input_formats(self) -> Any:
-        """Each input's ``Format``: the memory layout XLA chose and its NamedSharding.
-
-        As jax.jit's ``Compiled.input_formats``: a pair ``(args, kwargs)`` of trees.
-        """
-        exe = self._executable
-        layouts = _without_tokens(exe.loaded.get_parameter_layouts(), len(exe.in_shardings))
-        formats = [
-            Format(Layout.from_pjrt_layout(lay), s)
-            for lay, s in zip(layouts, exe.in_shardings, strict=True)
-        ]
-        return tree_unflatten(self._plan.in_tree, formats[self._plan.num_consts :])
-
-    @property
-    def output_formats(self) -> Any:
-        """Each output's ``Format``: the memory layout XLA chose and its NamedSharding."""
-        exe = self._executable
-        layouts = _without_tokens(exe.loaded.get_output_layouts(), len(exe.out_shardings))
-        formats = [
-            Format(Layout.from_pjrt_layout(lay), s)
-            for lay, s in zip(layouts, exe.out_shardings, strict=True)
-        ]
-        return tree_unflatten(self._plan.out_tree, formats)
-
-
-def _without_tokens(layouts: Sequence[Any], n_values: int) -> Sequence[Any]:
-    """Drop the layouts of ``main``'s leading runtime tokens (ordered effects)."""
-    return layouts[len(layouts) - n_values :]

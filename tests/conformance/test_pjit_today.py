@@ -70,7 +70,9 @@ def _both(door: Callable[..., Any], fun: Callable[..., Any], *args: Any, **kw: A
     [(P("x", "y"), (2, 4)), (P(None), (8, 8))],
     ids=["sharded", "replicated"],
 )
-def test_single_output(door: Any, out_spec: P, shard_shape: tuple[int, int]) -> None:
+def test_single_output(
+    door: Any, partitioner_mode: Any, out_spec: P, shard_shape: tuple[int, int]
+) -> None:
     mesh = _mesh((4, 2), ("x", "y"))
     x, data = _array((8, 2), mesh, P("x", "y"))
     out = _both(door, lambda v: v @ v.T, x, out_shardings=NamedSharding(mesh, out_spec))
@@ -98,7 +100,7 @@ def test_numpy_input_with_in_shardings(door: Any) -> None:
     )
 
 
-def test_unspecified_out_shardings_follow_the_input(door: Any) -> None:
+def test_unspecified_out_shardings_follow_the_input(door: Any, partitioner_mode: Any) -> None:
     mesh = _mesh((4, 2), ("x", "y"))
     x, data = _array((8, 2), mesh, P("x", "y"))
     f = door(lambda v: v * 2)
@@ -402,7 +404,7 @@ def test_inline(door: Any) -> None:
 # --- None means unspecified in jit (and in pjit with no mesh) ---
 
 
-def test_jit_none_shardings_are_unspecified() -> None:
+def test_jit_none_shardings_are_unspecified(partitioner_mode: Any) -> None:
     mesh = _mesh((4, 2), ("x", "y"))
     s = NamedSharding(mesh, P("x", "y"))
     data = np.arange(16).reshape(8, 2)
@@ -434,7 +436,7 @@ def test_pjit_none_under_a_mesh_is_replicated() -> None:
     assert isinstance(out2.sharding, NamedSharding) and out2.sharding.spec == P()
 
 
-def test_jit_partially_specified_out_shardings() -> None:
+def test_jit_partially_specified_out_shardings(partitioner_mode: Any) -> None:
     mesh = _mesh((4, 2), ("x", "y"))
     x = np.arange(16.0, dtype=np.float32).reshape(8, 2)
     fun = lambda a: (a, a.sum())  # noqa: E731
@@ -610,3 +612,16 @@ def test_output_tree_mismatch_in_several_subtrees_names_each(door: Any) -> None:
         door(lambda x: {"a": (x, x, x), "b": (x,), "c": x}, out_shardings=out_specs)(np.ones(8))
     message = str(info.value)
     assert "['a']" in message and "['b']" in message, message
+
+
+def test_compiler_options_as_jax_jit(door: Any) -> None:
+    x = np.arange(8.0, dtype=np.float32)
+    f = door(lambda v: v * 2, compiler_options={"xla_embed_ir_in_executable": True})
+    np.testing.assert_array_equal(np.asarray(f(x)), x * 2)
+    bad = door(lambda v: v * 3, compiler_options={"not_an_xla_option": 1})
+    with pytest.raises(Exception, match="not_an_xla_option"):
+        bad(x)
+    with pytest.raises(Exception, match="not_an_xla_option"):
+        jax.jit(lambda v: v * 3, compiler_options={"not_an_xla_option": 1})(x)
+    with pytest.raises(TypeError, match="compiler_options"):
+        door(lambda v: v, compiler_options=[("a", 1)])

@@ -13,12 +13,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
+from jax.experimental.layout import Format, Layout
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .. import jax_private as jp
 from ..compile import CompilerOptions, compile_module
 from ..lower.module import LoweredModule, lower_pjit_body
-from ..spec.parsed import REPLICATED, ParsedPartitionSpec
+from ..spec.leaves import as_reported
+from ..spec.mesh_env import has_explicit_axes, result_mesh
+from ..spec.parsed import REPLICATED, ParsedPartitionSpec, SpecSync
 from ..trace.primitive import PjitParams
 from . import window
 from .agreement import check_same_program
@@ -38,7 +41,7 @@ class Executable:
     in_specs: tuple[ParsedPartitionSpec, ...]
     out_specs: tuple[ParsedPartitionSpec, ...]
     in_shardings: tuple[NamedSharding, ...]
-    out_shardings: tuple[Any, ...]  # NamedSharding, or SingleDeviceSharding (single_device)
+    out_shardings: tuple[Any, ...]  # NamedShardings (a one-device mesh's as reported: as_reported)
     out_handler: Any  # jax's results handler: per-device buffers -> jax.Arrays
     windowed: bool  # runs through the CPU collective window (window.py)
     marker: int | None  # the output a windowed launch is tracked by (window.marker_index)
@@ -47,11 +50,25 @@ class Executable:
     physical_inputs: bool  # some input is a typed PRNG key, run on its physical array
     # Runs with runtime tokens (ordered effects, host callbacks), on the Python path.
     uses_tokens: bool
+    # Per input: the memory layout XLA compiled for where its spec states one
+    # (a Layout or Layout.AUTO), else None (XLA's default). Such inputs are
+    # placed as ``Format(layout, sharding)``, on the Python path.
+    in_layouts: tuple[Any, ...] = ()
+
+    def in_placements(self) -> tuple[Any, ...]:
+        """Where each input goes: its sharding, or a ``Format`` where a layout is stated."""
+        if not any(layout is not None for layout in self.in_layouts):
+            return self.in_shardings
+        return tuple(
+            s if layout is None else Format(layout, s)
+            for s, layout in zip(self.in_shardings, self.in_layouts, strict=True)
+        )
 
 
 def build(params: PjitParams, shardy: bool) -> Executable:
     """Lower and compile the body ``params`` describe, for Shardy or GSPMD."""
-    return finish(lower_pjit_body(params, shardy), params.jaxpr)
+    options = dict(params.compiler_options) or None
+    return finish(lower_pjit_body(params, shardy), params.jaxpr, options)
 
 
 def finish(
@@ -68,15 +85,85 @@ def finish(
     loaded, in_specs, out_specs = compile_module(lowered, compiler_options)
     if None in in_specs or None in out_specs:
         pinned = lowered.params(jaxpr).replace(
-            in_axis_resources=[s if s is not None else REPLICATED for s in in_specs],
-            out_axis_resources=[s if s is not None else REPLICATED for s in out_specs],
+            in_axis_resources=_pinned(in_specs, lowered.in_specs),
+            out_axis_resources=_pinned(out_specs, lowered.out_specs),
         )
         return finish(lower_pjit_body(pinned, lowered.shardy), jaxpr, compiler_options)
+    if has_explicit_axes(lowered.mesh):
+        # Results are annotated with their specs, which XLA honours; read back, a
+        # size-1 mesh axis would vanish from them, but it is part of a typed result's
+        # sharding (``P('x', 'z')`` for ``f32[8@x,4@z]``), as in jax.jit's results.
+        out_specs = [a if a is not None else c for a, c in zip(lowered.out_specs, out_specs)]
     return _executable(lowered, loaded, tuple(in_specs), tuple(out_specs))  # type: ignore[arg-type]
 
 
-def named_sharding(mesh: Mesh, spec: ParsedPartitionSpec) -> NamedSharding:
-    return NamedSharding(mesh, spec.to_closed_spec())
+def _pinned(
+    chosen: list[ParsedPartitionSpec | None], asked: tuple[ParsedPartitionSpec | None, ...]
+) -> list[ParsedPartitionSpec]:
+    """XLA's layouts (replicated where no spec expresses one), in the memory kinds asked."""
+    return [
+        (c if c is not None else REPLICATED).with_memory_kind(a.memory_kind if a else None)
+        for c, a in zip(chosen, asked, strict=True)
+    ]
+
+
+def named_sharding(
+    mesh: Mesh,
+    spec: ParsedPartitionSpec,
+    memory_kind: str | None = None,
+    asked: ParsedPartitionSpec | None = None,
+    ndim: int | None = None,
+) -> NamedSharding:
+    """The NamedSharding of ``spec`` over ``mesh``, in ``memory_kind`` (None: the default).
+
+    Where ``spec`` is the layout the user ``asked`` for, the sharding keeps the
+    user's spelling of it (``P('x', None)``, not ``P('x')``), as jax.jit does:
+    jax compares shardings' specs as written. With ``ndim`` (a result over
+    Explicit axes), it is spelled with one entry per dimension, as its type is.
+    """
+    closed = spec.to_closed_spec()
+    if ndim is not None:
+        if len(closed) < ndim:
+            closed = PartitionSpec(*closed, *(None,) * (ndim - len(closed)))
+    elif (
+        asked is not None
+        and asked.sync == SpecSync.IN_SYNC
+        and isinstance(asked.unsafe_user_spec, PartitionSpec)
+        and not asked.unconstrained_dims
+        and _cuts(asked, mesh) == _cuts(spec, mesh)
+    ):
+        closed = asked.unsafe_user_spec
+    return NamedSharding(mesh, closed, memory_kind=memory_kind)
+
+
+def _cuts(spec: ParsedPartitionSpec, mesh: Mesh) -> tuple[tuple[Any, ...], ...]:
+    """The axes that really cut each dimension (size-1 mesh axes cut nothing)."""
+    sizes = dict(mesh.shape)
+    parts = [tuple(a for a in axes if sizes[a] > 1) for axes in spec.partitions]
+    while parts and not parts[-1]:
+        parts.pop()
+    return tuple(parts)
+
+
+def _result_sharding(
+    mesh: Mesh,
+    aval: Any,
+    spec: ParsedPartitionSpec,
+    asked: ParsedPartitionSpec | None,
+    memory_kind: str | None,
+) -> NamedSharding:
+    """A result's sharding; over Explicit axes, over its type's mesh, and spelled as its
+    type (one entry per dimension) where the type says it (as jax.jit's results are):
+    always on an all-Explicit mesh, and on a mixed one for an unspecified (``asked``
+    None) output whose type names an axis."""
+    if not has_explicit_axes(mesh):
+        return named_sharding(mesh, spec, memory_kind, asked)
+    over = result_mesh(mesh, aval)  # NOTE [explicit axes]
+    typed = getattr(getattr(aval, "sharding", None), "spec", None)
+    from_type = asked is None and typed is not None and any(e is not None for e in typed)
+    if over.are_all_axes_explicit or from_type:
+        return named_sharding(over, spec, memory_kind, ndim=aval.ndim)
+    return named_sharding(over, spec, memory_kind, asked)
 
 
 def bytes_per_device(aval: Any, spec: ParsedPartitionSpec, mesh: Mesh) -> int:
@@ -94,9 +181,10 @@ def _executable(
     out_specs: tuple[ParsedPartitionSpec, ...],
 ) -> Executable:
     mesh = lowered.mesh
-    out_sh: tuple[Any, ...] = tuple(named_sharding(mesh, s) for s in out_specs)
-    if lowered.single_device:  # as jax.jit hands back a one-device call's results
-        out_sh = tuple(SingleDeviceSharding(mesh.devices.flat[0]) for _ in out_specs)
+    out_sh: tuple[Any, ...] = tuple(
+        _result_sharding(mesh, a, s, lowered.out_specs[i], lowered.out_memory_kind(i))
+        for i, (a, s) in enumerate(zip(lowered.out_avals, out_specs, strict=True))
+    )
     windowed = window.needs_window(loaded, mesh.devices.flat[0].platform, mesh.size)
     out_bytes = [bytes_per_device(a, s, mesh) for a, s in zip(lowered.out_avals, out_specs)]
     marker = window.marker_index(lowered.out_avals, out_bytes) if windowed else None
@@ -105,13 +193,37 @@ def _executable(
         loaded=loaded,
         in_specs=in_specs,
         out_specs=out_specs,
-        in_shardings=tuple(named_sharding(mesh, s) for s in in_specs),
+        in_shardings=tuple(
+            named_sharding(mesh, s, lowered.in_memory_kind(i), lowered.in_specs[i])
+            for i, s in enumerate(in_specs)
+        ),
         out_shardings=out_sh,
-        out_handler=jp.results_handler(lowered.out_avals, out_sh, lowered.committed),
+        out_handler=jp.results_handler(
+            lowered.out_avals, tuple(map(as_reported, out_sh)), lowered.committed
+        ),
         windowed=windowed,
         marker=marker,
         small_marker=marker is not None and out_bytes[marker] <= window.SMALL_MARKER_BYTES,
         aliased=tuple(i for i, a in enumerate(lowered.aliased) if a),
         physical_inputs=any(jp.is_extended(a) for a in lowered.in_avals),
         uses_tokens=bool(lowered.ordered_effects or lowered.host_callbacks),
+        in_layouts=_stated_input_layouts(lowered, loaded),
+    )
+
+
+def xla_layouts(lowered: LoweredModule, loaded: Any) -> tuple[list[Any], list[Any]]:
+    """The layouts XLA compiled each input and output for (tokens dropped), as jax Layouts."""
+    n_tokens = len(lowered.ordered_effects)
+    ins = [Layout.from_pjrt_layout(x) for x in loaded.get_parameter_layouts()[n_tokens:]]
+    outs = [Layout.from_pjrt_layout(x) for x in loaded.get_output_layouts()[n_tokens:]]
+    return ins, outs
+
+
+def _stated_input_layouts(lowered: LoweredModule, loaded: Any) -> tuple[Any, ...]:
+    if not any(s is not None and s.layout is not None for s in lowered.in_specs):
+        return ()
+    chosen = xla_layouts(lowered, loaded)[0]
+    return tuple(
+        None if s is None or s.layout is None else c
+        for s, c in zip(lowered.in_specs, chosen, strict=True)
     )

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+from jax.experimental.layout import Format
 from jax.sharding import Mesh, NamedSharding
 from jax.tree_util import PyTreeDef, tree_unflatten
 
@@ -52,8 +53,8 @@ def get_executable(params: PjitParams) -> Executable:
         params.mesh,
         params.donated_invars,
         shardy,
-        params.single_device,
         params.committed,
+        params.compiler_options,
     )
     executable, _ = executables.get_or_compile(params.jaxpr, key, build_it)
     return executable
@@ -98,12 +99,12 @@ def _flat_position(i: int) -> str:
 
 def place_args_reporting(
     args: Sequence[Any],
-    shardings: Sequence[NamedSharding],
+    shardings: Sequence[NamedSharding | Format],
     where: Callable[[int], str] = _flat_position,
     *,
     strict: bool = False,
 ) -> tuple[list[Any], bool]:
-    """Lay each argument out as its sharding asks; pass through those already there.
+    """Lay each argument out as its sharding (or Format) asks; pass through those already there.
 
     ``where(i)`` names argument ``i`` in an error (its path, as the user wrote it).
     With ``strict`` (a user's call of a ``Compiled``), a committed array laid out
@@ -119,14 +120,19 @@ def place_args_reporting(
     """
     placed = []
     moved_committed = False
-    for i, (x, sharding) in enumerate(zip(args, shardings, strict=True)):
+    for i, (x, target) in enumerate(zip(args, shardings, strict=True)):
+        # A Format target: the input's spec states a memory layout too.
+        sharding: Any = target.sharding if isinstance(target, Format) else target
+        layout = target.layout if isinstance(target, Format) else None
         if isinstance(x, jax.Array) and not isinstance(x, jp.Tracer):
-            if not x.is_deleted() and (
-                x.sharding == sharding or x.sharding.is_equivalent_to(sharding, x.ndim)
+            if (
+                not x.is_deleted()
+                and (x.sharding == sharding or x.sharding.is_equivalent_to(sharding, x.ndim))
+                and (layout is None or x.format.layout == layout)  # type: ignore[attr-defined]
             ):
                 placed.append(x)
                 continue
-            check_usable(x, sharding.mesh, where(i))  # type: ignore[arg-type]
+            check_usable(x, sharding.mesh, where(i))
             if strict and x.committed:
                 raise ValueError(
                     f"{where(i)} is committed to {x.sharding}, but the compiled computation "
@@ -134,7 +140,7 @@ def place_args_reporting(
                     "(jax.device_put(x, compiled.input_shardings[...])), or lower again."
                 )
             moved_committed = moved_committed or x.committed
-        placed.append(jax.device_put(x, sharding))
+        placed.append(jax.device_put(x, target))
     return placed, moved_committed
 
 
@@ -174,7 +180,7 @@ def run(
     Returns:
         ``(outputs, moved_committed)``: see :func:`place_args_reporting`.
     """
-    placed, moved = place_args_reporting(leaves, executable.in_shardings, where, strict=strict)
+    placed, moved = place_args_reporting(leaves, executable.in_placements(), where, strict=strict)
     return tree_unflatten(out_tree, execute_placed(executable, placed)), moved
 
 
@@ -207,7 +213,7 @@ def _pjit_impl(*args: Any, **kwargs: Any) -> list[Any]:
             )
         )
     executable = get_executable(params)
-    return execute_placed(executable, place_args_reporting(args, executable.in_shardings)[0])
+    return execute_placed(executable, place_args_reporting(args, executable.in_placements())[0])
 
 
 pjit_p.def_impl(_pjit_impl)

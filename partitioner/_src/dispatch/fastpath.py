@@ -79,7 +79,8 @@ class _Hit:
 
 def _leaf_signature(x: Any) -> Any:
     if isinstance(x, jax.Array):
-        return (type(x), x.shape, x.dtype, x.aval.weak_type, x.sharding, x.committed)
+        layout = None if x.is_deleted() else jp.array_layout(x)
+        return (type(x), x.shape, x.dtype, x.aval.weak_type, x.sharding, x.committed, layout)
     shape = getattr(x, "shape", None)
     if shape is not None:
         return (type(x), shape, x.dtype)
@@ -237,6 +238,7 @@ class Dispatcher:
             not cpp_ok
             or executable is None
             or executable.uses_tokens  # runtime tokens are threaded in Python, as jax does
+            or executable.in_layouts  # inputs with stated layouts are placed in Python
             or not options.fast_path_enabled()
         ):
             return out, None, False

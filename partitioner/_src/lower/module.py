@@ -16,11 +16,14 @@ from jax.sharding import Mesh
 
 from .. import jax_private as jp
 from ..events import emit
+from ..spec.mesh_env import typed_context
 from ..spec.parsed import ParsedPartitionSpec
 from ..trace.primitive import PjitParams
 from ..warn import warn
 from . import annotate
 from . import rules as _rules  # noqa: F401  (registers the MLIR lowering rules)
+from .layouts import annotate_layouts, has_layouts, same_donated_layout
+from .memory import MemoryKinds, annotate_memory_kinds, check_device_put_devices, memory_kinds
 
 
 @dataclass(frozen=True)
@@ -38,8 +41,8 @@ class LoweredModule:
     name: str
     api: str  # the front door the program was first lowered for ("pjit", "pmap")
     mesh: Mesh
-    single_device: bool  # results carry SingleDeviceSharding (PjitParams.single_device)
     committed: bool  # results are committed (PjitParams.committed)
+    compiler_options: tuple[tuple[str, Any], ...]  # PjitParams.compiler_options
     shardy: bool
     in_avals: tuple[Any, ...]
     out_avals: tuple[Any, ...]
@@ -50,6 +53,15 @@ class LoweredModule:
     ordered_effects: tuple[Any, ...]  # main's leading token arguments and results, in order
     host_callbacks: tuple[Any, ...]
     keepalive: Any
+    memory: MemoryKinds | None = None  # None: every value in default memory
+
+    def in_memory_kind(self, i: int) -> str | None:
+        """Input ``i``'s memory kind (None: the devices' default)."""
+        return None if self.memory is None else self.memory.inputs[i]
+
+    def out_memory_kind(self, i: int) -> str | None:
+        """Output ``i``'s memory kind (None: the devices' default)."""
+        return None if self.memory is None else self.memory.outputs[i]
 
     def params(self, jaxpr: Any) -> PjitParams:
         """The params this module was lowered for, given the body it came from."""
@@ -61,8 +73,8 @@ class LoweredModule:
             donated_invars=self.donation_requested,
             name=self.name,
             api=self.api,
-            single_device=self.single_device,
             committed=self.committed,
+            compiler_options=self.compiler_options,
         )
 
     @property
@@ -96,42 +108,49 @@ def plan_donation(
     out_specs: Sequence[ParsedPartitionSpec | None],
     mesh: Mesh,
     api: str,
+    memory: MemoryKinds | None = None,
 ) -> tuple[tuple[bool, ...], tuple[int | None, ...], tuple[int, ...]]:
     """Pair each donated input with an output it can alias (``api`` names the call).
 
     An input is aliased to an output with the same per-device buffer: same
-    global shape, dtype and spec. As in ``jax.jit``, a donated input left over
-    is still handed to XLA as a *buffer donor* when an output not aliased yet
-    has as many elements per device (``(16, 1)`` into ``(16,)``): XLA may reuse
-    it, and the input is consumed. Donations with neither are dropped with a warning, so
-    those inputs stay alive (not deleted).
+    global shape, dtype and spec, in the same memory (``memory``: each value's
+    kind; None when all live in the default one) and layout. As in ``jax.jit``, a
+    donated input left over is still handed to XLA as a *buffer donor* when an
+    output not aliased yet has as many elements per device in the same memory
+    (``(16, 1)`` into ``(16,)``): XLA may reuse it, and the input is consumed.
+    Donations with neither are dropped with a warning, so those inputs stay
+    alive (not deleted).
 
     Returns:
         ``(usable, aliases, donors)``: which inputs are really donated, for each
         input the index of the output it aliases (or None), and the inputs given
         to XLA as buffer donors.
     """
+    in_kinds = memory.inputs if memory else (None,) * len(in_avals)
+    out_kinds = memory.outputs if memory else (None,) * len(out_avals)
     free: dict[Any, list[int]] = {}
     for j, (aval, spec) in enumerate(zip(out_avals, out_specs, strict=True)):
         key = _sharded_shape(aval, spec, mesh)
         if key is not None:
-            free.setdefault((tuple(aval.shape), key), []).append(j)
+            free.setdefault((tuple(aval.shape), key, out_kinds[j]), []).append(j)
     aliases: list[int | None] = []
     unusable = []
-    for aval, spec, d in zip(in_avals, in_specs, donated, strict=True):
-        outs = free.get((tuple(aval.shape), _sharded_shape(aval, spec, mesh))) if d else None
-        if outs:
+    for i, (aval, spec, d) in enumerate(zip(in_avals, in_specs, donated, strict=True)):
+        key = (tuple(aval.shape), _sharded_shape(aval, spec, mesh), in_kinds[i])
+        outs = free.get(key) if d else None
+        where = f"{api} input {i}"
+        if outs and same_donated_layout(in_specs[i], out_specs[outs[0]], len(aval.shape), where):
             aliases.append(outs.pop(0))
         else:
             aliases.append(None)
     taken = {a for a in aliases if a is not None}
-    by_size: dict[int, list[int]] = {}
+    by_size: dict[tuple[int, Any], list[int]] = {}
     for j, (aval, spec) in enumerate(zip(out_avals, out_specs, strict=True)):
         if j not in taken:
-            by_size.setdefault(_elements_per_device(aval, spec, mesh), []).append(j)
+            by_size.setdefault((_elements_per_device(aval, spec, mesh), out_kinds[j]), []).append(j)
     donors = []
     for i, (aval, spec, d, a) in enumerate(zip(in_avals, in_specs, donated, aliases, strict=True)):
-        size = _elements_per_device(aval, spec, mesh)
+        size = (_elements_per_device(aval, spec, mesh), in_kinds[i])
         if d and a is None:
             if by_size.get(size):
                 by_size[size].pop(0)
@@ -181,17 +200,52 @@ def value_names(jaxpr: Any, n_in: int, n_out: int) -> tuple[list[str], list[str]
     return args or [""] * n_in, results
 
 
+def typed_out_specs(
+    out_avals: Sequence[Any], out_specs: Sequence[ParsedPartitionSpec | None], mesh: Mesh
+) -> tuple[ParsedPartitionSpec | None, ...]:
+    """Each ``None`` output spec replaced by its type's sharding where the type has one.
+
+    NOTE [unspecified outputs follow the type]: over a mesh whose axes are all
+    Explicit, jax.jit lays an output it was given no sharding for out as its type
+    says (``float32[8@x,4]`` -> ``P('x', None)``); so does partitioner, for the
+    same outputs (omitted specs, residuals). Over a mesh mixing Auto and
+    Explicit axes the spec stays ``None``: the body's ops already pin the
+    Explicit dims, and XLA chooses the rest, as jax leaves them unconstrained.
+    """
+    abstract = mesh.abstract_mesh
+    if not abstract.are_all_axes_explicit:
+        return tuple(out_specs)
+    resolved: list[ParsedPartitionSpec | None] = []
+    for aval, spec in zip(out_avals, out_specs, strict=True):
+        sharding = getattr(aval, "sharding", None)
+        if (
+            spec is None
+            and sharding is not None
+            and sharding.mesh == abstract
+            and not sharding.spec.unreduced
+            and not sharding.spec.reduced
+        ):
+            spec = ParsedPartitionSpec.from_user_input(sharding.spec, "output type")
+        resolved.append(spec)
+    return tuple(resolved)
+
+
 def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
     """Lower ``params.jaxpr`` over its mesh and annotate ``main`` with our shardings.
 
-    A ``None`` spec (inputs or outputs) leaves the value for XLA to shard.
+    A ``None`` spec (inputs or outputs) leaves the value for XLA to shard, but
+    see NOTE [unspecified outputs follow the type].
     """
     emit("lower", name=params.name)
     mesh, jaxpr = params.mesh, params.jaxpr
     devices = tuple(mesh.devices.flat)
     backend = jp.get_device_backend(devices[0])
     in_avals, out_avals = tuple(jaxpr.in_avals), tuple(jaxpr.out_avals)
-    in_specs, out_specs = params.in_axis_resources, params.out_axis_resources
+    in_specs = params.in_axis_resources
+    out_specs = typed_out_specs(out_avals, params.out_axis_resources, mesh)
+    check_device_put_devices(jaxpr.jaxpr, [d.id for d in devices], params.api, params.name)
+    default_kind = devices[0].default_memory().kind
+    kinds = memory_kinds(in_avals, in_specs, out_avals, out_specs, jaxpr, default_kind)
     aliased, aliases, donors = plan_donation(
         in_avals,
         in_specs,
@@ -200,11 +254,13 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
         out_specs,
         mesh,
         f"{params.api} {params.name}",
+        kinds,
     )
     ordered = ordered_effects_of(params)
     arg_names, result_names = value_names(jaxpr, len(in_avals), len(out_avals))
     with (
         jp.shardy_config(shardy),
+        typed_context(mesh),
         jp.log_elapsed_time(
             "Finished jaxpr to MLIR module conversion {fun_name} in {elapsed_time:.9f} sec",
             fun_name=f"pjit_{params.name}",
@@ -227,6 +283,7 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
             num_partitions=len(devices),
             arg_names=arg_names,
             result_names=result_names,
+            all_default_mem_kind=kinds is None,
             lowering_parameters=jp.LoweringParameters(hoist_constants_as_args=False),
         )
         with result.module.context:
@@ -235,13 +292,18 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
             )
             annotate.mark_buffer_donors(result.module, len(in_avals), donors)
             annotate.set_arg_names(result.module, arg_names)
+            main = annotate.find_main(result.module)
+            if kinds is not None:
+                annotate_memory_kinds(main, kinds)
+            if has_layouts(in_specs, out_specs):
+                annotate_layouts(main, in_avals, in_specs, out_avals, out_specs)
     return LoweredModule(
         module=result.module,
         name=params.name,
         api=params.api,
         mesh=mesh,
-        single_device=params.single_device,
         committed=params.committed,
+        compiler_options=params.compiler_options,
         shardy=shardy,
         in_avals=in_avals,
         out_avals=out_avals,
@@ -252,4 +314,5 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
         ordered_effects=ordered,
         host_callbacks=tuple(result.host_callbacks),
         keepalive=result.keepalive,
+        memory=kinds,
     )

@@ -25,7 +25,15 @@ layout back from the executable (``compile.py`` parses its output
 OpShardings). The unknown half then takes each residual laid out as it
 arrived (``dispatch/execute.py`` resolves ``None`` in-specs from the
 arguments). A residual that is just a known input, or a primal output, is
-forwarded instead of being returned twice.
+forwarded instead of being returned twice. Over a mesh with Explicit axes a
+residual's type carries its sharding, and the lowering lays it out as typed
+(NOTE [unspecified outputs follow the type] in ``lower/module.py``).
+
+NOTE [retracing typed bodies]: every rule that retraces a body (vmap, jvp,
+transpose, partial eval) does so under the body's mesh as jax's sharding rules
+see it (``typed_context``): over Explicit axes each op checks that its
+operands' meshes match the abstract mesh in context, and the rule may run
+where no mesh is in context at all (``jax.grad`` outside the ``with`` block).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import jax_private as jp
+from ..spec.mesh_env import typed_context
 from ..trace.memo import cache_per_jaxpr
 from ..trace.primitive import PjitParams, pjit_p
 from ._common import (
@@ -54,7 +63,8 @@ def _pjit_batcher(
 ) -> tuple[list[Any], list[Any]]:
     params = PjitParams.of(kwargs)
     vals_in, in_batched = batch_dims_first(vals_in, dims_in)
-    batched_jaxpr, out_batched = jp.batch_jaxpr(params.jaxpr, axis_data, in_batched, False)
+    with typed_context(params.mesh):  # NOTE [retracing typed bodies]
+        batched_jaxpr, out_batched = jp.batch_jaxpr(params.jaxpr, axis_data, in_batched, False)
     mesh, spmd, size = params.mesh, spmd_axes(axis_data), axis_data.size
     batched = params.replace(
         jaxpr=batched_jaxpr,
@@ -80,7 +90,8 @@ jp.fancy_primitive_batchers[pjit_p] = _pjit_batcher
 def _pjit_jvp(primals_in: Any, tangents_in: Any, **kwargs: Any) -> tuple[list[Any], list[Any]]:
     params = PjitParams.of(kwargs)
     nz_in = [type(t) is not jp.Zero for t in tangents_in]
-    jaxpr_jvp, nz_out = jp.jvp_jaxpr(params.jaxpr, nz_in, instantiate=False)
+    with typed_context(params.mesh):  # NOTE [retracing typed bodies]
+        jaxpr_jvp, nz_out = jp.jvp_jaxpr(params.jaxpr, nz_in, instantiate=False)
     in_specs, out_specs = params.in_axis_resources, params.out_axis_resources
     jvp_params = params.replace(
         jaxpr=jaxpr_jvp,
@@ -142,7 +153,8 @@ def _pjit_transpose(cts_in: Any, *primals_in: Any, **kwargs: Any) -> list[Any]:
     known = [x for x, u in zip(primals_in, undef, strict=True) if not u]
     cts = keep_where(cts_in, nz_cts)
     in_avals = tuple(jp.typeof(x) for x in (*known, *cts))
-    t_jaxpr, nz_out = _transposed_jaxpr(jaxpr, undef, nz_cts, in_avals)
+    with typed_context(params.mesh):  # NOTE [retracing typed bodies]
+        t_jaxpr, nz_out = _transposed_jaxpr(jaxpr, undef, nz_cts, in_avals)
     linear_specs = keep_where(in_specs, undef)
     t_in_specs = keep_where(in_specs, [not u for u in undef]) + keep_where(out_specs, nz_cts)
     transposed = params.replace(
@@ -215,9 +227,10 @@ def _pjit_partial_eval(trace: Any, *in_tracers: Any, **kwargs: Any) -> list[Any]
     in_pvals = [t.pval for t in in_tracers]
     known_ins = tuple(pv.is_known() for pv in in_pvals)
     unknown_ins = tuple(not k for k in known_ins)
-    known_jaxpr, unknown_jaxpr, unknown_outs, res_avals, in_fwd_res = (
-        jp.partial_eval_jaxpr_nounits_fwd(jaxpr, unknown_ins, instantiate=False)
-    )
+    with typed_context(params.mesh):  # NOTE [retracing typed bodies]
+        known_jaxpr, unknown_jaxpr, unknown_outs, res_avals, in_fwd_res = (
+            jp.partial_eval_jaxpr_nounits_fwd(jaxpr, unknown_ins, instantiate=False)
+        )
     known_outs = tuple(not u for u in unknown_outs)
     known_jaxpr, known_out_specs, in_fwd, out_fwd = _prune_forwarded(
         known_jaxpr, keep_where(out_specs, known_outs) + (None,) * len(res_avals), len(res_avals)

@@ -38,10 +38,8 @@ The mesh is looked up when the function is called or lowered, not when pjit is a
 def as_auto_mesh(m: Mesh) -> Mesh:
     """``m`` with every axis of type Auto.
 
-    jax 0.10.2's ``make_mesh`` defaults to Explicit axes, which change how jax
-    types sharded values; partitioner's specs are the Auto (GSPMD-style) model,
-    so it always works on the Auto twin of a mesh. Meshes are interned, so the
-    twin of an equal mesh is the same object (no retrace).
+    Meshes are interned, so the twin of an equal mesh is the same object (no
+    retrace).
     """
     auto = (AxisType.Auto,) * len(m.axis_names)
     if tuple(m.axis_types) == auto:
@@ -49,8 +47,60 @@ def as_auto_mesh(m: Mesh) -> Mesh:
     return Mesh(m.devices, m.axis_names, axis_types=auto)
 
 
-def make_mesh(devices: Any, axis_names: Sequence[Any]) -> Mesh:
-    """Validate ``(devices, axis_names)`` and build an Auto-typed jax Mesh."""
+def has_explicit_axes(m: Mesh) -> bool:
+    """True when some axis of ``m`` is Explicit: values are typed with their shardings.
+
+    NOTE [explicit axes]: jax 0.10.2's ``make_mesh`` defaults to Explicit axes.
+    Over such a mesh jax.jit carries shardings in the types (``float32[8@x, 4]``),
+    checks them op by op and lowers each op with its type's sharding; partitioner
+    does the same, so a call keeps the mesh's axis types. A mesh with no Explicit
+    axis (Auto, or Manual from an enclosing map) is the GSPMD-style model of the
+    2022 API: values are untyped and partitioner works on its Auto twin.
+    """
+    return any(t == AxisType.Explicit for t in m.axis_types)
+
+
+def as_call_mesh(m: Mesh) -> Mesh:
+    """The mesh a call runs over: ``m`` itself when it has Explicit axes, else its Auto twin."""
+    return m if has_explicit_axes(m) else as_auto_mesh(m)
+
+
+def result_mesh(m: Mesh, aval: Any) -> Mesh:
+    """The mesh a result typed ``aval`` of a call over ``m`` is reported over.
+
+    Inside ``auto_axes`` / ``explicit_axes`` (or ``use_abstract_mesh``) a value's
+    type names the call's mesh with other axis types; jax.jit reports such a
+    result (a residual, say) over the concrete mesh with *those* axis types, so
+    that its type read back (``jax.typeof``) is the one it was traced with.
+    """
+    typed = getattr(getattr(aval, "sharding", None), "mesh", None)
+    if typed is None or typed.empty or not has_explicit_axes(m):
+        return m
+    if typed.axis_types == m.axis_types or typed.shape_tuple != m.abstract_mesh.shape_tuple:
+        return m
+    return Mesh(m.devices, m.axis_names, axis_types=typed.axis_types)
+
+
+@contextlib.contextmanager
+def typed_context(m: Mesh) -> Iterator[None]:
+    """Trace or lower a body of a call over ``m`` as jax.jit does (NOTE [explicit axes]).
+
+    Over a mesh with Explicit axes, jax's sharding rules read the abstract mesh
+    in context (and ``jax.device_put``/``reshard`` the concrete one), so both are
+    set to ``m`` for the duration, as jax's pjit does while tracing. Over other
+    meshes nothing changes.
+    """
+    if not has_explicit_axes(m):
+        yield
+        return
+    with jax_private.use_concrete_mesh(m), jax_private.use_abstract_mesh(m.abstract_mesh):
+        yield
+
+
+def make_mesh(
+    devices: Any, axis_names: Sequence[Any], axis_types: Sequence[AxisType] | None = None
+) -> Mesh:
+    """Validate ``(devices, axis_names, axis_types)`` and build a jax Mesh (Auto by default)."""
     if isinstance(axis_names, str):
         axis_names = (axis_names,)
     if not isinstance(axis_names, (tuple, list)):
@@ -71,11 +121,30 @@ def make_mesh(devices: Any, axis_names: Sequence[Any]) -> Mesh:
         raise ValueError(MSG_BAD_MESH.format(detail=f"axis names {names} repeat a name"))
     if arr.size == 0:
         raise ValueError(MSG_BAD_MESH.format(detail="devices is empty"))
-    return Mesh(arr, names, axis_types=(AxisType.Auto,) * len(names))
+    types = _axis_types(axis_types, names)
+    return Mesh(arr, names, axis_types=types)
+
+
+def _axis_types(
+    axis_types: Sequence[AxisType] | None, names: tuple[Any, ...]
+) -> tuple[AxisType, ...]:
+    if axis_types is None:
+        return (AxisType.Auto,) * len(names)
+    types = (axis_types,) if isinstance(axis_types, AxisType) else tuple(axis_types)
+    if len(types) != len(names) or not all(isinstance(t, AxisType) for t in types):
+        raise ValueError(
+            MSG_BAD_MESH.format(
+                detail=f"axis_types must be one jax.sharding.AxisType per axis name {names}, "
+                f"got {axis_types!r}"
+            )
+        )
+    return types
 
 
 @contextlib.contextmanager
-def mesh(devices: Any, axis_names: Sequence[Any]) -> Iterator[Mesh]:
+def mesh(
+    devices: Any, axis_names: Sequence[Any], axis_types: Sequence[AxisType] | None = None
+) -> Iterator[Mesh]:
     """Run the block with ``devices`` arranged as a mesh with ``axis_names``.
 
     Thread-local and nestable; the innermost mesh wins and the previous one is
@@ -84,11 +153,13 @@ def mesh(devices: Any, axis_names: Sequence[Any]) -> Iterator[Mesh]:
     Args:
         devices: a numpy object array of jax devices, one dimension per axis.
         axis_names: one name per dimension of ``devices``.
+        axis_types: one ``jax.sharding.AxisType`` per axis (default: all Auto).
+            Explicit axes carry shardings in the types (NOTE [explicit axes]).
 
     Yields:
         The ``jax.sharding.Mesh`` now in context.
     """
-    m = make_mesh(devices, axis_names)
+    m = make_mesh(devices, axis_names, axis_types)
     jax_private.push_mesh(m)
     try:
         yield m
@@ -97,7 +168,7 @@ def mesh(devices: Any, axis_names: Sequence[Any]) -> Iterator[Mesh]:
 
 
 def current_mesh(api: str) -> Mesh:
-    """The innermost mesh in context (Auto-typed), or a RuntimeError naming ``api``."""
+    """The innermost mesh in context (as :func:`as_call_mesh`), or a RuntimeError naming ``api``."""
     return resolve_mesh(api, ())
 
 
@@ -116,10 +187,11 @@ def resolve_mesh(api: str, named: Sequence[tuple[str, Any]]) -> Mesh:
     m = jax_private.ambient_mesh()
     if m is None and not named:
         raise RuntimeError(MSG_NO_MESH.format(api=api))
-    mesh = as_auto_mesh(m if m is not None else named[0][1])
+    mesh = as_call_mesh(m if m is not None else named[0][1])
     source = "the mesh in context" if m is not None else f"the mesh of {named[0][0]}"
     for where, other in named:
-        if as_auto_mesh(other) != mesh:
+        # A NamedSharding over the mesh with other axis types names the same devices.
+        if as_auto_mesh(other) != as_auto_mesh(mesh):
             raise ValueError(
                 MSG_MESH_MISMATCH.format(
                     where=where,
@@ -136,6 +208,6 @@ def _describe(m: Mesh) -> str:
 
 
 def maybe_current_mesh() -> Mesh | None:
-    """The innermost mesh in context (Auto-typed), or None."""
+    """The innermost mesh in context (as :func:`as_call_mesh`), or None."""
     m = jax_private.ambient_mesh()
-    return None if m is None else as_auto_mesh(m)
+    return None if m is None else as_call_mesh(m)

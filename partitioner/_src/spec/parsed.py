@@ -13,7 +13,8 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from jax.sharding import Mesh, NamedSharding
+from jax.experimental.layout import Format, Layout
+from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 
 from .partition_spec import (
     UNCONSTRAINED,
@@ -30,8 +31,13 @@ partition at most one dimension of a value; e.g. PartitionSpec('x', 'y') instead
 PartitionSpec('x', 'x')."""
 
 MSG_NOT_A_SPEC = """\
-{where}: expected a PartitionSpec, a NamedSharding or None as a spec leaf, got {value!r} \
+{where}: expected a PartitionSpec, a NamedSharding, a SingleDeviceSharding, a Format or None \
+as a spec leaf, got {value!r} \
 of type {type_name}. Wrap axis names in a spec: PartitionSpec({value!r}) instead of {value!r}."""
+
+MSG_BARE_LAYOUT = """\
+{where}: got the layout {value!r} alone; as jax.jit, pjit does not accept device-local \
+layouts directly. Wrap it with its sharding: Format({value!r}, NamedSharding(mesh, spec))."""
 
 MSG_UNCONSTRAINED_IN_PJIT = """\
 {where}: the spec {spec} marks dimension {dim} UNCONSTRAINED, which only \
@@ -57,11 +63,25 @@ class ParsedPartitionSpec:
     of one layout shares caches.
     """
 
-    __slots__ = ("partitions", "unconstrained_dims", "unsafe_user_spec", "sync")
+    __slots__ = (
+        "partitions",
+        "unconstrained_dims",
+        "unsafe_user_spec",
+        "sync",
+        "memory_kind",
+        "layout",
+    )
     partitions: tuple[tuple[AxisName, ...], ...]
     unconstrained_dims: frozenset[int]
     unsafe_user_spec: Any
     sync: SpecSync
+    # The memory space the user asked for (a NamedSharding's ``memory_kind``,
+    # e.g. "pinned_host"); None where the spec says nothing about memory
+    # (a PartitionSpec or None leaf). NOTE [memory kinds] in ``lower/memory.py``.
+    memory_kind: str | None
+    # The memory layout the user asked for (a ``Format`` leaf's ``Layout`` or
+    # ``Layout.AUTO``); None where the spec leaves it to XLA's default.
+    layout: Any
 
     def __init__(
         self,
@@ -69,11 +89,15 @@ class ParsedPartitionSpec:
         partitions: tuple[tuple[AxisName, ...], ...] | list[tuple[AxisName, ...]],
         sync: SpecSync = SpecSync.IN_SYNC,
         unconstrained_dims: frozenset[int] = frozenset(),
+        memory_kind: str | None = None,
+        layout: Any = None,
     ) -> None:
         object.__setattr__(self, "partitions", tuple(tuple(p) for p in partitions))
         object.__setattr__(self, "unconstrained_dims", frozenset(unconstrained_dims))
         object.__setattr__(self, "unsafe_user_spec", user_spec)
         object.__setattr__(self, "sync", SpecSync(sync))
+        object.__setattr__(self, "memory_kind", memory_kind)
+        object.__setattr__(self, "layout", layout)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("ParsedPartitionSpec is immutable")
@@ -83,7 +107,14 @@ class ParsedPartitionSpec:
         # refuses; rebuild through __init__ so copy/deepcopy/pickle work.
         return (
             ParsedPartitionSpec,
-            (self.unsafe_user_spec, self.partitions, self.sync, self.unconstrained_dims),
+            (
+                self.unsafe_user_spec,
+                self.partitions,
+                self.sync,
+                self.unconstrained_dims,
+                self.memory_kind,
+                self.layout,
+            ),
         )
 
     # --- user spec, for messages ---
@@ -122,9 +153,20 @@ class ParsedPartitionSpec:
             ValueError: an axis repeats, reduced axes, or UNCONSTRAINED where it is
                 not allowed.
         """
+        layout = None
+        if isinstance(entry, Format):
+            layout, entry = entry.layout, entry.sharding
+        elif isinstance(entry, (Layout, type(Layout.AUTO))):
+            raise ValueError(MSG_BARE_LAYOUT.format(where=arg_name, value=entry))
         if entry is None:
-            return cls(None, ())
+            return cls(None, (), layout=layout)
+        memory_kind = None
+        if isinstance(entry, SingleDeviceSharding):
+            # One device: nothing to partition (its device is the call's mesh,
+            # ``spec.tree.meshes_named_by``).
+            return cls(PartitionSpec(), (), memory_kind=entry.memory_kind, layout=layout)
         if isinstance(entry, NamedSharding):
+            memory_kind = stated_memory_kind(entry)
             entry = entry.spec
         if not is_spec(entry):
             raise TypeError(
@@ -152,7 +194,13 @@ class ParsedPartitionSpec:
                     )
                 seen.add(axis)
             partitions.append(axes)
-        return cls(entry, partitions, unconstrained_dims=frozenset(unconstrained))
+        return cls(
+            entry,
+            partitions,
+            unconstrained_dims=frozenset(unconstrained),
+            memory_kind=memory_kind,
+            layout=layout,
+        )
 
     @classmethod
     def coerce(
@@ -187,7 +235,32 @@ class ParsedPartitionSpec:
         shifted = {d if d < dim else d + 1 for d in self.unconstrained_dims}
         unconstrained_dims = frozenset(shifted | ({dim} if unconstrained else set()))
         sync = min(self.sync, SpecSync.DIM_PERMUTE if not axes else SpecSync.OUT_OF_SYNC)
-        return ParsedPartitionSpec(self.unsafe_user_spec, new_parts, sync, unconstrained_dims)
+        # A layout orders the old dims; a batched value is laid out by XLA.
+        return ParsedPartitionSpec(
+            self.unsafe_user_spec, new_parts, sync, unconstrained_dims, self.memory_kind
+        )
+
+    def with_memory_kind(self, memory_kind: str | None) -> ParsedPartitionSpec:
+        """The same layout in another memory space (None: unstated)."""
+        return ParsedPartitionSpec(
+            self.unsafe_user_spec,
+            self.partitions,
+            self.sync,
+            self.unconstrained_dims,
+            memory_kind,
+            self.layout,
+        )
+
+    def with_layout(self, layout: Any) -> ParsedPartitionSpec:
+        """The same layout and memory kind with another memory layout (None: XLA's default)."""
+        return ParsedPartitionSpec(
+            self.unsafe_user_spec,
+            self.partitions,
+            self.sync,
+            self.unconstrained_dims,
+            self.memory_kind,
+            layout,
+        )
 
     # --- views ---
 
@@ -230,7 +303,7 @@ class ParsedPartitionSpec:
         parts = list(self.partitions)
         while parts and parts[-1] == () and len(parts) - 1 not in self.unconstrained_dims:
             parts.pop()
-        return (tuple(parts), self.unconstrained_dims)
+        return (tuple(parts), self.unconstrained_dims, self.memory_kind, self.layout)
 
     def __hash__(self) -> int:
         return hash(self._key())
@@ -255,7 +328,16 @@ class ParsedPartitionSpec:
             if self.unconstrained_dims
             else ""
         )
+        if self.memory_kind is not None:
+            extra += f", memory_kind={self.memory_kind!r}"
+        if self.layout is not None:
+            extra += f", layout={self.layout!r}"
         return f"ParsedPartitionSpec(partitions={self.partitions}, sync={self.sync.name}{extra})"
+
+
+def stated_memory_kind(sharding: NamedSharding) -> str | None:
+    """The memory kind a NamedSharding states (jax fills in its devices' default)."""
+    return sharding.memory_kind
 
 
 #: The fully replicated spec (what a ``None`` leaf means).

@@ -18,12 +18,14 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
 from .. import jax_private as jp
-from .mesh_env import as_auto_mesh
+from .leaves import single_device_mesh
+from .mesh_env import as_auto_mesh, as_call_mesh
 from .op_sharding import parse_op_sharding_parsed
 from .parsed import REPLICATED, ParsedPartitionSpec
 
-#: The axis of the one-device mesh a call runs over when nothing names a mesh.
-DEVICE_AXIS = "_device"
+#: The axis of the mesh a call runs over when its committed arguments' devices (several,
+#: laid out by a sharding that names no mesh) decide it.
+DEVICES_AXIS = "_devices"
 
 MSG_INCOMPATIBLE_DEVICES = """\
 {api}: received incompatible devices for the computation: {first} is on devices \
@@ -42,8 +44,6 @@ class Placement:
 
     Attributes:
         mesh: the (Auto-typed) mesh the program runs over.
-        single_device: the call runs on one device that no mesh named (its
-            results carry ``SingleDeviceSharding``, as ``jax.jit``'s do).
         committed: the results are committed to their devices (False only when
             nothing committed the call: uncommitted arguments, no mesh).
         derived: no mesh was in context or named by a spec: the devices came from
@@ -51,7 +51,6 @@ class Placement:
     """
 
     mesh: Mesh
-    single_device: bool = False
     committed: bool = True
     derived: bool = False
 
@@ -70,11 +69,6 @@ def _placed_sharding(x: Any) -> Any:
     return None
 
 
-def device_mesh(device: Any) -> Mesh:
-    """The one-device mesh of ``device`` (equal meshes are the same object: no retrace)."""
-    return Mesh(np.array([device]), (DEVICE_AXIS,))
-
-
 def placement_from_arguments(
     api: str, leaves: Sequence[Any], where: Sequence[str], device: Any = None
 ) -> Placement:
@@ -89,7 +83,7 @@ def placement_from_arguments(
         ValueError: committed arguments live on different device sets.
     """
     if device is not None:  # jit(device=...) decides, whatever the arguments say
-        return Placement(device_mesh(device), single_device=True, derived=True)
+        return Placement(single_device_mesh(device), derived=True)
     first: tuple[str, Any] | None = None
     for x, w in zip(leaves, where, strict=True):
         sharding = _placed_sharding(x)
@@ -108,15 +102,13 @@ def placement_from_arguments(
                 )
             )
         if isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, Mesh):
-            return Placement(as_auto_mesh(sharding.mesh), derived=True)
+            return Placement(as_call_mesh(sharding.mesh), derived=True)
     if first is not None:
         devices = jp.device_assignment_of(first[1])
         if len(devices) == 1:
-            return Placement(device_mesh(devices[0]), single_device=True, derived=True)
-        return Placement(Mesh(np.array(devices), (DEVICE_AXIS,)), derived=True)
-    return Placement(
-        device_mesh(jp.default_device()), single_device=True, committed=False, derived=True
-    )
+            return Placement(single_device_mesh(devices[0]), derived=True)
+        return Placement(Mesh(np.array(devices), (DEVICES_AXIS,)), derived=True)
+    return Placement(single_device_mesh(jp.default_device()), committed=False, derived=True)
 
 
 def layout_spec(x: Any, mesh: Mesh) -> ParsedPartitionSpec | None:
@@ -127,7 +119,7 @@ def layout_spec(x: Any, mesh: Mesh) -> ParsedPartitionSpec | None:
     """
     sharding = x.sharding
     if isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, Mesh):
-        if as_auto_mesh(sharding.mesh) == mesh:
+        if as_auto_mesh(sharding.mesh) == as_auto_mesh(mesh):
             return ParsedPartitionSpec.coerce(sharding.spec, "argument sharding")
     if jp.device_assignment_of(sharding) != tuple(mesh.devices.flat):
         return REPLICATED if mesh.size == 1 and len(sharding.device_set) == 1 else None
@@ -176,7 +168,9 @@ def check_committed_layout(
     """
     if not is_committed(x):
         return
-    wanted = NamedSharding(mesh, spec.to_closed_spec())
+    # Only the layout is compared here: memory kinds are checked (and named in their
+    # own error) by spec/memory.py.
+    wanted = NamedSharding(mesh, spec.to_closed_spec(), memory_kind=x.sharding.memory_kind)
     if x.sharding == wanted or x.sharding.is_equivalent_to(wanted, x.ndim):
         return
     raise ValueError(

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-from jax.sharding import NamedSharding
 from jax.tree_util import KeyPath, keystr
 
 from .checks import raise_all
+from .leaves import SHARDING_LEAVES, leaf_mesh
 from .parsed import ParsedPartitionSpec
 from .partition_spec import is_spec
 
@@ -46,12 +46,13 @@ UNSPECIFIED: Any = _Unspecified()
 
 
 def is_spec_leaf(x: Any) -> bool:
-    """Leaves of a spec tree: specs, NamedShardings, parsed specs, ``None`` and UNSPECIFIED."""
+    """Leaves of a spec tree: specs, jax shardings and Formats, parsed specs, ``None`` and
+    UNSPECIFIED."""
     return (
         x is None
         or x is UNSPECIFIED
         or is_spec(x)
-        or isinstance(x, (ParsedPartitionSpec, NamedSharding))
+        or isinstance(x, (ParsedPartitionSpec, *SHARDING_LEAVES))
     )
 
 
@@ -91,12 +92,16 @@ def prepare_axis_resources(
 
 
 def meshes_named_by(tree: Any, arg_name: str) -> list[tuple[str, Any]]:
-    """``(where, mesh)`` of every NamedSharding leaf of a spec tree, in tree order."""
+    """``(where, mesh)`` of every leaf of a spec tree that names devices, in tree order.
+
+    A NamedSharding (bare or in a ``Format``) names its mesh; a
+    SingleDeviceSharding names a one-device mesh (``leaf_mesh``).
+    """
     found = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_spec_leaf)[0]
     return [
-        (f"{arg_name}{keystr(path)}", leaf.mesh)
+        (f"{arg_name}{keystr(path)}", mesh)
         for path, leaf in found
-        if isinstance(leaf, NamedSharding)
+        if (mesh := leaf_mesh(leaf)) is not None
     ]
 
 

@@ -272,15 +272,18 @@ def flatten_dynamic(split: SplitArguments, dyn_idx: Sequence[int]) -> FlatArgume
     return FlatArguments([leaf for _, leaf in with_paths], in_tree, paths, n_pos)
 
 
-def abstractify(leaf: Any, where: str, static_hint: str) -> Any:
-    """The abstract value of an argument leaf.
+def abstractify(leaf: Any, where: str, static_hint: str, *, typed: bool = False) -> Any:
+    """The abstract value of an argument leaf (with its sharding when ``typed``).
+
+    ``typed`` is set for calls over a mesh with Explicit axes, where a value's
+    sharding is part of its type (NOTE [explicit axes] in ``spec/mesh_env.py``).
 
     Raises:
         TypeError: not a JAX type, naming ``where`` (API and argument path) and how
             to mark it static.
     """
     try:
-        return jp.shaped_abstractify(leaf)
+        return jp.typed_abstractify(leaf) if typed else jp.shaped_abstractify(leaf)
     except TypeError:
         raise TypeError(
             f"{where} of type {type(leaf).__name__} is not a valid JAX type (arrays, numpy "

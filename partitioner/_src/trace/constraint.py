@@ -11,12 +11,13 @@ import dataclasses
 from typing import Any, ClassVar
 
 import jax
-from jax.sharding import Mesh
+from jax.experimental.layout import Layout, with_layout_constraint
+from jax.sharding import AxisType, Mesh
 from jax.tree_util import tree_flatten_with_path, tree_unflatten
 
 from .. import jax_private as jp
 from ..spec.checks import check_spec
-from ..spec.mesh_env import maybe_current_mesh, resolve_mesh
+from ..spec.mesh_env import has_explicit_axes, maybe_current_mesh, resolve_mesh
 from ..spec.parsed import ParsedPartitionSpec
 from ..spec.tree import broadcast_prefix, meshes_named_by, prepare_axis_resources
 from .params import PrimitiveParams
@@ -25,6 +26,54 @@ from .tracing import check_mesh_unchanged
 sharding_constraint_p = jp.Primitive("sharding_constraint")
 
 _API = "with_sharding_constraint"
+
+MSG_EXPLICIT_ASSERT = """\
+{where}: `with_sharding_constraint` acts as an assert when all axes of the mesh are of type \
+`Explicit` (as in jax.jit). The array sharding: {have} did not match the sharding provided: \
+{want}. Please use `jax.sharding.reshard` to shard your input to the sharding you want."""
+
+MSG_EXPLICIT_AXES = """\
+{where}: the spec {want} names the Explicit mesh axes {axes}; with_sharding_constraint can \
+only refer to Auto axes of the mesh (as in jax.jit). Explicit axes are part of the value's \
+type: change them with `jax.sharding.reshard`."""
+
+
+def _entry_axes(entry: Any) -> tuple[Any, ...]:
+    if entry is None:
+        return ()
+    return tuple(entry) if isinstance(entry, tuple) else (entry,)
+
+
+def _typed_constraint(leaf: Any, spec: ParsedPartitionSpec, mesh: Mesh, where: str) -> bool:
+    """Check a constraint against the value's type over Explicit axes, as jax.jit does.
+
+    Over a mesh whose axes (in context) are all Explicit the constraint is an
+    assert: the value's type already fixes its layout. Over a mixed mesh it may
+    only name the Auto axes. Returns True when the constraint is an assert
+    (nothing to bind).
+
+    Raises:
+        AssertionError: all axes Explicit and the spec differs from the type's.
+        ValueError: a mixed mesh and the spec names an Explicit axis.
+    """
+    abstract = jp.get_abstract_mesh()
+    if abstract.empty or not has_explicit_axes(mesh):
+        return False
+    if abstract.are_all_axes_explicit:
+        have = jp.typeof(leaf).sharding.spec
+        for d, axes in enumerate(spec.partitions):
+            if d in spec.unconstrained_dims:
+                continue
+            if d >= len(have) or _entry_axes(have[d]) != axes:
+                raise AssertionError(
+                    MSG_EXPLICIT_ASSERT.format(where=where, have=have, want=spec.describe())
+                )
+        return True
+    types = dict(zip(abstract.axis_names, abstract.axis_types, strict=True))
+    explicit = [a for axes in spec.partitions for a in axes if types.get(a) == AxisType.Explicit]
+    if explicit:
+        raise ValueError(MSG_EXPLICIT_AXES.format(where=where, want=spec.describe(), axes=explicit))
+    return False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,14 +118,16 @@ def with_sharding_constraint(x: Any, axis_resources: Any) -> Any:
     specs, paths = broadcast_prefix(parsed, x, api=_API, what="value")
     outs = []
     for (path, leaf), spec in zip(leaves_with_paths, specs, strict=True):
-        check_spec(
-            spec,
-            tuple(jax.numpy.shape(leaf)),
-            mesh,
-            f"{_API} x{jax.tree_util.keystr(path)}",
-            check_divisible=False,
-        )
-        outs.append(ConstraintParams(spec, mesh).bind(leaf))
+        where = f"{_API} x{jax.tree_util.keystr(path)}"
+        check_spec(spec, tuple(jax.numpy.shape(leaf)), mesh, where, check_divisible=False)
+        if _typed_constraint(leaf, spec, mesh, where):  # NOTE [explicit axes]
+            outs.append(leaf)
+            continue
+        # A Format leaf's concrete layout is jax's layout constraint on top (as
+        # jax's with_sharding_constraint applies it); Layout.AUTO leaves it to XLA.
+        layout = spec.layout
+        out = ConstraintParams(spec.with_layout(None), mesh).bind(leaf)
+        outs.append(with_layout_constraint(out, layout) if isinstance(layout, Layout) else out)
     return tree_unflatten(tree, outs)
 
 

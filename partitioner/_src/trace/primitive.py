@@ -34,15 +34,18 @@ class PjitParams(PrimitiveParams):
         in_axis_resources / out_axis_resources: one ParsedPartitionSpec per flat
             input / output, or None where XLA chooses the layout (residuals, see
             NOTE [residual shardings] in rules/pjit.py).
-        mesh: the Auto-typed ``jax.sharding.Mesh`` the call runs over.
+        mesh: the ``jax.sharding.Mesh`` the call runs over: with its axis types
+            when some axis is Explicit (values are then typed with their
+            shardings, NOTE [explicit axes] in ``spec/mesh_env.py``), else its
+            Auto twin.
         donated_invars: one bool per flat input: the caller asks to donate it.
         name: the function's name, for the HLO module and messages.
         api: the front door the user called (``"pjit"``, ``"jit"``, ``"pmap"``), so
             messages from the shared layers name what the user wrote.
-        single_device: the call runs on one device no mesh named (its results
-            carry ``SingleDeviceSharding``, as ``jax.jit``'s do).
         committed: its results are committed to their devices (False only for a
             call nothing committed: uncommitted arguments and no mesh).
+        compiler_options: ``jit(..., compiler_options=...)`` as sorted ``(name,
+            value)`` pairs (hashable), handed to XLA when the body is compiled.
 
     Invariants (checked at construction): one spec and one donation flag per
     jaxpr input, one spec per jaxpr output.
@@ -62,8 +65,8 @@ class PjitParams(PrimitiveParams):
     donated_invars: tuple[bool, ...]
     name: str
     api: str = "pjit"
-    single_device: bool = False
     committed: bool = True
+    compiler_options: tuple[tuple[str, Any], ...] = ()
 
     def check(self) -> None:
         n_in, n_out = len(self.jaxpr.in_avals), len(self.jaxpr.out_avals)
@@ -99,7 +102,11 @@ def _pjit_pp_rule(eqn: Any, context: Any, settings: Any) -> Any:
     params["mesh"] = dict(params["mesh"].shape)
     if not any(params["donated_invars"]):
         del params["donated_invars"]
-    for field, default in (("api", "pjit"), ("single_device", False), ("committed", True)):
+    for field, default in (
+        ("api", "pjit"),
+        ("committed", True),
+        ("compiler_options", ()),
+    ):
         if params[field] == default:
             del params[field]
     new_eqn = eqn.replace(params=params)

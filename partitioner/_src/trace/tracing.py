@@ -21,6 +21,7 @@ from jax.tree_util import PyTreeDef, keystr, tree_flatten_with_path
 
 from .. import jax_private as jp
 from ..events import emit
+from ..spec.mesh_env import typed_context
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,7 @@ def trace_body(
     emit("trace", name=name)
     with (
         _tracing_under(_Frame(mesh, axis_name)),
+        typed_context(mesh),
         jp.log_elapsed_time(
             "Finished tracing + transforming {fun_name} for pjit in {elapsed_time:.9f} sec",
             fun_name=name,

@@ -1,0 +1,82 @@
+"""Memory layouts in the lowered module: ``mhlo.layout_mode`` on ``main``.
+
+A spec's layout (a ``Format`` leaf's ``Layout``, or ``Layout.AUTO``) reaches
+XLA as ``jax.jit`` sends it: an ``mhlo.layout_mode`` attribute on that argument
+or result of ``main``, XLA's layout string (``"{0,1}"``) or ``"auto"`` (XLA
+picks, and ``Compiled.input_formats`` reports what it picked). Values with no
+stated layout get no attribute: XLA's default, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from jax.experimental.layout import Layout
+
+from .. import jax_private as jp
+from ..spec.leaves import is_default_layout, xla_layout_text
+from ..spec.parsed import ParsedPartitionSpec
+
+MSG_AUTO_DONATION = """\
+{where}: a donated input with layout {got_in} would be reused by an output with layout \
+{got_out}. Did you mean to set the **{side} layout** to **Layout.AUTO**? (jax.jit refuses \
+this pairing too: one side's layout would be chosen by XLA, the other fixed.)"""
+
+
+def _is_auto(layout: Any) -> bool:
+    return layout is not None and not isinstance(layout, Layout)
+
+
+def _concrete(spec: ParsedPartitionSpec | None, ndim: int) -> Any:
+    """The spec's layout, XLA's default spelled as None (both mean the same buffer)."""
+    layout = None if spec is None else spec.layout
+    if isinstance(layout, Layout) and is_default_layout(layout, ndim):
+        return None
+    return layout
+
+
+def same_donated_layout(
+    in_spec: ParsedPartitionSpec | None, out_spec: ParsedPartitionSpec | None, ndim: int, where: str
+) -> bool:
+    """Whether a donated input can alias an output as far as layouts go (as jax.jit decides).
+
+    Raises:
+        ValueError: one side's layout is ``Layout.AUTO`` and the other's is not.
+    """
+    li, lo = _concrete(in_spec, ndim), _concrete(out_spec, ndim)
+    if _is_auto(li) != _is_auto(lo):
+        side = "output" if _is_auto(li) else "input"
+        raise ValueError(MSG_AUTO_DONATION.format(where=where, got_in=li, got_out=lo, side=side))
+    return li == lo
+
+
+def has_layouts(*spec_lists: Sequence[ParsedPartitionSpec | None]) -> bool:
+    return any(s is not None and s.layout is not None for specs in spec_lists for s in specs)
+
+
+def annotate_layouts(
+    main: Any,
+    in_avals: Sequence[Any],
+    in_specs: Sequence[ParsedPartitionSpec | None],
+    out_avals: Sequence[Any],
+    out_specs: Sequence[ParsedPartitionSpec | None],
+) -> None:
+    """Add ``mhlo.layout_mode`` where a spec states a layout (attributes already set)."""
+    attrs = main.attributes
+
+    def with_layouts(old: Any, avals: Sequence[Any], specs: Sequence[Any]) -> Any:
+        n_tokens = len(jp.ArrayAttr(old)) - len(avals)
+        dicts = []
+        for i, d in enumerate(jp.ArrayAttr(old)):
+            entries = {n.name: n.attr for n in jp.DictAttr(d)}  # type: ignore[attr-defined]
+            if i >= n_tokens:
+                spec = specs[i - n_tokens]
+                text = xla_layout_text(None if spec is None else spec.layout, avals[i - n_tokens])
+                if text is not None:
+                    entries["mhlo.layout_mode"] = jp.StringAttr.get(text)
+            dicts.append(jp.DictAttr.get(entries))
+        return jp.ArrayAttr.get(dicts)
+
+    attrs["arg_attrs"] = with_layouts(attrs["arg_attrs"], in_avals, in_specs)
+    attrs["res_attrs"] = with_layouts(attrs["res_attrs"], out_avals, out_specs)
