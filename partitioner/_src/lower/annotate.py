@@ -12,7 +12,7 @@ devices in another order: ``positions[i]`` is where mesh device ``i`` sits.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from jax.sharding import Mesh
@@ -157,26 +157,41 @@ def set_main_shardings(
     attrs["res_attrs"] = merged(old_res, n_tokens_out, out_avals, out_specs)
 
 
-def set_arg_names(module: Any, names: Sequence[str]) -> None:
+def add_value_attrs(
+    main: Any, key: str, n_values: int, entries_of: Callable[[int], dict[str, Any]]
+) -> None:
+    """Add ``entries_of(i)`` to the attributes of ``main``'s value ``i``.
+
+    ``key`` is ``"arg_attrs"`` (arguments) or ``"res_attrs"`` (results), already set
+    one per value by :func:`set_main_shardings`; the last ``n_values`` are the
+    values, the leading ones ordered-effect tokens, left as they are. The one
+    place attributes are added after lowering (donors, names, memory kinds, layouts).
+    """
+    attrs = main.attributes
+    old = list(jp.ArrayAttr(attrs[key]))
+    n_tokens = len(old) - n_values
+    dicts = []
+    for i, d in enumerate(old):
+        entries = {n.name: n.attr for n in jp.DictAttr(d)}  # type: ignore[attr-defined]
+        if i >= n_tokens:
+            entries.update(entries_of(i - n_tokens))
+        dicts.append(jp.DictAttr.get(entries))
+    attrs[key] = jp.ArrayAttr.get(dicts)
+
+
+def set_arg_names(main: Any, names: Sequence[str]) -> None:
     """Name ``main``'s arguments (``jax.arg_info = "params['w1']"``) where a name is known.
 
     Beyond jax.jit, which keeps argument names only in debug locations: the
     text a user reads says which value is which. XLA ignores the attribute.
     """
-    main = find_main(module)
-    attrs = main.attributes
-    if "arg_attrs" not in attrs or not any(names):
-        return
-    old = list(attrs["arg_attrs"])  # type: ignore[arg-type]
-    offset = len(old) - len(names)  # leading token arguments have no name
-    dicts = []
-    for i, d in enumerate(old):
-        entries = {n.name: n.attr for n in jp.DictAttr(d)}  # type: ignore[attr-defined]
-        name = names[i - offset] if i >= offset else ""
-        if name:
-            entries["jax.arg_info"] = jp.StringAttr.get(name)
-        dicts.append(jp.DictAttr.get(entries))
-    attrs["arg_attrs"] = jp.ArrayAttr.get(dicts)
+    if any(names):
+        add_value_attrs(
+            main,
+            "arg_attrs",
+            len(names),
+            lambda i: {"jax.arg_info": jp.StringAttr.get(names[i])} if names[i] else {},
+        )
 
 
 def find_main(module: Any) -> Any:
@@ -206,23 +221,17 @@ def constrain(
     )
 
 
-def mark_buffer_donors(module: Any, n_inputs: int, donors: Sequence[int]) -> None:
+def mark_buffer_donors(main: Any, n_inputs: int, donors: Sequence[int]) -> None:
     """Give XLA the buffers of inputs ``donors`` (of ``n_inputs``) to reuse as it likes.
 
     ``jax.jit`` donates an input no output can alias (another shape of the same
     size, e.g. ``(16, 1)`` into ``(16,)``) as a *buffer donor*: XLA may reuse its
-    memory, and the caller's array is consumed. Leading token arguments are skipped.
+    memory, and the caller's array is consumed.
     """
-    if not donors:
-        return
-    main = find_main(module)
-    attrs = main.attributes
-    n_tokens = len(main.regions[0].blocks[0].arguments) - n_inputs
-    old = attrs["arg_attrs"] if "arg_attrs" in attrs else None
-    dicts = []
-    for i in range(n_tokens + n_inputs):
-        entries = {} if old is None else {n.name: n.attr for n in jp.DictAttr(old[i])}  # type: ignore[attr-defined]
-        if i - n_tokens in donors:
-            entries["jax.buffer_donor"] = jp.BoolAttr.get(True)
-        dicts.append(jp.DictAttr.get(entries))
-    attrs["arg_attrs"] = jp.ArrayAttr.get(dicts)
+    if donors:
+        add_value_attrs(
+            main,
+            "arg_attrs",
+            n_inputs,
+            lambda i: {"jax.buffer_donor": jp.BoolAttr.get(True)} if i in donors else {},
+        )

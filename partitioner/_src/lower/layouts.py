@@ -17,6 +17,7 @@ from jax.experimental.layout import Layout
 from .. import jax_private as jp
 from ..spec.leaves import is_default_layout, xla_layout_text
 from ..spec.parsed import ParsedPartitionSpec
+from .annotate import add_value_attrs
 
 MSG_AUTO_DONATION = """\
 {where}: a donated input with layout {got_in} would be reused by an output with layout \
@@ -63,20 +64,14 @@ def annotate_layouts(
     out_specs: Sequence[ParsedPartitionSpec | None],
 ) -> None:
     """Add ``mhlo.layout_mode`` where a spec states a layout (attributes already set)."""
-    attrs = main.attributes
+    for key, avals, specs in (
+        ("arg_attrs", in_avals, in_specs),
+        ("res_attrs", out_avals, out_specs),
+    ):
 
-    def with_layouts(old: Any, avals: Sequence[Any], specs: Sequence[Any]) -> Any:
-        n_tokens = len(jp.ArrayAttr(old)) - len(avals)
-        dicts = []
-        for i, d in enumerate(jp.ArrayAttr(old)):
-            entries = {n.name: n.attr for n in jp.DictAttr(d)}  # type: ignore[attr-defined]
-            if i >= n_tokens:
-                spec = specs[i - n_tokens]
-                text = xla_layout_text(None if spec is None else spec.layout, avals[i - n_tokens])
-                if text is not None:
-                    entries["mhlo.layout_mode"] = jp.StringAttr.get(text)
-            dicts.append(jp.DictAttr.get(entries))
-        return jp.ArrayAttr.get(dicts)
+        def layout_mode(i: int, avals: Any = avals, specs: Any = specs) -> dict[str, Any]:
+            spec = specs[i]
+            text = xla_layout_text(None if spec is None else spec.layout, avals[i])
+            return {} if text is None else {"mhlo.layout_mode": jp.StringAttr.get(text)}
 
-    attrs["arg_attrs"] = with_layouts(attrs["arg_attrs"], in_avals, in_specs)
-    attrs["res_attrs"] = with_layouts(attrs["res_attrs"], out_avals, out_specs)
+        add_value_attrs(main, key, len(avals), layout_mode)

@@ -21,6 +21,7 @@ from typing import Any
 
 from .. import jax_private as jp
 from ..spec.parsed import ParsedPartitionSpec
+from .annotate import add_value_attrs
 
 PLACEMENT_TARGET = "annotate_device_placement"
 
@@ -118,21 +119,14 @@ def annotate_memory_kinds(main: Any, kinds: MemoryKinds) -> None:
     ``main``'s argument and result attributes are already set (one per value,
     leading ordered-effect tokens included, ``annotate.set_main_shardings``).
     """
-    attrs = main.attributes
-    n_tokens_in = len(jp.ArrayAttr(attrs["arg_attrs"])) - len(kinds.inputs)
-    n_tokens_out = len(jp.ArrayAttr(attrs["res_attrs"])) - len(kinds.outputs)
-
-    def with_kinds(old: Any, n_tokens: int, values: Sequence[str]) -> Any:
-        dicts = []
-        for i, d in enumerate(jp.ArrayAttr(old)):
-            entries = {n.name: n.attr for n in jp.DictAttr(d)}  # type: ignore[attr-defined]
-            if i >= n_tokens:
-                entries["mhlo.memory_kind"] = jp.StringAttr.get(values[i - n_tokens])
-            dicts.append(jp.DictAttr.get(entries))
-        return jp.ArrayAttr.get(dicts)
-
-    attrs["arg_attrs"] = with_kinds(attrs["arg_attrs"], n_tokens_in, kinds.inputs)
-    attrs["res_attrs"] = with_kinds(attrs["res_attrs"], n_tokens_out, kinds.outputs)
+    for key, values in (("arg_attrs", kinds.inputs), ("res_attrs", kinds.outputs)):
+        add_value_attrs(
+            main,
+            key,
+            len(values),
+            lambda i, v=values: {"mhlo.memory_kind": jp.StringAttr.get(v[i])},
+        )
+    n_tokens_out = len(jp.ArrayAttr(main.attributes["res_attrs"])) - len(kinds.outputs)
     if not any(kinds.moved):
         return
     ret = main.regions[0].blocks[0].operations[-1]  # func.return

@@ -290,9 +290,9 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
             annotate.set_main_shardings(
                 result.module, in_avals, in_specs, out_avals, out_specs, mesh, shardy
             )
-            annotate.mark_buffer_donors(result.module, len(in_avals), donors)
-            annotate.set_arg_names(result.module, arg_names)
             main = annotate.find_main(result.module)
+            annotate.mark_buffer_donors(main, len(in_avals), donors)
+            annotate.set_arg_names(main, arg_names)
             if kinds is not None:
                 annotate_memory_kinds(main, kinds)
             if has_layouts(in_specs, out_specs):
