@@ -1,0 +1,753 @@
+"""jax's own pmap tests of the classic (C++ pmap) era, run against ``partitioner.pmap``.
+
+Our adaptation of ``tests/pmap_test.py`` (jax, mid-2023: PythonPmapTest,
+VmapOfPmapTest, VmapPmapCollectivesTest, PmapWithDevicesTest, ArrayPmapTest)
+and the pmap cases of ``tests/api_test.py``: their scenarios and expected
+values, our code. Tests of jax internals (``PmapSharding``, ``pxla`` helpers,
+``ShardingSpec`` indices, HLO replica attributes) are left out; jax-internal
+counters are replaced by ``partitioner.recording()`` events. ``pmap`` below is
+the one alias to switch to run the same file against ``jax.pmap``.
+"""
+
+from __future__ import annotations
+
+import itertools as it
+import math
+import re
+import threading
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+from jax.test_util import check_grads
+
+import partitioner
+
+pmap = partitioner.pmap
+
+N = jax.device_count()
+
+
+def close(got: Any, want: Any, atol: float = 1e-5, rtol: float = 1e-5) -> None:
+    """Same pytree of values (dtypes not checked, as jax's ``check_dtypes=False``)."""
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=atol, rtol=rtol)
+
+
+def arange(*shape: int, dtype: Any = np.float32) -> np.ndarray:
+    return np.arange(math.prod(shape), dtype=dtype).reshape(shape)
+
+
+def sum_and_broadcast(x: np.ndarray, axis: int) -> np.ndarray:
+    return np.repeat(np.sum(x, axis, keepdims=True), x.shape[axis], axis)
+
+
+# --- PythonPmapTest: basics and collectives ---
+
+
+def test_basic() -> None:
+    x = arange(N, 4)
+    close(pmap(lambda x: x - lax.psum(x, "i"), axis_name="i")(x), x - np.sum(x, 0))
+
+
+def test_default_device_ordering() -> None:
+    out = pmap(lambda x: x)(np.arange(N))
+    assert [s.device for s in sorted(out.addressable_shards, key=lambda s: s.index[0].start)] == (
+        jax.devices()
+    )
+
+
+def test_mean() -> None:
+    x = arange(N, 4)
+    close(pmap(lambda x: x - lax.pmean(x, "i"), axis_name="i")(x), x - np.mean(x, 0))
+
+
+@pytest.mark.parametrize(
+    "kwargs, make",
+    [
+        ({}, lambda x: np.array([x] * N)),
+        ({"axis": -1}, lambda x: np.array([x.T] * N)),
+        ({"tiled": True}, lambda x: np.array([x] * N).reshape(N, -1)),
+    ],
+    ids=["plain", "negative axis", "tiled"],
+)
+def test_gather(kwargs: dict[str, Any], make: Any) -> None:
+    x = arange(N, 4)
+    close(pmap(lambda x: lax.all_gather(x, "i", **kwargs), axis_name="i")(x), make(x))
+
+
+def test_gather_bool() -> None:
+    x = (arange(N, 4) % 2).astype(np.bool_)
+    np.testing.assert_array_equal(
+        np.asarray(pmap(lambda x: lax.all_gather(x, "i"), axis_name="i")(x)), np.array([x] * N)
+    )
+
+
+def test_gather_tiled_negative_axis() -> None:
+    x = arange(N, 4, 3)
+    f = pmap(lambda x: lax.all_gather(x, "i", tiled=True, axis=-1), axis_name="i")
+    close(f(x), np.array([x.transpose(1, 0, 2).reshape(4, -1)] * N))
+
+
+@pytest.mark.parametrize("prim", [lax.all_gather, lax.psum_scatter], ids=["gather", "scatter"])
+def test_vmap_of(prim: Any) -> None:
+    f = pmap(partial(prim, axis_name="i"), axis_name="i")
+    x = arange(2, N, N)
+    close(jax.vmap(f)(x), jnp.stack([f(xs) for xs in x], axis=0))
+
+
+def test_reduce_scatter() -> None:
+    x = arange(N, N)
+    ans = pmap(lambda x: lax.psum_scatter(x, "i"), axis_name="i")(x)
+    for i, actual in enumerate(ans):
+        close(actual, np.sum(x, 0)[i])
+
+
+def test_reduce_scatter_tiled() -> None:
+    x = arange(N, 4 * N)
+    ans = pmap(lambda x: lax.psum_scatter(x, "i", tiled=True), axis_name="i")(x)
+    expected = np.sum(x, 0)
+    for i, actual in enumerate(ans):
+        close(actual, expected[i * 4 : (i + 1) * 4])
+
+
+def test_reduce_scatter_replica_groups_tiled() -> None:
+    groups = [[i for i in range(N) if i % 2 == 0], [i for i in range(N) if i % 2]]
+    f = pmap(lambda x: lax.psum_scatter(x, "i", axis_index_groups=groups, tiled=True), "i")
+    x = arange(N, 4 * N)
+    ans = f(x)
+    sums = np.sum(x[0::2], 0), np.sum(x[1::2], 0)
+    length = len(sums[0]) * 2 // N
+    for i, actual in enumerate(ans):
+        close(actual, sums[i % 2][i // 2 * length : (i // 2 + 1) * length])
+
+
+def _np_f(p: Any) -> Any:
+    return partial(jax.tree.map, lambda x: np.broadcast_to(p(x, 0), x.shape))
+
+
+def test_trees() -> None:
+    def protate(x: Any, axis_name: str) -> Any:
+        n = lax.psum(1, axis_name)
+        return lax.ppermute(x, axis_name, [(i, (i + 1) % n) for i in range(n)])
+
+    jax_f = lambda p: pmap(lambda x: p(x, "i"), "i")  # noqa: E731
+    x = {k: np.arange(a * N * N, (a + 1) * N * N).reshape(N, N) for k, a in zip("abc", (1, 2, 4))}
+    close(jax_f(lax.pmax)(x), _np_f(np.max)(x))
+    close(jax_f(lax.pmin)(x), _np_f(np.min)(x))
+    close(jax_f(lax.psum)(x), _np_f(np.sum)(x))
+    close(jax_f(lax.pmean)(x), _np_f(np.mean)(x))
+    close(jax_f(lambda x, a: lax.all_to_all(x, a, 0, 0))(x), jax.tree.map(np.transpose, x))
+    close(jax_f(protate)(x), jax.tree.map(lambda x: np.concatenate([x[-1:], x[:-1]]), x))
+
+
+def test_collectives_with_trees_of_different_dtypes() -> None:
+    x = {
+        k: np.arange(a * N * N, (a + 1) * N * N, dtype=dt).reshape(N, N)
+        for k, a, dt in zip("abcd", (1, 2, 4, 6), (np.float32, np.int32) * 2)
+    }
+    jax_f = lambda p: pmap(lambda x: p(x, "i"), "i")  # noqa: E731
+    for p, q in ((lax.pmax, np.max), (lax.pmin, np.min), (lax.psum, np.sum), (lax.pmean, np.mean)):
+        close(jax_f(p)(x), _np_f(q)(x))
+
+
+def test_complex_psum() -> None:
+    x = arange(N, 8).view(np.complex64)
+    close(pmap(lambda x: x - lax.psum(x, "i"), axis_name="i")(x), x - np.sum(x, 0))
+
+
+@pytest.mark.parametrize("split_axis, concat_axis", list(it.product(range(2), range(2))))
+def test_all_to_all(split_axis: int, concat_axis: int) -> None:
+    x = np.arange(N**3).reshape(N, N, N)
+    y = pmap(lambda x: lax.all_to_all(x, "i", split_axis, concat_axis), axis_name="i")(x)
+    close(y, jnp.moveaxis(x, (0, split_axis + 1), (concat_axis + 1, 0)))
+
+
+@pytest.mark.parametrize("split_axis, concat_axis", list(it.product(range(2), range(2))))
+def test_all_to_all_split_axis(split_axis: int, concat_axis: int) -> None:
+    # Nested maps: jax.pmap 0.10.2 cannot nest (its shard_map rejects the inner mesh).
+    x = np.arange(64).reshape(4, 4, 4)
+
+    @partial(pmap, axis_name="i")
+    @partial(pmap, axis_name="j")
+    def f(x: Any) -> Any:
+        return lax.all_to_all(x, ("i", "j"), split_axis, concat_axis)
+
+    y = f(x.reshape(2, 2, 4, 4)).reshape(x.shape)
+    close(y, jnp.moveaxis(x, (0, split_axis + 1), (concat_axis + 1, 0)))
+
+
+def test_nested_basic() -> None:
+    f = pmap(pmap(lambda x: lax.psum(lax.psum(x, "i"), "j"), "i"), "j")
+    x = arange(N, 1, 4)
+    close(f(x), sum_and_broadcast(sum_and_broadcast(x, 0), 1))
+
+
+def test_mismatched_axis_sizes() -> None:
+    f = pmap(lambda x, y: x + y)
+    rng = np.random.RandomState(0)
+    with pytest.raises(ValueError, match="sizes"):
+        f(rng.randn(N), rng.randn(N - 1))
+
+
+def test_in_axes_pytree_prefix_mismatch_error() -> None:
+    x = jnp.array([3.14])
+    with pytest.raises(ValueError, match="in_axes"):
+        pmap(lambda x, y: x, in_axes=((0, 0, 0), 0))((x, x), x)
+
+
+def test_out_axes_pytree_prefix_mismatch_error() -> None:
+    x = jnp.array([3.14])
+    with pytest.raises(ValueError, match="out_axes"):
+        pmap(lambda x, y: ((x, x), x), out_axes=((0, 0, 0), 0))(x, x)
+
+
+MESHES = [(1, 1), (2, N // 2), (N // 2, 2)]
+
+
+@pytest.mark.parametrize("mesh_shape", MESHES)
+def test_nested_sharding_and_stacking(mesh_shape: tuple[int, int]) -> None:
+    x = arange(*mesh_shape, 4)
+    ans = pmap(pmap(lambda x: x, "i"), "j")(x)
+    assert ans.shape == x.shape
+    close(ans, x)
+
+
+def test_partially_mapped() -> None:
+    f = pmap(lambda x, y: x, in_axes=(None, 0))
+    g = pmap(lambda x, y: x - lax.psum(y, "i"), axis_name="i", in_axes=(None, 0))
+    x = np.array(3.0, dtype=np.float32)
+    y = arange(N, 4)
+    f_ans = f(x, y)
+    close(f_ans, np.broadcast_to(x, (N,)))
+    assert isinstance(f_ans, jax.Array)
+    # The output is the same everywhere, but out_axes=0: one slice per device.
+    assert len({s.device for s in f_ans.addressable_shards}) == N
+    close(g(x, y), np.broadcast_to(x - np.sum(y, 0, keepdims=True), (N, 4)))
+
+
+@pytest.mark.parametrize("mesh_shape", MESHES)
+def test_partially_mapped_nested(mesh_shape: tuple[int, int]) -> None:
+    f = pmap(lambda x, y: x - lax.psum(y, "i"), axis_name="i", in_axes=(None, 0))
+    f = pmap(f, axis_name="j", in_axes=(None, 0))
+    y = arange(*mesh_shape)
+    close(f(3.0, y), np.broadcast_to(3.0 - np.sum(y, 1, keepdims=True), mesh_shape))
+
+
+def test_jvp_and_partial_eval() -> None:
+    f = pmap(jnp.sin, axis_name="i")
+
+    def splitjvp(x: Any) -> Any:
+        _, jvp = jax.linearize(f, x)
+        return jvp(jnp.ones_like(x))
+
+    x = arange(N, 4)
+    close(splitjvp(x), np.cos(x))
+    jax.make_jaxpr(splitjvp)(x)  # doesn't crash
+
+
+def test_grad_basic() -> None:
+    f = pmap(jnp.sin, axis_name="i")
+    x = arange(N, 4)
+    close(jax.grad(lambda x: jnp.sum(f(x)))(x), jax.grad(lambda x: jnp.sum(jnp.sin(x)))(x))
+
+
+def test_grad_of_psum() -> None:
+    f = pmap(lambda x: lax.psum(x, axis_name="i"), axis_name="i")
+    check_grads(f, (arange(N, 4),), 2, ["fwd", "rev"], 1e-2, 1e-2, eps=1.0)
+
+
+def test_grad_of_jvp() -> None:
+    f = pmap(jnp.sin, axis_name="i")
+
+    def splitjvp(x: Any) -> Any:
+        _, jvp = jax.linearize(f, x)
+        return jvp(jnp.ones_like(x))
+
+    fun = lambda x: jnp.sum(jax.jvp(jnp.sin, (x,), (jnp.ones_like(x),))[1])  # noqa: E731
+    x = arange(N, 4)
+    close(jax.grad(lambda x: jnp.sum(splitjvp(x)))(x), jax.grad(fun)(x))
+
+
+def test_two_args_grad() -> None:
+    # jax's test compared its reference with itself; the reference here is the
+    # same body under a named vmap (the map's semantics without devices).
+    def f(x: Any, y: Any) -> Any:
+        return lax.psum(5.0 * jnp.cos(x) * jnp.sin(y), "i")
+
+    x = arange(N, 4)
+    y = 4 + x
+    ours = pmap(f, "i")
+    ref = jax.vmap(f, axis_name="i")
+    close(
+        jax.grad(lambda x, y: jnp.sum(ours(x, y)), (0, 1))(x, y),
+        jax.grad(lambda x, y: jnp.sum(ref(x, y)), (0, 1))(x, y),
+        atol=1e-3,
+        rtol=1e-3,
+    )
+
+
+@pytest.mark.parametrize("mesh_shape", MESHES)
+def test_nested_with_closure(mesh_shape: tuple[int, int]) -> None:
+    def make(outer: Any, inner: Any) -> Any:
+        @outer
+        def test_fun(x: Any) -> Any:
+            y = jnp.sum(jnp.sin(x))
+
+            @inner
+            def g(z: Any) -> Any:
+                return 3.0 * jnp.exp(jnp.sin(x).sum() * jnp.cos(y) * jnp.tan(z))
+
+            return jax.grad(lambda w: jnp.sum(g(w)))(x)
+
+        return test_fun
+
+    x = arange(*mesh_shape, 4) / 10
+    ans = jax.grad(
+        lambda x: jnp.sum(make(partial(pmap, axis_name="i"), partial(pmap, axis_name="j"))(x))
+    )(x)
+    want = jax.grad(lambda x: jnp.sum(make(jax.vmap, jax.vmap)(x)))(x)
+    close(ans, want, atol=1e-3, rtol=1e-3)
+
+
+def test_arrays() -> None:
+    f = pmap(lambda x: 2 * x, axis_name="i")
+    x = arange(N, 4)
+    y = f(x)
+    assert isinstance(y, jax.Array) and not isinstance(y, np.ndarray)
+    close(y, 2 * x)
+    z = f(y)
+    close(z, 4 * x)
+    close(f(jax.device_put(x)), 2 * x)
+    close(y + y, 4 * x)
+    # Device movement on dispatch: the same shards, listed in reverse device order.
+    shards = [s.data for s in sorted(y.addressable_shards, key=lambda s: s.index[0].start)][::-1]
+    mesh = jax.sharding.Mesh(np.array([s.device for s in shards]), ("d",))
+    moved = jax.make_array_from_single_device_arrays(
+        y.shape, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d")), shards
+    )
+    close(f(moved), 4 * x[::-1])
+    repr(z)
+    g = jax.jit(lambda z: z + y)
+    close(g(7), y + 7)
+
+
+@pytest.mark.parametrize(
+    "in_shape, out_shape", [[(1, 1), (1,)], [(1,), (1, 1)], [(1,), ()], [(4, 7), (2, 2, 7)]]
+)
+def test_array_reshape(in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> None:
+    x = np.arange(math.prod(in_shape)).reshape(in_shape)
+    close(pmap(lambda x: x)(x).reshape(out_shape), x.reshape(out_shape))
+
+
+def test_psum_multiple() -> None:
+    f = pmap(pmap(lambda x: lax.psum(x, ("i", "j")), "i"), "j")
+    x = arange(N // 2, 2, 4)
+    close(f(x), sum_and_broadcast(sum_and_broadcast(x, 0), 1))
+
+
+def test_psum_constant_replica_groups() -> None:
+    groups = np.arange(N).reshape(2, N // 2).tolist()
+    f = pmap(lambda x: x - lax.psum(2.0, "i", axis_index_groups=groups), "i")
+    x = arange(N, 4)
+    close(f(x), x - 2.0 * N // 2)
+
+
+def test_psum_uneven_replica_groups() -> None:
+    groups = [[0, 1], np.arange(2, N)]
+    f = pmap(lambda x: x - lax.psum(x, "i", axis_index_groups=groups), "i")
+    x = arange(N, 4)
+    want = np.concatenate([sum_and_broadcast(x[:2], 0), sum_and_broadcast(x[2:], 0)])
+    close(f(x), x - want)
+
+
+def test_psum_replica_groups() -> None:
+    groups = np.arange(N).reshape(2, N // 2).tolist()
+    f = pmap(lambda x: x - lax.psum(x, "i", axis_index_groups=groups), "i")
+    x = arange(N, 4)
+    h = N // 2
+    want = np.concatenate([sum_and_broadcast(x[:h], 0), sum_and_broadcast(x[h:], 0)])
+    close(f(x), x - want)
+
+
+def test_gather_replica_groups() -> None:
+    groups = np.arange(N, dtype=np.int32).reshape(N // 2, 2).T.tolist()
+    x = arange(N, 4)
+    want = np.empty((N, N // 2, 4))
+    want[0::2], want[1::2] = x[0::2], x[1::2]
+    close(pmap(lambda x: lax.all_gather(x, "i", axis_index_groups=groups), "i")(x), want)
+
+
+def test_gather_replica_groups_interleaved() -> None:
+    indexes = np.arange(N)
+    groups = np.concatenate([indexes[::2], indexes[1::2]]).reshape(2, N // 2).tolist()
+    x = arange(N, 4)
+    want = np.zeros((N, N // 2, 4))
+    want[::2], want[1::2] = x[::2], x[1::2]
+    close(pmap(lambda x: lax.all_gather(x, "i", axis_index_groups=groups), "i")(x), want)
+
+
+@pytest.mark.parametrize("prim", [lax.all_gather, lax.psum_scatter], ids=["gather", "scatter"])
+@pytest.mark.parametrize(
+    "tiled, groups", [(False, False), (True, False), (False, True)], ids=["", "tiled", "groups"]
+)
+def test_grad_of(prim: Any, tiled: bool, groups: bool) -> None:
+    devices = jax.devices()
+    index_groups = [(a.id, b.id) for a, b in np.asarray(devices).reshape(-1, 2)] if groups else None
+    f = pmap(lambda x: prim(x, axis_name="i", tiled=tiled, axis_index_groups=index_groups), "i")
+    x = arange(N, 2 if groups else N)
+    check_grads(f, (x,), 2, ["fwd", "rev"], 1e-2, 1e-2, eps=1.0)
+
+
+def test_nested_pmap_replica_groups() -> None:
+    groups = np.arange(N // 2).reshape(2, N // 4).tolist()
+    f = lambda x: x - lax.psum(x, "i", axis_index_groups=groups)  # noqa: E731
+    f1 = pmap(pmap(f, "i"), "j")
+    f2 = pmap(lambda x: pmap(f, "i")(x) + 1.0, "j")  # "imperfectly nested"
+    f3 = pmap(pmap(f, "j"), "i")
+    shape = (2, N // 2, 4)
+    x = arange(*shape)
+
+    def helper(a: np.ndarray, axis: int, size: tuple[int, ...]) -> np.ndarray:
+        return np.broadcast_to(a.sum(axis, keepdims=True), size)
+
+    half = (shape[0], shape[1] // 2, shape[2])
+    psum = np.concatenate([helper(x[:, : N // 4], 1, half), helper(x[:, N // 4 :], 1, half)], 1)
+    close(f1(x), x - psum)
+    close(f2(x), x - psum + 1.0)
+    shape = (N // 2, 2, 4)
+    x = arange(*shape)
+    half = (shape[0] // 2, shape[1], shape[2])
+    psum = np.concatenate([helper(x[: N // 4], 0, half), helper(x[N // 4 :], 0, half)], 0)
+    close(f3(x), x - psum)
+
+
+def test_collective_permute() -> None:
+    rotation = [(i, (i + 1) % N) for i in range(N)]
+    x = jnp.arange(4 * N).reshape((N, 4))
+    close(pmap(lambda x: lax.ppermute(x, perm=rotation, axis_name="i"), "i")(x), np.roll(x, 1, 0))
+
+
+def test_collective_permute_cyclic_grad() -> None:
+    shift_right = [(i, (i + 1) % N) for i in range(N)]
+    f = lambda x: lax.ppermute(x, perm=shift_right, axis_name="i")  # noqa: E731
+    y = np.pi + np.arange(N, dtype=np.float32)
+    g = lambda x: jnp.sum(y * pmap(f, "i")(x))  # noqa: E731
+    x = np.arange(N, dtype=np.float32)
+    close(jax.grad(g)(x), np.roll(np.pi + np.arange(N), -1))
+    check_grads(g, (x,), 2, ["fwd", "rev"], 1e-2, 1e-2)
+
+
+def test_collective_permute_cyclic_with_pshuffle() -> None:
+    perm = [(i - 1) % N for i in range(N)]
+    values = np.arange(N)
+    close(
+        pmap(lambda x: lax.pshuffle(x, perm=perm, axis_name="i"), "i")(values), np.roll(values, 1)
+    )
+
+
+def test_pshuffle_with_bad_perm() -> None:
+    bad = list(range(N))
+    bad[0] = 1
+    with pytest.raises(ValueError, match=re.escape("`perm` does not represent a permutation: [1")):
+        pmap(lambda x: lax.pshuffle(x, perm=bad, axis_name="i"), "i")(np.arange(N))
+
+
+def test_ppermute_with_zip_object() -> None:
+    perm = [N - 1] + list(range(N - 1))
+    f = pmap(lambda x: lax.ppermute(x, "i", list(zip(perm, range(N)))), "i")
+    close(f(jnp.arange(N, dtype=jnp.float32)), np.asarray(perm, np.float32))
+
+
+def test_rule30() -> None:
+    def send(x: Any, perm: list[tuple[int, int]]) -> Any:
+        return lax.ppermute(x, perm=perm, axis_name="i")
+
+    @partial(pmap, axis_name="i")
+    def step(board: Any) -> Any:
+        left, right = board[:1], board[-1:]
+        right = send(left, [((i + 1) % N, i) for i in range(N)])
+        left = send(board[-1:], [(i, (i + 1) % N) for i in range(N)])
+        big = jnp.concatenate([left, board, right])
+        return lax.bitwise_xor(big[:-2], lax.bitwise_or(big[1:-1], big[2:]))
+
+    board = np.zeros(40, dtype=bool)
+    board[20] = True
+    boards = [board.copy()]
+    state = board.reshape(N, -1)
+    for _ in range(20):
+        state = step(state)
+        boards.append(np.asarray(state).ravel())
+    # The reference: rule 30 on a ring of 40 cells, in numpy.
+    want = [board]
+    for _ in range(20):
+        b = want[-1]
+        want.append(np.roll(b, 1) ^ (b | np.roll(b, -1)))
+    assert "\n".join("".join("*" if c else " " for c in b) for b in boards).splitlines()[-1] == (
+        " *  *   ***  ****     **** *** **   *   "
+    )
+    np.testing.assert_array_equal(np.array(boards), np.array(want))
+
+
+@pytest.mark.parametrize("p, q", [(lax.pmax, np.max), (lax.pmin, np.min)], ids=["max", "min"])
+def test_reduce_max_min(p: Any, q: Any) -> None:
+    x = arange(N, 4)
+    close(pmap(lambda x: x - p(x, "i"), axis_name="i")(x), x - q(x, 0))
+
+
+def test_device_count_error() -> None:
+    with pytest.raises(ValueError):
+        pmap(lambda x: 2 * x)(jnp.arange(N + 1))
+    with pytest.raises(ValueError):
+        pmap(lambda x: 2 * x)(np.ones((N + 1, 10)))
+    with pytest.raises(ValueError):
+        pmap(lambda x: pmap(lambda x: 2 * x)(x))(np.ones((N, 2, 10)))
+
+
+# --- constants, axis_index ---
+
+
+def test_pmap_constant() -> None:
+    x = jnp.arange(N)
+    close(pmap(lambda x: 3)(x), np.repeat(3, N))
+    f = pmap(lambda x: (x, 3))
+    f(np.arange(N))
+    with partitioner.recording() as counts:  # jax: assert_num_jit_and_pmap_compilations
+        _, ans = f(np.arange(N))
+    close(ans, np.repeat(3, N))
+    assert counts.get("compile", 0) == 0, dict(counts)
+
+
+def test_pmap_constant_devices() -> None:
+    devices = jax.devices()[:-1]
+    np.random.RandomState(0).shuffle(devices)
+    ans = pmap(lambda x: 3, devices=devices)(jnp.arange(len(devices)))
+    close(ans, np.repeat(3, len(devices)))
+    placed = sorted(ans.addressable_shards, key=lambda s: s.index[0].start)
+    assert [s.device for s in placed] == devices
+
+
+def test_pmap_constant_error() -> None:
+    with pytest.raises(ValueError):
+        pmap(lambda x: 3)(jnp.arange(N + 1))
+
+
+def test_nested_pmap_constant() -> None:
+    f = pmap(pmap(lambda x: 3))
+    shape = (2, N // 2, 3)
+    x = jnp.arange(math.prod(shape)).reshape(shape)
+    ans = f(x)
+    close(ans, 3 * np.ones(shape[:2]))
+    x_sharded, ans = pmap(pmap(lambda x: (x, 3)))(x)
+    assert ans.sharding.device_set == x_sharded.sharding.device_set
+
+
+def test_nested_pmap_constant_devices() -> None:
+    # Skipped by jax ("not yet implemented"); the classic contract: devices of the nest.
+    devices = jax.devices()[:-2]
+    np.random.RandomState(0).shuffle(devices)
+    f = pmap(pmap(lambda x: 3), devices=devices)
+    shape = (2, len(devices) // 2, 3)
+    ans = f(jnp.arange(math.prod(shape)).reshape(shape))
+    close(ans, 3 * np.ones(shape[:2]))
+    want = pmap(pmap(lambda x: x), devices=devices)(3 * np.ones(shape[:2]))
+    assert ans.sharding.is_equivalent_to(want.sharding, 2)  # (axis names differ)
+
+
+def test_nested_pmap_constant_error() -> None:
+    shape = (2, N // 2 + 1, 3)
+    with pytest.raises(ValueError):
+        pmap(pmap(lambda x: 3))(jnp.arange(math.prod(shape)).reshape(shape))
+
+
+def test_collective_constant() -> None:
+    close(pmap(lambda x: lax.psum(1, "i"), "i")(jnp.arange(N)), np.repeat(N, N))
+
+
+def test_collective_constant_nested() -> None:
+    @partial(pmap, axis_name="i")
+    def f(x: Any) -> Any:
+        @partial(pmap, axis_name="j")
+        def g(y: Any) -> Any:
+            return lax.psum(1, "i"), lax.psum(1, "j"), lax.psum(1, ("i", "j"))
+
+        return g(x)
+
+    shape = (N, 1, 4)
+    a, b, c = f(jnp.arange(math.prod(shape)).reshape(shape))
+    assert a.shape == b.shape == c.shape == shape[:-1]
+    assert (a.ravel()[0], b.ravel()[0], c.ravel()[0]) == (N, 1, N)
+
+
+def test_axis_index() -> None:
+    f = pmap(lambda x: x + lax.axis_index("i"), "i")
+    close(f(jnp.ones(N, dtype="int32")), 1 + np.arange(N))
+
+
+def test_axis_index_nested_pmap() -> None:
+    f = lambda axis: pmap(pmap(lambda x: x + lax.axis_index(axis), "j"), "i")  # noqa: E731
+    x = jnp.ones((2, 2), dtype="int32")
+    want = np.broadcast_to(1 + np.arange(2), (2, 2))
+    close(f("j")(x), want)
+    close(f("i")(x), want.T)
+
+
+def test_axis_index_nd() -> None:
+    f = lambda axes: pmap(pmap(lambda x: x + lax.axis_index(axes), "j"), "i")  # noqa: E731
+    x = jnp.ones((2, 2), dtype="int32")
+    want = 1 + np.arange(4).reshape((2, 2))
+    close(f(("i", "j"))(x), want)
+    close(f(("j", "i"))(x), want.T)
+
+
+def test_axis_index_in_initial_style() -> None:
+    @partial(pmap, axis_name="i")
+    def f(x: Any) -> Any:
+        return lax.scan(lambda c, i: (c + i + lax.axis_index("i"), None), 0, x)[0]
+
+    close(f(jnp.ones((N, 10), dtype="int32")), (np.arange(N) + 1) * 10)
+
+
+# --- vmap of pmap, pswapaxes, all_to_all groups, jit composition ---
+
+
+def test_vmap_of_pmap() -> None:
+    ax = np.random.RandomState(0).randn(2, N, 5, 6)
+    close(jax.vmap(pmap(lambda x: x, axis_name="i"))(ax), ax)
+
+
+def test_vmap_of_pmap2() -> None:
+    keys = jax.random.split(jax.random.PRNGKey(1), 13)
+
+    @pmap
+    def g(key: Any) -> Any:
+        _ = jax.random.normal(key, ())
+        return 0.0
+
+    @jax.vmap
+    def s(keys: Any) -> Any:
+        return g(jax.tree.map(lambda x: jnp.broadcast_to(x, (N, *x.shape)), keys))
+
+    assert s(keys).shape == (13, N)
+
+
+def test_vmap_of_pmap3() -> None:
+    def func(q: Any, pts: Any) -> Any:
+        return q, pmap(lambda x, y: y, in_axes=(0, None))(pts, q)
+
+    pts = jnp.ones(N)
+    qs = jnp.asarray(((0, 0), (3, 3), (2, 2)))
+    _, want = jax.lax.map(lambda x: func(x, pts), qs)
+    _, ans = jax.vmap(func, in_axes=(0, None))(qs, pts)
+    close(ans, want)
+
+
+def test_vmap_of_pmap_non_leading_axis() -> None:
+    ax = np.random.RandomState(0).randn(N, 2, 5, 6)
+    close(jax.vmap(pmap(lambda x: x, axis_name="i"), in_axes=2, out_axes=2)(ax), ax)
+
+
+def test_vmap_of_pmap_tuple() -> None:
+    rng = np.random.RandomState(0)
+    ax, ay = rng.randn(N, 2, 5, 6), rng.randn(N, 3, 2)
+    az1, az2 = rng.randn(N, 2), rng.randn(2, N, 2)
+    f = pmap(lambda *x: x, axis_name="i")
+    bx, by, (bz1, bz2) = jax.vmap(f, in_axes=(1, 2, (None, 0)), out_axes=(1, 2, 0))(
+        ax, ay, (az1, az2)
+    )
+    close(bx, ax)
+    close(by, ay)
+    close(bz1, np.broadcast_to(az1, (2, *az1.shape)))
+    close(bz2, az2)
+
+
+def test_pswapaxes() -> None:
+    x = np.arange(N * 3 * N * 5).reshape(N, 3, N, 5)
+    close(pmap(lambda x: lax.pswapaxes(x, "i", 1), axis_name="i")(x), np.swapaxes(x, 0, 2))
+
+
+def test_grad_of_pswapaxes() -> None:
+    x = arange(N, 1, N)
+    w = np.arange(N, dtype=np.float32)
+
+    @partial(pmap, axis_name="i")
+    def f(x: Any, w: Any) -> Any:
+        return jax.grad(lambda x: jnp.sum(lax.pswapaxes(x, "i", 1) * w))(x)
+
+    close(f(x, w), np.tile(w, reps=N).reshape(x.shape))
+
+
+def test_all_to_all_replica_groups() -> None:
+    x = np.arange(N * N // 2).reshape(N, N // 2)
+    groups = np.arange(N, dtype=np.int32).reshape(N // 2, 2).T.tolist()
+    fn = pmap(lambda x: lax.all_to_all(x, "i", 0, 0, axis_index_groups=groups), axis_name="i")
+    close(fn(x), np.swapaxes(x.reshape(N // 2, 2, N // 2), 0, 2).reshape(x.shape))
+
+
+def test_grad_of_all_to_all_replica_groups() -> None:
+    shape = (N, N // 2, 1)
+    x = arange(*shape)
+    w = np.arange(N, dtype=np.float32)
+    groups = np.arange(N, dtype=np.int32).reshape(2, N // 2).tolist()
+
+    @partial(pmap, axis_name="i")
+    def fn(x: Any, w: Any) -> Any:
+        g = lambda x: jnp.sum(lax.all_to_all(x, "i", 0, 1, axis_index_groups=groups) * w)  # noqa: E731
+        return jax.grad(g)(x)
+
+    want = np.ones_like(x) * w[:, None, None]
+    want = np.swapaxes(want.reshape(2, N // 2, N // 2), 1, 2).reshape(shape)
+    close(fn(x, w), want)
+
+
+def test_array_block_until_ready() -> None:
+    pmap(lambda x: x)(np.arange(N)).block_until_ready()
+
+
+def test_jit_pmap_composition() -> None:
+    f = lambda x: x - lax.psum(x, "i")  # noqa: E731
+    x = arange(N, 4)
+    close(jax.jit(pmap(f, "i"))(x), x - np.sum(x, 0))
+    close(pmap(jax.jit(f), "i")(x), x - np.sum(x, 0))
+
+
+def test_composition_with_jit_twice() -> None:
+    @jax.jit
+    def f(x: Any) -> Any:
+        y = jnp.float32(2) * x
+
+        @jax.jit
+        def g(z: Any) -> Any:
+            return pmap(lambda x: x[jnp.newaxis] * y)(z)
+
+        return g(x)
+
+    f(np.arange(1.0, dtype="float32").reshape((1, 1)))  # doesn't crash
+
+
+def test_issue1065() -> None:
+    def multi_step_pmap(state: Any, count: int) -> Any:
+        @partial(pmap, axis_name="x")
+        @jax.jit
+        def exchange_and_multi_step(state: Any) -> Any:
+            return state
+
+        @jax.jit
+        def time_evolution(state: Any) -> Any:
+            return lax.fori_loop(0, count, lambda i, s: exchange_and_multi_step(s), state)
+
+        return time_evolution(state)
+
+    multi_step_pmap(jnp.zeros((N,)), count=1)
+
+
+def test_array_getitem() -> None:
+    x = arange(N, 4)
+    y = pmap(lambda x: 2 * x, axis_name="i")(x)
+    assert isinstance(y, jax.Array)
+    close(y[0], 2 * x[0])
