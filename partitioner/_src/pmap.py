@@ -258,7 +258,10 @@ class PmapFunction:
         n = self._axis_size_of(avals, dims, paths)
         mesh = self._mesh(n)
         statics = split.statics
-        body = self._trace(in_tree, statics, avals, dims, n, mesh)
+        debug_info = jp.debug_info(
+            "pmap", self.fun, args, kwargs, static_argnums=list(self.static_argnums)
+        )
+        body = self._trace(in_tree, statics, avals, dims, n, mesh, debug_info)
         consts, trace_consts = body.const_values
         body_jaxpr = body.jaxpr
         chain = _nested_chain(body_jaxpr, self.name)
@@ -328,6 +331,7 @@ class PmapFunction:
         dims: list[int | None],
         n: int,
         mesh: Mesh,
+        debug_info: Any,
     ) -> _TracedRegion:
         """The per-device body on blocks, traced under the axis environment."""
 
@@ -342,7 +346,6 @@ class PmapFunction:
             )
 
         block_avals = tuple(block_aval(a, d) for a, d in zip(avals, dims, strict=True))
-        debug_info = jp.debug_info("pmap", self.fun, tuple(avals), {})
         # Keyed on the user's function (not this wrapper), with what the traced
         # body adds to it (out_axes), so a fresh pmap of the same function reuses it.
         key = (

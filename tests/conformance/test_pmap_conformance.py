@@ -751,3 +751,252 @@ def test_array_getitem() -> None:
     y = pmap(lambda x: 2 * x, axis_name="i")(x)
     assert isinstance(y, jax.Array)
     close(y[0], 2 * x[0])
+
+
+def test_many_args() -> None:
+    f = pmap(lambda args_list: sum(args_list))
+    close(f([np.array([i] * N) for i in range(500)]), np.array([sum(range(500))] * N))
+
+
+def test_post_process_map2() -> None:
+    def distributed_matrix_vector(x: Any, y: Any) -> Any:
+        fv = lambda z: lax.map(lambda j: jnp.dot(j, y), z)  # noqa: E731
+        res = pmap(fv)(x.reshape((N, -1, *x.shape[1:])))
+        return res.reshape(res.shape[0] * res.shape[1], *res.shape[2:])
+
+    key = jax.random.PRNGKey(1)
+    x = jax.random.normal(key, (16, 5))
+    y = jax.random.normal(key, (3, 5, 1))
+    result = jax.vmap(lambda b: distributed_matrix_vector(x, b), in_axes=0)(y)
+    close(result, jnp.einsum("ij,njk->nik", x, y), atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("remat", [jax.checkpoint], ids=["remat"])
+def test_axis_index_remat(remat: Any) -> None:
+    def f(key: Any) -> Any:
+        return jax.random.bernoulli(jax.random.fold_in(key, lax.axis_index("i")), p=0.5)
+
+    keys = jax.random.split(jax.random.PRNGKey(0), N)
+    got = pmap(remat(f), axis_name="i")(keys)
+    want = jax.vmap(f, axis_name="i")(keys)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_pmap_map_vmap_combinations() -> None:
+    def matrix_vector(x: Any, y: Any, parallel: bool = True) -> Any:
+        fv = lambda z: lax.map(lambda j: jnp.dot(j, y), z)  # noqa: E731
+        if not parallel:
+            return fv(x)
+        new_res = pmap(fv)(x.reshape((N, -1, *x.shape[1:])))
+        return new_res.reshape(x.shape[0], *new_res.shape[2:])
+
+    x = jax.random.normal(jax.random.PRNGKey(1), (16, 5))
+    y = jax.random.normal(jax.random.PRNGKey(1), (3, 5))
+    result1 = jax.vmap(lambda b: matrix_vector(x, b, True))(y)
+    result2 = lax.map(lambda b: matrix_vector(x, b, False), y)
+    result3 = lax.map(lambda b: matrix_vector(x, b, True), y)
+    result4 = jnp.stack([matrix_vector(x, b, False) for b in y])
+    for other in (result2, result3, result4):
+        close(result1, other, atol=1e-3, rtol=1e-3)
+
+
+def test_pmap_axis_name_error() -> None:
+    with pytest.raises(NameError, match="unbound axis name: batch"):
+        pmap(lambda x: lax.psum(x, axis_name="batch"))(np.arange(4)[np.newaxis, :])
+
+
+def test_psum_on_boolean_dtype() -> None:
+    x = jnp.array([True, False])
+    assert list(pmap(lambda x: lax.psum(x, "i"), "i")(x)) == [1, 1]
+    assert list(pmap(lambda x: lax.pmean(x, "i"), "i")(x)) == [1 / 2, 1 / 2]
+
+
+def test_psum_with_no_axis_doesnt_leak_functions() -> None:
+    import gc
+    import weakref
+
+    x = jnp.ones((1, 1024), dtype=np.float32)
+    f = lambda _: x  # noqa: E731
+    w = weakref.ref(f)
+    g = pmap(f)
+    g(np.ones((1,), dtype=np.float32)).block_until_ready()
+    del f, g
+    gc.collect()
+    assert w() is None
+
+
+def test_jit_of_pmap_output_sharding() -> None:
+    foo = jax.jit(pmap(lambda x: x + x))
+    x = np.ones((2, 2, 2), dtype=np.float32)
+    for _ in range(3):
+        x = foo(x)  # does not crash
+    close(x, np.full((2, 2, 2), 8.0))
+
+
+def test_psum_zero_cotangents() -> None:
+    def loss(params: Any, meta_params: Any) -> Any:
+        net, mpo = params
+        return meta_params * mpo * net
+
+    def inner(meta_params: Any, params: Any) -> Any:
+        net_grads, _ = lax.psum(jax.grad(loss)(params, meta_params), axis_name="i")
+        return params[1] * (params[0] + net_grads)
+
+    def outer(params: Any) -> Any:
+        return jax.grad(inner)(jnp.array(4.0), params)
+
+    params = (jnp.array([2.0]), jnp.array([3.0]))
+    f = pmap(outer, axis_name="i")
+    f(params)  # doesn't crash
+    check_grads(f, (params,), 2, ["fwd", "rev"], 1e-3, 1e-3)
+
+
+def test_issue_1062() -> None:
+    @jax.jit
+    def multi_step(state: Any, count: int) -> Any:
+        return lax.fori_loop(0, count, lambda i, s: s, state)
+
+    @jax.jit
+    def multi_step_pmap(state: Any, count: int = 2) -> Any:
+        return pmap(lambda s: multi_step(s, count), axis_name="x")(state)
+
+    multi_step_pmap(np.ones((N, 100)))  # doesn't crash
+
+
+def test_replicate_backend() -> None:
+    def fn(indices: Any) -> Any:
+        return jnp.equal(indices, jnp.arange(3)).astype(jnp.float32)
+
+    mapped = pmap(pmap(fn, axis_name="i", backend="cpu"), axis_name="j", backend="cpu")
+    indices = np.array([[[2], [1]], [[0], [0]]])
+    close(mapped(indices), fn(indices))
+
+
+@pytest.mark.parametrize("collective, bulk_op", [("pargmax", jnp.argmax), ("pargmin", jnp.argmin)])
+@pytest.mark.parametrize("shape, axis", [((4,), 0), ((2, 4), 1), ((4, 2), 0)])
+def test_arg_all_reduce(collective: str, bulk_op: Any, shape: tuple[int, ...], axis: int) -> None:
+    # jax.lax's old pargmax/pargmin: the index (along the axis) of the extreme value.
+    def arg(x: Any) -> Any:
+        best = lax.pmax(x, "i") if collective == "pargmax" else lax.pmin(x, "i")
+        index = jnp.where(x == best, lax.axis_index("i"), jnp.iinfo(jnp.int32).max)
+        return lax.pmin(index, "i")
+
+    x = np.random.RandomState(0).permutation(math.prod(shape)).reshape(shape).astype(np.int32)
+    ans = pmap(arg, in_axes=axis, out_axes=None, axis_name="i")(x)
+    close(ans, bulk_op(x, axis=axis))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_pmap_dtype(dtype: Any) -> None:
+    func = pmap(lambda _: lax.psum(dtype(0), axis_name="i"), axis_name="i")
+    assert func(jnp.arange(N)).dtype == dtype
+
+
+def test_num_replicas_with_switch() -> None:
+    x = jnp.zeros((N, 2))
+    close(lax.cond(True, pmap(lambda x: x), pmap(lambda x: x), x), x)
+
+
+def test_static_argnum_on_method() -> None:
+    class A:
+        @partial(pmap, static_broadcasted_argnums=(0,))
+        def my_func_pmap(self, x: Any) -> Any:
+            return x + 2
+
+    close(A().my_func_pmap(jnp.asarray([3] * N)), np.full(N, 5))
+
+
+def test_pmap_error_on_non_hashable_static_argument() -> None:
+    f = pmap(lambda x, y: x + 3, static_broadcasted_argnums=(1,))
+    with pytest.raises((ValueError, TypeError), match="(?i)hashable"):
+        f(np.asarray([1] * N), np.asarray(1))
+
+
+@pytest.mark.parametrize("axis_size", [1, 2])
+def test_grad_of_pmap_compilation_caching(axis_size: int) -> None:
+    f = pmap(jnp.sin)
+    x = jnp.ones(axis_size)
+    f(x)
+    with partitioner.recording() as counts:  # jax: count_jit_and_pmap_compiles
+        _, f_bwd = jax.vjp(f, x)
+        f_bwd(x)
+    assert counts.get("compile", 0) <= 2, dict(counts)  # one for fwd, one for bwd
+    with partitioner.recording() as counts:
+        _, f_bwd2 = jax.vjp(f, x)
+        f_bwd(x)
+        f_bwd2(x)
+    assert counts.get("compile", 0) == 0, dict(counts)  # cache hits on fwd and bwd
+
+
+def test_axis_env_length() -> None:
+    f = lambda x: pmap(lambda x: x)(jnp.array([x]))[0]  # noqa: E731
+    assert jax.grad(f)(3.0) == 1.0
+
+
+@pytest.mark.parametrize("remat", [jax.checkpoint], ids=["remat"])
+def test_remat_of_pmap(remat: Any) -> None:
+    f = remat(pmap(lambda x: jnp.sin(jnp.sin(x))))
+    check_grads(f, (jnp.arange(1.0),), order=2, modes=["rev"])
+    x = jnp.arange(1.0)
+    jaxpr = str(jax.make_jaxpr(jax.linearize(f, x)[1])(x))
+    assert " sin " in jaxpr and " cos " in jaxpr
+
+
+def test_pmap_lower_arg_info() -> None:
+    def f(x: Any, y: Any, *args: Any, **kwargs: Any) -> Any:
+        return y["hi"] + args[1] + sum(kwargs.values())
+
+    one = lambda v: jnp.array([v])  # noqa: E731
+    lowered = pmap(f).lower(
+        {"hi": one(1.0)}, {"hi": one(2.0)}, one(3.0), one(4.0), z=one(5.0), w=one(6.0)
+    )
+    text = lowered.as_text()
+    assert '"x"' not in text
+    for name in ("y['hi']", "args[0]", "args[1]", "kwargs['z']", "kwargs['w']"):
+        assert name in text, name
+
+
+def test_pmap_lower_result_info() -> None:
+    lowered = pmap(lambda x, y, z: {"a": x, "b": [y]}).lower(
+        jnp.array([1.0]), (jnp.array([2]),), [jnp.array([3])]
+    )
+    text = lowered.as_text()
+    # Today's jax (jax.jit and jax.pmap 0.10.2) prefixes the paths with "result".
+    assert re.search(r"jax.result_info = \"(result)?\['a'\]\"", text)
+    assert re.search(r"jax.result_info = \"(result)?\['b'\]\[0\]\[0\]\"", text)
+
+
+def test_axis_name_shadowing_with_vmap() -> None:
+    for shape in ((2, 1), (1, 1)):
+        out = jax.vmap(pmap(lambda x: 2 * x, axis_name="i"), axis_name="i")(jnp.ones(shape))
+        close(out, 2 * np.ones(shape))
+
+
+# --- CppPmapTest: the dispatch cache ---
+
+
+def test_pmap_fast_path_is_enabled() -> None:
+    f = pmap(lambda x: x + 1)
+    f(np.zeros([N], dtype=np.float32))
+    with partitioner.recording() as counts:
+        f(np.zeros([N], dtype=np.float32))
+    assert counts.get("dispatch_miss", 0) == 0, dict(counts)
+
+
+def test_cache_hits_across_threads() -> None:
+    inputs = np.zeros([N], dtype=np.float32)
+    f = pmap(lambda x: x + 1)
+    f(inputs)
+    size = f._cache_size() if hasattr(f, "_cache_size") else f.cache_size()
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(f(inputs)))
+    thread.start()
+    thread.join()
+    np.testing.assert_array_equal(np.asarray(f(inputs)), np.asarray(out[0]))
+    assert (f._cache_size() if hasattr(f, "_cache_size") else f.cache_size()) == size
+
+
+def test_constants_fallback() -> None:
+    fn = pmap(lambda x, y: x + y, in_axes=(0, None))
+    for _ in range(2):
+        close(fn(np.zeros((N, 5), dtype=np.float32), 2.0), np.full((N, 5), 2.0))
