@@ -1000,3 +1000,299 @@ def test_constants_fallback() -> None:
     fn = pmap(lambda x, y: x + y, in_axes=(0, None))
     for _ in range(2):
         close(fn(np.zeros((N, 5), dtype=np.float32), 2.0), np.full((N, 5), 2.0))
+
+
+# --- VmapOfPmapTest, VmapPmapCollectivesTest ---
+
+
+@pytest.mark.parametrize(
+    "vmap_in_axes, pmap_in_axes, vmap_out_axes, pmap_out_axes",
+    [((0, 1), (0, 1), 0, 0), ((1, None), (1, 0), 1, 1), ((None, 0), (None, 2), 2, 0)],
+)
+def test_vmap_of_pmap_axes(
+    vmap_in_axes: Any, pmap_in_axes: Any, vmap_out_axes: int, pmap_out_axes: int
+) -> None:
+    # jax samples these combinations; here three fixed ones over (2, 3) arguments.
+    V = 3
+    rng = np.random.RandomState(0)
+
+    def add_bdim(size: int, axis: int | None, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return shape if axis is None else (*shape[:axis], size, *shape[axis:])
+
+    shapes = [add_bdim(V, v, add_bdim(N, p, (2, 3))) for v, p in zip(vmap_in_axes, pmap_in_axes)]
+    args = [rng.randn(*s).astype(np.float32) for s in shapes]
+    fun = lambda *a: sum(a)  # noqa: E731
+    ans = jax.vmap(
+        pmap(fun, in_axes=pmap_in_axes, out_axes=pmap_out_axes),
+        in_axes=vmap_in_axes,
+        out_axes=vmap_out_axes,
+    )(*args)
+
+    def take(a: np.ndarray, axis: int | None, i: int) -> np.ndarray:
+        return a if axis is None else np.take(a, i, axis)
+
+    def args_slice(vi: int, pi: int) -> list[np.ndarray]:
+        outer = [take(a, v, vi) for a, v in zip(args, vmap_in_axes)]
+        return [take(a, p, pi) for a, p in zip(outer, pmap_in_axes)]
+
+    want = np.stack(
+        [
+            np.stack([fun(*args_slice(vi, pi)) for pi in range(N)], axis=pmap_out_axes)
+            for vi in range(V)
+        ],
+        axis=vmap_out_axes,
+    )
+    close(ans, want)
+
+
+COLLECTIVES = [lax.psum, lax.pmean, lax.pmax, lax.pmin]
+
+
+def _two_maps(map1: Any, map2: Any, collective: Any) -> Any:
+    @partial(map1, axis_name="i")
+    @partial(map2, axis_name="j")
+    def f(x: Any, y: Any) -> Any:
+        return x + collective(x.dot(y), ("i", "j"))
+
+    return f
+
+
+@pytest.mark.parametrize("collective", COLLECTIVES, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("outer", [2, 4])
+def test_collectives_with_vmap(collective: Any, outer: int) -> None:
+    x = jnp.arange(outer * 2 * 8 * 8, dtype=jnp.float32).reshape(outer, 2, 8, 8) / 100
+    y = _two_maps(pmap, pmap, collective)(x, x)
+    close(_two_maps(jax.vmap, jax.vmap, collective)(x, x), y, rtol=1e-4)
+    close(_two_maps(pmap, jax.vmap, collective)(x, x), y, rtol=1e-4)
+    close(_two_maps(jax.vmap, pmap, collective)(x, x), y, rtol=1e-4)
+
+
+def test_ppermute_with_vmap() -> None:
+    def f(map2: Any) -> Any:
+        @partial(pmap, axis_name="i")
+        @map2
+        def f(x: Any, y: Any) -> Any:
+            return x + lax.ppermute(x.dot(y), "i", [(0, 1), (1, 0)])
+
+        return f
+
+    x = jnp.ones((2, 2, 8, 8))
+    close(f(pmap)(x, x), f(jax.vmap)(x, x))
+
+
+def test_ppermute_agrees_with_vmap() -> None:
+    f = lambda x: lax.ppermute(x, "i", [[1, 0], [2, 1], [0, 2]])  # noqa: E731
+    xs = jnp.arange(3) * 10
+    close(pmap(f, axis_name="i")(xs), jax.vmap(f, axis_name="i")(xs))
+
+
+@pytest.mark.parametrize(
+    "split_axis, concat_axis, vmap_axis", [(0, 0, 0), (1, 2, 3), (2, 0, 1), (0, 1, 2)]
+)
+def test_all_to_all_in_vmap(split_axis: int, concat_axis: int, vmap_axis: int) -> None:
+    # jax's reference (a sequence of moveaxis) for a subset of its 36 cases.
+    def f(x: Any) -> Any:
+        return lax.all_to_all(x, "i", split_axis=split_axis, concat_axis=concat_axis)
+
+    def adj(axis: int, hidden: list[int]) -> int:
+        for h in sorted(hidden):
+            if h <= axis:
+                axis += 1
+        return axis
+
+    def reference(x: Any) -> Any:
+        v = adj(vmap_axis, [0])
+        s = adj(split_axis, [0, v])
+        ref = jnp.moveaxis(x, s, 1)
+        v = v + (0 if s < v else 1)
+        c = adj(concat_axis, [0, 1, v]) - 1
+        ref = jnp.moveaxis(ref, 0, c)
+        v = v - (1 if c >= v else 0)
+        return jnp.moveaxis(ref, v, 1)
+
+    x = jnp.arange(N**5).reshape((N,) * 5)
+    close(pmap(jax.vmap(f, in_axes=vmap_axis), axis_name="i")(x), reference(x))
+
+
+@pytest.mark.parametrize("split_axis, concat_axis", list(it.product(range(3), range(3))))
+def test_all_to_all_vs_vmap(split_axis: int, concat_axis: int) -> None:
+    f = lambda x: lax.all_to_all(x, "i", split_axis=split_axis, concat_axis=concat_axis)  # noqa: E731
+    x = jnp.arange(N**4).reshape((N,) * 4)
+    close(pmap(f, axis_name="i")(x), jax.vmap(f, axis_name="i")(x))
+
+
+@pytest.mark.parametrize("prim", [lax.all_gather, lax.psum_scatter], ids=["gather", "scatter"])
+def test_with_vmap(prim: Any) -> None:
+    f = lambda map2: pmap(map2(partial(prim, axis_name="i")), axis_name="i")  # noqa: E731
+    x = jnp.ones((2, 2, 2, 8))
+    close(f(pmap)(x), f(jax.vmap)(x))
+
+
+@pytest.mark.parametrize("tiled", [False, True])
+@pytest.mark.parametrize("prim", [lax.all_gather, lax.psum_scatter], ids=["gather", "scatter"])
+def test_vs_vmap(prim: Any, tiled: bool) -> None:
+    x = jnp.arange(4 * 4 * 8).reshape(4, 4, 8)
+    f = partial(prim, axis_name="i", tiled=tiled)
+    close(jax.vmap(f, axis_name="i")(x), pmap(f, axis_name="i")(x))
+
+
+# --- PmapWithDevicesTest ---
+
+
+def test_all_devices() -> None:
+    f = pmap(lambda x: x - lax.psum(x, "i"), axis_name="i", devices=jax.devices())
+    x = arange(N, 4)
+    close(f(x), x - np.sum(x, 0))
+
+
+def test_one_device() -> None:
+    d0, d1 = jax.devices()[:2]
+    f = lambda x: jnp.dot(x, x.T)  # noqa: E731
+    x = np.random.RandomState(0).rand(1, 50, 50).astype(np.float32)
+    want = np.expand_dims(np.dot(x.squeeze(), x.squeeze().T), 0)
+    close(pmap(f, devices=[d0])(x), want, atol=1e-4, rtol=1e-3)
+    close(pmap(f, devices=[d1])(x), want, atol=1e-4, rtol=1e-3)
+
+
+def test_no_devices_error() -> None:
+    with pytest.raises(ValueError, match="devices"):
+        pmap(lambda x: x - lax.psum(x, "i"), axis_name="i", devices=[])(arange(N, 4))
+
+
+def test_bad_axis_size_error() -> None:
+    f = pmap(lambda x: lax.psum(x, "i"), axis_name="i", devices=jax.devices())
+    with pytest.raises(ValueError):
+        f(jnp.ones(1))
+    with pytest.raises(ValueError):
+        f(jnp.ones(N + 1))
+
+
+def test_bad_axis_size_error_nested() -> None:
+    f = pmap(
+        pmap(lambda x: lax.psum(x, ("i", "j")), axis_name="j"),
+        axis_name="i",
+        devices=[jax.local_devices()[0]],
+    )
+    with pytest.raises(ValueError):
+        f(jnp.ones((1, 4)))
+
+
+def test_nested_pmaps() -> None:
+    @partial(pmap, axis_name="i", devices=jax.devices())
+    def foo(x: Any) -> Any:
+        return pmap(lambda y: lax.psum(y, "j"), axis_name="j")(x)
+
+    x = jnp.ones((N // 2, 2))
+    close(foo(x), x * 2)
+
+
+def test_nested_pmaps_bools() -> None:
+    @partial(pmap, axis_name="i", devices=jax.devices())
+    def foo(x: Any) -> Any:
+        return pmap(jnp.logical_not, axis_name="j")(x)
+
+    x = jnp.ones((N // 2, 2), jnp.bool_)
+    np.testing.assert_array_equal(np.asarray(foo(x)), np.zeros((N // 2, 2), np.bool_))
+
+
+def test_nested_pmaps_error() -> None:
+    @partial(pmap, axis_name="i")
+    def foo(x: Any) -> Any:
+        return pmap(lambda y: lax.psum(y, "j"), axis_name="j", devices=jax.devices())(x)
+
+    with pytest.raises(ValueError):
+        foo(jnp.ones((N, 1)))
+
+
+def test_jit_in_pmap() -> None:
+    @partial(pmap, axis_name="i", devices=jax.devices())
+    def foo(x: Any) -> Any:
+        return lax.psum(jax.jit(lambda y: y + 1)(x), "i")
+
+    close(foo(jnp.ones((N, 1))), np.ones((N, 1)) * N * 2)
+
+
+def test_pmap_in_jit() -> None:
+    @jax.jit
+    def foo(x: Any) -> Any:
+        return pmap(lambda y: lax.psum(y, "i"), axis_name="i", devices=jax.devices())(x)
+
+    close(foo(jnp.ones((N, 1))), np.ones((N, 1)) * N)
+
+
+def test_grad_basic_with_devices() -> None:
+    f = pmap(jnp.sin, axis_name="i", devices=jax.devices())
+    x = arange(N, 4)
+    close(jax.grad(lambda x: jnp.sum(f(x)))(x), jax.grad(lambda x: jnp.sum(jnp.sin(x)))(x))
+
+
+def test_pmap_static_argnums() -> None:
+    f = pmap(lambda x, y: jnp.sin(x + y()), axis_name="i", static_broadcasted_argnums=1)
+    x = arange(N, 4)
+    close(f(x, lambda: 3.0), np.sin(x + 3.0))
+
+
+def test_pmap_in_axes_basic() -> None:
+    f = pmap(lambda x, y: jnp.sin(x + y), in_axes=(1, 2))
+    x = np.arange(2 * N * 4).reshape(2, N, 4)
+    y = np.arange(2 * 4 * N).reshape(2, 4, N)
+    close(f(x, y), jnp.sin(x.transpose((1, 0, 2)) + y.transpose((2, 0, 1))))
+
+
+def test_pmap_in_axes_grad() -> None:
+    def f(x: Any, y: Any, z: Any) -> Any:
+        return jnp.sin(x + y + z)
+
+    fp = pmap(f, in_axes=(1, 2, None))
+    fv = jax.vmap(f, in_axes=(1, 2, None))
+    x, y, z = arange(5, N, 7), arange(5, 7, N), arange(5, 7)
+    dx, dy, dz = jax.grad(lambda args: fp(*args).sum())((x, y, z))
+    assert (dx.shape, dy.shape, dz.shape) == (x.shape, y.shape, z.shape)
+    close((dx, dy, dz), jax.grad(lambda args: fv(*args).sum())((x, y, z)), atol=1e-3, rtol=1e-3)
+
+
+def test_pmap_out_axes_basic() -> None:
+    f = pmap(lambda x, y: (jnp.sin(x + y), y * 2), in_axes=(1, None), out_axes=(2, None))
+    x = np.arange(2 * N * 4).reshape(2, N, 4)
+    y = np.arange(8).reshape(2, 4)
+    close(f(x, y), (jnp.sin(x.transpose((1, 0, 2)) + y).transpose((1, 2, 0)), y * 2))
+
+
+def test_pmap_dict_out_axes() -> None:
+    x = jnp.arange(N)
+    close(pmap(lambda x: {"a": x}, out_axes={"a": 0})(x), {"a": x})
+
+
+@pytest.mark.parametrize(
+    "in_axes, out_axes", [((0, 0, 0), 0), ((1, None, 2), 1), ((None, 2, 0), 2), ((2, 1, None), 0)]
+)
+def test_pmap_all_axes_grad(in_axes: Any, out_axes: int) -> None:
+    def f(x: Any, y: Any, z: Any) -> Any:
+        return jnp.sin(x + y) * z
+
+    def add_bdim(axis: int | None, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return shape if axis is None else (*shape[:axis], N, *shape[axis:])
+
+    rng = np.random.RandomState(0)
+    args = [
+        rng.randn(*add_bdim(a, s)).astype(np.float32)
+        for a, s in zip(in_axes, [(3, 4), (3, 1), (1, 4)])
+    ]
+    check_grads(
+        pmap(f, in_axes=in_axes, out_axes=out_axes), args, order=2, atol=2e-2, rtol=2e-2, eps=1e-2
+    )
+
+
+def test_pmap_post_process() -> None:
+    def mk_case(map_fun: Any) -> Any:
+        def f(x: Any, y: Any) -> Any:
+            @partial(map_fun, in_axes=1, out_axes=2)
+            def h(y: Any) -> Any:
+                return jnp.sin(x + y)
+
+            return h(y).sum()
+
+        return f
+
+    x, y = arange(5, 7), arange(5, N, 7)
+    close(jax.grad(mk_case(pmap))(x, y), jax.grad(mk_case(jax.vmap))(x, y), atol=1e-3, rtol=1e-3)
