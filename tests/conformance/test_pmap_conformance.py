@@ -1296,3 +1296,154 @@ def test_pmap_post_process() -> None:
 
     x, y = arange(5, 7), arange(5, N, 7)
     close(jax.grad(mk_case(pmap))(x, y), jax.grad(mk_case(jax.vmap))(x, y), atol=1e-3, rtol=1e-3)
+
+
+# --- ArrayPmapTest (PmapSharding inputs become NamedSharding ones) ---
+# (ArrayTest.testThreadsafeIndexing is left out: indexing a sharded array from
+# threads at once aborts XLA's CPU collective rendezvous, under jax.pmap too.)
+
+
+def _mapped_array(shape: tuple[int, ...], dim: int | None = 0, devices: Any = None) -> Any:
+    data = np.arange(math.prod(shape)).reshape(shape)
+    mesh = jax.sharding.Mesh(np.array(devices or jax.devices()), ("d",))
+    spec = (
+        jax.sharding.PartitionSpec()
+        if dim is None
+        else jax.sharding.PartitionSpec(*([None] * dim), "d")
+    )
+    sharding = jax.sharding.NamedSharding(mesh, spec)
+    return jax.make_array_from_callback(shape, sharding, lambda idx: data[idx]), data
+
+
+def test_pmap_input_array_output_array() -> None:
+    a, data = _mapped_array((N, 2))
+    out = pmap(lambda x, y: x * y)(a, a)
+    for s in out.addressable_shards:
+        np.testing.assert_array_equal(np.asarray(s.data), (data * data)[s.index])
+    np.testing.assert_array_equal(np.asarray(out), data * data)
+
+
+def test_pmap_double_input_array_output_array() -> None:
+    a, data = _mapped_array((N, 2))
+
+    def f(x: Any, y: Any) -> Any:
+        assert x.shape == y.shape == (2,)
+        return x, y
+
+    for out in pmap(f)(a, a):
+        for s in out.addressable_shards:
+            np.testing.assert_array_equal(np.asarray(s.data), data[s.index])
+        np.testing.assert_array_equal(np.asarray(out), data)
+
+
+def test_pmap_array_in_axes_out_axes() -> None:
+    a1, data = _mapped_array((N, 2), 0)
+    a2, _ = _mapped_array((N, 2), None)
+
+    def f(x: Any, y: Any) -> Any:
+        assert x.shape == (2,) and y.shape == (N, 2)
+        return x, y
+
+    out1, out2 = pmap(f, in_axes=(0, None), out_axes=(None, 0))(a1, a2)
+    assert out1.shape == (2,) and out2.shape == (N, N, 2)
+    np.testing.assert_array_equal(np.asarray(out2), np.broadcast_to(data, (N, N, 2)))
+    # An unmapped output is the devices' common value (jax takes device 0's).
+    np.testing.assert_array_equal(np.asarray(out1), data[0])
+
+
+def test_pmap_array_sharding_mismatch() -> None:
+    # A replicated input mapped at 0: resharded on the way in.
+    a, data = _mapped_array((N, 2), None)
+    np.testing.assert_array_equal(np.asarray(pmap(lambda x: x, in_axes=0, out_axes=0)(a)), data)
+
+
+def test_pmap_array_devices_mismatch() -> None:
+    a, data = _mapped_array((N, 2))
+    out = pmap(lambda x: x, devices=jax.devices()[::-1])(a)
+    np.testing.assert_array_equal(np.asarray(out), data)
+
+
+def test_amap() -> None:
+    def amap(f: Any, xs: Any) -> Any:
+        shards = sorted(xs.addressable_shards, key=lambda s: s.index[0].start)
+        ys = [f(s.data[0]) for s in shards]
+        mesh = jax.sharding.Mesh(np.array([s.device for s in shards]), ("d",))
+        return jax.make_array_from_single_device_arrays(
+            xs.shape,
+            jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d")),
+            [jax.device_put(y[None], s.device) for y, s in zip(ys, shards)],
+        )
+
+    x = jnp.array([[1.0, 0.0, 0.0], [0.0, 2.0, 3.0]])
+    y = pmap(jnp.sin)(x)
+
+    def dynamic_shape_function(y: Any) -> Any:
+        nonzero = y != 0
+        return y.at[nonzero].set(y[nonzero] ** 2)
+
+    w = pmap(jnp.cos)(amap(dynamic_shape_function, y))
+    close(w, jnp.cos(jnp.sin(x) ** 2))
+
+
+def test_same_out_sharding() -> None:
+    a, data = _mapped_array((N, 2))
+    f = pmap(lambda x: x)
+    out1 = f(a)
+    out2 = f(out1)
+    out3 = f(out2)
+    for out in (out1, out2, out3):
+        np.testing.assert_array_equal(np.asarray(out), data)
+    # jax compares the shardings' ids (one object reused); equal shardings here.
+    assert out1.sharding == out2.sharding == out3.sharding
+
+
+def test_jnp_stack() -> None:
+    z = pmap(lambda x: (x + x).reshape([]))(np.arange(N))
+    np.testing.assert_array_equal(np.asarray(jnp.stack([z[i] for i in range(N)])), np.arange(N) * 2)
+
+
+# --- EagerPmapMixin: the same maps under jax.disable_jit() ---
+
+
+@pytest.mark.parametrize(
+    "name", ["basic", "gather", "axis_index", "nested psum", "static", "custom_jvp", "custom_vjp"]
+)
+def test_eager(name: str) -> None:
+    x = arange(N, 4)
+
+    @jax.custom_jvp
+    def foo(x: Any) -> Any:
+        return jnp.exp(x)
+
+    foo.defjvp(lambda xs, ts: (foo(xs[0]), ts[0] * 4.0))
+
+    @jax.custom_vjp
+    def bar(x: Any) -> Any:
+        return jnp.exp(x)
+
+    bar.defvjp(lambda x: (bar(x), x), lambda _, g: (g * 5.0,))
+    cases = {
+        "basic": (lambda: pmap(lambda x: x - lax.psum(x, "i"), "i")(x), x - x.sum(0)),
+        "gather": (lambda: pmap(lambda x: lax.all_gather(x, "i"), "i")(x), np.array([x] * N)),
+        "axis_index": (
+            lambda: pmap(lambda x: x + lax.axis_index("i"), "i")(jnp.ones(N, "int32")),
+            1 + np.arange(N),
+        ),
+        "nested psum": (
+            lambda: pmap(pmap(lambda x: lax.psum(x, ("i", "j")), "j"), "i")(x.reshape(4, 2, 4)),
+            np.broadcast_to(x.sum(0), (4, 2, 4)),
+        ),
+        "static": (
+            lambda: pmap(lambda x, k: x * k, static_broadcasted_argnums=1)(x, 3),
+            x * 3,
+        ),
+        "custom_jvp": (
+            lambda: pmap(lambda x, t: jax.jvp(foo, (x,), (t,)))(x / 10, x),
+            jax.vmap(lambda x, t: jax.jvp(foo, (x,), (t,)))(x / 10, x),
+        ),
+        "custom_vjp": (lambda: pmap(jax.grad(bar))(x[:, 0]), jax.vmap(jax.grad(bar))(x[:, 0])),
+    }
+    run, want = cases[name]
+    with jax.disable_jit():
+        got = run()
+    close(got, want, rtol=1e-4)
