@@ -558,6 +558,10 @@ class PmapWrapped(PjitWrapped):
 
     _kind = "pmap"
 
+    def _cache_size(self) -> int:
+        """jax.pmap's spelling of :meth:`cache_size` (classic code reads it)."""
+        return self.cache_size()
+
 
 def pmap(
     fun: Callable[..., Any],

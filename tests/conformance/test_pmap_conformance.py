@@ -1447,3 +1447,73 @@ def test_eager(name: str) -> None:
     with jax.disable_jit():
         got = run()
     close(got, want, rtol=1e-4)
+
+
+# --- the pmap cases of jax's tests/api_test.py ---
+
+
+def test_pmap_in_axes_bool_error() -> None:
+    with pytest.raises(TypeError, match="must be an int"):
+        pmap(lambda x: x, in_axes=False)(jnp.zeros(1))
+
+
+def test_pmap_empty_arguments() -> None:
+    with pytest.raises(ValueError):
+        pmap(lambda x: x)({})
+
+
+def _cache_size(f: Any) -> int:
+    size = f._cache_size
+    return size() if callable(size) else size
+
+
+def test_pmap_global_cache() -> None:
+    def f(x: Any, y: Any) -> Any:
+        return x, y
+
+    x = np.ones((1, 1, 1))
+
+    def compiles(run: Any) -> int:
+        with partitioner.recording() as counts:  # jax: assert_num_jit_and_pmap_compilations
+            for _ in range(2):
+                run()
+        return counts.get("compile", 0)
+
+    assert compiles(lambda: pmap(f)(x, x)) <= 1
+    assert compiles(lambda: pmap(f, "i")(x, x)) <= 1
+    for ins, outs in [((0, 0), (0, 0)), ((1, 2), (0, 1)), ((2, 0), (2, 2))]:
+        assert (
+            compiles(partial(lambda i, o: pmap(f, "i", in_axes=i, out_axes=o)(x, x), ins, outs))
+            <= 1
+        )
+    assert compiles(lambda: jax.jvp(pmap(f), (x, x), (x, x))) <= 1
+    assert compiles(lambda: jax.vjp(pmap(f), x, x)[1]((x, x))) <= 2
+
+
+def test_pmap_static_kwarg_error_message() -> None:
+    g = pmap(lambda a, b: a + b, static_broadcasted_argnums=(1,))
+    with pytest.raises(ValueError, match="static_broadcasted_argnums"):
+        g(jnp.ones((1, 1)), b=1)
+
+
+def test_cache_clear_pmap() -> None:
+    f = pmap(lambda i: i * 2)
+    f(np.arange(1, dtype="float32")).block_until_ready()
+    assert _cache_size(f) == 1
+    jax.clear_caches()
+    partitioner.clear_caches()
+    assert _cache_size(f) == 0
+
+
+def test_pmap_donate_argnums_invalidates_input() -> None:
+    move = pmap(lambda x: x + x - x, donate_argnums=0)
+    x = pmap(lambda x: x)(jnp.ones([N]))
+    y = move(x)
+    assert x.is_deleted()
+    close(y, np.ones(N))
+
+
+def test_pmap_nested_donate_ignored() -> None:
+    pmap_fun = jax.jit(lambda x: pmap(lambda y: y**2, donate_argnums=0)(x))
+    a = pmap(lambda x: x)(jnp.array([1]))
+    close(pmap_fun(a), np.ones(1))
