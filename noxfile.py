@@ -15,19 +15,8 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff")
-    session.run(
-        "ruff", "check", "partitioner", "tests", "benchmarks", "examples", "docs/make_images.py"
-    )
-    session.run(
-        "ruff",
-        "format",
-        "--check",
-        "partitioner",
-        "tests",
-        "benchmarks",
-        "examples",
-        "docs/make_images.py",
-    )
+    session.run("ruff", "check", "partitioner", "tests", "benchmarks", "examples", "docs/make_images.py")
+    session.run("ruff", "format", "--check", "partitioner", "tests", "benchmarks", "examples", "docs/make_images.py")
 
 
 @nox.session
@@ -62,11 +51,8 @@ def examples(session: nox.Session) -> None:
         "pmap_training.py",
     ):
         session.run("python", f"examples/{script}")
-    for script in (
-        "multiprocess_train.py",
-        "colocated_loader.py",
-        "pmap_multiprocess.py",
-    ):  # jobs of 2 processes
+    # jobs of 2 processes
+    for script in ("multiprocess_train.py", "colocated_loader.py", "pmap_multiprocess.py"):
         session.run(
             "python",
             "-m",
