@@ -51,7 +51,8 @@ def examples(session: nox.Session) -> None:
         "pmap_training.py",
     ):
         session.run("python", f"examples/{script}")
-    for script in ("multiprocess_train.py", "colocated_loader.py"):  # jobs of 2 processes
+    # jobs of 2 processes
+    for script in ("multiprocess_train.py", "colocated_loader.py", "pmap_multiprocess.py"):
         session.run(
             "python",
             "-m",

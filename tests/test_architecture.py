@@ -254,7 +254,22 @@ def _nested_pmap_call(fresh: bool) -> tuple[object, object]:
     return f, lambda x: (make() if fresh else f)(x.reshape(4, 2, 3))
 
 
-FRONT_DOORS = {"pjit": _pjit_call, "pmap": _pmap_call, "nested pmap": _nested_pmap_call}
+def _unnamed_pmap_call(fresh: bool) -> tuple[object, object]:
+    def body(v):
+        return v * 2.0
+
+    # Classic jax.pmap's global cache: a fresh pmap of the same function traces it once.
+    make = lambda: partitioner.pmap(body)  # noqa: E731
+    f = make()
+    return f, lambda x: (make() if fresh else f)(x)
+
+
+FRONT_DOORS = {
+    "pjit": _pjit_call,
+    "pmap": _pmap_call,
+    "unnamed pmap": _unnamed_pmap_call,
+    "nested pmap": _nested_pmap_call,
+}
 
 
 @pytest.mark.parametrize("door", FRONT_DOORS)

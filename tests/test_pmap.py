@@ -414,3 +414,78 @@ def test_a_pmap_nested_inside_control_flow_of_a_pmap_is_a_clear_error() -> None:
 
     with pytest.raises(ValueError, match="nested inside control flow"):
         pmap(body, "i")(np.ones((2, 4, 3), np.float32))
+
+
+# --- issue 19: the classic jax.pmap's corner cases ---
+
+
+@pytest.mark.usefixtures("partitioner_mode")
+def test_a_map_of_one_device_runs() -> None:
+    one = X[:1]
+    assert_same(*both(lambda x: x + 1, one))
+    assert_same(*both(lambda x: jax.lax.psum(x, "i") * jax.lax.axis_index("i"), one, axis_name="i"))
+    device = jax.devices()[1]
+    out = pmap(lambda x: x * 2, devices=[device])(one)
+    np.testing.assert_array_equal(np.asarray(out), one * 2)
+    assert out.sharding.device_set == {device}
+
+    def loss(w: Any) -> Any:
+        f = pmap(jax.checkpoint(lambda x: jnp.tanh(x @ w)), devices=[device])
+        return f(one).sum()
+
+    want = jax.grad(lambda w: jnp.tanh(one @ w).sum())(W)
+    np.testing.assert_allclose(np.asarray(jax.grad(loss)(W)), np.asarray(want), atol=1e-5)
+    donated = jnp.asarray(one)
+    out = pmap(lambda x: x - 1, donate_argnums=0)(donated)
+    np.testing.assert_allclose(np.asarray(out), one - 1)
+    nested = pmap(pmap(lambda x: jax.lax.psum(x, "j") + jax.lax.axis_index("i"), "j"), "i")
+    np.testing.assert_allclose(np.asarray(nested(X[:1, :1])), X[:1, :1])
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"in_axes": False}, {"in_axes": (True,)}, {"out_axes": True}, {"in_axes": np.int64(0)}],
+    ids=["in_axes=False", "in_axes=(True,)", "out_axes=True", "numpy int"],
+)
+def test_in_axes_and_out_axes_leaves_must_be_ints_as_in_jax(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(TypeError, match="must be an int, None, or"):
+        jax.pmap(lambda x: x, **kwargs)(X)
+    with pytest.raises(TypeError, match="must be an int, None, or"):
+        pmap(lambda x: x, **kwargs)(X)
+
+
+def test_float0_inputs_and_outputs() -> None:
+    zeros = np.zeros(N, jax.dtypes.float0)
+    for _ in range(2):  # the second call takes the fast path
+        ours, theirs = both(lambda x, t: (x * 2, t), X, zeros)
+        assert ours[1].dtype == theirs[1].dtype == jax.dtypes.float0
+        assert ours[1].shape == theirs[1].shape
+        assert_same(ours[0], theirs[0])
+    grads = jax.grad(lambda x, n: pmap(lambda a, b: a * b)(x, n).sum(), (0, 1), allow_int=True)
+    g_x, g_n = grads(X[:, 0, 0], np.arange(N))
+    np.testing.assert_allclose(np.asarray(g_x), np.arange(N))
+    assert g_n.dtype == jax.dtypes.float0
+
+
+def test_collectives_under_disable_jit_run_eagerly_with_the_same_values() -> None:
+    def f(x: Any, k: int) -> Any:
+        return jax.lax.psum(x, "i") * k + jax.lax.axis_index("i"), jax.lax.all_gather(x, "i")
+
+    with jax.disable_jit():
+        ours = pmap(f, "i", static_broadcasted_argnums=1)(X[:4, 0], 3)
+        theirs = jax.pmap(f, "i", static_broadcasted_argnums=1)(X[:4, 0], 3)
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+
+
+def test_devices_of_the_outer_map_of_a_nest_are_those_of_the_whole_nest() -> None:
+    devices = jax.devices()[::-1]
+    nested = pmap(pmap(lambda x: jax.lax.psum(x, "j"), "j"), "i", devices=devices)
+    x = X[:, 0, 0].reshape(4, 2)
+    out = nested(x)
+    np.testing.assert_allclose(np.asarray(out), np.repeat(x.sum(1, keepdims=True), 2, 1))
+    for shard in out.addressable_shards:
+        i, j = (s.start for s in shard.index)
+        assert shard.device == devices[i * 2 + j]
+    with pytest.raises(ValueError, match="the map needs 4 devices .* devices lists 8"):
+        pmap(pmap(lambda x: x, "j"), "i", devices=devices)(x[:2])

@@ -12,7 +12,6 @@ transformation rules, which reach the region's own.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, cast
@@ -24,6 +23,7 @@ from jax.tree_util import PyTreeDef, keystr, tree_unflatten
 
 from . import jax_private as jp
 from .dispatch.fastpath import Dispatcher
+from .distributed.local_map import LocalSlices, is_multiprocess, job_devices
 from .pjit import PjitWrapped
 from .spec.sharding_spec import ShardingSpec, sharding_spec_from_parsed
 from .trace.arguments import (
@@ -40,8 +40,6 @@ from .trace.memo import cache_per_jaxpr
 from .trace.plan import CallPlan
 from .trace.region import RegionParams, block_aval, pmap_region_p, region_pjit
 from .trace.tracing import enclosing_maps, trace_body
-
-_unnamed = itertools.count()
 
 
 def _axes_per_leaf(axes: Any, tree: Any, what: str, name: str) -> list[int | None]:
@@ -71,6 +69,21 @@ def _axes_per_leaf(axes: Any, tree: Any, what: str, name: str) -> list[int | Non
             f"{jax.tree_util.tree_structure(tree)}: {e}"
         ) from None
     return out
+
+
+def _check_axes_types(axes: Any, what: str, name: str) -> None:
+    """As jax.pmap: every leaf of ``axes`` is exactly an ``int`` (a bool is not) or None.
+
+    Raises:
+        TypeError: a leaf of another type (``in_axes=False``, a float, a string...).
+    """
+    bad = [leaf for leaf in jax.tree_util.tree_leaves(axes) if type(leaf) is not int]
+    if bad:
+        raise TypeError(
+            f"pmap {name}: {what} must be an int, None, or a (nested) container with those "
+            f"types as leaves, but got {axes!r} (leaf {bad[0]!r} of type "
+            f"{type(bad[0]).__name__}); write 0 to map the leading dimension, None to broadcast"
+        )
 
 
 def _normalized(dim: int | None, ndim: int, where: str, what: str, name: str) -> int | None:
@@ -106,8 +119,13 @@ class PmapFunction:
         self.name = getattr(fun, "__name__", type(fun).__name__)
         if axis_name is not None and not isinstance(axis_name, str):
             raise TypeError(f"pmap {self.name}: axis_name must be a str or None, got {axis_name!r}")
-        self.axis_name = axis_name or f"_pmap{next(_unnamed)}"
-        self._in_axes = tuple(in_axes) if isinstance(in_axes, list) else in_axes
+        # An unnamed axis is named after the function, as classic jax.pmap's was: a
+        # fresh pmap of the same function then reuses its trace (NOTE [derived jaxpr cache]).
+        self.axis_name = axis_name or f"_pmap_{id(fun):x}"
+        in_axes = tuple(in_axes) if isinstance(in_axes, list) else in_axes
+        _check_axes_types(in_axes, "in_axes", self.name)
+        _check_axes_types(out_axes, "out_axes", self.name)
+        self._in_axes = in_axes
         self.out_axes = out_axes
         self.api = f"pmap {self.name}"
         self.static_argnums = index_tuple(
@@ -134,6 +152,7 @@ class PmapFunction:
             )
         self._axis_size = axis_size
         self._meshes: dict[tuple[int, ...], Mesh] = {}
+        self.multiprocess = is_multiprocess()
         self._body = _Body(self)  # what is traced: the function, outputs expanded
         leaves, tree = jax.tree_util.tree_flatten(out_axes, is_leaf=lambda x: x is None)
         self._out_axes_key = (tree, tuple(map(repr, leaves)))
@@ -153,12 +172,18 @@ class PmapFunction:
     def _mesh(self, n: int) -> Mesh:
         """The one-axis mesh of the first ``n`` devices (the given ones, else local ones)."""
         if self._devices is not None:
-            if n != len(self._devices):
-                raise ValueError(
-                    f"pmap {self.name}: the mapped axis has size {n}, but devices lists "
-                    f"{len(self._devices)} devices; they must be equal"
-                )
+            # More devices than the axis: the outer map of a nest takes the devices of
+            # the whole nest (checked against the nest in ``_grid``, or ``_check_devices``).
+            if len(self._devices) % n:
+                self._check_devices(n)
             available = list(self._devices)
+        elif jax.process_count() > 1:  # NOTE [multi-process pmap]: global arrays here
+            if not self.multiprocess:
+                raise ValueError(
+                    f"pmap {self.name}: this pmap was made before "
+                    "partitioner.distributed.initialize(); in a multi-process job, make it after"
+                )
+            available = job_devices(n // jax.process_count(), self._backend)
         else:
             available = jax.local_devices(backend=self._backend)
             if n > len(available):
@@ -172,6 +197,15 @@ class PmapFunction:
         if mesh is None:
             mesh = self._meshes[key] = Mesh(np.array(chosen), (self.axis_name,))
         return mesh
+
+    def _check_devices(self, n: int) -> None:
+        """Raise unless ``devices`` (if given) lists one device per device of the map."""
+        if self._devices is not None and n != len(self._devices):
+            raise ValueError(
+                f"pmap {self.name}: the map needs {n} devices (its mapped axis, times those "
+                f"of the maps nested in it), but devices lists {len(self._devices)} devices; "
+                "they must be equal"
+            )
 
     def _axis_size_of(self, avals: Sequence[Any], dims: Sequence[int | None], paths: Any) -> int:
         sizes = {
@@ -224,13 +258,17 @@ class PmapFunction:
         n = self._axis_size_of(avals, dims, paths)
         mesh = self._mesh(n)
         statics = split.statics
-        body = self._trace(in_tree, statics, avals, dims, n, mesh)
+        debug_info = jp.debug_info(
+            "pmap", self.fun, args, kwargs, static_argnums=list(self.static_argnums)
+        )
+        body = self._trace(in_tree, statics, avals, dims, n, mesh, debug_info)
         consts, trace_consts = body.const_values
         body_jaxpr = body.jaxpr
         chain = _nested_chain(body_jaxpr, self.name)
         if chain:  # NOTE [nested pmap]
             mesh = self._grid(n, chain)
             body_jaxpr = _placed(body_jaxpr, mesh)
+        self._check_devices(mesh.devices.size)
         region = RegionParams(
             body=body_jaxpr,
             axis_name=self.axis_name,
@@ -293,6 +331,7 @@ class PmapFunction:
         dims: list[int | None],
         n: int,
         mesh: Mesh,
+        debug_info: Any,
     ) -> _TracedRegion:
         """The per-device body on blocks, traced under the axis environment."""
 
@@ -307,7 +346,6 @@ class PmapFunction:
             )
 
         block_avals = tuple(block_aval(a, d) for a, d in zip(avals, dims, strict=True))
-        debug_info = jp.debug_info("pmap", self.fun, tuple(avals), {})
         # Keyed on the user's function (not this wrapper), with what the traced
         # body adds to it (out_axes), so a fresh pmap of the same function reuses it.
         key = (
@@ -352,6 +390,66 @@ class PmapFunction:
         return _TracedRegion(
             _const_free(jaxpr), traced.out_tree, out_dims, (consts, traced.tracer_consts)
         )
+
+    def eager(self, *args: Any, **kwargs: Any) -> Any:
+        """The map run op by op, for ``jax.disable_jit()`` (jaxlib's dispatcher calls it).
+
+        Nothing is compiled: the function is vectorized over the mapped axis under
+        its name, so collectives (``psum``, ``all_gather``, ``axis_index``...) give
+        the values the compiled map gives, as jax.pmap's eager mode does.
+        """
+        statics = {i: args[i] for i in self.static_argnums if i < len(args)}
+        dyn_idx = [i for i in range(len(args)) if i not in statics]
+        axes = self._in_axes
+        if isinstance(axes, tuple) and len(axes) == len(args):
+            axes = tuple(axes[i] for i in dyn_idx)  # in_axes also covers the static arguments
+
+        def call(*dyn: Any, **kw: Any) -> Any:
+            full = dict(statics) | dict(zip(dyn_idx, dyn, strict=True))
+            return self.fun(*(full[i] for i in range(len(args))), **kw)
+
+        mapped = jax.vmap(
+            call,
+            in_axes=axes,
+            out_axes=self.out_axes,
+            axis_name=self.axis_name,
+            axis_size=self._axis_size,
+        )
+        return mapped(*(args[i] for i in dyn_idx), **kwargs)
+
+    # --- many processes (NOTE [multi-process pmap]) ---
+
+    def local_leaves(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A call's dynamic leaves, their mapped dims, and how to rebuild the call from leaves."""
+        split = split_arguments(args, kwargs, set(self.static_argnums), ())
+        dyn_idx = [i for i in range(len(args)) if i not in self.static_argnums]
+        flat = flatten_dynamic(split, dyn_idx)
+        dims = [
+            _normalized(d, np.ndim(x), f"argument args{keystr(p)}", "in_axes", self.name)
+            for d, x, p in zip(
+                self._in_dims(split.dynamic_args, dyn_idx, len(flat.leaves)),
+                flat.leaves,
+                flat.paths,
+                strict=True,
+            )
+        ]
+        return flat.leaves, dims, rebuilder(flat.in_tree, split.statics)
+
+    def map_devices(self, n_local: int) -> list[jax.Device]:
+        """The devices of a multi-process map with ``n_local`` entries in each process.
+
+        Raises:
+            ValueError: ``devices`` lists another number of this process's devices.
+        """
+        if self._devices is None:
+            return job_devices(n_local, self._backend)
+        mine = [d for d in self._devices if d.process_index == jax.process_index()]
+        if len(mine) != n_local:
+            raise ValueError(
+                f"pmap {self.name}: this process passes {n_local} entries of the mapped axis, but "
+                f"devices lists {len(mine)} of its devices; they must be equal"
+            )
+        return list(self._devices)
 
     def donated_positions(self, n: int) -> list[int]:
         return sorted(i for i in self._donate if i < n)
@@ -460,6 +558,10 @@ class PmapWrapped(PjitWrapped):
 
     _kind = "pmap"
 
+    def _cache_size(self) -> int:
+        """jax.pmap's spelling of :meth:`cache_size` (classic code reads it)."""
+        return self.cache_size()
+
 
 def pmap(
     fun: Callable[..., Any],
@@ -498,8 +600,22 @@ def pmap(
         planner.plan,
         planner.donated_positions,
         CallArguments(planner.api, planner.static_argnums, ()),
+        eager=planner.eager,
     )
-    return cast(PmapWrapped, PmapWrapped.make(planner, dispatcher))
+    wrapped = cast(PmapWrapped, PmapWrapped.make(planner, dispatcher))
+    if planner.multiprocess:  # NOTE [multi-process pmap]
+        slices = LocalSlices(
+            planner.api, planner.axis_name, planner.local_leaves, planner.map_devices
+        )
+        replace = dispatcher.replace_call
+        assert replace is not None  # set by PmapWrapped.make
+
+        def outermost(make_call: Callable[[Any], Callable[..., Any]]) -> None:
+            replace(lambda cpp: slices.wrap(make_call(cpp)))
+
+        dispatcher.replace_call = outermost
+        outermost(lambda cpp: cpp)
+    return wrapped
 
 
 def sharding_spec_of(x: jax.Array) -> ShardingSpec:

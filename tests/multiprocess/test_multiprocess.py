@@ -104,7 +104,7 @@ def test_a_mismatched_program_is_a_clear_error_not_a_hang() -> None:
     assert proc.returncode == 1, _explain(proc)
     for process in (0, 1):
         err = "\n".join(lines_of(proc.stderr, process))
-        assert "the processes are not running the same program" in err, _explain(proc)
+        assert "the processes do not agree on the program" in err, _explain(proc)
         assert "float32[8,8]" in err and "float32[16,8]" in err
     assert "RESULT" not in proc.stdout
 

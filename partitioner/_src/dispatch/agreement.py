@@ -71,11 +71,29 @@ def check_same_program(lowered: LoweredModule) -> None:
     """
     if not spans_processes(lowered):
         return
+    check_agreement(
+        f"{lowered.api} {lowered.name}",
+        "program",
+        summary(lowered),
+        f"Every process must call a multi-process {lowered.api} with the same shapes, dtypes "
+        "and specs (each passes the *global* value, or builds it with host_local_to_global).",
+    )
+
+
+def check_agreement(api: str, what: str, mine: str, fix: str) -> None:
+    """Every process of the job reached this point with the same ``mine`` (a summary of ``what``).
+
+    The k-th check of each process is compared with the k-th of every other
+    (NOTE [program agreement]), so all processes raise, none waits forever.
+
+    Raises:
+        ValueError: another process's summary differs (``fix`` says what to do).
+        TimeoutError: another process did not get here within the timeout.
+    """
     client = jp.distributed_client()
     me, n = jax.process_index(), jax.process_count()
     with _lock:
         k = next(_count)
-    mine = summary(lowered)
     client.key_value_set(_KEY.format(k, me), mine)
     deadline = time.monotonic() + _timeout_s
     for other in range(n):
@@ -84,16 +102,14 @@ def check_same_program(lowered: LoweredModule) -> None:
         theirs = _wait_for(client, _KEY.format(k, other), deadline)
         if theirs is None:
             raise TimeoutError(
-                f"{lowered.api} {lowered.name}: process {other} did not compile its program number {k} "
-                f"within {_timeout_s:g} s (this process {me} compiled {mine}). Every process must "
-                f"run the same multi-process {lowered.api} calls in the same order."
+                f"{api}: process {other} did not reach its check number {k} within "
+                f"{_timeout_s:g} s (this process {me} has the {what} {mine}). Every process "
+                "must run the same multi-process calls in the same order."
             )
         if theirs != mine:
             raise ValueError(
-                f"{lowered.api} {lowered.name}: the processes are not running the same program. Process "
-                f"{me} compiled\n  {mine}\nbut process {other} compiled\n  {theirs}\nEvery process "
-                f"must call a multi-process {lowered.api} with the same shapes, dtypes and specs (each "
-                "passes the *global* value, or builds it with host_local_to_global)."
+                f"{api}: the processes do not agree on the {what}. Process {me} has\n  {mine}\n"
+                f"but process {other} has\n  {theirs}\n{fix}"
             )
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 from jax.experimental.layout import Format
 from jax.sharding import Mesh, NamedSharding
 from jax.tree_util import PyTreeDef, tree_unflatten
@@ -140,6 +141,9 @@ def place_args_reporting(
                     "(jax.device_put(x, compiled.input_shardings[...])), or lower again."
                 )
             moved_committed = moved_committed or x.committed
+        elif getattr(x, "dtype", None) == jax.dtypes.float0:
+            # float0 (a tangent of an int) has no buffers: the program takes bools.
+            x = np.zeros(np.shape(x), np.bool_)
         placed.append(jax.device_put(x, target))
     return placed, moved_committed
 

@@ -132,7 +132,9 @@ class Dispatcher:
         plan: Callable[[tuple[Any, ...], dict[str, Any]], CallPlan],
         donated_positions: Callable[[int], list[int]],
         arguments: CallArguments,
+        eager: Callable[..., Any] | None = None,
     ) -> None:
+        """``eager`` (default ``fun``) is what a call runs under ``jax.disable_jit()``."""
         self.name = name
         self._fun = fun
         self._plan = plan
@@ -144,7 +146,7 @@ class Dispatcher:
         # freed at once, with its fast-path entries.
         self._cpp: Any = jp.cpp_dispatcher(
             name,
-            fun,
+            fun if eager is None else eager,
             self._cpp_miss,
             sorted(arguments.static_argnums),
             sorted(arguments.static_argnames),

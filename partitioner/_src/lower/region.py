@@ -135,8 +135,28 @@ def _shardy(
     out_specs: Sequence[ParsedPartitionSpec],
     tokens: Any,
 ) -> Sequence[Any]:
-    symbol = annotate.ensure_sdy_mesh(ctx.module_context.module, p.mesh)
     effects = list(tokens.effects())
+    if p.size == 1:
+        # A one-device axis needs no manual computation: a block is the whole value.
+        # Shardy's export keeps the custom calls of one over a one-device mesh
+        # (``xla.sdy.GlobalToLocalShape``), which no CPU client runs; jax's
+        # shard_map inlines the body here too.
+        with p.axis_env():
+            outs, tokens_out = jp.jaxpr_subcomp(
+                sub_ctx,
+                p.body.jaxpr,
+                ctx.name_stack,
+                tokens,
+                [jp.ir_constants(c) for c in p.body.consts],
+                *args,
+                dim_var_values=ctx.dim_var_values,
+                const_lowering=ctx.const_lowering,
+                outer_traceback=None,
+            )
+        if effects:
+            ctx.set_tokens_out(ctx.tokens_in.update_tokens(tokens_out))
+        return list(outs)
+    symbol = annotate.ensure_sdy_mesh(ctx.module_context.module, p.mesh)
 
     # With axes left free (an outer pmap of a nested one), dims stay open to them.
     partial = len(sub_ctx.axis_context.manual_axes) < len(p.mesh.axis_names)

@@ -129,6 +129,7 @@ def _region_pjit(
     jaxpr, _, closed = jp.trace_to_jaxpr_dynamic(
         jp.wrap_init(call, debug_info=debug_info), list(in_avals)
     )
+    jaxpr = jaxpr.replace(debug_info=_named_as_body(jaxpr.debug_info, body, len(in_avals)))
     return PjitParams(
         jaxpr=jp.ClosedJaxpr(jaxpr, closed),
         in_axis_resources=tuple(
@@ -140,6 +141,20 @@ def _region_pjit(
         name=region.name,
         api="pmap",
     )
+
+
+def _named_as_body(debug: Any, body: Any, n_in: int) -> Any:
+    """``debug`` with the argument and result names of the region's body (the user's names).
+
+    The pjit around a region takes the body's last ``n_in`` inputs, so its module
+    names them as the user's function does (``jax.arg_info``, ``jax.result_info``).
+    """
+    named = body.jaxpr.debug_info
+    if named is None or debug is None:
+        return debug
+    names = tuple(named.arg_names or ())
+    names = ((None,) * n_in + names)[-n_in:] if n_in else ()
+    return debug._replace(arg_names=names, result_paths=named.result_paths)
 
 
 def _abstract_eval(*avals: Any, **params: Any) -> tuple[list[Any], Any]:
