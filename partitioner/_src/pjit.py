@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -98,8 +98,8 @@ class PjitFunction:
         out_axis_resources: Any,
         static_argnums: int | Sequence[int] | None = None,
         donate_argnums: int | Sequence[int] | None = None,
-        static_argnames: str | Sequence[str] | None = None,
-        donate_argnames: str | Sequence[str] | None = None,
+        static_argnames: str | Iterable[str] | None = None,
+        donate_argnames: str | Iterable[str] | None = None,
         *,
         kind: str = "pjit",
         device: Any = None,
@@ -168,7 +168,7 @@ class PjitFunction:
             f"{kind} {name}",
             "donate",
         )
-        overlap = set(self._static_argnums) & set(self._donate_argnums)
+        overlap: set[Any] = set(self._static_argnums) & set(self._donate_argnums)
         overlap |= set(self._static_argnames) & set(self._donate_argnames)
         if overlap:
             raise ValueError(
@@ -276,7 +276,7 @@ class PjitFunction:
         check_specs(
             self.api,
             "argument args",
-            [specs[i] for i in given],
+            [specs[i] for i in given],  # type: ignore[misc]
             [flat.paths[i] for i in given],
             [avals[i].shape for i in given],
             mesh,

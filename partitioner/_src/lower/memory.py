@@ -120,12 +120,11 @@ def annotate_memory_kinds(main: Any, kinds: MemoryKinds) -> None:
     leading ordered-effect tokens included, ``annotate.set_main_shardings``).
     """
     for key, values in (("arg_attrs", kinds.inputs), ("res_attrs", kinds.outputs)):
-        add_value_attrs(
-            main,
-            key,
-            len(values),
-            lambda i, v=values: {"mhlo.memory_kind": jp.StringAttr.get(v[i])},
-        )
+
+        def memory_kind(i: int, values: Sequence[str] = values) -> dict[str, Any]:
+            return {"mhlo.memory_kind": jp.StringAttr.get(values[i])}
+
+        add_value_attrs(main, key, len(values), memory_kind)
     n_tokens_out = len(jp.ArrayAttr(main.attributes["res_attrs"])) - len(kinds.outputs)
     if not any(kinds.moved):
         return
