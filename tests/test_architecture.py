@@ -264,8 +264,20 @@ def _unnamed_pmap_call(fresh: bool) -> tuple[object, object]:
     return f, lambda x: (make() if fresh else f)(x)
 
 
+def _jit_call(fresh: bool) -> tuple[object, object]:
+    def body(v):
+        return v * 2.0
+
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("i",))
+    sharding = jax.sharding.NamedSharding(mesh, P("i"))
+    make = lambda: partitioner.jit(body, in_shardings=sharding, out_shardings=sharding)  # noqa: E731
+    f = make()
+    return f, lambda x: (make() if fresh else f)(x)
+
+
 FRONT_DOORS = {
     "pjit": _pjit_call,
+    "jit": _jit_call,
     "pmap": _pmap_call,
     "unnamed pmap": _unnamed_pmap_call,
     "nested pmap": _nested_pmap_call,
