@@ -65,3 +65,8 @@ def values(output: str, process: int, key: str) -> list[str]:
     return [
         line[len(key) + 1 :] for line in lines_of(output, process) if line.startswith(key + " ")
     ]
+
+
+def explain(proc: subprocess.CompletedProcess[str]) -> str:
+    """A failed job's exit status and the tails of its output, for an assertion message."""
+    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"

@@ -12,7 +12,7 @@ from typing import Any
 
 import jax
 import numpy as np
-from mp_helpers import lines_of, run_job
+from mp_helpers import explain, lines_of, run_job
 
 CHECKS = [
     "discovery call on the host-local part",
@@ -32,22 +32,18 @@ CHECKS = [
 ]
 
 
-def _explain(proc: Any) -> str:
-    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
-
-
 def test_every_semantic_across_two_processes() -> None:
     proc = run_job("colocated")
-    assert proc.returncode == 0, _explain(proc)
+    assert proc.returncode == 0, explain(proc)
     for process in (0, 1):
         lines = lines_of(proc.stdout, process)
-        assert [line[3:] for line in lines if line.startswith("OK ")] == CHECKS, _explain(proc)
+        assert [line[3:] for line in lines if line.startswith("OK ")] == CHECKS, explain(proc)
         assert lines[-1] == "DONE"
 
 
 def test_the_per_host_loader_example_matches_jax_jit_on_the_whole_data() -> None:
     proc = run_job("examples/colocated_loader.py")
-    assert proc.returncode == 0, _explain(proc)
+    assert proc.returncode == 0, explain(proc)
 
     def whole_batch(step: int) -> np.ndarray:
         index = np.arange(64, dtype=np.float32)[:, None] + 64 * step
@@ -66,5 +62,5 @@ def test_the_per_host_loader_example_matches_jax_jit_on_the_whole_data() -> None
     for process in (0, 1):
         lines = lines_of(proc.stdout, process)
         got = [line.split()[-1] for line in lines if line.startswith("step ")]
-        assert got == want, _explain(proc)
-        assert "batch (64, 16) P('data',)" in lines, _explain(proc)
+        assert got == want, explain(proc)
+        assert "batch (64, 16) P('data',)" in lines, explain(proc)
