@@ -21,8 +21,8 @@ from jax.tree_util import PyTreeDef, tree_unflatten
 from .. import jax_private as jp
 from .. import options
 from ..events import emit
-from ..spec.op_sharding import parse_op_sharding_parsed
 from ..spec.parsed import REPLICATED, ParsedPartitionSpec
+from ..spec.placement import layout_spec
 from ..trace.constraint import ConstraintParams, sharding_constraint_p
 from ..trace.equality import closed_jaxprs_equal
 from ..trace.primitive import PjitParams, pjit_p
@@ -195,14 +195,9 @@ def spec_of_arg(x: Any, mesh: Mesh) -> ParsedPartitionSpec:
     they are taken as they arrive instead of being moved.
     """
     if isinstance(x, jax.Array) and not isinstance(x, jp.Tracer):
-        sharding = x.sharding
-        if jp.device_assignment_of(sharding) == tuple(mesh.devices.flat):
-            try:
-                parsed = parse_op_sharding_parsed(jp.hlo_sharding_of(sharding, x.ndim), mesh)
-            except ValueError:
-                return REPLICATED
-            if isinstance(parsed, ParsedPartitionSpec):
-                return parsed
+        spec = layout_spec(x, mesh)
+        if spec is not None:
+            return spec
     return REPLICATED
 
 
