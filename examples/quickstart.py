@@ -101,8 +101,9 @@ def train(
     return params, losses
 
 
+# A value's type and the sharding among its attributes (``jax.arg_info`` names it too).
 _ANNOTATED = re.compile(
-    r'(tensor<[^>]*>) \{((?:mhlo|sdy)\.sharding = (?:"[^"]*"|#sdy\.sharding<[^>]*>))\}'
+    r'(tensor<[^>]*>) \{[^{}]*?((?:mhlo|sdy)\.sharding = (?:"[^"]*"|#sdy\.sharding<[^>]*>))'
 )
 
 
