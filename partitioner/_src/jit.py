@@ -38,6 +38,7 @@ def jit(
     backend: str | None = None,
     inline: bool = False,
     compiler_options: dict[str, Any] | None = None,
+    auto_memory_limit: int | None = None,
 ) -> Any:
     """Compile ``fun`` as ``jax.jit`` does, partitioned by partitioner's pipeline.
 
@@ -48,7 +49,9 @@ def jit(
     output as XLA's propagation lays it out. With no mesh in context the call runs
     on its committed arguments' devices (else ``device`` or the default device).
     A committed argument laid out otherwise than its given sharding is an error,
-    never a hidden transfer. Without ``fun``, returns a decorator.
+    never a hidden transfer. A ``partitioner.AUTO`` leaf is chosen by partitioner,
+    within ``auto_memory_limit`` bytes per device if given (see :func:`pjit`).
+    Without ``fun``, returns a decorator.
 
     Returns:
         JitWrapped: call it; ``.lower(...)``; ``.clear_cache()``; plus what
@@ -70,6 +73,7 @@ def jit(
         backend=backend,
         inline=inline,
         compiler_options=compiler_options,
+        auto_memory_limit=auto_memory_limit,
     )
     if fun is None:
         return lambda f: jit(f, **options)
@@ -86,5 +90,6 @@ def jit(
         kind="jit",
         device=device_option(device, backend, keep_unused, inline, "jit"),
         compiler_options=compiler_options,
+        auto_memory_limit=auto_memory_limit,
     )
     return make_wrapped(JitWrapped, planner)

@@ -22,8 +22,10 @@ from jax.tree_util import keystr, tree_leaves, tree_unflatten
 from . import jax_private as jp
 from . import options
 from . import rules as _rules  # noqa: F401  (registers the transformation rules)
+from .auto.resolve import has_auto, resolve
 from .dispatch.execute import check_usable
 from .dispatch.fastpath import Dispatcher
+from .spec.auto import AUTO
 from .spec.checks import check_specs
 from .spec.leaves import check_layouts, resolve_inputs
 from .spec.mesh_env import has_explicit_axes, maybe_current_mesh, resolve_mesh
@@ -72,7 +74,8 @@ class _Flat:
     """The dynamic arguments flattened: one spec, aval and donation flag per leaf."""
 
     arguments: FlatArguments
-    specs: tuple[ParsedPartitionSpec | None, ...]  # None: a tracer's layout, left to XLA
+    # None: a tracer's layout, left to XLA; AUTO: chosen after tracing (``_src/auto/``)
+    specs: tuple[ParsedPartitionSpec | None, ...]
     avals: tuple[Any, ...]
     donated: tuple[bool, ...]
 
@@ -104,6 +107,7 @@ class PjitFunction:
         kind: str = "pjit",
         device: Any = None,
         compiler_options: dict[str, Any] | None = None,
+        auto_memory_limit: int | None = None,
     ) -> None:
         """See :func:`pjit`; ``kind`` is ``"jit"`` for :func:`partitioner.jit`, where a
         ``None`` spec means unspecified, and ``device`` is ``jit(device=...)``."""
@@ -120,6 +124,16 @@ class PjitFunction:
                 f"{kind}: compiler_options must be a dict of XLA option names to values, got "
                 f"{type(compiler_options).__name__}"
             )
+        if auto_memory_limit is not None and (
+            isinstance(auto_memory_limit, bool)
+            or not isinstance(auto_memory_limit, int)
+            or auto_memory_limit <= 0
+        ):
+            raise TypeError(
+                f"{kind}: auto_memory_limit must be a positive int (bytes per device), got "
+                f"{auto_memory_limit!r}"
+            )
+        self._memory_limit = auto_memory_limit
         # Hashable, so they key the executable cache beside the program.
         self._compiler_options = tuple(sorted((compiler_options or {}).items()))
         in_name, out_name = (
@@ -136,14 +150,18 @@ class PjitFunction:
         # it as unspecified, and so does pjit with no mesh anywhere (as jax's does).
         jit = kind == "jit"
         self._in_specs = prepare_axis_resources(
-            in_axis_resources, f"{kind} {in_name}", none_is_unspecified=jit
+            in_axis_resources, f"{kind} {in_name}", none_is_unspecified=jit, allow_auto=True
         )
         self._out_specs = prepare_axis_resources(
-            out_axis_resources, f"{kind} {out_name}", none_is_unspecified=jit
+            out_axis_resources, f"{kind} {out_name}", none_is_unspecified=jit, allow_auto=True
         )
         self._meshless_specs = (
-            prepare_axis_resources(in_axis_resources, in_name, none_is_unspecified=True),
-            prepare_axis_resources(out_axis_resources, out_name, none_is_unspecified=True),
+            prepare_axis_resources(
+                in_axis_resources, in_name, none_is_unspecified=True, allow_auto=True
+            ),
+            prepare_axis_resources(
+                out_axis_resources, out_name, none_is_unspecified=True, allow_auto=True
+            ),
         )
         self._needs_mesh = any(map(_has_bare_specs, self._meshless_specs))
         self._named_meshes = meshes_named_by(
@@ -261,6 +279,8 @@ class PjitFunction:
             spec = arg_specs[i] if i < n_pos else REPLICATED
             if spec is UNSPECIFIED:
                 specs.append(unspecified_input_spec(leaf, mesh, where, self.api))
+            elif spec is AUTO:
+                specs.append(AUTO)  # checked once chosen (plan)
             else:
                 if not options.reshard_committed_enabled():
                     check_committed_layout(leaf, spec, mesh, where, self.api)
@@ -272,7 +292,8 @@ class PjitFunction:
             )
             for i, leaf in enumerate(flat.leaves)
         )
-        given = [i for i, s in enumerate(specs) if s is not None]  # None: a tracer's, XLA's
+        # None: a tracer's layout, XLA's; AUTO: not chosen yet
+        given = [i for i, s in enumerate(specs) if s is not None and s is not AUTO]
         check_specs(
             self.api,
             "argument args",
@@ -338,7 +359,7 @@ class PjitFunction:
             committed=placement.committed,
             compiler_options=self._compiler_options,
         )
-        return CallPlan(
+        plan = CallPlan(
             params=params,
             args_flat=tuple(consts) + tuple(flat.arguments.leaves),
             in_tree=in_tree,
@@ -347,6 +368,28 @@ class PjitFunction:
             num_consts=len(consts),
             arguments=flat.arguments,
         )
+        if has_auto(params.in_axis_resources) or has_auto(params.out_axis_resources):
+            plan = self._resolve_auto(plan, flat, traced)
+        return plan
+
+    def _resolve_auto(self, plan: CallPlan, flat: _Flat, traced: TracedBody) -> CallPlan:
+        """Choose the AUTO specs (``_src/auto/``), then check the arguments against them
+        as against any spec."""
+        outs = tree_unflatten(traced.out_tree, list(traced.jaxpr.out_avals))
+        _, out_paths = broadcast_prefix(
+            UNSPECIFIED, outs, api=f"{self.api} out_axis_resources", what="outputs"
+        )
+        plan = resolve(plan, flat.arguments.paths, out_paths, self._memory_limit)
+        n_consts = plan.num_consts
+        if not options.reshard_committed_enabled():
+            for i, spec in enumerate(flat.specs):
+                if spec is AUTO:
+                    chosen = plan.params.in_axis_resources[n_consts + i]
+                    where = flat.arguments.where(i, self.api)
+                    check_committed_layout(
+                        flat.arguments.leaves[i], chosen, plan.mesh, where, self.api
+                    )
+        return plan
 
     def _out_specs_for(
         self, traced: TracedBody, mesh: Mesh, out_specs: Any
@@ -357,7 +400,7 @@ class PjitFunction:
         specs, paths = broadcast_prefix(
             out_specs, outs, api=f"{self.api} out_axis_resources", what="outputs"
         )
-        given = [i for i, s in enumerate(specs) if s is not UNSPECIFIED]
+        given = [i for i, s in enumerate(specs) if s is not UNSPECIFIED and s is not AUTO]
         check_specs(
             self.api,
             "output",
@@ -372,7 +415,7 @@ class PjitFunction:
             [out_avals[i] for i in given],
             lambda k: f"{self.api} output{keystr(paths[given[k]])}",
         )
-        return tuple(None if s is UNSPECIFIED else s for s in specs)
+        return tuple(None if s is UNSPECIFIED else s for s in specs)  # AUTO stays, for plan
 
     def donated_positions(self, n: int) -> list[int]:
         """Positions of the donated arguments in a call with ``n`` positional arguments."""
@@ -523,6 +566,7 @@ def pjit(
     backend: str | None = None,
     inline: bool = False,
     compiler_options: dict[str, Any] | None = None,
+    auto_memory_limit: int | None = None,
 ) -> PjitWrapped:
     """Partition ``fun`` over the mesh in context at each call.
 
@@ -532,8 +576,10 @@ def pjit(
             arguments (static ones removed): a single spec/None for all, or one
             entry per argument (a top-level list counts as that tuple).
             Keyword-only arguments are replicated. Leaves are PartitionSpecs,
-            ``None`` (replicated) or NamedShardings (their spec; their mesh must be
-            the mesh in context, and is used when there is none). Omitted: every
+            ``None`` (replicated), NamedShardings (their spec; their mesh must be
+            the mesh in context, and is used when there is none) or
+            ``partitioner.AUTO`` (partitioner chooses the layout over the mesh in
+            context when the call is lowered; ``Lowered.report()`` shows why). Omitted: every
             argument as it is laid out (a committed array keeps its layout, an
             uncommitted one is replicated). With no mesh in context and no
             PartitionSpec given, the call runs on its committed arguments'
@@ -552,6 +598,9 @@ def pjit(
         backend: as in ``jax.jit``.
         inline: as in ``jax.jit``.
         compiler_options: as in ``jax.jit``: XLA options by name for every compile.
+        auto_memory_limit: bytes per device the program must fit (arguments +
+            outputs + temporaries - aliased, as XLA's memory analysis counts them)
+            when partitioner chooses AUTO layouts; ``None``: no limit.
 
     Returns:
         PjitWrapped: call it to run, ``.lower(...)`` for the AOT stages,
@@ -573,5 +622,6 @@ def pjit(
         donate_argnames,
         device=device_option(device, backend, keep_unused, inline, "pjit"),
         compiler_options=compiler_options,
+        auto_memory_limit=auto_memory_limit,
     )
     return make_wrapped(PjitWrapped, planner)

@@ -17,6 +17,7 @@ from typing import Any
 import jax
 from jax.tree_util import KeyPath, keystr
 
+from .auto import AUTO
 from .checks import raise_all
 from .leaves import SHARDING_LEAVES, leaf_mesh
 from .parsed import ParsedPartitionSpec
@@ -46,11 +47,12 @@ UNSPECIFIED: Any = _Unspecified()
 
 
 def is_spec_leaf(x: Any) -> bool:
-    """Leaves of a spec tree: specs, jax shardings and Formats, parsed specs, ``None`` and
-    UNSPECIFIED."""
+    """Leaves of a spec tree: specs, jax shardings and Formats, parsed specs, ``None``,
+    UNSPECIFIED and AUTO."""
     return (
         x is None
         or x is UNSPECIFIED
+        or x is AUTO
         or is_spec(x)
         or isinstance(x, (ParsedPartitionSpec, *SHARDING_LEAVES))
     )
@@ -62,13 +64,15 @@ def prepare_axis_resources(
     *,
     allow_unconstrained: bool = False,
     none_is_unspecified: bool = False,
+    allow_auto: bool = False,
 ) -> Any:
     """Parse every leaf of a spec tree into a :class:`ParsedPartitionSpec`.
 
     ``None`` leaves become :data:`REPLICATED` (pjit's reading) or, with
     ``none_is_unspecified``, :data:`UNSPECIFIED` (``jax.jit``'s reading);
-    UNSPECIFIED leaves stay so, and a NamedSharding stands for its spec
-    (:func:`meshes_named_by` finds its mesh). Anything that is not a spec,
+    UNSPECIFIED leaves stay so, and so do AUTO leaves where ``allow_auto`` (pjit's
+    and jit's own in/out specs; anywhere else AUTO is a TypeError). A NamedSharding
+    stands for its spec (:func:`meshes_named_by` finds its mesh). Anything that is not a spec,
     ``None`` or a container is rejected with a TypeError naming its path.
     """
 
@@ -78,6 +82,17 @@ def prepare_axis_resources(
     for path, leaf in leaves:
         if leaf is UNSPECIFIED or (leaf is None and none_is_unspecified):
             parsed.append(UNSPECIFIED)
+            continue
+        if leaf is AUTO:
+            if allow_auto:
+                parsed.append(AUTO)
+            else:
+                errors.append(
+                    TypeError(
+                        f"{arg_name}{keystr(path)}: AUTO is a layout partitioner chooses for a "
+                        "pjit/jit input or output; here give a PartitionSpec."
+                    )
+                )
             continue
         try:
             parsed.append(

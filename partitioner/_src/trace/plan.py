@@ -14,6 +14,7 @@ from typing import Any
 from jax.sharding import Mesh
 from jax.tree_util import PyTreeDef, tree_unflatten
 
+from ..spec.auto import AutoChoice
 from .arguments import FlatArguments
 from .primitive import PjitParams
 
@@ -33,6 +34,8 @@ class CallPlan:
     nested_bind: Callable[..., Any] | None = None
     # The dynamic leaves with the paths the user wrote (messages name them).
     arguments: FlatArguments | None = None
+    # How the AUTO leaves were resolved (``_src/auto/``), for the report; None without AUTO.
+    auto: AutoChoice | None = None
 
     @property
     def mesh(self) -> Mesh:

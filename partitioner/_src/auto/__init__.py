@@ -1,0 +1,1 @@
+"""AUTO specs: partitioner chooses layouts (NOTE [auto search] in ``search.py``)."""

@@ -1,0 +1,224 @@
+"""Resolve a call's AUTO leaves into specs: once per signature, cached, thread-safe.
+
+Why a stage of its own: the front door has traced the body and knows every
+other spec; the search needs that jaxpr and the stages below (lower, compile,
+report) to confirm its finalists, and what it returns is ordinary specs, so
+everything after it (rules, lowering, dispatch) never sees AUTO.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from jax.sharding import Mesh, PartitionSpec
+from jax.tree_util import KeyPath, keystr
+
+from .. import options
+from ..events import emit
+from ..spec.auto import AUTO, AutoChoice, Candidate
+from ..spec.parsed import ParsedPartitionSpec
+from ..stages import lower_plan
+from ..trace.plan import CallPlan
+from .cost import spec_layout
+from .layouts import Layout
+from .search import Measured, Outcome, Problem, Scored, solve
+
+_CACHE_SIZE = 64
+_cache: collections.OrderedDict[Any, tuple[tuple[Any, ...], tuple[Any, ...], AutoChoice]] = (
+    collections.OrderedDict()
+)
+# One search at a time: a second caller of the same signature waits and reuses it.
+_lock = threading.Lock()
+
+Spec = ParsedPartitionSpec | None
+
+
+def has_auto(specs: Sequence[Any]) -> bool:
+    return any(s is AUTO for s in specs)
+
+
+def to_spec(layout: Layout) -> ParsedPartitionSpec:
+    """A layout as a parsed spec (trailing whole dimensions dropped, as users write it)."""
+    entries: list[Any] = [None if not d else d[0] if len(d) == 1 else d for d in layout]
+    while entries and entries[-1] is None:
+        entries.pop()
+    return ParsedPartitionSpec(PartitionSpec(*entries), layout)
+
+
+def _describe(layout: Layout) -> str:
+    return str(to_spec(layout).to_partition_spec())
+
+
+def ties(in_paths: Sequence[KeyPath], in_avals: Sequence[Any], out_paths: Sequence[KeyPath], out_avals: Sequence[Any]) -> list[int | None]:
+    """For each output, the input at the same path with the same shape and dtype.
+
+    Paths match as written (``out[0]['w']`` and ``args[0]['w']``) or, failing
+    that, with the argument position dropped when exactly one input matches
+    (``step(params, batch) -> params``).
+    """
+
+    def same(i: int, j: int) -> bool:
+        a, b = in_avals[i], out_avals[j]
+        return tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype
+
+    exact = {keystr(p): i for i, p in enumerate(in_paths)}
+    stripped: dict[str, list[int]] = collections.defaultdict(list)
+    for i, p in enumerate(in_paths):
+        stripped[keystr(p[1:])].append(i)
+    found: list[int | None] = []
+    for j, p in enumerate(out_paths):
+        i = exact.get(keystr(p))
+        if i is None or not same(i, j):
+            near = [k for k in stripped.get(keystr(p), []) if same(k, j)]
+            i = near[0] if len(near) == 1 else None
+        found.append(i)
+    return found
+
+
+def resolve(
+    plan: CallPlan,
+    in_paths: Sequence[KeyPath],
+    out_paths: Sequence[KeyPath],
+    memory_limit: int | None,
+) -> CallPlan:
+    """``plan`` with every AUTO spec chosen (NOTE [auto search] in ``search.py``).
+
+    ``plan``'s params hold AUTO where a spec is to be chosen; ``in_paths`` are the
+    dynamic arguments' key paths (after the plan's constants), ``out_paths`` the
+    outputs'.
+
+    Raises:
+        ValueError: no layout fits ``memory_limit`` (the message names the smallest).
+    """
+    params = plan.params
+    mesh: Mesh = params.mesh
+    order = tuple(str(a) for a in mesh.axis_names)
+    jaxpr = params.jaxpr
+    n_consts = plan.num_consts
+    in_specs, out_specs = params.in_axis_resources, params.out_axis_resources
+
+    def fixed(spec: Any, aval: Any) -> Layout | None:
+        if spec is AUTO:
+            return None
+        if spec is None:  # a tracer's layout, left to XLA: the model reads it as whole
+            return ((),) * len(aval.shape)
+        return spec_layout(spec, len(aval.shape), order)
+
+    in_layouts = tuple(fixed(s, a) for s, a in zip(in_specs, jaxpr.in_avals, strict=True))
+    out_fixed = tuple(
+        None if s is None or s is AUTO else spec_layout(s, len(a.shape), order)
+        for s, a in zip(out_specs, jaxpr.out_avals, strict=True)
+    )
+    user_avals = jaxpr.in_avals[n_consts:]
+    tie_of = ties(in_paths, user_avals, out_paths, jaxpr.out_avals)
+    out_ties = tuple(
+        None if (s is not AUTO or t is None) else t + n_consts
+        for s, t in zip(out_specs, tie_of, strict=True)
+    )
+    problem = Problem(
+        jaxpr=jaxpr,
+        mesh_shape={str(a): int(n) for a, n in mesh.shape.items()},
+        in_layouts=in_layouts,
+        out_layouts=out_fixed,
+        out_ties=out_ties,
+        donated=tuple(params.donated_invars),
+    )
+    key = (
+        jaxpr, mesh, tuple(in_specs), tuple(out_specs), out_ties, problem.donated,
+        memory_limit, options.use_shardy(), params.compiler_options,
+    )  # fmt: skip
+    with _lock:
+        hit = _cache.get(key)
+        if hit is None:
+            hit = _search(plan, problem, in_paths, out_paths, memory_limit)
+            _cache[key] = hit
+            if len(_cache) > _CACHE_SIZE:
+                _cache.popitem(last=False)
+        else:
+            _cache.move_to_end(key)
+    ins, outs, choice = hit
+    new_params = dataclasses.replace(params, in_axis_resources=ins, out_axis_resources=outs)
+    return dataclasses.replace(plan, params=new_params, auto=choice)
+
+
+def clear() -> None:
+    """Forget every resolved signature."""
+    with _lock:
+        _cache.clear()
+
+
+def _search(
+    plan: CallPlan,
+    problem: Problem,
+    in_paths: Sequence[KeyPath],
+    out_paths: Sequence[KeyPath],
+    memory_limit: int | None,
+) -> tuple[tuple[Any, ...], tuple[Any, ...], AutoChoice]:
+    params = plan.params
+    n_consts = plan.num_consts
+    auto_in = [i for i, lay in enumerate(problem.in_layouts) if lay is None]
+    auto_out = [j for j, s in enumerate(params.out_axis_resources) if s is AUTO]
+    names = [f"args{keystr(in_paths[i - n_consts])}" for i in auto_in]
+
+    def specs_of(s: Scored) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        ins = tuple(
+            to_spec(s.in_layouts[i]) if spec is AUTO else spec
+            for i, spec in enumerate(params.in_axis_resources)
+        )
+        outs = tuple(
+            to_spec(s.out_layouts[j]) if spec is AUTO else spec
+            for j, spec in enumerate(params.out_axis_resources)
+        )
+        return ins, outs
+
+    def measure(s: Scored) -> Measured:
+        if plan.num_consts:  # a body closing over tracers cannot be lowered alone
+            return Measured(s.estimate.collective_bytes, s.estimate.memory_bytes, s.estimate.collectives)
+        ins, outs = specs_of(s)
+        trial = dataclasses.replace(
+            plan, params=dataclasses.replace(params, in_axis_resources=ins, out_axis_resources=outs)
+        )
+        report = lower_plan(trial).compile().report()
+        collective = sum(c.bytes_per_device * c.count for c in report.collectives)
+        m = report.memory
+        memory = (
+            s.estimate.memory_bytes
+            if m is None
+            else m.arguments + m.outputs + m.temporaries - m.aliased
+        )
+        count = sum(c.count for c in report.collectives)
+        return Measured(float(collective), float(memory), float(count))
+
+    def describe(s: Scored) -> str:
+        return ", ".join(
+            f"{n}: {_describe(s.in_layouts[i])}" for n, i in zip(names, auto_in, strict=True)
+        )
+
+    outcome: Outcome = solve(problem, measure, memory_limit, describe, plan.api)
+    emit("auto_search", name=params.name, evaluations=outcome.evaluations, compiles=outcome.compiles)
+
+    def candidate(s: Scored, m: Measured | None) -> Candidate:
+        return Candidate(
+            specs=tuple(_describe(s.in_layouts[i]) for i in auto_in),
+            estimate=s.estimate,
+            measured_collective_bytes=None if m is None else m.collective_bytes,
+            measured_memory_bytes=None if m is None else m.memory_bytes,
+        )
+
+    choice = AutoChoice(
+        paths=tuple(names),
+        out_paths=tuple(f"out{keystr(out_paths[j])}" for j in auto_out),
+        out_specs=tuple(_describe(outcome.chosen.out_layouts[j]) for j in auto_out),
+        chosen=candidate(outcome.chosen, outcome.chosen_measured),
+        runners_up=tuple(candidate(s, m) for s, m in outcome.others),
+        memory_limit=memory_limit,
+        evaluations=outcome.evaluations,
+        compiles=outcome.compiles,
+        search_s=outcome.search_s,
+    )
+    ins, outs = specs_of(outcome.chosen)
+    return ins, outs, choice
