@@ -12,11 +12,12 @@ f32[32,16] --in "P('data')"`` prints the report from a shell. ``residuals(fun, *
 
 from .._src.inspection import Comparison, compare_partitioners, report
 from .._src.report.collectives import Collective
-from .._src.report.tables import Cost, Memory, Report, ValueRow
+from .._src.report.tables import AutoTable, Cost, Memory, Report, ValueRow
 from .._src.report.visualize import visualize
 from .._src.residuals import Residual, residuals
 
 __all__ = [
+    "AutoTable",
     "Collective",
     "Comparison",
     "Cost",

@@ -184,12 +184,7 @@ def _search(
         )
         report = lower_plan(trial).compile().report()
         collective = sum(c.bytes_per_device * c.count for c in report.collectives)
-        m = report.memory
-        memory = (
-            s.estimate.memory_bytes
-            if m is None
-            else m.arguments + m.outputs + m.temporaries - m.aliased
-        )
+        memory = s.estimate.memory_bytes if report.memory is None else report.memory.total
         count = sum(c.count for c in report.collectives)
         return Measured(float(collective), float(memory), float(count))
 

@@ -21,6 +21,7 @@ from jax.tree_util import keystr, tree_flatten_with_path, tree_unflatten
 
 from .. import jax_private as jp
 from ..dispatch.executable import Executable
+from ..spec.auto import AutoChoice, Candidate
 from ..spec.parsed import ParsedPartitionSpec
 from ..trace.constraint import sharding_constraint_p
 from ..trace.plan import CallPlan
@@ -63,6 +64,12 @@ class Memory:
     aliased: int
     generated_code: int
 
+    @property
+    def total(self) -> int:
+        """What a device holds while the program runs: arguments + outputs +
+        temporaries - aliased."""
+        return self.arguments + self.outputs + self.temporaries - self.aliased
+
 
 @dataclasses.dataclass(frozen=True)
 class Cost:
@@ -71,6 +78,23 @@ class Cost:
     flops: float
     bytes_accessed: float
     transcendentals: float
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoTable:
+    """How partitioner chose the AUTO layouts of this program, against what XLA made of it.
+
+    Attributes:
+        choice: the search's record: every AUTO leaf's chosen spec, the runners-up
+            with their estimated (and, for compiled finalists, measured) costs.
+        collective_bytes: this program's collective operand bytes per device, as the
+            collectives table adds them up (counts included).
+        memory_bytes: XLA's arguments + outputs + temporaries - aliased per device.
+    """
+
+    choice: AutoChoice
+    collective_bytes: int
+    memory_bytes: int | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +108,7 @@ class Report:
     collectives: tuple[Collective, ...]
     memory: Memory | None
     cost: Cost | None
+    auto: AutoTable | None = None
 
     def with_values(self, extra: Sequence[ValueRow]) -> Report:
         return dataclasses.replace(self, values=(*self.values, *extra))
@@ -146,7 +171,57 @@ class Report:
                 f"cost per device: {c.flops:,.0f} flops, {c.bytes_accessed:,.0f} bytes accessed, "
                 f"{c.transcendentals:,.0f} transcendentals"
             )
+        if self.auto is not None:
+            lines += ["", *_auto_lines(self.auto)]
         return "\n".join(lines)
+
+
+def _auto_lines(t: AutoTable) -> list[str]:
+    """The auto table: chosen specs beside the runners-up, then their costs."""
+    c = t.choice
+    limit = "" if c.memory_limit is None else f", memory limit {c.memory_limit:,} bytes"
+    lines = [
+        f"auto: {len(c.paths)} AUTO inputs chosen ({c.evaluations} assignments scored by the "
+        f"cost model, {c.compiles} compiled by XLA, {c.search_s:.2f} s{limit})"
+    ]
+    names = ["chosen"] + [f"runner-up {k}" for k in range(1, len(c.runners_up) + 1)]
+    lines += _table(
+        ("input", *names),
+        [
+            (path, *(cand.specs[i] for cand in (c.chosen, *c.runners_up)))
+            for i, path in enumerate(c.paths)
+        ],
+    )
+    if c.out_paths:
+        lines += ["", "  AUTO outputs"]
+        lines += _table(("output", "chosen"), list(zip(c.out_paths, c.out_specs, strict=True)))
+    lines += ["", "  cost per device (estimated by the cost model; XLA where compiled)"]
+
+    def row(name: str, cand: Candidate) -> tuple[str, ...]:
+        e = cand.estimate
+        return (
+            name,
+            f"{e.time_s * 1e6:,.1f}",
+            f"{e.collective_bytes:,.0f}",
+            _opt(cand.measured_collective_bytes),
+            f"{e.memory_bytes:,.0f}",
+            _opt(cand.measured_memory_bytes),
+        )
+
+    lines += _table(
+        ("candidate", "est. us", "est. coll. bytes", "XLA coll. bytes", "est. memory", "XLA memory"),
+        [row(n, cand) for n, cand in zip(names, (c.chosen, *c.runners_up), strict=True)],
+    )
+    memory = "-" if t.memory_bytes is None else f"{t.memory_bytes:,}"
+    lines.append(
+        f"  this program (XLA): {t.collective_bytes:,} collective bytes, {memory} bytes of memory "
+        "per device"
+    )
+    return lines
+
+
+def _opt(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}"
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -234,14 +309,24 @@ def build(plan: CallPlan, executable: Executable, shardy: bool) -> Report:
             value_row("constraint", f"#{k} {where}", eqn.invars[0].aval, spec, spec, mesh)
         )
     loaded = executable.loaded
+    found = tuple(collectives((m.to_string() for m in loaded.hlo_modules()), mesh))
+    memory = _memory(loaded)
+    auto = None
+    if plan.auto is not None:
+        auto = AutoTable(
+            choice=plan.auto,
+            collective_bytes=sum(c.bytes_per_device * c.count for c in found),
+            memory_bytes=None if memory is None else memory.total,
+        )
     return Report(
         name=params.name,
         partitioner="Shardy" if shardy else "GSPMD",
         mesh=dict(mesh.shape),
         values=tuple(values),
-        collectives=tuple(collectives((m.to_string() for m in loaded.hlo_modules()), mesh)),
-        memory=_memory(loaded),
+        collectives=found,
+        memory=memory,
         cost=_cost(loaded),
+        auto=auto,
     )
 
 
