@@ -8,11 +8,10 @@ the few internals the tests look at.
 from . import distributed, host_callback, inspect, options, sharding_spec
 from ._src.colocated.api import colocated_cpu_devices, colocated_python
 from ._src.colocated.objects import colocated_python_class
-from ._src.dispatch import clear_caches
 from ._src.events import add_listener, recording
 from ._src.jit import JitWrapped, jit
 from ._src.options import partitioner, set_partitioner
-from ._src.pjit import PjitWrapped, pjit
+from ._src.pjit import PjitWrapped, clear_caches, pjit
 from ._src.pmap import PmapWrapped, pmap, sharding_spec_of
 from ._src.residuals import Residual, residuals
 from ._src.spec import (

@@ -22,7 +22,9 @@ from jax.tree_util import keystr, tree_leaves, tree_unflatten
 from . import jax_private as jp
 from . import options
 from . import rules as _rules  # noqa: F401  (registers the transformation rules)
+from .auto.resolve import clear as clear_auto_choices
 from .auto.resolve import has_auto, resolve
+from .dispatch import clear_caches as clear_dispatch_caches
 from .dispatch.execute import check_usable
 from .dispatch.fastpath import Dispatcher
 from .spec.auto import AUTO
@@ -385,6 +387,7 @@ class PjitFunction:
             for i, spec in enumerate(flat.specs):
                 if spec is AUTO:
                     chosen = plan.params.in_axis_resources[n_consts + i]
+                    assert chosen is not None  # resolve() chose a spec for every AUTO leaf
                     where = flat.arguments.where(i, self.api)
                     check_committed_layout(
                         flat.arguments.leaves[i], chosen, plan.mesh, where, self.api
@@ -498,6 +501,17 @@ class PjitWrapped:
 
     def __repr__(self) -> str:
         return f"<{self._kind}-ed function {self._planner.name}>"
+
+
+def clear_caches() -> None:
+    """Drop every cached trace, AUTO choice, executable and fast-path entry.
+
+    The next call of any pjit-ed function traces, chooses its AUTO layouts, lowers
+    and compiles again. Pending launches in the CPU collective window are waited
+    for first.
+    """
+    clear_dispatch_caches()
+    clear_auto_choices()
 
 
 def _one_of(name: str, value: Any, alias: str, alias_value: Any) -> Any:

@@ -16,10 +16,12 @@ moved there again (XLA reuses it). Calls, ``remat``, custom derivatives and
 nested pjits are followed inside; a ``scan`` body counts ``length`` times, a
 ``while`` body once (its trip count is unknown), a ``cond`` its dearest branch.
 
-Time is ``flops / FLOPS_PER_S + collective bytes / BYTES_PER_S`` per device
-(docs/howto/auto.md states the model); memory is arguments + outputs + the peak
-of live temporaries (values moved to a second layout included) - donated inputs
-an output of the same per-device size can reuse.
+Time is ``flops / FLOPS_PER_S + collective bytes / BYTES_PER_S + collectives *
+LATENCY_S`` per device (docs/howto/auto.md states the model); memory is arguments
++ outputs + the peak of live temporaries - donated inputs an output of the same
+per-device size can reuse. Temporaries are the values XLA materializes: results
+of equations it does not fuse (dots, reductions, calls) and the fused values such
+an equation reads; copies moved to a second layout count while the value lives.
 """
 
 from __future__ import annotations
@@ -60,7 +62,15 @@ _LINEAR: dict[str, tuple[bool, ...] | None] = {
     "div": (True, False),
 }
 _REDUCE_BY_SUM = {"reduce_sum"}
-_REDUCE_OTHER = {"reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin", "reduce_and", "reduce_or"}
+_REDUCE_OTHER = {
+    "reduce_max",
+    "reduce_min",
+    "reduce_prod",
+    "argmax",
+    "argmin",
+    "reduce_and",
+    "reduce_or",
+}
 _ALONG_AXIS = {"cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp", "sort", "rev"}
 
 
@@ -203,7 +213,9 @@ class Estimator:
                     live -= self._bytes(v, frame.env[v][0])
         return peak
 
-    def _walk(self, jaxpr: Any, in_states: Sequence[State], tally: _Tally, mult: float) -> tuple[list[State], float]:
+    def _walk(
+        self, jaxpr: Any, in_states: Sequence[State], tally: _Tally, mult: float
+    ) -> tuple[list[State], float]:
         """Walk a nested jaxpr; its output states and a rough peak of its temporaries."""
         frame = _Frame()
         for v in jaxpr.constvars:
@@ -213,7 +225,10 @@ class Estimator:
         peak = 0.0
         for eqn in jaxpr.eqns:
             inner = self._eqn(eqn, frame, tally, mult)
-            peak = max(peak, inner + sum(self._bytes(v, frame.env[v][0]) for v in eqn.outvars if v in frame.env))
+            peak = max(
+                peak,
+                inner + sum(self._bytes(v, frame.env[v][0]) for v in eqn.outvars if v in frame.env),
+            )
         return [self._read(frame, v) for v in jaxpr.outvars], peak
 
     # --- values ---
@@ -269,7 +284,9 @@ class Estimator:
                 return canonical(dims, self.order)
         return layout
 
-    def _settle(self, v: Any, state: State, target: Layout | None, frame: _Frame, tally: _Tally, mult: float) -> Layout:
+    def _settle(
+        self, v: Any, state: State, target: Layout | None, frame: _Frame, tally: _Tally, mult: float
+    ) -> Layout:
         layout = target if target is not None else self._resolve_partial(v, state)
         if isinstance(v, jp.Literal):
             return layout
@@ -285,7 +302,9 @@ class Estimator:
         if prim is pjit_p:
             return self._pinned_call(eqn, frame, tally, mult)
         if prim is sharding_constraint_p:
-            layout = spec_layout(eqn.params["axis_resources"], len(_shape(eqn.outvars[0])), self.order)
+            layout = spec_layout(
+                eqn.params["axis_resources"], len(_shape(eqn.outvars[0])), self.order
+            )
             return self._fixed(eqn, layout, frame, tally, mult)
         if name == "sharding_constraint" and "sharding" in eqn.params:  # jax's own
             layout = self._named_layout(eqn.params["sharding"], len(_shape(eqn.outvars[0])))
@@ -326,7 +345,9 @@ class Estimator:
         self._set(frame, eqn.outvars[0], (layout, NO_AXES))
         return 0.0
 
-    def _work(self, v: Any, layout: Layout, tally: _Tally, mult: float, per_element: float = 1.0) -> None:
+    def _work(
+        self, v: Any, layout: Layout, tally: _Tally, mult: float, per_element: float = 1.0
+    ) -> None:
         tally.flops += per_element * local_elements(_shape(v), layout, self.sizes) * mult
 
     def _gather_all(self, eqn: Any, frame: _Frame, tally: _Tally, mult: float) -> None:
@@ -345,7 +366,9 @@ class Estimator:
         shape = _shape(out)
         operands = [v for v in eqn.invars if len(_shape(v)) == len(shape) and shape]
         states = [self._read(frame, v) for v in operands]
-        options: list[State] = [(s[0], NO_AXES) for s in states] + [(replicated(len(shape)), NO_AXES)]
+        options: list[State] = [(s[0], NO_AXES) for s in states] + [
+            (replicated(len(shape)), NO_AXES)
+        ]
         p_options = self._partial_options(eqn, operands, states)
         best: tuple[tuple[float, int], State] | None = None
         for layout, p in dict.fromkeys(options + p_options):
@@ -415,7 +438,9 @@ class Estimator:
         for v, s, spec in zip(eqn.outvars, outs, params["out_axis_resources"], strict=True):
             if spec is not None:
                 layout = spec_layout(spec, len(_shape(v)), self.order)
-                tally.pay(list(moves(_shape(v), _itemsize(v), s[0], s[1], layout, self.sizes)), mult)
+                tally.pay(
+                    list(moves(_shape(v), _itemsize(v), s[0], s[1], layout, self.sizes)), mult
+                )
                 s = (layout, NO_AXES)
             self._set(frame, v, s)
         return peak
@@ -444,7 +469,9 @@ class Estimator:
             self._set(frame, v, (((),) + s[0], s[1]))
         return peak
 
-    def _settle_state(self, v: Any, state: State, frame: _Frame, tally: _Tally, mult: float) -> State:
+    def _settle_state(
+        self, v: Any, state: State, frame: _Frame, tally: _Tally, mult: float
+    ) -> State:
         if not state[1]:
             return state
         return (self._settle(v, state, None, frame, tally, mult), NO_AXES)
@@ -452,10 +479,14 @@ class Estimator:
     def _while(self, eqn: Any, frame: _Frame, tally: _Tally, mult: float) -> float:
         p = eqn.params
         nc, nb = p["cond_nconsts"], p["body_nconsts"]
-        states = [self._settle_state(v, self._read(frame, v), frame, tally, mult) for v in eqn.invars]
+        states = [
+            self._settle_state(v, self._read(frame, v), frame, tally, mult) for v in eqn.invars
+        ]
         body_in = states[nc : nc + nb] + states[nc + nb :]
         outs, peak = self._walk(p["body_jaxpr"].jaxpr, body_in, tally, mult)
-        _, cond_peak = self._walk(p["cond_jaxpr"].jaxpr, states[:nc] + states[nc + nb :], tally, mult)
+        _, cond_peak = self._walk(
+            p["cond_jaxpr"].jaxpr, states[:nc] + states[nc + nb :], tally, mult
+        )
         for k, (s, want) in enumerate(zip(outs, states[nc + nb :], strict=True)):
             v = p["body_jaxpr"].jaxpr.outvars[k]
             tally.pay(list(moves(_shape(v), _itemsize(v), s[0], s[1], want[0], self.sizes)), mult)
@@ -464,7 +495,9 @@ class Estimator:
         return max(peak, cond_peak)
 
     def _cond(self, eqn: Any, frame: _Frame, tally: _Tally, mult: float) -> float:
-        states = [self._settle_state(v, self._read(frame, v), frame, tally, mult) for v in eqn.invars[1:]]
+        states = [
+            self._settle_state(v, self._read(frame, v), frame, tally, mult) for v in eqn.invars[1:]
+        ]
         best: tuple[_Tally, list[State], float] | None = None
         for branch in eqn.params["branches"]:
             t = _Tally()
@@ -509,9 +542,11 @@ def _call_body(eqn: Any) -> Any:
     derivatives, closed calls), or None."""
     for value in eqn.params.values():
         jaxpr = value.jaxpr if isinstance(value, jp.ClosedJaxpr) else value
-        if isinstance(jaxpr, jp.Jaxpr) and len(jaxpr.invars) == len(eqn.invars) and len(
-            jaxpr.outvars
-        ) == len(eqn.outvars):
+        if (
+            isinstance(jaxpr, jp.Jaxpr)
+            and len(jaxpr.invars) == len(eqn.invars)
+            and len(jaxpr.outvars) == len(eqn.outvars)
+        ):
             return value
     return None
 
@@ -548,7 +583,9 @@ def _materialized(jaxpr: Any) -> set[Any]:
     return kept
 
 
-def _aliased(arg_bytes: Sequence[float], donated: Sequence[bool], out_bytes: Sequence[float]) -> float:
+def _aliased(
+    arg_bytes: Sequence[float], donated: Sequence[bool], out_bytes: Sequence[float]
+) -> float:
     """Bytes of donated inputs an output of the same per-device size takes over."""
     pool = sorted((b for b, d in zip(arg_bytes, donated, strict=True) if d), reverse=True)
     total = 0.0
@@ -576,11 +613,11 @@ def _dot_general(est: Estimator, eqn: Any, frame: _Frame, tally: _Tally, mult: f
         if est.sizes[a] == 1:
             continue
         found: list[tuple[str, int]] = [("none", -1)]
-        for d, axes in enumerate(lstate[0]):
-            if a in axes:
+        for d, on in enumerate(lstate[0]):
+            if a in on:
                 found.append(_role(d, lb, lc, lfree, "l"))
-        for d, axes in enumerate(rstate[0]):
-            if a in axes:
+        for d, on in enumerate(rstate[0]):
+            if a in on:
                 found.append(_role(d, rb, rc, rfree, "r"))
         roles[a] = list(dict.fromkeys(found))
     contract_size = math.prod(lshape[d] for d in lc)
@@ -617,17 +654,26 @@ def _dot_general(est: Estimator, eqn: Any, frame: _Frame, tally: _Tally, mult: f
         if best is None or (score, -len(used)) < (best[0], best[1]):
             best = (score, -len(used), lay_l, lay_r, lay_o, frozenset(partial))
     if best is None:  # nothing splits evenly: compute replicated
-        best = (0.0, 0.0, replicated(len(lshape)), replicated(len(rshape)), replicated(len(out_shape)), NO_AXES)
-    _, _, lay_l, lay_r, lay_o, partial = best
+        best = (
+            0.0,
+            0.0,
+            replicated(len(lshape)),
+            replicated(len(rshape)),
+            replicated(len(out_shape)),
+            NO_AXES,
+        )
+    _, _, lay_l, lay_r, lay_o, summed = best
     est._move(lhs, lay_l, frame, tally, mult)
     est._move(rhs, lay_r, frame, tally, mult)
     local_out = local_elements(out_shape, lay_o, est.sizes)
-    local_contract = contract_size / shards(sorted(partial), est.sizes)
+    local_contract = contract_size / shards(sorted(summed), est.sizes)
     tally.flops += 2.0 * local_out * local_contract * mult
-    est._set(frame, out, (lay_o, partial))
+    est._set(frame, out, (lay_o, summed))
 
 
-def _role(d: int, batch: Sequence[int], contract: Sequence[int], free: Sequence[int], side: str) -> tuple[str, int]:
+def _role(
+    d: int, batch: Sequence[int], contract: Sequence[int], free: Sequence[int], side: str
+) -> tuple[str, int]:
     if d in batch:
         return ("batch", list(batch).index(d))
     if d in contract:
@@ -654,7 +700,9 @@ def _reduce(est: Estimator, eqn: Any, frame: _Frame, tally: _Tally, mult: float)
         est._set(frame, out, (out_layout, reduced | partial))
         return
     if reduced:  # max, min, ...: all-reduce the partial results at once
-        tally.pay([("all-reduce", shards(sorted(reduced), est.sizes), est._bytes(out, out_layout))], mult)
+        tally.pay(
+            [("all-reduce", shards(sorted(reduced), est.sizes), est._bytes(out, out_layout))], mult
+        )
     est._set(frame, out, (out_layout, NO_AXES))
 
 
@@ -681,11 +729,10 @@ def _reshape(est: Estimator, eqn: Any, frame: _Frame, tally: _Tally, mult: float
     v, out = eqn.invars[0], eqn.outvars[0]
     layout, partial = est._read(frame, v)
     mapped = _reshape_layout(_shape(v), _shape(out), layout, est.sizes)
-    if mapped is None:
-        keep = replicated(len(_shape(v)))
-        est._move(v, keep, frame, tally, mult)
-        mapped = replicated(len(_shape(out)))
-        partial = NO_AXES
+    if mapped is None:  # axes a reshape cannot carry: gathered first
+        est._move(v, replicated(len(_shape(v))), frame, tally, mult)
+        est._set(frame, out, (replicated(len(_shape(out))), NO_AXES))
+        return
     est._set(frame, out, (canonical(mapped, est.order), partial))
 
 
@@ -735,7 +782,9 @@ def _along_axis(est: Estimator, eqn: Any, frame: _Frame, tally: _Tally, mult: fl
     """Operations along one dimension (cumulative sums, sort, reverse): it must be whole."""
     v, out = eqn.invars[0], eqn.outvars[0]
     layout, partial = est._read(frame, v)
-    axes = eqn.params.get("dimensions", None) or (eqn.params.get("axis", eqn.params.get("dimension", 0)),)
+    axes = eqn.params.get("dimensions", None) or (
+        eqn.params.get("axis", eqn.params.get("dimension", 0)),
+    )
     if isinstance(axes, int):
         axes = (axes,)
     keep = tuple(() if d in axes else x for d, x in enumerate(layout))
@@ -744,10 +793,16 @@ def _along_axis(est: Estimator, eqn: Any, frame: _Frame, tally: _Tally, mult: fl
             est._move(w, keep, frame, tally, mult)
     est._work(out, keep, tally, mult)
     for w in eqn.outvars:
-        est._set(frame, w, (keep, NO_AXES) if _shape(w) == _shape(v) else (replicated(len(_shape(w))), NO_AXES))
+        est._set(
+            frame,
+            w,
+            (keep, NO_AXES) if _shape(w) == _shape(v) else (replicated(len(_shape(w))), NO_AXES),
+        )
 
 
-def _reshape_only_shape(est: Estimator, eqn: Any, frame: _Frame, tally: _Tally, mult: float) -> None:
+def _reshape_only_shape(
+    est: Estimator, eqn: Any, frame: _Frame, tally: _Tally, mult: float
+) -> None:
     """squeeze / expand_dims: a reshape that only adds or drops size-1 dimensions."""
     _reshape(est, eqn, frame, tally, mult)
 

@@ -51,7 +51,9 @@ def fits(shape: Sequence[int], layout: Layout, sizes: Mapping[str, int]) -> bool
     return all(n % shards(d, sizes) == 0 for n, d in zip(shape, layout, strict=True))
 
 
-def candidates(shape: Sequence[int], order: Sequence[str], sizes: Mapping[str, int]) -> list[Layout]:
+def candidates(
+    shape: Sequence[int], order: Sequence[str], sizes: Mapping[str, int]
+) -> list[Layout]:
     """Every layout of ``shape`` that splits evenly: each mesh axis on one dimension or none.
 
     Replicated comes first (the search's starting point); axes of size 1 are never used.
@@ -83,7 +85,7 @@ def moves(
     order they run (NOTE [auto layouts]).
     """
     cur = [list(d) for d in src]
-    block = local_elements(shape, src, sizes) * itemsize
+    block = float(local_elements(shape, src, sizes) * itemsize)
     dst_axis_dim = {a: i for i, d in enumerate(dst) for a in d}
     if partial:
         scatter = sorted(a for a in partial if a in dst_axis_dim and a not in used_axes(src))

@@ -53,7 +53,12 @@ def _describe(layout: Layout) -> str:
     return str(to_spec(layout).to_partition_spec())
 
 
-def ties(in_paths: Sequence[KeyPath], in_avals: Sequence[Any], out_paths: Sequence[KeyPath], out_avals: Sequence[Any]) -> list[int | None]:
+def ties(
+    in_paths: Sequence[KeyPath],
+    in_avals: Sequence[Any],
+    out_paths: Sequence[KeyPath],
+    out_avals: Sequence[Any],
+) -> list[int | None]:
     """For each output, the input at the same path with the same shape and dtype.
 
     Paths match as written (``out[0]['w']`` and ``args[0]['w']``) or, failing
@@ -67,15 +72,16 @@ def ties(in_paths: Sequence[KeyPath], in_avals: Sequence[Any], out_paths: Sequen
 
     exact = {keystr(p): i for i, p in enumerate(in_paths)}
     stripped: dict[str, list[int]] = collections.defaultdict(list)
-    for i, p in enumerate(in_paths):
-        stripped[keystr(p[1:])].append(i)
+    for k, p in enumerate(in_paths):
+        stripped[keystr(p[1:])].append(k)
     found: list[int | None] = []
     for j, p in enumerate(out_paths):
-        i = exact.get(keystr(p))
-        if i is None or not same(i, j):
-            near = [k for k in stripped.get(keystr(p), []) if same(k, j)]
-            i = near[0] if len(near) == 1 else None
-        found.append(i)
+        hit = exact.get(keystr(p))
+        if hit is not None and same(hit, j):
+            found.append(hit)
+            continue
+        near = [k for k in stripped.get(keystr(p), []) if same(k, j)]
+        found.append(near[0] if len(near) == 1 else None)
     return found
 
 
@@ -127,8 +133,10 @@ def resolve(
         out_ties=out_ties,
         donated=tuple(params.donated_invars),
     )
+    # The program's text, not the jaxpr object: two threads tracing one signature at
+    # once get two equal jaxprs, and the choice depends on the program alone.
     key = (
-        jaxpr, mesh, tuple(in_specs), tuple(out_specs), out_ties, problem.donated,
+        str(jaxpr.jaxpr), tuple(jaxpr.in_avals), mesh, tuple(in_specs), tuple(out_specs), out_ties, problem.donated,
         memory_limit, options.use_shardy(), params.compiler_options,
     )  # fmt: skip
     with _lock:
@@ -177,7 +185,9 @@ def _search(
 
     def measure(s: Scored) -> Measured:
         if plan.num_consts:  # a body closing over tracers cannot be lowered alone
-            return Measured(s.estimate.collective_bytes, s.estimate.memory_bytes, s.estimate.collectives)
+            return Measured(
+                s.estimate.collective_bytes, s.estimate.memory_bytes, s.estimate.collectives
+            )
         ins, outs = specs_of(s)
         trial = dataclasses.replace(
             plan, params=dataclasses.replace(params, in_axis_resources=ins, out_axis_resources=outs)
@@ -194,7 +204,9 @@ def _search(
         )
 
     outcome: Outcome = solve(problem, measure, memory_limit, describe, plan.api)
-    emit("auto_search", name=params.name, evaluations=outcome.evaluations, compiles=outcome.compiles)
+    emit(
+        "auto_search", name=params.name, evaluations=outcome.evaluations, compiles=outcome.compiles
+    )
 
     def candidate(s: Scored, m: Measured | None) -> Candidate:
         return Candidate(

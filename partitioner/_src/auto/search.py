@@ -98,7 +98,9 @@ class Search:
         if found is not None:
             return found
         ins = list(self.problem.in_layouts)
-        for var, (i, opts) in zip(assignment, zip(self.variables, self.options, strict=True), strict=True):
+        for var, (i, opts) in zip(
+            assignment, zip(self.variables, self.options, strict=True), strict=True
+        ):
             ins[i] = opts[var]
         in_layouts: tuple[Layout, ...] = tuple(ins)  # type: ignore[arg-type]
         targets: list[Layout | Prefer | None] = []
@@ -118,16 +120,18 @@ class Search:
         """Coordinate descent from each start; the best assignment found."""
         sizes = self.problem.mesh_shape
         avals = self.problem.jaxpr.in_avals
-        finest = tuple(
-            min(range(len(opts)), key=lambda k, o=opts, i=i: local_elements(tuple(avals[i].shape), o[k], sizes))
-            for i, opts in zip(self.variables, self.options, strict=True)
-        )
+
+        def finest(i: int, opts: list[Layout]) -> int:
+            blocks = [local_elements(tuple(avals[i].shape), o, sizes) for o in opts]
+            return blocks.index(min(blocks))
+
+        smallest = tuple(finest(i, o) for i, o in zip(self.variables, self.options, strict=True))
         by_size = sorted(
             range(len(self.variables)),
             key=lambda k: -math.prod(avals[self.variables[k]].shape),
         )
         best: Scored | None = None
-        for start in dict.fromkeys(((0,) * len(self.variables), finest)):
+        for start in dict.fromkeys(((0,) * len(self.variables), smallest)):
             current = self.score(start)
             for _ in range(_MAX_SWEEPS):
                 changed = False

@@ -209,7 +209,14 @@ def _auto_lines(t: AutoTable) -> list[str]:
         )
 
     lines += _table(
-        ("candidate", "est. us", "est. coll. bytes", "XLA coll. bytes", "est. memory", "XLA memory"),
+        (
+            "candidate",
+            "est. us",
+            "est. coll. bytes",
+            "XLA coll. bytes",
+            "est. memory",
+            "XLA memory",
+        ),
         [row(n, cand) for n, cand in zip(names, (c.chosen, *c.runners_up), strict=True)],
     )
     memory = "-" if t.memory_bytes is None else f"{t.memory_bytes:,}"
