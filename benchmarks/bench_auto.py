@@ -79,14 +79,14 @@ def _block_args(d: models.Dims) -> Callable[[], tuple[models.Params, models.Batc
 PROGRAMS = (
     Program("mlp", "mlp", models.train_step(_mlp_loss), models.MLP_SPECS[0], _mlp_args),
     Program(
-        "block (param-heavy)",
+        "block-heavy",
         "block",
         models.train_step(models.loss),
         models.BLOCK_PARAM_SPECS,
         _block_args(PARAM_HEAVY),
     ),
     Program(
-        "block (default dims)",
+        "block",
         "block",
         models.train_step(models.loss),
         models.BLOCK_PARAM_SPECS,
@@ -178,11 +178,11 @@ def compare_layouts(prog: Program, rounds: int) -> tuple[list[common.Row], dict[
     kib = 1 / 1024
     name = prog.name
     rows = []
-    for other in ("hand", "replicated"):
+    for other, short in (("hand", "hand"), ("replicated", "repl.")):
         ours, theirs = figures["chosen"], figures[other]
         rows.append(
             common.compare(
-                f"{name}: coll. bytes / {other}",
+                f"{name}: coll. / {short}",
                 "KiB/device",
                 [ours["collective_bytes"]],
                 [theirs["collective_bytes"]] if theirs["collective_bytes"] else None,
@@ -193,7 +193,7 @@ def compare_layouts(prog: Program, rounds: int) -> tuple[list[common.Row], dict[
         )
         rows.append(
             common.compare(
-                f"{name}: memory / {other}",
+                f"{name}: mem / {short}",
                 "KiB/device",
                 [ours["memory_bytes"]],
                 [theirs["memory_bytes"]],
@@ -227,13 +227,13 @@ def compare_layouts(prog: Program, rounds: int) -> tuple[list[common.Row], dict[
     )
     est = choice.chosen.estimate
     for what, estimated, measured in (
-        ("coll. bytes", est.collective_bytes, auto.collective_bytes),
-        ("memory", est.memory_bytes, auto.memory_bytes),
+        ("coll.", est.collective_bytes, auto.collective_bytes),
+        ("mem", est.memory_bytes, auto.memory_bytes),
     ):
         error = abs(estimated - measured) / measured if measured else None
         rows.append(
             common.Row(
-                f"{name}: est. error, {what}",
+                f"{name}: est. err {what}",
                 "relative",
                 error if error is not None else abs(estimated - (measured or 0)),
                 None,
@@ -262,7 +262,7 @@ def search_row(prog: Program, rounds: int) -> tuple[common.Row, dict[str, Any]]:
     search = statistics.median(diff)
     ok = search <= limit
     row = common.Row(
-        f"{prog.name}: search time",
+        f"{prog.name}: search",
         "s",
         search,
         None,
