@@ -28,6 +28,7 @@ FIGURES = (
     "multiprocess",
     "colocated",
     "pmap",
+    "auto",
 )
 
 
