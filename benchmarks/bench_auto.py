@@ -39,7 +39,6 @@ import models
 import partitioner
 from partitioner import AUTO
 from partitioner import PartitionSpec as P
-from partitioner._src.auto import resolve
 
 NAME = "auto"
 RATIO = common.Target("<= 1.00x", hi=1.0)
@@ -97,8 +96,7 @@ PROGRAMS = (
 
 def _cold() -> None:
     jax.clear_caches()
-    partitioner.clear_caches()
-    resolve.clear()  # the resolved AUTO signatures: the search runs again
+    partitioner.clear_caches()  # traces, executables and the resolved AUTO signatures
 
 
 def _pjit(prog: Program, params_spec: Any) -> Any:

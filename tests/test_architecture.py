@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("_src.dispatch",),
     ("_src.report",),
     ("_src.stages", "_src.residuals"),
-    ("_src.auto",),  # chooses AUTO specs; confirms with the stages below
+    ("_src.auto",),  # chooses AUTO specs; compiles finalists through dispatch, reads reports
     ("_src.pjit", "_src.host_callback", "_src.distributed"),  # front doors
     (
         "_src.colocated",

@@ -252,6 +252,9 @@ def test_auto_leaves_mix_with_given_specs_and_the_jit_spelling():
     assert choice.out_paths == ("out[0]['b1']", "out[0]['w1']", "out[0]['w2']")
     for path, spec in zip(choice.out_paths, choice.out_specs, strict=True):
         assert str(new[path.split("'")[1]].sharding.spec) == spec
+    # An AUTO output takes the layout of the input at its path, given or chosen.
+    assert new["b1"].sharding.spec in (P(), P(None))
+    assert choice.out_specs[1:] == choice.chosen.specs
     ref_new, ref_loss = jax.jit(step)(params, batch)
     np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), new, ref_new)

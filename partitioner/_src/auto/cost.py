@@ -95,13 +95,6 @@ def _itemsize(v: Any) -> int:
     return int(aval.dtype.itemsize)
 
 
-@dataclass(frozen=True)
-class Prefer:
-    """An output target: this layout, unless the propagated one costs less to reach."""
-
-    layout: Layout
-
-
 @dataclass
 class _Tally:
     flops: float = 0.0
@@ -148,13 +141,12 @@ class Estimator:
     def run(
         self,
         in_layouts: Sequence[Layout],
-        out_targets: Sequence[Layout | Prefer | None],
+        out_targets: Sequence[Layout | None],
         donated: Sequence[bool],
     ) -> tuple[Estimate, list[Layout]]:
         """Estimate the program with these input layouts.
 
-        ``out_targets``: per output, the layout it must end in, a :class:`Prefer`
-        (that layout unless keeping the propagated one costs less), or None (the
+        ``out_targets``: per output, the layout it must end in, or None (the
         propagated layout, partial sums reduced). Returns the estimate and each
         output's final layout.
         """
@@ -169,10 +161,6 @@ class Estimator:
         outs: list[Layout] = []
         for v, target in zip(jaxpr.outvars, out_targets, strict=True):
             state = self._read(frame, v)
-            if isinstance(target, Prefer):
-                free = self._resolve_partial(v, state)
-                cheaper = self._move_cost(v, free, frame) < self._move_cost(v, target.layout, frame)
-                target = free if cheaper else target.layout
             outs.append(self._settle(v, state, target, frame, tally, 1.0))
         arg_bytes = [self._bytes(v, lay) for v, lay in zip(jaxpr.invars, in_layouts, strict=True)]
         out_bytes = [self._bytes(v, lay) for v, lay in zip(jaxpr.outvars, outs, strict=True)]

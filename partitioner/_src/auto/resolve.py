@@ -1,9 +1,11 @@
 """Resolve a call's AUTO leaves into specs: once per signature, cached, thread-safe.
 
 Why a stage of its own: the front door has traced the body and knows every
-other spec; the search needs that jaxpr and the stages below (lower, compile,
-report) to confirm its finalists, and what it returns is ordinary specs, so
-everything after it (rules, lowering, dispatch) never sees AUTO.
+other spec; the search needs that jaxpr and the stages below to confirm its
+finalists (compiled through dispatch's executable cache, so the winner's
+executable is the one the first call runs; read by the report), and what it
+returns is ordinary specs, so everything after it (rules, lowering, dispatch)
+never sees AUTO.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ from jax.sharding import Mesh, PartitionSpec
 from jax.tree_util import KeyPath, keystr
 
 from .. import options
+from ..dispatch.execute import get_executable
 from ..events import emit
+from ..report.tables import build as build_report
 from ..spec.auto import AUTO, AutoChoice, Candidate
 from ..spec.parsed import ParsedPartitionSpec
-from ..stages import lower_plan
 from ..trace.plan import CallPlan
 from .cost import spec_layout
 from .layouts import Layout
@@ -192,7 +195,8 @@ def _search(
         trial = dataclasses.replace(
             plan, params=dataclasses.replace(params, in_axis_resources=ins, out_axis_resources=outs)
         )
-        report = lower_plan(trial).compile().report()
+        # Through the executable cache: the winner's is the one its first call runs.
+        report = build_report(trial, get_executable(trial.params), options.use_shardy())
         collective = sum(c.bytes_per_device * c.count for c in report.collectives)
         memory = s.estimate.memory_bytes if report.memory is None else report.memory.total
         count = sum(c.count for c in report.collectives)

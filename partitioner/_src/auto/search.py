@@ -15,9 +15,12 @@ memory is first calibrated against XLA on the unconstrained winner, since XLA
 fuses what the model counts as temporaries.
 
 An AUTO output takes the layout of the AUTO or given input at the same path
-(``out[0]['w']`` and ``args[0]['w']``: a step's updated state keeps its layout)
-unless keeping the propagated layout costs less; other AUTO outputs keep the
-propagated layout.
+(``out[0]['w']`` and ``args[0]['w']``): a step's updated state comes back laid
+out as it went in, so the next step takes it as it is (a committed argument
+laid out otherwise would be an error, and a donated buffer is reused only by an
+output laid out as it is). The cost of ending in that layout is part of every
+assignment's score, so the search weighs it when it chooses the input's layout.
+Other AUTO outputs keep the layout they arrive in.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..spec.auto import Estimate
-from .cost import BYTES_PER_S, LATENCY_S, Estimator, Prefer
+from .cost import BYTES_PER_S, LATENCY_S, Estimator
 from .layouts import Layout, candidates, local_elements
 
 #: Finalists compiled to confirm the model's ranking (more only to meet a memory limit).
@@ -103,12 +106,12 @@ class Search:
         ):
             ins[i] = opts[var]
         in_layouts: tuple[Layout, ...] = tuple(ins)  # type: ignore[arg-type]
-        targets: list[Layout | Prefer | None] = []
+        targets: list[Layout | None] = []
         for fixed, tie in zip(self.problem.out_layouts, self.problem.out_ties, strict=True):
             if fixed is not None:
                 targets.append(fixed)
             else:
-                targets.append(None if tie is None else Prefer(in_layouts[tie]))
+                targets.append(None if tie is None else in_layouts[tie])
         estimate, outs = self.estimator.run(in_layouts, targets, self.problem.donated)
         used = sum(len(d) for i in self.variables for d in in_layouts[i])
         found = self.scored[assignment] = Scored(
