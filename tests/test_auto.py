@@ -302,3 +302,26 @@ def test_bad_auto_input_is_a_clear_error():
     f = partitioner.pjit(lambda x: x * 2, in_axis_resources=AUTO, out_axis_resources=AUTO)
     with pytest.raises(RuntimeError, match="needs a mesh"):  # as for any spec
         f(jnp.ones(8))
+
+
+def test_on_explicit_axes_auto_splits_only_over_auto_axes():
+    """An Explicit axis is part of the traced types: AUTO leaves are split over the
+    Auto axes only, and the results are the types' layouts."""
+    from jax.sharding import AxisType
+
+    mesh = Mesh(
+        np.array(jax.devices()[:8]).reshape(4, 2),
+        ("data", "model"),
+        axis_types=(AxisType.Explicit, AxisType.Auto),
+    )
+    w = jax.random.normal(jax.random.key(0), (64, 32))
+    x = jax.random.normal(jax.random.key(1), (16, 64))
+    f = partitioner.pjit(
+        lambda w, x: jnp.tanh(x @ w), in_axis_resources=(AUTO, P("data")), out_axis_resources=AUTO
+    )
+    with jax.set_mesh(mesh):
+        xs = jax.device_put(x, NamedSharding(mesh, P("data")))
+        choice = f.lower(w, xs).report().auto.choice
+        y = f(w, xs)
+    assert "data" not in choice.chosen.specs[0]
+    np.testing.assert_allclose(y, jnp.tanh(x @ w), rtol=1e-5, atol=1e-6)

@@ -52,13 +52,14 @@ def fits(shape: Sequence[int], layout: Layout, sizes: Mapping[str, int]) -> bool
 
 
 def candidates(
-    shape: Sequence[int], order: Sequence[str], sizes: Mapping[str, int]
+    shape: Sequence[int], order: Sequence[str], sizes: Mapping[str, int], free: Sequence[str]
 ) -> list[Layout]:
-    """Every layout of ``shape`` that splits evenly: each mesh axis on one dimension or none.
+    """Every layout of ``shape`` that splits evenly: each axis of ``free`` on one
+    dimension or none.
 
     Replicated comes first (the search's starting point); axes of size 1 are never used.
     """
-    axes = [a for a in order if sizes[a] > 1]
+    axes = [a for a in order if sizes[a] > 1 and a in free]
     found: list[Layout] = []
     for placement in itertools.product(range(-1, len(shape)), repeat=len(axes)):
         dims: list[list[str]] = [[] for _ in shape]

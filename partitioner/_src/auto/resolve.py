@@ -16,7 +16,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from jax.sharding import Mesh, PartitionSpec
+from jax.sharding import AxisType, Mesh, PartitionSpec
 from jax.tree_util import KeyPath, keystr
 
 from .. import options
@@ -131,6 +131,11 @@ def resolve(
     problem = Problem(
         jaxpr=jaxpr,
         mesh_shape={str(a): int(n) for a, n in mesh.shape.items()},
+        free_axes=tuple(
+            str(a)
+            for a, t in zip(mesh.axis_names, mesh.axis_types, strict=True)
+            if t == AxisType.Auto
+        ),
         in_layouts=in_layouts,
         out_layouts=out_fixed,
         out_ties=out_ties,

@@ -50,10 +50,13 @@ class Problem:
 
     ``in_layouts``/``out_layouts``: a fixed layout, or None for an AUTO leaf.
     ``out_ties``: for an AUTO output, the input at the same path (or None).
+    ``free_axes``: the mesh axes an AUTO leaf may be split over (the Auto ones: an
+    Explicit axis is part of the traced types, which the search cannot change).
     """
 
     jaxpr: Any
     mesh_shape: Mapping[str, int]
+    free_axes: tuple[str, ...]
     in_layouts: tuple[Layout | None, ...]
     out_layouts: tuple[Layout | None, ...]
     out_ties: tuple[int | None, ...]
@@ -88,7 +91,8 @@ class Search:
         avals = problem.jaxpr.in_avals
         self.variables = [i for i, lay in enumerate(problem.in_layouts) if lay is None]
         self.options: list[list[Layout]] = [
-            candidates(tuple(avals[i].shape), order, problem.mesh_shape) for i in self.variables
+            candidates(tuple(avals[i].shape), order, problem.mesh_shape, problem.free_axes)
+            for i in self.variables
         ]
         self.scored: dict[Assignment, Scored] = {}
 
