@@ -26,9 +26,8 @@ an equation reads; copies moved to a second layout count while the value lives.
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,8 +60,8 @@ _LINEAR: dict[str, tuple[bool, ...] | None] = {
     "mul": (True, True),  # one operand partial, the other not
     "div": (True, False),
 }
-_REDUCE_BY_SUM = {"reduce_sum"}
-_REDUCE_OTHER = {
+REDUCE_BY_SUM = {"reduce_sum"}
+REDUCE_OTHER = {
     "reduce_max",
     "reduce_min",
     "reduce_prod",
@@ -71,7 +70,7 @@ _REDUCE_OTHER = {
     "reduce_and",
     "reduce_or",
 }
-_ALONG_AXIS = {"cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp", "sort", "rev"}
+ALONG_AXIS = {"cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp", "sort", "rev"}
 
 
 def spec_layout(spec: ParsedPartitionSpec, ndim: int, order: Sequence[str]) -> Layout:
@@ -79,11 +78,11 @@ def spec_layout(spec: ParsedPartitionSpec, ndim: int, order: Sequence[str]) -> L
     return canonical([[str(a) for a in p] for p in parts[:ndim]], order)
 
 
-def _shape(v: Any) -> tuple[int, ...]:
+def shape_of(v: Any) -> tuple[int, ...]:
     return tuple(getattr(v.aval, "shape", ()))
 
 
-def _itemsize(v: Any) -> int:
+def itemsize_of(v: Any) -> int:
     """Bytes per element; an extended dtype (a typed key) counts its physical words."""
     aval = v.aval
     if getattr(aval, "dtype", None) is None:
@@ -96,7 +95,7 @@ def _itemsize(v: Any) -> int:
 
 
 @dataclass
-class _Tally:
+class Tally:
     flops: float = 0.0
     collective_bytes: float = 0.0
     collectives: float = 0.0
@@ -117,7 +116,7 @@ class _Tally:
 
 
 @dataclass
-class _Frame:
+class Frame:
     """One jaxpr being walked: its values' states and the moves already paid for."""
 
     env: dict[Any, State] = field(default_factory=dict)
@@ -150,20 +149,20 @@ class Estimator:
         propagated layout, partial sums reduced). Returns the estimate and each
         output's final layout.
         """
-        tally = _Tally()
-        frame = _Frame()
+        tally = Tally()
+        frame = Frame()
         jaxpr = self.jaxpr.jaxpr
         for v in jaxpr.constvars:
-            frame.env[v] = (replicated(len(_shape(v))), NO_AXES)
+            frame.env[v] = (replicated(len(shape_of(v))), NO_AXES)
         for v, layout in zip(jaxpr.invars, in_layouts, strict=True):
             frame.env[v] = (layout, NO_AXES)
         peak = self._walk_top(jaxpr, frame, tally)
         outs: list[Layout] = []
         for v, target in zip(jaxpr.outvars, out_targets, strict=True):
-            state = self._read(frame, v)
-            outs.append(self._settle(v, state, target, frame, tally, 1.0))
-        arg_bytes = [self._bytes(v, lay) for v, lay in zip(jaxpr.invars, in_layouts, strict=True)]
-        out_bytes = [self._bytes(v, lay) for v, lay in zip(jaxpr.outvars, outs, strict=True)]
+            state = self.read(frame, v)
+            outs.append(self.settle(v, state, target, frame, tally, 1.0))
+        arg_bytes = [self.nbytes(v, lay) for v, lay in zip(jaxpr.invars, in_layouts, strict=True)]
+        out_bytes = [self.nbytes(v, lay) for v, lay in zip(jaxpr.outvars, outs, strict=True)]
         aliased = _aliased(arg_bytes, donated, out_bytes)
         memory = sum(arg_bytes) + sum(out_bytes) + peak - aliased
         compute = tally.flops / FLOPS_PER_S
@@ -178,7 +177,7 @@ class Estimator:
         )
         return estimate, outs
 
-    def _walk_top(self, jaxpr: Any, frame: _Frame, tally: _Tally) -> float:
+    def _walk_top(self, jaxpr: Any, frame: Frame, tally: Tally) -> float:
         """Walk the top-level equations, tracking live temporaries; their peak in bytes."""
         pinned = {v for v in jaxpr.outvars if not isinstance(v, jp.Literal)}
         pinned |= set(jaxpr.invars) | set(jaxpr.constvars)  # counted as arguments/outputs
@@ -187,7 +186,7 @@ class Estimator:
         for i, eqn in enumerate(jaxpr.eqns):
             inner = self._eqn(eqn, frame, tally, 1.0)
             produced = sum(
-                self._bytes(v, frame.env[v][0])
+                self.nbytes(v, frame.env[v][0])
                 for v in eqn.outvars
                 if v in frame.env and v not in pinned and v in self._materialized
             )
@@ -198,16 +197,16 @@ class Estimator:
                     continue
                 frame.extra_live -= frame.extra_bytes.pop(v, 0.0)
                 if v not in pinned and v in self._materialized:
-                    live -= self._bytes(v, frame.env[v][0])
+                    live -= self.nbytes(v, frame.env[v][0])
         return peak
 
     def _walk(
-        self, jaxpr: Any, in_states: Sequence[State], tally: _Tally, mult: float
+        self, jaxpr: Any, in_states: Sequence[State], tally: Tally, mult: float
     ) -> tuple[list[State], float]:
         """Walk a nested jaxpr; its output states and a rough peak of its temporaries."""
-        frame = _Frame()
+        frame = Frame()
         for v in jaxpr.constvars:
-            frame.env[v] = (replicated(len(_shape(v))), NO_AXES)
+            frame.env[v] = (replicated(len(shape_of(v))), NO_AXES)
         for v, s in zip(jaxpr.invars, in_states, strict=True):
             frame.env[v] = s
         peak = 0.0
@@ -215,56 +214,58 @@ class Estimator:
             inner = self._eqn(eqn, frame, tally, mult)
             peak = max(
                 peak,
-                inner + sum(self._bytes(v, frame.env[v][0]) for v in eqn.outvars if v in frame.env),
+                inner + sum(self.nbytes(v, frame.env[v][0]) for v in eqn.outvars if v in frame.env),
             )
-        return [self._read(frame, v) for v in jaxpr.outvars], peak
+        return [self.read(frame, v) for v in jaxpr.outvars], peak
 
     # --- values ---
 
-    def _read(self, frame: _Frame, v: Any) -> State:
+    def read(self, frame: Frame, v: Any) -> State:
         if isinstance(v, jp.Literal) or v not in frame.env:
-            return (replicated(len(_shape(v))), NO_AXES)
+            return (replicated(len(shape_of(v))), NO_AXES)
         return frame.env[v]
 
-    def _bytes(self, v: Any, layout: Layout) -> float:
-        return float(local_elements(_shape(v), layout, self.sizes) * _itemsize(v))
+    def nbytes(self, v: Any, layout: Layout) -> float:
+        return float(local_elements(shape_of(v), layout, self.sizes) * itemsize_of(v))
 
-    def _move(self, v: Any, dst: Layout, frame: _Frame, tally: _Tally, mult: float) -> float:
+    def move(self, v: Any, dst: Layout, frame: Frame, tally: Tally, mult: float) -> float:
         """Bring ``v`` to ``dst``; the operand bytes of the collectives (counted once per layout)."""
         if isinstance(v, jp.Literal):
             return 0.0
-        src, partial = self._read(frame, v)
+        src, partial = self.read(frame, v)
         if src == dst and not partial:
             return 0.0
         key = (v, dst)
         if key in frame.moved:
             return 0.0
-        cost = tally.pay(list(moves(_shape(v), _itemsize(v), src, partial, dst, self.sizes)), mult)
+        cost = tally.pay(
+            list(moves(shape_of(v), itemsize_of(v), src, partial, dst, self.sizes)), mult
+        )
         frame.moved[key] = None
-        copy = self._bytes(v, dst)
+        copy = self.nbytes(v, dst)
         frame.extra_bytes[v] = frame.extra_bytes.get(v, 0.0) + copy
         frame.extra_live += copy
         return cost
 
-    def _move_cost(self, v: Any, dst: Layout, frame: _Frame) -> float:
+    def move_cost(self, v: Any, dst: Layout, frame: Frame) -> float:
         """The seconds :meth:`_move` would cost, without paying them."""
         if isinstance(v, jp.Literal):
             return 0.0
-        src, partial = self._read(frame, v)
+        src, partial = self.read(frame, v)
         if (src == dst and not partial) or (v, dst) in frame.moved:
             return 0.0
-        t = _Tally()
-        t.pay(list(moves(_shape(v), _itemsize(v), src, partial, dst, self.sizes)), 1.0)
+        t = Tally()
+        t.pay(list(moves(shape_of(v), itemsize_of(v), src, partial, dst, self.sizes)), 1.0)
         return t.seconds()
 
-    def _resolve_partial(self, v: Any, state: State) -> Layout:
+    def resolve_partial(self, v: Any, state: State) -> Layout:
         """Where a partial output goes when nothing asks: reduce-scattered over its first
         free dimension that splits evenly, else all-reduced (less memory, fewer bytes)."""
         layout, partial = state
         if not partial:
             return layout
         n = shards(sorted(partial), self.sizes)
-        shape = _shape(v)
+        shape = shape_of(v)
         for d, axes in enumerate(layout):
             if shape[d] % (shards(axes, self.sizes) * n) == 0:
                 dims = [list(x) for x in layout]
@@ -272,18 +273,18 @@ class Estimator:
                 return canonical(dims, self.order)
         return layout
 
-    def _settle(
-        self, v: Any, state: State, target: Layout | None, frame: _Frame, tally: _Tally, mult: float
+    def settle(
+        self, v: Any, state: State, target: Layout | None, frame: Frame, tally: Tally, mult: float
     ) -> Layout:
-        layout = target if target is not None else self._resolve_partial(v, state)
+        layout = target if target is not None else self.resolve_partial(v, state)
         if isinstance(v, jp.Literal):
             return layout
-        self._move(v, layout, frame, tally, mult)
+        self.move(v, layout, frame, tally, mult)
         return layout
 
     # --- equations ---
 
-    def _eqn(self, eqn: Any, frame: _Frame, tally: _Tally, mult: float) -> float:
+    def _eqn(self, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
         """Apply one equation; the peak bytes of its inner temporaries (calls only)."""
         prim = eqn.primitive
         name = prim.name
@@ -291,11 +292,11 @@ class Estimator:
             return self._pinned_call(eqn, frame, tally, mult)
         if prim is sharding_constraint_p:
             layout = spec_layout(
-                eqn.params["axis_resources"], len(_shape(eqn.outvars[0])), self.order
+                eqn.params["axis_resources"], len(shape_of(eqn.outvars[0])), self.order
             )
             return self._fixed(eqn, layout, frame, tally, mult)
         if name == "sharding_constraint" and "sharding" in eqn.params:  # jax's own
-            layout = self._named_layout(eqn.params["sharding"], len(_shape(eqn.outvars[0])))
+            layout = self._named_layout(eqn.params["sharding"], len(shape_of(eqn.outvars[0])))
             return self._fixed(eqn, layout, frame, tally, mult)
         if name == "scan":
             return self._scan(eqn, frame, tally, mult)
@@ -306,13 +307,13 @@ class Estimator:
         body = _call_body(eqn)
         if body is not None:
             return self._call(eqn, body, frame, tally, mult)
-        handler = _HANDLERS.get(name)
+        handler = HANDLERS.get(name)
         if handler is not None:
             handler(self, eqn, frame, tally, mult)
         elif _is_elementwise(eqn):
             self._elementwise(eqn, frame, tally, mult)
         else:
-            self._gather_all(eqn, frame, tally, mult)
+            self.gather_all(eqn, frame, tally, mult)
         return 0.0
 
     def _named_layout(self, sharding: Any, ndim: int) -> Layout:
@@ -324,36 +325,36 @@ class Estimator:
             return replicated(ndim)
         return canonical(dims, self.order)
 
-    def _set(self, frame: _Frame, v: Any, state: State) -> None:
+    def set(self, frame: Frame, v: Any, state: State) -> None:
         if not isinstance(v, jp.DropVar):
             frame.env[v] = state
 
-    def _fixed(self, eqn: Any, layout: Layout, frame: _Frame, tally: _Tally, mult: float) -> float:
-        self._move(eqn.invars[0], layout, frame, tally, mult)
-        self._set(frame, eqn.outvars[0], (layout, NO_AXES))
+    def _fixed(self, eqn: Any, layout: Layout, frame: Frame, tally: Tally, mult: float) -> float:
+        self.move(eqn.invars[0], layout, frame, tally, mult)
+        self.set(frame, eqn.outvars[0], (layout, NO_AXES))
         return 0.0
 
-    def _work(
-        self, v: Any, layout: Layout, tally: _Tally, mult: float, per_element: float = 1.0
+    def work(
+        self, v: Any, layout: Layout, tally: Tally, mult: float, per_element: float = 1.0
     ) -> None:
-        tally.flops += per_element * local_elements(_shape(v), layout, self.sizes) * mult
+        tally.flops += per_element * local_elements(shape_of(v), layout, self.sizes) * mult
 
-    def _gather_all(self, eqn: Any, frame: _Frame, tally: _Tally, mult: float) -> None:
+    def gather_all(self, eqn: Any, frame: Frame, tally: Tally, mult: float) -> None:
         """An operation the model does not know: operands replicated, outputs replicated."""
         for v in eqn.invars:
             if not isinstance(v, jp.Literal):
-                self._move(v, replicated(len(_shape(v))), frame, tally, mult)
+                self.move(v, replicated(len(shape_of(v))), frame, tally, mult)
         for v in eqn.outvars:
-            self._work(v, replicated(len(_shape(v))), tally, mult)
-            self._set(frame, v, (replicated(len(_shape(v))), NO_AXES))
+            self.work(v, replicated(len(shape_of(v))), tally, mult)
+            self.set(frame, v, (replicated(len(shape_of(v))), NO_AXES))
 
-    def _elementwise(self, eqn: Any, frame: _Frame, tally: _Tally, mult: float) -> None:
+    def _elementwise(self, eqn: Any, frame: Frame, tally: Tally, mult: float) -> None:
         """Every operand the output's shape (a size-1 dimension broadcasts) or a scalar:
         the output takes one operand's layout, whichever moves the fewest bytes."""
         out = eqn.outvars[0]
-        shape = _shape(out)
-        operands = [v for v in eqn.invars if len(_shape(v)) == len(shape) and shape]
-        states = [self._read(frame, v) for v in operands]
+        shape = shape_of(out)
+        operands = [v for v in eqn.invars if len(shape_of(v)) == len(shape) and shape]
+        states = [self.read(frame, v) for v in operands]
         options: list[State] = [(s[0], NO_AXES) for s in states] + [
             (replicated(len(shape)), NO_AXES)
         ]
@@ -361,9 +362,9 @@ class Estimator:
         best: tuple[tuple[float, int], State] | None = None
         for layout, p in dict.fromkeys(options + p_options):
             cost = sum(
-                self._move_cost(v, _project(layout, _shape(v)), frame)
+                self.move_cost(v, _project(layout, shape_of(v)), frame)
                 for v, st in zip(operands, states, strict=True)
-                if not (p and st == (_project(layout, _shape(v)), p))
+                if not (p and st == (_project(layout, shape_of(v)), p))
             )
             local = local_elements(shape, layout, self.sizes)
             score = (cost + local / FLOPS_PER_S, local)
@@ -372,12 +373,12 @@ class Estimator:
         assert best is not None
         layout, p = best[1]
         for v, st in zip(operands, states, strict=True):
-            if not (p and st == (_project(layout, _shape(v)), p)):
-                self._move(v, _project(layout, _shape(v)), frame, tally, mult)
-        self._work(out, layout, tally, mult)
+            if not (p and st == (_project(layout, shape_of(v)), p)):
+                self.move(v, _project(layout, shape_of(v)), frame, tally, mult)
+        self.work(out, layout, tally, mult)
         for v in eqn.outvars:
-            same = _shape(v) == shape
-            self._set(frame, v, (layout, p) if same else (replicated(len(_shape(v))), NO_AXES))
+            same = shape_of(v) == shape
+            self.set(frame, v, (layout, p) if same else (replicated(len(shape_of(v))), NO_AXES))
 
     def _partial_options(self, eqn: Any, operands: list[Any], states: list[State]) -> list[State]:
         """Output states that keep a partial sum, where the operation is linear in it."""
@@ -401,74 +402,72 @@ class Estimator:
 
     # --- calls and control flow ---
 
-    def _call(self, eqn: Any, body: Any, frame: _Frame, tally: _Tally, mult: float) -> float:
+    def _call(self, eqn: Any, body: Any, frame: Frame, tally: Tally, mult: float) -> float:
         closed = body if isinstance(body, jp.ClosedJaxpr) else None
         jaxpr = closed.jaxpr if closed is not None else body
-        states = [self._read(frame, v) for v in eqn.invars]
+        states = [self.read(frame, v) for v in eqn.invars]
         outs, peak = self._walk(jaxpr, states, tally, mult)
         for v, s in zip(eqn.outvars, outs, strict=True):
-            self._set(frame, v, s)
+            self.set(frame, v, s)
         return peak
 
-    def _pinned_call(self, eqn: Any, frame: _Frame, tally: _Tally, mult: float) -> float:
+    def _pinned_call(self, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
         """A nested pjit: its operands move to its input specs, its results are laid out as
         its output specs say (or as propagated where it leaves them open)."""
         params = eqn.params
         states = []
         for v, spec in zip(eqn.invars, params["in_axis_resources"], strict=True):
             if spec is None:
-                states.append(self._read(frame, v))
+                states.append(self.read(frame, v))
                 continue
-            layout = spec_layout(spec, len(_shape(v)), self.order)
-            self._move(v, layout, frame, tally, mult)
+            layout = spec_layout(spec, len(shape_of(v)), self.order)
+            self.move(v, layout, frame, tally, mult)
             states.append((layout, NO_AXES))
         outs, peak = self._walk(params["jaxpr"].jaxpr, states, tally, mult)
         for v, s, spec in zip(eqn.outvars, outs, params["out_axis_resources"], strict=True):
             if spec is not None:
-                layout = spec_layout(spec, len(_shape(v)), self.order)
+                layout = spec_layout(spec, len(shape_of(v)), self.order)
                 tally.pay(
-                    list(moves(_shape(v), _itemsize(v), s[0], s[1], layout, self.sizes)), mult
+                    list(moves(shape_of(v), itemsize_of(v), s[0], s[1], layout, self.sizes)), mult
                 )
                 s = (layout, NO_AXES)
-            self._set(frame, v, s)
+            self.set(frame, v, s)
         return peak
 
-    def _scan(self, eqn: Any, frame: _Frame, tally: _Tally, mult: float) -> float:
+    def _scan(self, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
         p = eqn.params
         n_consts, n_carry, length = p["num_consts"], p["num_carry"], p["length"]
         states: list[State] = []
         for i, v in enumerate(eqn.invars):
-            src = self._read(frame, v)
+            src = self.read(frame, v)
             if i < n_consts + n_carry:
                 states.append(self._settle_state(v, src, frame, tally, mult))
             else:  # a slice of xs per iteration: the leading dimension must be whole
                 layout = ((),) + src[0][1:]
-                self._move(v, layout, frame, tally, mult)
+                self.move(v, layout, frame, tally, mult)
                 states.append((layout[1:], NO_AXES))
         outs, peak = self._walk(p["jaxpr"].jaxpr, states, tally, mult * length)
         carry_in = states[n_consts : n_consts + n_carry]
         for k, (s, want) in enumerate(zip(outs[:n_carry], carry_in, strict=True)):
             v = p["jaxpr"].jaxpr.outvars[k]
-            steps = list(moves(_shape(v), _itemsize(v), s[0], s[1], want[0], self.sizes))
+            steps = list(moves(shape_of(v), itemsize_of(v), s[0], s[1], want[0], self.sizes))
             tally.pay(steps, mult * length)
         for v, s in zip(eqn.outvars[:n_carry], carry_in, strict=True):
-            self._set(frame, v, s)
+            self.set(frame, v, s)
         for v, s in zip(eqn.outvars[n_carry:], outs[n_carry:], strict=True):
-            self._set(frame, v, (((),) + s[0], s[1]))
+            self.set(frame, v, (((),) + s[0], s[1]))
         return peak
 
-    def _settle_state(
-        self, v: Any, state: State, frame: _Frame, tally: _Tally, mult: float
-    ) -> State:
+    def _settle_state(self, v: Any, state: State, frame: Frame, tally: Tally, mult: float) -> State:
         if not state[1]:
             return state
-        return (self._settle(v, state, None, frame, tally, mult), NO_AXES)
+        return (self.settle(v, state, None, frame, tally, mult), NO_AXES)
 
-    def _while(self, eqn: Any, frame: _Frame, tally: _Tally, mult: float) -> float:
+    def _while(self, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
         p = eqn.params
         nc, nb = p["cond_nconsts"], p["body_nconsts"]
         states = [
-            self._settle_state(v, self._read(frame, v), frame, tally, mult) for v in eqn.invars
+            self._settle_state(v, self.read(frame, v), frame, tally, mult) for v in eqn.invars
         ]
         body_in = states[nc : nc + nb] + states[nc + nb :]
         outs, peak = self._walk(p["body_jaxpr"].jaxpr, body_in, tally, mult)
@@ -477,18 +476,20 @@ class Estimator:
         )
         for k, (s, want) in enumerate(zip(outs, states[nc + nb :], strict=True)):
             v = p["body_jaxpr"].jaxpr.outvars[k]
-            tally.pay(list(moves(_shape(v), _itemsize(v), s[0], s[1], want[0], self.sizes)), mult)
+            tally.pay(
+                list(moves(shape_of(v), itemsize_of(v), s[0], s[1], want[0], self.sizes)), mult
+            )
         for v, s in zip(eqn.outvars, states[nc + nb :], strict=True):
-            self._set(frame, v, s)
+            self.set(frame, v, s)
         return max(peak, cond_peak)
 
-    def _cond(self, eqn: Any, frame: _Frame, tally: _Tally, mult: float) -> float:
+    def _cond(self, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
         states = [
-            self._settle_state(v, self._read(frame, v), frame, tally, mult) for v in eqn.invars[1:]
+            self._settle_state(v, self.read(frame, v), frame, tally, mult) for v in eqn.invars[1:]
         ]
-        best: tuple[_Tally, list[State], float] | None = None
+        best: tuple[Tally, list[State], float] | None = None
         for branch in eqn.params["branches"]:
-            t = _Tally()
+            t = Tally()
             outs, peak = self._walk(branch.jaxpr, states, t, mult)
             if best is None or t.seconds() > best[0].seconds():
                 best = (t, outs, peak)
@@ -497,7 +498,7 @@ class Estimator:
         tally.collective_bytes += best[0].collective_bytes
         tally.collectives += best[0].collectives
         for v, s in zip(eqn.outvars, best[1], strict=True):
-            self._set(frame, v, s)
+            self.set(frame, v, s)
         return best[2]
 
 
@@ -510,9 +511,9 @@ def _is_elementwise(eqn: Any) -> bool:
     broadcasting) or a scalar."""
     if not eqn.outvars:
         return False
-    shape = _shape(eqn.outvars[0])
-    return all(_shape(v) == shape for v in eqn.outvars) and all(
-        _shape(v) == () or _broadcasts(_shape(v), shape) for v in eqn.invars
+    shape = shape_of(eqn.outvars[0])
+    return all(shape_of(v) == shape for v in eqn.outvars) and all(
+        shape_of(v) == () or _broadcasts(shape_of(v), shape) for v in eqn.invars
     )
 
 
@@ -555,7 +556,7 @@ def _fusible(eqn: Any) -> bool:
     """Whether XLA fuses this equation into its consumers (elementwise and layout ops)."""
     name = eqn.primitive.name
     return name in ("broadcast_in_dim", "reshape", "transpose", "squeeze", "expand_dims") or (
-        name not in _HANDLERS and _call_body(eqn) is None and _is_elementwise(eqn)
+        name not in HANDLERS and _call_body(eqn) is None and _is_elementwise(eqn)
     )
 
 
@@ -566,7 +567,7 @@ def _materialized(jaxpr: Any) -> set[Any]:
     for eqn in jaxpr.eqns:
         if not _fusible(eqn):
             kept.update(eqn.outvars)
-            if eqn.primitive.name not in _REDUCE_BY_SUM | _REDUCE_OTHER:
+            if eqn.primitive.name not in REDUCE_BY_SUM | REDUCE_OTHER:
                 kept.update(v for v in eqn.invars if not isinstance(v, jp.Literal))
     return kept
 
@@ -584,262 +585,7 @@ def _aliased(
     return total
 
 
-# --- per-primitive strategies ---
-
-
-def _dot_general(est: Estimator, eqn: Any, frame: _Frame, tally: _Tally, mult: float) -> None:
-    lhs, rhs = eqn.invars
-    out = eqn.outvars[0]
-    (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
-    lshape, rshape = _shape(lhs), _shape(rhs)
-    lfree = [d for d in range(len(lshape)) if d not in lc and d not in lb]
-    rfree = [d for d in range(len(rshape)) if d not in rc and d not in rb]
-    lstate, rstate = est._read(frame, lhs), est._read(frame, rhs)
-    # The roles each mesh axis may take, suggested by where the operands put it.
-    roles: dict[str, list[tuple[str, int]]] = {}
-    for a in est.order:
-        if est.sizes[a] == 1:
-            continue
-        found: list[tuple[str, int]] = [("none", -1)]
-        for d, on in enumerate(lstate[0]):
-            if a in on:
-                found.append(_role(d, lb, lc, lfree, "l"))
-        for d, on in enumerate(rstate[0]):
-            if a in on:
-                found.append(_role(d, rb, rc, rfree, "r"))
-        roles[a] = list(dict.fromkeys(found))
-    contract_size = math.prod(lshape[d] for d in lc)
-    out_shape = _shape(out)
-    best: tuple[float, float, Layout, Layout, Layout, Axes] | None = None
-    axes = list(roles)
-    for combo in itertools.product(*(roles[a] for a in axes)):
-        ldims: list[list[str]] = [[] for _ in lshape]
-        rdims: list[list[str]] = [[] for _ in rshape]
-        odims: list[list[str]] = [[] for _ in out_shape]
-        partial: set[str] = set()
-        for a, (kind, k) in zip(axes, combo, strict=True):
-            if kind == "batch":
-                ldims[lb[k]].append(a)
-                rdims[rb[k]].append(a)
-                odims[k].append(a)
-            elif kind == "contract":
-                ldims[lc[k]].append(a)
-                rdims[rc[k]].append(a)
-                partial.add(a)
-            elif kind == "lfree":
-                ldims[lfree[k]].append(a)
-                odims[len(lb) + k].append(a)
-            elif kind == "rfree":
-                rdims[rfree[k]].append(a)
-                odims[len(lb) + len(lfree) + k].append(a)
-        lay_l, lay_r, lay_o = (canonical(x, est.order) for x in (ldims, rdims, odims))
-        if not (_even(lshape, lay_l, est.sizes) and _even(rshape, lay_r, est.sizes)):
-            continue
-        comm = est._move_cost(lhs, lay_l, frame) + est._move_cost(rhs, lay_r, frame)
-        used = [a for a, (kind, _) in zip(axes, combo, strict=True) if kind != "none"]
-        flops = 2.0 * math.prod(out_shape) * contract_size / shards(used, est.sizes)
-        score = comm + flops / FLOPS_PER_S
-        if best is None or (score, -len(used)) < (best[0], best[1]):
-            best = (score, -len(used), lay_l, lay_r, lay_o, frozenset(partial))
-    if best is None:  # nothing splits evenly: compute replicated
-        best = (
-            0.0,
-            0.0,
-            replicated(len(lshape)),
-            replicated(len(rshape)),
-            replicated(len(out_shape)),
-            NO_AXES,
-        )
-    _, _, lay_l, lay_r, lay_o, summed = best
-    est._move(lhs, lay_l, frame, tally, mult)
-    est._move(rhs, lay_r, frame, tally, mult)
-    local_out = local_elements(out_shape, lay_o, est.sizes)
-    local_contract = contract_size / shards(sorted(summed), est.sizes)
-    tally.flops += 2.0 * local_out * local_contract * mult
-    est._set(frame, out, (lay_o, summed))
-
-
-def _role(
-    d: int, batch: Sequence[int], contract: Sequence[int], free: Sequence[int], side: str
-) -> tuple[str, int]:
-    if d in batch:
-        return ("batch", list(batch).index(d))
-    if d in contract:
-        return ("contract", list(contract).index(d))
-    return (side + "free", list(free).index(d))
-
-
-def _even(shape: Sequence[int], layout: Layout, sizes: Mapping[str, int]) -> bool:
-    return all(n % shards(d, sizes) == 0 for n, d in zip(shape, layout, strict=True))
-
-
-def _reduce(est: Estimator, eqn: Any, frame: _Frame, tally: _Tally, mult: float) -> None:
-    (v,) = eqn.invars[:1]
-    layout, partial = est._read(frame, v)
-    if partial and eqn.primitive.name not in _REDUCE_BY_SUM:
-        layout = est._settle(v, (layout, partial), None, frame, tally, mult)
-        partial = NO_AXES
-    axes = set(eqn.params.get("axes", ()))
-    reduced = frozenset(a for d in axes for a in layout[d])
-    est._work(v, layout, tally, mult)
-    out_layout = tuple(x for d, x in enumerate(layout) if d not in axes)
-    out = eqn.outvars[0]
-    if eqn.primitive.name in _REDUCE_BY_SUM:  # linear: partial sums stay partial
-        est._set(frame, out, (out_layout, reduced | partial))
-        return
-    if reduced:  # max, min, ...: all-reduce the partial results at once
-        tally.pay(
-            [("all-reduce", shards(sorted(reduced), est.sizes), est._bytes(out, out_layout))], mult
-        )
-    est._set(frame, out, (out_layout, NO_AXES))
-
-
-def _broadcast_in_dim(est: Estimator, eqn: Any, frame: _Frame, tally: _Tally, mult: float) -> None:
-    v, out = eqn.invars[0], eqn.outvars[0]
-    layout, partial = est._read(frame, v)
-    out_shape = _shape(out)
-    dims: list[tuple[str, ...]] = [()] * len(out_shape)
-    in_shape = _shape(v)
-    for i, d in enumerate(eqn.params["broadcast_dimensions"]):
-        if in_shape[i] == out_shape[d]:
-            dims[d] = layout[i]
-    est._work(out, tuple(dims), tally, mult)
-    est._set(frame, out, (tuple(dims), partial))
-
-
-def _transpose(est: Estimator, eqn: Any, frame: _Frame, tally: _Tally, mult: float) -> None:
-    v, out = eqn.invars[0], eqn.outvars[0]
-    layout, partial = est._read(frame, v)
-    est._set(frame, out, (tuple(layout[d] for d in eqn.params["permutation"]), partial))
-
-
-def _reshape(est: Estimator, eqn: Any, frame: _Frame, tally: _Tally, mult: float) -> None:
-    v, out = eqn.invars[0], eqn.outvars[0]
-    layout, partial = est._read(frame, v)
-    mapped = _reshape_layout(_shape(v), _shape(out), layout, est.sizes)
-    if mapped is None:  # axes a reshape cannot carry: gathered first
-        est._move(v, replicated(len(_shape(v))), frame, tally, mult)
-        est._set(frame, out, (replicated(len(_shape(out))), NO_AXES))
-        return
-    est._set(frame, out, (canonical(mapped, est.order), partial))
-
-
-def _reshape_layout(
-    src: Sequence[int], dst: Sequence[int], layout: Layout, sizes: Mapping[str, int]
-) -> list[tuple[str, ...]] | None:
-    """Carry each split dimension's axes to the major dimension of its group, or None."""
-    out: list[tuple[str, ...]] = [()] * len(dst)
-    i = j = 0
-    while i < len(src) or j < len(dst):
-        gi, gj = [i], [j]
-        if i >= len(src) or j >= len(dst):
-            rest_i = src[i:]
-            rest_j = dst[j:]
-            if any(n != 1 for n in rest_i) or any(n != 1 for n in rest_j):
-                return None
-            if any(layout[k] for k in range(i, len(src))):
-                return None
-            break
-        a, b = src[i], dst[j]
-        while a != b:
-            if a < b:
-                i += 1
-                if i >= len(src):
-                    return None
-                gi.append(i)
-                a *= src[i]
-            else:
-                j += 1
-                if j >= len(dst):
-                    return None
-                gj.append(j)
-                b *= dst[j]
-        axes = [x for k in gi for x in layout[k]]
-        sharded = [k for k in gi if layout[k]]
-        if axes:
-            major = next(k for k in gj if dst[k] > 1) if any(dst[k] > 1 for k in gj) else gj[0]
-            if sharded != [next(k for k in gi if src[k] > 1)] or dst[major] % shards(axes, sizes):
-                return None
-            out[major] = tuple(axes)
-        i += 1
-        j += 1
-    return out
-
-
-def _along_axis(est: Estimator, eqn: Any, frame: _Frame, tally: _Tally, mult: float) -> None:
-    """Operations along one dimension (cumulative sums, sort, reverse): it must be whole."""
-    v, out = eqn.invars[0], eqn.outvars[0]
-    layout, partial = est._read(frame, v)
-    axes = eqn.params.get("dimensions", None) or (
-        eqn.params.get("axis", eqn.params.get("dimension", 0)),
-    )
-    if isinstance(axes, int):
-        axes = (axes,)
-    keep = tuple(() if d in axes else x for d, x in enumerate(layout))
-    for w in eqn.invars:
-        if _shape(w) == _shape(v):
-            est._move(w, keep, frame, tally, mult)
-    est._work(out, keep, tally, mult)
-    for w in eqn.outvars:
-        est._set(
-            frame,
-            w,
-            (keep, NO_AXES) if _shape(w) == _shape(v) else (replicated(len(_shape(w))), NO_AXES),
-        )
-
-
-def _reshape_only_shape(
-    est: Estimator, eqn: Any, frame: _Frame, tally: _Tally, mult: float
-) -> None:
-    """squeeze / expand_dims: a reshape that only adds or drops size-1 dimensions."""
-    _reshape(est, eqn, frame, tally, mult)
-
-
-def _no_operands(est: Estimator, eqn: Any, frame: _Frame, tally: _Tally, mult: float) -> None:
-    for v in eqn.outvars:
-        est._set(frame, v, (replicated(len(_shape(v))), NO_AXES))
-
-
-def _sliced(est: Estimator, eqn: Any, frame: _Frame, tally: _Tally, mult: float) -> None:
-    """slice, pad, concatenate, dynamic (update) slices: dimensions whose size changes are
-    whole; the others keep the first operand's axes."""
-    v, out = eqn.invars[0], eqn.outvars[0]
-    layout, _ = est._read(frame, v)
-    in_shape, out_shape = _shape(v), _shape(out)
-    if len(in_shape) != len(out_shape):
-        return est._gather_all(eqn, frame, tally, mult)
-    keep = list(layout)
-    for w in eqn.invars:
-        ws = _shape(w)
-        if len(ws) == len(out_shape):
-            for d in range(len(ws)):
-                if ws[d] != out_shape[d] or in_shape[d] != out_shape[d]:
-                    keep[d] = ()
-    lay = tuple(keep)
-    for w in eqn.invars:
-        if len(_shape(w)) == len(out_shape):
-            est._move(w, lay, frame, tally, mult)
-        elif not isinstance(w, jp.Literal):
-            est._move(w, replicated(len(_shape(w))), frame, tally, mult)
-    est._work(out, lay, tally, mult)
-    est._set(frame, out, (lay, NO_AXES))
-
-
-_HANDLERS: dict[str, Any] = {
-    "dot_general": _dot_general,
-    "reduce_sum": _reduce,
-    **{n: _reduce for n in _REDUCE_OTHER},
-    "broadcast_in_dim": _broadcast_in_dim,
-    "transpose": _transpose,
-    "reshape": _reshape,
-    "squeeze": _reshape_only_shape,
-    "expand_dims": _reshape_only_shape,
-    **{n: _along_axis for n in _ALONG_AXIS},
-    "iota": _no_operands,
-    "rng_bit_generator": _no_operands,
-    "slice": _sliced,
-    "pad": _sliced,
-    "concatenate": _sliced,
-    "dynamic_slice": _sliced,
-    "dynamic_update_slice": _sliced,
-}
+#: The strategies of the primitives the model knows, by name, registered by
+#: ``strategies.py`` (NOTE [auto cost model]); elementwise operations, calls and
+#: control flow are handled here.
+HANDLERS: dict[str, Callable[[Estimator, Any, Frame, Tally, float], None]] = {}
