@@ -31,6 +31,10 @@ What is here, and why a test needs it:
 - The lowering's Shardy attribute builders, ``sdy_sharding_attr`` and
   ``sdy_mesh_attr``, and ``ensure_sdy_mesh`` (one ``sdy.mesh`` op per distinct mesh
   in a module); they need an MLIR context with the sdy dialect.
+- The AUTO cost model, tested on its own against XLA (NOTE [auto cost model],
+  NOTE [auto layouts]): ``auto_moves`` (the collectives between two layouts),
+  ``auto_candidates`` (the layouts of a shape) and ``AutoEstimator`` (one pass over a
+  jaxpr to an estimate).
 - Explicit axes (NOTE [explicit axes]): ``has_explicit_axes``, ``as_call_mesh``,
   ``result_mesh``, ``typed_context``, and ``run_with_unspecified_outputs(f, *args)``,
   which runs the pjit-ed ``f``'s call with every output spec unspecified (the spec
@@ -42,6 +46,10 @@ from __future__ import annotations
 import types
 from typing import Any
 
+from ._src.auto import strategies as _strategies  # noqa: F401  (the model's strategies)
+from ._src.auto.cost import Estimator as AutoEstimator
+from ._src.auto.layouts import candidates as auto_candidates
+from ._src.auto.layouts import moves as auto_moves
 from ._src.colocated import runtime as colocated_runtime
 from ._src.dispatch.cache import ExecutableCache
 from ._src.dispatch.execute import executables as executable_cache
@@ -95,6 +103,9 @@ def runs_windowed(f: Any, *args: Any, **kwargs: Any) -> bool:
 
 
 __all__ = [
+    "AutoEstimator",
+    "auto_candidates",
+    "auto_moves",
     "MAX_IN_FLIGHT",
     "hlo_replica_groups",
     "pmap_region_p",

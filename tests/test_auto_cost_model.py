@@ -1,0 +1,106 @@
+"""The AUTO cost model on its own: moves between layouts, candidates, and one pass
+over a jaxpr, each checked against XLA's compiled program or by hand.
+
+NOTE [auto layouts] counts collectives as the report's table does (operand bytes on
+one device), so for layouts where XLA's choice is unambiguous the model's bytes must
+equal XLA's exactly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh
+
+import partitioner
+from partitioner import PartitionSpec as P
+from partitioner.testing import AutoEstimator, auto_candidates, auto_moves
+
+SIZES = {"data": 4, "model": 2}
+ORDER = ("data", "model")
+
+
+@pytest.mark.parametrize(
+    ("src", "partial", "dst", "want"),
+    [
+        # whole -> split: a local slice, nothing moves
+        (((), ()), frozenset(), (("data",), ()), []),
+        # split -> whole: one all-gather of the local block (64x32/4 floats)
+        ((("data",), ()), frozenset(), ((), ()), [("all-gather", 4, 64 * 32 // 4 * 4)]),
+        # a partial sum kept whole: all-reduce of the full block
+        (((), ()), frozenset({"model"}), ((), ()), [("all-reduce", 2, 64 * 32 * 4)]),
+        # a partial sum the target splits over that axis: reduce-scatter
+        (((), ()), frozenset({"model"}), ((), ("model",)), [("reduce-scatter", 2, 64 * 32 * 4)]),
+        # an axis changing dimension: one all-to-all of the local block
+        ((("model",), ()), frozenset(), ((), ("model",)), [("all-to-all", 2, 64 * 32 // 2 * 4)]),
+        # both axes gathered at once: one all-gather over 8 devices
+        ((("data",), ("model",)), frozenset(), ((), ()), [("all-gather", 8, 64 * 32 // 8 * 4)]),
+    ],
+)
+def test_moves_between_layouts(src, partial, dst, want):
+    assert list(auto_moves((64, 32), 4, src, partial, dst, SIZES)) == want
+
+
+def test_candidates_split_evenly_and_start_replicated():
+    found = auto_candidates((8, 6), ORDER, SIZES, ORDER)
+    assert found[0] == ((), ())
+    assert len(found) == len(set(found))
+    for layout in found:
+        for n, axes in zip((8, 6), layout, strict=True):
+            assert n % math.prod(SIZES[a] for a in axes) == 0
+    # 6 does not split over data (4); 8 takes data, model or both
+    assert (("data", "model"), ()) in found and ((), ("data",)) not in found
+    # a mesh axis that is not free is never used
+    assert all(
+        "data" not in d for lay in auto_candidates((8, 6), ORDER, SIZES, ("model",)) for d in lay
+    )
+
+
+def _mlp_step(p, batch):
+    def loss(p):
+        x, y = batch
+        return jnp.mean((jax.nn.gelu(x @ p["w1"] + p["b1"]) @ p["w2"] - y) ** 2)
+
+    return jax.tree.map(lambda a, g: a - 0.1 * g, p, jax.grad(loss)(p))
+
+
+def _layout(spec, ndim):
+    dims = [() if e is None else (e,) if isinstance(e, str) else tuple(e) for e in spec]
+    return tuple(dims + [()] * (ndim - len(dims)))
+
+
+@pytest.mark.parametrize(
+    "specs",
+    [
+        {"b1": P("model"), "w1": P(None, "model"), "w2": P("model", None)},  # Megatron
+        {"b1": P(), "w1": P(), "w2": P()},  # data parallel
+    ],
+    ids=["megatron", "replicated"],
+)
+def test_estimated_collective_bytes_equal_xlas(specs):
+    """For the textbook layouts of an MLP train step the model's collectives are XLA's."""
+    k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
+    params = {
+        "b1": jnp.zeros((512,)),
+        "w1": jax.random.normal(k1, (128, 512)),
+        "w2": jax.random.normal(k2, (512, 128)),
+    }
+    x = jax.random.normal(k3, (512, 128))
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ORDER)
+    f = partitioner.pjit(
+        _mlp_step, in_axis_resources=(specs, (P("data"), P("data"))), out_axis_resources=specs
+    )
+    with jax.set_mesh(mesh):
+        report = f.lower(params, (x, x)).report()
+    measured = sum(c.bytes_per_device * c.count for c in report.collectives)
+    jaxpr = jax.make_jaxpr(_mlp_step)(params, (x, x))
+    ins = [_layout(specs[k], params[k].ndim) for k in sorted(params)] + [(("data",), ())] * 2
+    estimate, outs = AutoEstimator(jaxpr, SIZES).run(ins, ins[:3], [False] * 5)
+    assert estimate.collective_bytes == measured
+    assert outs == ins[:3]
+    # the model's memory is within a quarter of XLA's (it cannot see XLA's fusion decisions)
+    assert abs(estimate.memory_bytes - report.memory.total) <= 0.25 * report.memory.total
