@@ -104,3 +104,27 @@ def test_estimated_collective_bytes_equal_xlas(specs):
     assert outs == ins[:3]
     # the model's memory is within a quarter of XLA's (it cannot see XLA's fusion decisions)
     assert abs(estimate.memory_bytes - report.memory.total) <= 0.25 * report.memory.total
+
+
+@pytest.mark.parametrize(
+    ("w_spec", "w_layout"),
+    [(P("model", None), (("model",), ())), (P(None, "model"), ((), ("model",)))],
+    ids=["contracting-split", "column-split"],
+)
+def test_a_scan_body_counts_once_per_iteration(w_spec, w_layout):
+    """A collective in a scan body runs ``length`` times, in the model as in XLA's program."""
+
+    def body(w, x):
+        return jax.lax.scan(lambda c, _: (jnp.tanh(c @ w), None), x, None, length=4)[0]
+
+    w, x = jnp.ones((64, 64)) / 64, jnp.ones((32, 64))
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ORDER)
+    f = partitioner.pjit(body, in_axis_resources=(w_spec, P("data")), out_axis_resources=P("data"))
+    with jax.set_mesh(mesh):
+        report = f.lower(w, x).report()
+    in_loop = [c for c in report.collectives if c.count == 4]
+    estimate, _ = AutoEstimator(jax.make_jaxpr(body)(w, x), SIZES).run(
+        [w_layout, (("data",), ())], [(("data",), ())], [False, False]
+    )
+    assert estimate.collectives == sum(c.count for c in in_loop) == 4
+    assert estimate.collective_bytes == sum(c.bytes_per_device * c.count for c in in_loop)

@@ -36,7 +36,17 @@ from ..spec.auto import Estimate
 from ..spec.parsed import ParsedPartitionSpec
 from ..trace.constraint import sharding_constraint_p
 from ..trace.primitive import pjit_p
-from .layouts import NO_AXES, Axes, Layout, canonical, local_elements, moves, replicated, shards
+from .layouts import (
+    NO_AXES,
+    Axes,
+    Layout,
+    canonical,
+    local_elements,
+    moves,
+    replicated,
+    shards,
+    used_axes,
+)
 
 #: Modelled floating-point rate of one device (FLOP/s).
 FLOPS_PER_S = 1e11
@@ -120,7 +130,7 @@ class Frame:
     """One jaxpr being walked: its values' states and the moves already paid for."""
 
     env: dict[Any, State] = field(default_factory=dict)
-    moved: dict[tuple[Any, Layout], None] = field(default_factory=dict)
+    moved: set[tuple[Any, Layout]] = field(default_factory=set)
     extra_bytes: dict[Any, float] = field(default_factory=dict)  # moved copies' bytes, by var
     extra_live: float = 0.0  # their sum while the originals are live
 
@@ -241,14 +251,14 @@ class Estimator:
         cost = tally.pay(
             list(moves(shape_of(v), itemsize_of(v), src, partial, dst, self.sizes)), mult
         )
-        frame.moved[key] = None
+        frame.moved.add(key)
         copy = self.nbytes(v, dst)
         frame.extra_bytes[v] = frame.extra_bytes.get(v, 0.0) + copy
         frame.extra_live += copy
         return cost
 
     def move_cost(self, v: Any, dst: Layout, frame: Frame) -> float:
-        """The seconds :meth:`_move` would cost, without paying them."""
+        """The seconds :meth:`move` would cost, without paying them."""
         if isinstance(v, jp.Literal):
             return 0.0
         src, partial = self.read(frame, v)
@@ -334,10 +344,9 @@ class Estimator:
         self.set(frame, eqn.outvars[0], (layout, NO_AXES))
         return 0.0
 
-    def work(
-        self, v: Any, layout: Layout, tally: Tally, mult: float, per_element: float = 1.0
-    ) -> None:
-        tally.flops += per_element * local_elements(shape_of(v), layout, self.sizes) * mult
+    def work(self, v: Any, layout: Layout, tally: Tally, mult: float) -> None:
+        """One flop per element of ``v``'s block (elementwise work; dots count their own)."""
+        tally.flops += local_elements(shape_of(v), layout, self.sizes) * mult
 
     def gather_all(self, eqn: Any, frame: Frame, tally: Tally, mult: float) -> None:
         """An operation the model does not know: operands replicated, outputs replicated."""
@@ -396,15 +405,14 @@ class Estimator:
         # products: one partial factor, the others whole and not split over p
         if len(carriers) != 1 or not linear[min(carriers[0], len(linear) - 1)]:
             return []
-        if any(used_axes_of(s[0]) & p for i, s in enumerate(states) if i != carriers[0]):
+        if any(used_axes(s[0]) & p for i, s in enumerate(states) if i != carriers[0]):
             return []
         return [(layout, p)]
 
     # --- calls and control flow ---
 
     def _call(self, eqn: Any, body: Any, frame: Frame, tally: Tally, mult: float) -> float:
-        closed = body if isinstance(body, jp.ClosedJaxpr) else None
-        jaxpr = closed.jaxpr if closed is not None else body
+        jaxpr = body.jaxpr if isinstance(body, jp.ClosedJaxpr) else body
         states = [self.read(frame, v) for v in eqn.invars]
         outs, peak = self._walk(jaxpr, states, tally, mult)
         for v, s in zip(eqn.outvars, outs, strict=True):
@@ -500,10 +508,6 @@ class Estimator:
         for v, s in zip(eqn.outvars, best[1], strict=True):
             self.set(frame, v, s)
         return best[2]
-
-
-def used_axes_of(layout: Layout) -> Axes:
-    return frozenset(a for d in layout for a in d)
 
 
 def _is_elementwise(eqn: Any) -> bool:
