@@ -325,3 +325,24 @@ def test_on_explicit_axes_auto_splits_only_over_auto_axes():
         y = f(w, xs)
     assert "data" not in choice.chosen.specs[0]
     np.testing.assert_allclose(y, jnp.tanh(x @ w), rtol=1e-5, atol=1e-6)
+
+
+def test_the_command_line_takes_auto(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "mymodel.py").write_text(
+        "import jax.numpy as jnp\n\ndef step(x, w):\n    return jnp.tanh(x @ w)\n"
+    )
+    env = dict(
+        os.environ, PYTHONPATH=str(tmp_path), XLA_FLAGS="--xla_force_host_platform_device_count=8"
+    )
+    command = [
+        sys.executable, "-m", "partitioner.inspect", "mymodel:step", "--mesh", "data=4,model=2",
+        "--arg", "f32[64,256]", "--in", "P('data')", "--arg", "f32[256,512]", "--in", "AUTO",
+        "--out", "AUTO",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "auto: 1 AUTO inputs chosen" in done.stdout and "args[1]" in done.stdout

@@ -7,6 +7,7 @@ The function is imported from ``module:function`` and pjit-ed with the given
 specs (a function that is already pjit- or pmap-ed is used as it is), lowered for
 ``jax.ShapeDtypeStruct`` arguments (nothing is allocated or run) and compiled;
 the report is printed (``--json`` for JSON, ``--compare`` for GSPMD vs Shardy).
+A spec may be ``AUTO``: partitioner chooses it, and the report shows the choice.
 Devices are the backend's: on a CPU, give XLA several with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=8``.
 """
@@ -27,6 +28,7 @@ from jax.sharding import PartitionSpec
 from . import options
 from .inspection import compare_partitioners, report
 from .pjit import pjit
+from .spec.auto import AUTO
 from .spec.mesh_env import mesh as mesh_context
 
 _DTYPES = {
@@ -53,14 +55,17 @@ def parse_arg(text: str) -> jax.ShapeDtypeStruct:
         raise ValueError(f"--arg {text!r}: unknown dtype {match.group(1)!r}") from None
 
 
-def parse_spec(text: str) -> PartitionSpec | None:
-    """``P('data')``, ``P(None, 'model')``, ``PartitionSpec(('a', 'b'))`` or ``None``.
+def parse_spec(text: str) -> PartitionSpec | None | Any:
+    """``P('data')``, ``P(None, 'model')``, ``PartitionSpec(('a', 'b'))``, ``None`` or
+    ``AUTO`` (partitioner chooses; the report then has its auto table).
 
     Raises:
         ValueError: anything else.
     """
     if text.strip() == "None":
         return None
+    if text.strip() == "AUTO":
+        return AUTO
     match = re.fullmatch(r"\s*(?:P|PartitionSpec)\((.*)\)\s*", text)
     if not match:
         raise ValueError(f"spec {text!r}: expected P(...) with axis names, None or tuples")
