@@ -346,3 +346,19 @@ def test_the_command_line_takes_auto(tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "auto: 1 AUTO inputs chosen" in done.stdout and "args[1]" in done.stdout
+
+
+def test_both_partitioners_choose_and_run(partitioner_mode):
+    """The search compiles its finalists with the partitioner in effect, and keys its
+    cache on it: each partitioner gets its own choice, checked against XLA's figures."""
+    params, batch = mlp_params(), batch_of((512, 128))
+    hand_bytes, hand_memory, _ = figures(sgd_step(mlp_loss), params, batch, MLP_MEGATRON)
+    auto_bytes, auto_memory, report = figures(sgd_step(mlp_loss), params, batch, AUTO)
+    assert report.partitioner == {"gspmd": "GSPMD", "shardy": "Shardy"}[partitioner_mode]
+    assert auto_bytes <= hand_bytes and auto_memory <= hand_memory, str(report)
+    f = partitioner.pjit(
+        sgd_step(mlp_loss), in_axis_resources=(AUTO, BATCH), out_axis_resources=(AUTO, P())
+    )
+    with jax.set_mesh(mesh_4x2()):
+        _, loss = f(params, batch)
+    np.testing.assert_allclose(loss, jax.jit(sgd_step(mlp_loss))(params, batch)[1], rtol=1e-5)
