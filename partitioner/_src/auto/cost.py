@@ -26,6 +26,7 @@ an equation reads; copies moved to a second layout count while the value lives.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -89,7 +90,7 @@ def spec_layout(spec: ParsedPartitionSpec, ndim: int, order: Sequence[str]) -> L
 
 
 def shape_of(v: Any) -> tuple[int, ...]:
-    return tuple(getattr(v.aval, "shape", ()))
+    return getattr(v.aval, "shape", ())  # a tuple already: no copy on this hot path
 
 
 def itemsize_of(v: Any) -> int:
@@ -144,6 +145,12 @@ class Estimator:
         self.order = tuple(mesh_shape)
         self._last_use = _last_uses(jaxpr.jaxpr)
         self._materialized = _materialized(jaxpr.jaxpr)
+        # Pure functions of shapes and layouts, asked again and again across
+        # assignments: memoized per estimator (the mesh is fixed).
+        self._locals: dict[tuple[tuple[int, ...], Layout], int] = {}
+        self._steps: dict[Any, tuple[tuple[str, int, float], ...]] = {}
+        self._seconds: dict[Any, float] = {}
+        self._rules: dict[int, Callable[[Any, Frame, Tally, float], float]] = {}  # by id(eqn)
 
     # --- the walk ---
 
@@ -230,13 +237,31 @@ class Estimator:
 
     # --- values ---
 
+    def local(self, shape: tuple[int, ...], layout: Layout) -> int:
+        """Elements of one device's block of ``shape`` laid out as ``layout``."""
+        key = (shape, layout)
+        found = self._locals.get(key)
+        if found is None:
+            found = self._locals[key] = local_elements(shape, layout, self.sizes)
+        return found
+
+    def steps(
+        self, v: Any, src: Layout, partial: Axes, dst: Layout
+    ) -> tuple[tuple[str, int, float], ...]:
+        """The collectives that move ``v`` from ``src`` (+ ``partial``) to ``dst``."""
+        key = (shape_of(v), itemsize_of(v), src, partial, dst)
+        found = self._steps.get(key)
+        if found is None:
+            found = self._steps[key] = tuple(moves(*key, self.sizes))
+        return found
+
     def read(self, frame: Frame, v: Any) -> State:
         if isinstance(v, jp.Literal) or v not in frame.env:
             return (replicated(len(shape_of(v))), NO_AXES)
         return frame.env[v]
 
     def nbytes(self, v: Any, layout: Layout) -> float:
-        return float(local_elements(shape_of(v), layout, self.sizes) * itemsize_of(v))
+        return float(self.local(shape_of(v), layout) * itemsize_of(v))
 
     def move(self, v: Any, dst: Layout, frame: Frame, tally: Tally, mult: float) -> float:
         """Bring ``v`` to ``dst``; the operand bytes of the collectives (counted once per layout)."""
@@ -248,9 +273,7 @@ class Estimator:
         key = (v, dst)
         if key in frame.moved:
             return 0.0
-        cost = tally.pay(
-            list(moves(shape_of(v), itemsize_of(v), src, partial, dst, self.sizes)), mult
-        )
+        cost = tally.pay(self.steps(v, src, partial, dst), mult)
         frame.moved.add(key)
         copy = self.nbytes(v, dst)
         frame.extra_bytes[v] = frame.extra_bytes.get(v, 0.0) + copy
@@ -264,9 +287,13 @@ class Estimator:
         src, partial = self.read(frame, v)
         if (src == dst and not partial) or (v, dst) in frame.moved:
             return 0.0
-        t = Tally()
-        t.pay(list(moves(shape_of(v), itemsize_of(v), src, partial, dst, self.sizes)), 1.0)
-        return t.seconds()
+        key = (shape_of(v), itemsize_of(v), src, partial, dst)
+        found = self._seconds.get(key)
+        if found is None:
+            t = Tally()
+            t.pay(self.steps(v, src, partial, dst), 1.0)
+            found = self._seconds[key] = t.seconds()
+        return found
 
     def resolve_partial(self, v: Any, state: State) -> Layout:
         """Where a partial output goes when nothing asks: reduce-scattered over its first
@@ -296,35 +323,35 @@ class Estimator:
 
     def _eqn(self, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
         """Apply one equation; the peak bytes of its inner temporaries (calls only)."""
+        rule = self._rules.get(id(eqn))
+        if rule is None:  # what kind of equation it is depends on the jaxpr alone
+            rule = self._rules[id(eqn)] = self._rule(eqn)
+        return rule(eqn, frame, tally, mult)
+
+    def _rule(self, eqn: Any) -> Callable[[Any, Frame, Tally, float], float]:
+        """How :meth:`_eqn` applies ``eqn`` (NOTE [auto cost model])."""
         prim = eqn.primitive
         name = prim.name
+        ndim = len(shape_of(eqn.outvars[0])) if eqn.outvars else 0
         if prim is pjit_p:
-            return self._pinned_call(eqn, frame, tally, mult)
+            return self._pinned_call
         if prim is sharding_constraint_p:
-            layout = spec_layout(
-                eqn.params["axis_resources"], len(shape_of(eqn.outvars[0])), self.order
-            )
-            return self._fixed(eqn, layout, frame, tally, mult)
+            layout = spec_layout(eqn.params["axis_resources"], ndim, self.order)
+            return functools.partial(self._fixed, layout=layout)
         if name == "sharding_constraint" and "sharding" in eqn.params:  # jax's own
-            layout = self._named_layout(eqn.params["sharding"], len(shape_of(eqn.outvars[0])))
-            return self._fixed(eqn, layout, frame, tally, mult)
-        if name == "scan":
-            return self._scan(eqn, frame, tally, mult)
-        if name == "while":
-            return self._while(eqn, frame, tally, mult)
-        if name == "cond":
-            return self._cond(eqn, frame, tally, mult)
+            layout = self._named_layout(eqn.params["sharding"], ndim)
+            return functools.partial(self._fixed, layout=layout)
+        if name in ("scan", "while", "cond"):
+            return {"scan": self._scan, "while": self._while, "cond": self._cond}[name]
         body = _call_body(eqn)
         if body is not None:
-            return self._call(eqn, body, frame, tally, mult)
+            return functools.partial(self._call, body=body)
         handler = HANDLERS.get(name)
         if handler is not None:
-            handler(self, eqn, frame, tally, mult)
-        elif _is_elementwise(eqn):
-            self._elementwise(eqn, frame, tally, mult)
-        else:
-            self.gather_all(eqn, frame, tally, mult)
-        return 0.0
+            return functools.partial(_no_peak, functools.partial(handler, self))
+        if _is_elementwise(eqn):
+            return functools.partial(_no_peak, self._elementwise)
+        return functools.partial(_no_peak, self.gather_all)
 
     def _named_layout(self, sharding: Any, ndim: int) -> Layout:
         """A jax sharding's layout over this mesh (replicated where it names other axes)."""
@@ -339,14 +366,14 @@ class Estimator:
         if not isinstance(v, jp.DropVar):
             frame.env[v] = state
 
-    def _fixed(self, eqn: Any, layout: Layout, frame: Frame, tally: Tally, mult: float) -> float:
+    def _fixed(self, eqn: Any, frame: Frame, tally: Tally, mult: float, layout: Layout) -> float:
         self.move(eqn.invars[0], layout, frame, tally, mult)
         self.set(frame, eqn.outvars[0], (layout, NO_AXES))
         return 0.0
 
     def work(self, v: Any, layout: Layout, tally: Tally, mult: float) -> None:
         """One flop per element of ``v``'s block (elementwise work; dots count their own)."""
-        tally.flops += local_elements(shape_of(v), layout, self.sizes) * mult
+        tally.flops += self.local(shape_of(v), layout) * mult
 
     def gather_all(self, eqn: Any, frame: Frame, tally: Tally, mult: float) -> None:
         """An operation the model does not know: operands replicated, outputs replicated."""
@@ -375,7 +402,7 @@ class Estimator:
                 for v, st in zip(operands, states, strict=True)
                 if not (p and st == (_project(layout, shape_of(v)), p))
             )
-            local = local_elements(shape, layout, self.sizes)
+            local = self.local(shape, layout)
             score = (cost + local / FLOPS_PER_S, local)
             if best is None or score < best[0]:
                 best = (score, (layout, p))
@@ -411,7 +438,7 @@ class Estimator:
 
     # --- calls and control flow ---
 
-    def _call(self, eqn: Any, body: Any, frame: Frame, tally: Tally, mult: float) -> float:
+    def _call(self, eqn: Any, frame: Frame, tally: Tally, mult: float, body: Any) -> float:
         jaxpr = body.jaxpr if isinstance(body, jp.ClosedJaxpr) else body
         states = [self.read(frame, v) for v in eqn.invars]
         outs, peak = self._walk(jaxpr, states, tally, mult)
@@ -435,9 +462,7 @@ class Estimator:
         for v, s, spec in zip(eqn.outvars, outs, params["out_axis_resources"], strict=True):
             if spec is not None:
                 layout = spec_layout(spec, len(shape_of(v)), self.order)
-                tally.pay(
-                    list(moves(shape_of(v), itemsize_of(v), s[0], s[1], layout, self.sizes)), mult
-                )
+                tally.pay(self.steps(v, s[0], s[1], layout), mult)
                 s = (layout, NO_AXES)
             self.set(frame, v, s)
         return peak
@@ -458,8 +483,7 @@ class Estimator:
         carry_in = states[n_consts : n_consts + n_carry]
         for k, (s, want) in enumerate(zip(outs[:n_carry], carry_in, strict=True)):
             v = p["jaxpr"].jaxpr.outvars[k]
-            steps = list(moves(shape_of(v), itemsize_of(v), s[0], s[1], want[0], self.sizes))
-            tally.pay(steps, mult * length)
+            tally.pay(self.steps(v, s[0], s[1], want[0]), mult * length)
         for v, s in zip(eqn.outvars[:n_carry], carry_in, strict=True):
             self.set(frame, v, s)
         for v, s in zip(eqn.outvars[n_carry:], outs[n_carry:], strict=True):
@@ -484,9 +508,7 @@ class Estimator:
         )
         for k, (s, want) in enumerate(zip(outs, states[nc + nb :], strict=True)):
             v = p["body_jaxpr"].jaxpr.outvars[k]
-            tally.pay(
-                list(moves(shape_of(v), itemsize_of(v), s[0], s[1], want[0], self.sizes)), mult
-            )
+            tally.pay(self.steps(v, s[0], s[1], want[0]), mult)
         for v, s in zip(eqn.outvars, states[nc + nb :], strict=True):
             self.set(frame, v, s)
         return max(peak, cond_peak)
@@ -508,6 +530,12 @@ class Estimator:
         for v, s in zip(eqn.outvars, best[1], strict=True):
             self.set(frame, v, s)
         return best[2]
+
+
+def _no_peak(apply: Callable[[Any, Frame, Tally, float], None], *args: Any) -> float:
+    """An equation without inner temporaries: apply it; no peak of its own."""
+    apply(*args)
+    return 0.0
 
 
 def _is_elementwise(eqn: Any) -> bool:

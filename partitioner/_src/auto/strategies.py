@@ -25,7 +25,7 @@ from .cost import (
     Tally,
     shape_of,
 )
-from .layouts import Axes, Layout, canonical, local_elements, replicated, shards
+from .layouts import Axes, Layout, canonical, replicated, shards
 
 
 def _dot_general(est: Estimator, eqn: Any, frame: Frame, tally: Tally, mult: float) -> None:
@@ -94,7 +94,7 @@ def _dot_general(est: Estimator, eqn: Any, frame: Frame, tally: Tally, mult: flo
     _, _, lay_l, lay_r, lay_o, summed = best
     est.move(lhs, lay_l, frame, tally, mult)
     est.move(rhs, lay_r, frame, tally, mult)
-    local_out = local_elements(out_shape, lay_o, est.sizes)
+    local_out = est.local(out_shape, lay_o)
     local_contract = contract_size / shards(sorted(summed), est.sizes)
     tally.flops += 2.0 * local_out * local_contract * mult
     est.set(frame, out, (lay_o, summed))
