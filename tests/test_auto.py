@@ -362,3 +362,32 @@ def test_both_partitioners_choose_and_run(partitioner_mode):
     with jax.set_mesh(mesh_4x2()):
         _, loss = f(params, batch)
     np.testing.assert_allclose(loss, jax.jit(sgd_step(mlp_loss))(params, batch)[1], rtol=1e-5)
+
+
+def test_a_body_closing_over_an_outer_tracer_is_chosen_by_the_model_alone():
+    """Under jax.grad of an enclosing function the body closes over a tracer: it cannot
+    be lowered alone, so the model's estimates decide (no XLA compile during the search)."""
+    w = jax.random.normal(jax.random.key(0), (64, 32))
+    x = jax.random.normal(jax.random.key(1), (16, 64))
+
+    def outer(s):
+        f = partitioner.pjit(
+            lambda w, x: jnp.tanh(x @ (w * s)),
+            in_axis_resources=(AUTO, P("data")),
+            out_axis_resources=AUTO,
+        )
+        return f(w, x).sum()
+
+    searches: list[dict] = []
+    remove = partitioner.add_listener(
+        lambda event, info: searches.append(info) if event == "auto_search" else None
+    )
+    try:
+        with jax.set_mesh(mesh_4x2()):
+            ours = jax.grad(outer)(2.0)
+    finally:
+        remove()
+    assert searches and all(info["compiles"] == 0 for info in searches)
+    assert all(info["evaluations"] >= 1 for info in searches)
+    ref = jax.grad(lambda s: jnp.tanh(x @ (w * s)).sum())(2.0)
+    np.testing.assert_allclose(ours, ref, rtol=1e-4)

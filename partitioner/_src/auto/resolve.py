@@ -213,9 +213,8 @@ def _search(
         )
 
     outcome: Outcome = solve(problem, measure, memory_limit, describe, plan.api)
-    emit(
-        "auto_search", name=params.name, evaluations=outcome.evaluations, compiles=outcome.compiles
-    )
+    compiles = 0 if plan.num_consts else outcome.compiles  # the model stood in for XLA
+    emit("auto_search", name=params.name, evaluations=outcome.evaluations, compiles=compiles)
 
     def candidate(s: Scored, m: Measured | None) -> Candidate:
         return Candidate(
@@ -233,7 +232,7 @@ def _search(
         runners_up=tuple(candidate(s, m) for s, m in outcome.others),
         memory_limit=memory_limit,
         evaluations=outcome.evaluations,
-        compiles=outcome.compiles,
+        compiles=compiles,
         search_s=outcome.search_s,
     )
     ins, outs = specs_of(outcome.chosen)
