@@ -391,3 +391,20 @@ def test_a_body_closing_over_an_outer_tracer_is_chosen_by_the_model_alone():
     assert all(info["evaluations"] >= 1 for info in searches)
     ref = jax.grad(lambda s: jnp.tanh(x @ (w * s)).sum())(2.0)
     np.testing.assert_allclose(ours, ref, rtol=1e-4)
+
+
+def test_a_pjit_with_auto_inside_another():
+    """The inner call's search runs while the outer body is traced; the outer's after."""
+    w = jax.random.normal(jax.random.key(0), (64, 32))
+    x = jax.random.normal(jax.random.key(1), (16, 64))
+    inner = partitioner.pjit(
+        lambda w, x: jnp.tanh(x @ w), in_axis_resources=(AUTO, P("data")), out_axis_resources=AUTO
+    )
+    outer = partitioner.pjit(
+        lambda w, x: inner(w, x) * 2, in_axis_resources=(AUTO, P("data")), out_axis_resources=AUTO
+    )
+    partitioner.clear_caches()  # the inner body's choice may be cached by an earlier test
+    with jax.set_mesh(mesh_4x2()), partitioner.recording() as events:
+        y = outer(w, x)
+    assert events["auto_search"] == 2
+    np.testing.assert_allclose(y, 2 * jnp.tanh(x @ w), rtol=1e-5, atol=1e-5)

@@ -35,7 +35,7 @@ _cache: collections.OrderedDict[Any, tuple[tuple[Any, ...], tuple[Any, ...], Aut
     collections.OrderedDict()
 )
 # One search at a time: a second caller of the same signature waits and reuses it.
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: a search never waits on itself
 
 Spec = ParsedPartitionSpec | None
 
