@@ -24,6 +24,8 @@ from partitioner import AUTO, pjit
 from partitioner import PartitionSpec as P
 
 D_IN, D_HIDDEN, BATCH, STEPS = 64, 256, 32, 4
+#: The donated linen loop runs past the CPU window's 16 launches in flight.
+LOOP_STEPS = 20
 DATA = P("data")
 
 
@@ -69,14 +71,24 @@ def test_flax_linen_optax_adamw_with_a_typed_key_trains_as_jax_jit() -> None:
         donate_argnums=0,
     )
     ref = jax.jit(step, donate_argnums=0)
-    keys = jax.random.split(jax.random.key(1), STEPS)
-    ours, theirs = state, jax.tree.map(jnp.copy, state)
+    keys = jax.random.split(jax.random.key(1), LOOP_STEPS)
+    ours, theirs, inner = state, jax.tree.map(jnp.copy, state), jax.tree.map(jnp.copy, state)
+    ref_losses = []
     with jax.set_mesh(mesh_4x2()), partitioner.recording() as events:
         for k in keys:
             ours, loss = f(ours, (x, y), k)
             theirs, ref_loss = ref(theirs, (x, y), k)
             assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
+            ref_losses.append(ref_loss)
         report = f.lower(ours, (x, y), keys[0]).report()
+    # The same loop with a jax.jit around the AUTO pjit: the choice is reused inside it.
+    wrapped = jax.jit(lambda s, b, k: f(s, b, k), donate_argnums=0)
+    with jax.set_mesh(mesh_4x2()), partitioner.recording() as wrapped_events:
+        for k, ref_loss in zip(keys, ref_losses, strict=True):
+            inner, loss = wrapped(inner, (x, y), k)
+            assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
+    assert wrapped_events["auto_search"] == 0, dict(wrapped_events)
+    assert_close(inner, ours, rtol=1e-5, atol=1e-6)
     choice = report.auto.choice
     # One search; its finalists' compiles, the winner's reused by the calls; the
     # report's own compile (Lowered.compile compiles anew, as jax's does).
