@@ -15,7 +15,9 @@ mesh, the batch laid out ``P("data")`` and the parameters (and updated parameter
   measured step time (interleaved rounds, every result blocked on), also against
   ``jax.jit`` with the hand layout;
 - the cost model's error on the chosen program: its estimated collective bytes and
-  memory against XLA's.
+  memory against XLA's;
+- how the search scales (reported, no target): its time for 2 and 4 stacked
+  transformer blocks, and the assignments it scored.
 
 In this figure's table the ``partitioner`` column is the chosen (AUTO) program and
 the ``jax.jit`` column the program it is compared with (named in the row).
@@ -92,6 +94,26 @@ PROGRAMS = (
         _block_args(models.DIMS),
     ),
 )
+
+
+#: Stacked transformer blocks whose search time is reported (not in --quick).
+STACKS = (2, 4)
+
+
+def _stack_program(n: int) -> Program:
+    """``n`` transformer blocks in a row, every parameter AUTO; hand: Megatron per block."""
+
+    def loss(params: list[models.Params], batch: models.Batch) -> jax.Array:
+        x, y = batch
+        for p in params:
+            x = models.block(p, x)
+        return jnp.mean((x - y) ** 2)
+
+    def args() -> tuple[list[models.Params], models.Batch]:
+        return [models.block_params() for _ in range(n)], models.block_batch()
+
+    hand = [models.BLOCK_PARAM_SPECS] * n
+    return Program(f"{n} stacked blocks", "block", models.train_step(loss), hand, args)
 
 
 def _cold() -> None:
@@ -277,6 +299,30 @@ def search_row(prog: Program, rounds: int) -> tuple[common.Row, dict[str, Any]]:
     return row, {"auto_lower_s": auto_s, "hand_lower_s": hand_s}
 
 
+def scaling_row(n: int) -> common.Row:
+    """One cold search of ``n`` stacked blocks: its time and the assignments it scored."""
+    prog = _stack_program(n)
+    auto_s, hand_s, diff = search_time(prog, 1)
+    params, batch = prog.args()
+    choice = _pjit(prog, AUTO).lower(params, batch).report().auto.choice
+    return common.Row(
+        f"{prog.name}: search",
+        "s",
+        diff[0],
+        None,
+        None,
+        "reported",
+        None,
+        extra={
+            "auto_lower_s": auto_s,
+            "hand_lower_s": hand_s,
+            "auto_leaves": len(choice.paths),
+            "evaluations": choice.evaluations,
+            "compiles": choice.compiles,
+        },
+    )
+
+
 def main() -> None:
     args = common.parse_args(__doc__.splitlines()[0])
     # Quick: the MLP alone, one search and a few steps (a smoke run, not a measurement).
@@ -292,9 +338,18 @@ def main() -> None:
             layout_rows, info = compare_layouts(prog, step_rounds)
             rows += layout_rows
             details[prog.name] = {**info, "search": timing}
+        if not args.quick:
+            for n in STACKS:
+                rows.append(scaling_row(n))
     common.print_rows("AUTO layouts: chosen vs hand vs replicated, 4x2 mesh", rows)
     for name, info in details.items():
         print(f"\n{name}: chosen {info['chosen_specs']}")
+    for row in rows:
+        if "evaluations" in row.extra:
+            print(
+                f"{row.name}: {row.extra['auto_leaves']} AUTO leaves, "
+                f"{row.extra['evaluations']} assignments scored, {row.extra['compiles']} compiled"
+            )
     common.write_json(NAME, rows, args.quick, details=details)
     common.save_plot(NAME, lambda fig: _draw(fig, details))
 
