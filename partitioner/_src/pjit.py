@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 from jax.sharding import Mesh
-from jax.tree_util import keystr, tree_leaves, tree_unflatten
+from jax.tree_util import KeyPath, keystr, tree_leaves, tree_unflatten
 
 from . import jax_private as jp
 from . import options
@@ -350,10 +350,11 @@ class PjitFunction:
         )
         traced = trace_body(self.fun, rebuild, flat.avals, mesh, trace_key, debug_info)
         consts = traced.tracer_consts
+        out_specs_flat, out_paths = self._out_specs_for(traced, mesh, out_specs)
         params = PjitParams(
             jaxpr=traced.jaxpr,
             in_axis_resources=(REPLICATED,) * len(consts) + flat.specs,
-            out_axis_resources=self._out_specs_for(traced, mesh, out_specs),
+            out_axis_resources=out_specs_flat,
             mesh=mesh,
             donated_invars=(False,) * len(consts) + flat.donated,
             name=self.name,
@@ -371,16 +372,12 @@ class PjitFunction:
             arguments=flat.arguments,
         )
         if has_auto(params.in_axis_resources) or has_auto(params.out_axis_resources):
-            plan = self._resolve_auto(plan, flat, traced)
+            plan = self._resolve_auto(plan, flat, out_paths)
         return plan
 
-    def _resolve_auto(self, plan: CallPlan, flat: _Flat, traced: TracedBody) -> CallPlan:
+    def _resolve_auto(self, plan: CallPlan, flat: _Flat, out_paths: list[KeyPath]) -> CallPlan:
         """Choose the AUTO specs (``_src/auto/``), then check the arguments against them
         as against any spec."""
-        outs = tree_unflatten(traced.out_tree, list(traced.jaxpr.out_avals))
-        _, out_paths = broadcast_prefix(
-            UNSPECIFIED, outs, api=f"{self.api} out_axis_resources", what="outputs"
-        )
         plan = resolve(plan, flat.arguments.paths, out_paths, self._memory_limit)
         n_consts = plan.num_consts
         if not options.reshard_committed_enabled():
@@ -396,8 +393,9 @@ class PjitFunction:
 
     def _out_specs_for(
         self, traced: TracedBody, mesh: Mesh, out_specs: Any
-    ) -> tuple[ParsedPartitionSpec | None, ...]:
-        """One spec per output leaf; an omitted one is None (XLA propagates a layout)."""
+    ) -> tuple[tuple[ParsedPartitionSpec | None, ...], list[KeyPath]]:
+        """One spec per output leaf (an omitted one is None: XLA propagates a layout; AUTO
+        stays for the plan to choose), and each leaf's key path."""
         out_avals = traced.jaxpr.out_avals
         outs = tree_unflatten(traced.out_tree, list(out_avals))
         specs, paths = broadcast_prefix(
@@ -418,7 +416,7 @@ class PjitFunction:
             [out_avals[i] for i in given],
             lambda k: f"{self.api} output{keystr(paths[given[k]])}",
         )
-        return tuple(None if s is UNSPECIFIED else s for s in specs)  # AUTO stays, for plan
+        return tuple(None if s is UNSPECIFIED else s for s in specs), paths
 
     def donated_positions(self, n: int) -> list[int]:
         """Positions of the donated arguments in a call with ``n`` positional arguments."""

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from jax.sharding import AxisType, Mesh, PartitionSpec
+from jax.sharding import AxisType, Mesh
 from jax.tree_util import KeyPath, keystr
 
 from .. import options
@@ -45,11 +45,8 @@ def has_auto(specs: Sequence[Any]) -> bool:
 
 
 def to_spec(layout: Layout) -> ParsedPartitionSpec:
-    """A layout as a parsed spec (trailing whole dimensions dropped, as users write it)."""
-    entries: list[Any] = [None if not d else d[0] if len(d) == 1 else d for d in layout]
-    while entries and entries[-1] is None:
-        entries.pop()
-    return ParsedPartitionSpec(PartitionSpec(*entries), layout)
+    """A layout as a parsed spec, spelled as users write it (``to_partition_spec``)."""
+    return ParsedPartitionSpec(ParsedPartitionSpec(None, layout).to_partition_spec(), layout)
 
 
 def _describe(layout: Layout) -> str:

@@ -25,7 +25,7 @@ from .cost import (
     Tally,
     shape_of,
 )
-from .layouts import Axes, Layout, canonical, replicated, shards
+from .layouts import Axes, Layout, canonical, fits, replicated, shards
 
 
 def _dot_general(est: Estimator, eqn: Any, frame: Frame, tally: Tally, mult: float) -> None:
@@ -74,7 +74,7 @@ def _dot_general(est: Estimator, eqn: Any, frame: Frame, tally: Tally, mult: flo
                 rdims[rfree[k]].append(a)
                 odims[len(lb) + len(lfree) + k].append(a)
         lay_l, lay_r, lay_o = (canonical(x, est.order) for x in (ldims, rdims, odims))
-        if not (_even(lshape, lay_l, est.sizes) and _even(rshape, lay_r, est.sizes)):
+        if not (fits(lshape, lay_l, est.sizes) and fits(rshape, lay_r, est.sizes)):
             continue
         comm = est.move_cost(lhs, lay_l, frame) + est.move_cost(rhs, lay_r, frame)
         used = [a for a, (kind, _) in zip(axes, combo, strict=True) if kind != "none"]
@@ -111,10 +111,6 @@ def _role(
     if d in contract:
         return ("contract", list(contract).index(d))
     return (side + "free", list(free).index(d))
-
-
-def _even(shape: Sequence[int], layout: Layout, sizes: Mapping[str, int]) -> bool:
-    return all(n % shards(d, sizes) == 0 for n, d in zip(shape, layout, strict=True))
 
 
 def _reduce(est: Estimator, eqn: Any, frame: Frame, tally: Tally, mult: float) -> None:
