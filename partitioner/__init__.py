@@ -14,7 +14,7 @@ from ._src.options import partitioner, set_partitioner
 from ._src.pjit import PjitWrapped, clear_caches, pjit
 from ._src.pmap import PmapWrapped, pmap, sharding_spec_of
 from ._src.residuals import Residual, residuals
-from ._src.spec import (
+from ._src.sharding import (
     REPLICATED,
     UNCONSTRAINED,
     ParsedPartitionSpec,
@@ -25,7 +25,7 @@ from ._src.spec import (
     parse_op_sharding,
     prepare_axis_resources,
 )
-from ._src.spec.auto import AUTO
+from ._src.sharding.auto import AUTO
 from ._src.stages import Compiled, Lowered, Traced
 from ._src.trace.constraint import with_sharding_constraint
 

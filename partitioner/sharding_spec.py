@@ -6,7 +6,7 @@ outputs; ``sharding_spec_from_parsed`` converts a partition spec over a mesh, an
 ``devices_indices_map`` gives each device's slice.
 """
 
-from ._src.spec.sharding_spec import (
+from ._src.sharding.sharding_spec import (
     Chunked,
     NoSharding,
     Replicated,

@@ -59,8 +59,8 @@ from ._src.host_callback.primitive import id_tap_p
 from ._src.host_callback.receiver import Sequencer, TapItem
 from ._src.lower.annotate import ensure_sdy_mesh, sdy_mesh_attr, sdy_sharding_attr
 from ._src.report.collectives import parse_groups as hlo_replica_groups
-from ._src.spec.checks import check_spec, check_specs
-from ._src.spec.mesh_env import (
+from ._src.sharding.checks import check_spec, check_specs
+from ._src.sharding.mesh_env import (
     as_auto_mesh,
     as_call_mesh,
     current_mesh,
@@ -69,13 +69,13 @@ from ._src.spec.mesh_env import (
     result_mesh,
     typed_context,
 )
-from ._src.spec.op_sharding import (
+from ._src.sharding.op_sharding import (
     Unparseable,
     hlo_sharding_text,
     parse_op_sharding_parsed,
     unflatten_superdims,
 )
-from ._src.spec.tree import broadcast_prefix
+from ._src.sharding.tree import broadcast_prefix
 from ._src.trace.constraint import sharding_constraint_p
 from ._src.trace.primitive import pjit_p
 from ._src.trace.region import pmap_region_p

@@ -27,7 +27,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "partitioner"
 #: package or from layers below (docs/architecture.md).
 LAYERS: list[tuple[str, ...]] = [
     ("_src.jax_private", "_src.events", "_src.options", "_src.warn"),
-    ("_src.spec",),
+    ("_src.sharding",),
     ("_src.trace",),
     ("_src.rules", "_src.lower"),
     ("_src.compile",),

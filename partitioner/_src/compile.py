@@ -35,8 +35,8 @@ import numpy as np
 from . import jax_private as jp
 from .events import emit
 from .lower.module import LoweredModule
-from .spec.op_sharding import parse_op_sharding_parsed
-from .spec.parsed import REPLICATED, ParsedPartitionSpec
+from .sharding.op_sharding import parse_op_sharding_parsed
+from .sharding.parsed import REPLICATED, ParsedPartitionSpec
 
 logger = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from jax.sharding import PartitionSpec
 from . import options
 from .inspection import compare_partitioners, report
 from .pjit import pjit
-from .spec.auto import AUTO
-from .spec.mesh_env import mesh as mesh_context
+from .sharding.auto import AUTO
+from .sharding.mesh_env import mesh as mesh_context
 
 _DTYPES = {
     "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",

@@ -18,7 +18,7 @@ import numpy as np
 from . import options
 from .report.tables import Report, value_row
 from .residuals import residuals
-from .spec.parsed import ParsedPartitionSpec
+from .sharding.parsed import ParsedPartitionSpec
 
 
 def report(f: Callable[..., Any], *args: Any, **kwargs: Any) -> Report:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .pjit import PjitFunction, PjitWrapped, device_option, make_wrapped
-from .spec.tree import UNSPECIFIED
+from .sharding.tree import UNSPECIFIED
 
 
 class JitWrapped(PjitWrapped):

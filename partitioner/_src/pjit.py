@@ -27,18 +27,18 @@ from .auto.resolve import has_auto, resolve
 from .dispatch import clear_caches as clear_dispatch_caches
 from .dispatch.execute import check_usable
 from .dispatch.fastpath import Dispatcher
-from .spec.auto import AUTO
-from .spec.checks import check_specs
-from .spec.leaves import check_layouts, resolve_inputs
-from .spec.mesh_env import has_explicit_axes, maybe_current_mesh, resolve_mesh
-from .spec.parsed import REPLICATED, ParsedPartitionSpec
-from .spec.placement import (
+from .sharding.auto import AUTO
+from .sharding.checks import check_specs
+from .sharding.leaves import check_layouts, resolve_inputs
+from .sharding.mesh_env import has_explicit_axes, maybe_current_mesh, resolve_mesh
+from .sharding.parsed import REPLICATED, ParsedPartitionSpec
+from .sharding.placement import (
     Placement,
     check_committed_layout,
     placement_from_arguments,
     unspecified_input_spec,
 )
-from .spec.tree import UNSPECIFIED, broadcast_prefix, meshes_named_by, prepare_axis_resources
+from .sharding.tree import UNSPECIFIED, broadcast_prefix, meshes_named_by, prepare_axis_resources
 from .stages import Lowered, Traced, lower_plan
 from .trace.arguments import (
     CallArguments,
@@ -304,7 +304,7 @@ class PjitFunction:
             [avals[i].shape for i in given],
             mesh,
         )
-        # Memory kinds and layouts, checked against the arguments (spec/leaves.py).
+        # Memory kinds and layouts, checked against the arguments (sharding/leaves.py).
         resolved, resolved_avals = resolve_inputs(
             self.api,
             [specs[i] for i in given],  # type: ignore[misc]

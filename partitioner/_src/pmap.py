@@ -25,7 +25,7 @@ from . import jax_private as jp
 from .dispatch.fastpath import Dispatcher
 from .distributed.local_map import LocalSlices, is_multiprocess, job_devices
 from .pjit import PjitWrapped
-from .spec.sharding_spec import ShardingSpec, sharding_spec_from_parsed
+from .sharding.sharding_spec import ShardingSpec, sharding_spec_from_parsed
 from .trace.arguments import (
     CallArguments,
     abstractify,

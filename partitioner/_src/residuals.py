@@ -16,7 +16,7 @@ import jax
 from . import jax_private as jp
 from .dispatch.executable import bytes_per_device
 from .dispatch.execute import get_executable
-from .spec.partition_spec import Spec
+from .sharding.partition_spec import Spec
 from .trace.primitive import PjitParams, pjit_p
 
 

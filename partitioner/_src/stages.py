@@ -36,8 +36,8 @@ from .dispatch.execute import run
 from .lower.module import LoweredModule, lower_pjit_body
 from .report.tables import Report
 from .report.tables import build as build_report
-from .spec.leaves import as_reported, check_compiled_layouts
-from .spec.partition_spec import Spec
+from .sharding.leaves import as_reported, check_compiled_layouts
+from .sharding.partition_spec import Spec
 from .trace.plan import CallPlan
 
 _DIALECTS = ("stablehlo", "hlo")

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import jax_private as jp
-from ..spec.auto import Estimate
-from ..spec.parsed import ParsedPartitionSpec
+from ..sharding.auto import Estimate
+from ..sharding.parsed import ParsedPartitionSpec
 from ..trace.constraint import sharding_constraint_p
 from ..trace.primitive import pjit_p
 from .layouts import (

@@ -23,8 +23,8 @@ from .. import options
 from ..dispatch.execute import get_executable
 from ..events import emit
 from ..report.tables import build as build_report
-from ..spec.auto import AUTO, AutoChoice, Candidate
-from ..spec.parsed import ParsedPartitionSpec
+from ..sharding.auto import AUTO, AutoChoice, Candidate
+from ..sharding.parsed import ParsedPartitionSpec
 from ..trace.plan import CallPlan
 from .cost import spec_layout
 from .layouts import Layout

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..spec.auto import Estimate
+from ..sharding.auto import Estimate
 from . import strategies as _strategies  # noqa: F401  (registers the per-primitive strategies)
 from .cost import BYTES_PER_S, LATENCY_S, Estimator
 from .layouts import Layout, candidates, local_elements

@@ -21,8 +21,8 @@ from jax.tree_util import PyTreeDef, tree_unflatten
 from .. import jax_private as jp
 from .. import options
 from ..events import emit
-from ..spec.parsed import REPLICATED, ParsedPartitionSpec
-from ..spec.placement import layout_spec
+from ..sharding.parsed import REPLICATED, ParsedPartitionSpec
+from ..sharding.placement import layout_spec
 from ..trace.constraint import ConstraintParams, sharding_constraint_p
 from ..trace.equality import closed_jaxprs_equal
 from ..trace.primitive import PjitParams, pjit_p

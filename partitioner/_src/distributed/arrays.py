@@ -22,8 +22,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from ..spec.parsed import ParsedPartitionSpec
-from ..spec.tree import broadcast_prefix
+from ..sharding.parsed import ParsedPartitionSpec
+from ..sharding.tree import broadcast_prefix
 
 
 def _process_block(mesh: Mesh) -> dict[Any, tuple[int, int]]:

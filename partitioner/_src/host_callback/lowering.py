@@ -30,7 +30,7 @@ from jax.sharding import Mesh, PartitionSpec
 
 from .. import jax_private as jp
 from ..lower import annotate
-from ..spec.parsed import ParsedPartitionSpec
+from ..sharding.parsed import ParsedPartitionSpec
 from .call import CallParams, HostCall, call_p
 from .primitive import Tap, TapEffect, TapParams, host_copy, id_tap_p, tap_effect
 from .receiver import current

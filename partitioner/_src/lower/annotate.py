@@ -1,7 +1,7 @@
 """Sharding annotations in StableHLO, for GSPMD and for Shardy, from one spec.
 
 Every attribute here is computed by partitioner's own spec -> sharding code
-(``spec/op_sharding.py``); jax's ``NamedSharding`` is never consulted.
+(``sharding/op_sharding.py``); jax's ``NamedSharding`` is never consulted.
 
 NOTE [device positions]: shardings name devices by their position in the
 module's device assignment. In a module partitioner builds, that assignment is
@@ -18,8 +18,8 @@ from typing import Any
 from jax.sharding import Mesh
 
 from .. import jax_private as jp
-from ..spec.op_sharding import get_aval_sharding_proto
-from ..spec.parsed import ParsedPartitionSpec
+from ..sharding.op_sharding import get_aval_sharding_proto
+from ..sharding.parsed import ParsedPartitionSpec
 
 #: The sdy.mesh symbol partitioner uses in modules it builds.
 MESH_SYMBOL = "mesh"

@@ -15,8 +15,8 @@ from typing import Any
 from jax.experimental.layout import Layout
 
 from .. import jax_private as jp
-from ..spec.leaves import is_default_layout, xla_layout_text
-from ..spec.parsed import ParsedPartitionSpec
+from ..sharding.leaves import is_default_layout, xla_layout_text
+from ..sharding.parsed import ParsedPartitionSpec
 from .annotate import add_value_attrs
 
 MSG_AUTO_DONATION = """\

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import jax_private as jp
-from ..spec.parsed import ParsedPartitionSpec
+from ..sharding.parsed import ParsedPartitionSpec
 from .annotate import add_value_attrs
 
 PLACEMENT_TARGET = "annotate_device_placement"

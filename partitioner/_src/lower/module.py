@@ -16,8 +16,8 @@ from jax.sharding import Mesh
 
 from .. import jax_private as jp
 from ..events import emit
-from ..spec.mesh_env import typed_context
-from ..spec.parsed import ParsedPartitionSpec
+from ..sharding.mesh_env import typed_context
+from ..sharding.parsed import ParsedPartitionSpec
 from ..trace.primitive import PjitParams
 from ..warn import warn
 from . import annotate

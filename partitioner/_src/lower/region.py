@@ -20,7 +20,7 @@ from typing import Any
 from jax.sharding import Mesh, PartitionSpec
 
 from .. import jax_private as jp
-from ..spec.parsed import REPLICATED, ParsedPartitionSpec
+from ..sharding.parsed import REPLICATED, ParsedPartitionSpec
 from ..trace.region import RegionParams, mapped_spec, pmap_region_p
 from . import annotate
 from .rules import placement

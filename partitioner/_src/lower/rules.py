@@ -16,7 +16,7 @@ from typing import Any
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .. import jax_private as jp
-from ..spec.parsed import ParsedPartitionSpec
+from ..sharding.parsed import ParsedPartitionSpec
 from ..trace.constraint import sharding_constraint_p
 from ..trace.primitive import PjitParams, pjit_p
 from . import annotate

@@ -21,8 +21,8 @@ from jax.tree_util import keystr, tree_flatten_with_path, tree_unflatten
 
 from .. import jax_private as jp
 from ..dispatch.executable import Executable
-from ..spec.auto import AutoChoice, Candidate
-from ..spec.parsed import ParsedPartitionSpec
+from ..sharding.auto import AutoChoice, Candidate
+from ..sharding.parsed import ParsedPartitionSpec
 from ..trace.constraint import sharding_constraint_p
 from ..trace.plan import CallPlan
 from .collectives import Collective, collectives

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from jax.sharding import Mesh
 
 from .. import jax_private as jp
-from ..spec.parsed import ParsedPartitionSpec
+from ..sharding.parsed import ParsedPartitionSpec
 
 T = TypeVar("T")
 

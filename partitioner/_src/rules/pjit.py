@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import jax_private as jp
-from ..spec.mesh_env import typed_context
+from ..sharding.mesh_env import typed_context
 from ..trace.memo import cache_per_jaxpr
 from ..trace.primitive import PjitParams, pjit_p
 from ._common import (

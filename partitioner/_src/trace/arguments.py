@@ -276,7 +276,7 @@ def abstractify(leaf: Any, where: str, static_hint: str, *, typed: bool = False)
     """The abstract value of an argument leaf (with its sharding when ``typed``).
 
     ``typed`` is set for calls over a mesh with Explicit axes, where a value's
-    sharding is part of its type (NOTE [explicit axes] in ``spec/mesh_env.py``).
+    sharding is part of its type (NOTE [explicit axes] in ``sharding/mesh_env.py``).
 
     Raises:
         TypeError: not a JAX type, naming ``where`` (API and argument path) and how

@@ -16,10 +16,10 @@ from jax.sharding import AxisType, Mesh
 from jax.tree_util import tree_flatten_with_path, tree_unflatten
 
 from .. import jax_private as jp
-from ..spec.checks import check_spec
-from ..spec.mesh_env import has_explicit_axes, maybe_current_mesh, resolve_mesh
-from ..spec.parsed import ParsedPartitionSpec
-from ..spec.tree import broadcast_prefix, meshes_named_by, prepare_axis_resources
+from ..sharding.checks import check_spec
+from ..sharding.mesh_env import has_explicit_axes, maybe_current_mesh, resolve_mesh
+from ..sharding.parsed import ParsedPartitionSpec
+from ..sharding.tree import broadcast_prefix, meshes_named_by, prepare_axis_resources
 from .params import PrimitiveParams
 from .tracing import check_mesh_unchanged
 

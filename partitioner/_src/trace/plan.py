@@ -14,7 +14,7 @@ from typing import Any
 from jax.sharding import Mesh
 from jax.tree_util import PyTreeDef, tree_unflatten
 
-from ..spec.auto import AutoChoice
+from ..sharding.auto import AutoChoice
 from .arguments import FlatArguments
 from .primitive import PjitParams
 

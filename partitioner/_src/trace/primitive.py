@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from jax.sharding import Mesh
 
 from .. import jax_private as jp
-from ..spec.parsed import ParsedPartitionSpec
+from ..sharding.parsed import ParsedPartitionSpec
 from .params import PrimitiveParams
 
 pjit_p = jp.Primitive("pjit")
@@ -36,7 +36,7 @@ class PjitParams(PrimitiveParams):
             NOTE [residual shardings] in rules/pjit.py).
         mesh: the ``jax.sharding.Mesh`` the call runs over: with its axis types
             when some axis is Explicit (values are then typed with their
-            shardings, NOTE [explicit axes] in ``spec/mesh_env.py``), else its
+            shardings, NOTE [explicit axes] in ``sharding/mesh_env.py``), else its
             Auto twin.
         donated_invars: one bool per flat input: the caller asks to donate it.
         name: the function's name, for the HLO module and messages.

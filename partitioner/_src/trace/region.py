@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from jax.sharding import Mesh, PartitionSpec
 
 from .. import jax_private as jp
-from ..spec.parsed import ParsedPartitionSpec
+from ..sharding.parsed import ParsedPartitionSpec
 from .memo import ByIdentity, cache_per_jaxpr
 from .params import PrimitiveParams
 from .primitive import PjitParams

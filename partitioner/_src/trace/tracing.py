@@ -21,7 +21,7 @@ from jax.tree_util import PyTreeDef, keystr, tree_flatten_with_path
 
 from .. import jax_private as jp
 from ..events import emit
-from ..spec.mesh_env import typed_context
+from ..sharding.mesh_env import typed_context
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
 ``jax.experimental.layout.Format`` (a sharding plus a memory layout, or
 ``Layout.AUTO`` for "XLA picks") as an in/out sharding. partitioner reads them
 into its one spec type (``ParsedPartitionSpec``: partitions, memory kind,
-layout); the devices they name become the call's mesh (``spec/mesh_env.py``).
+layout); the devices they name become the call's mesh (``sharding/mesh_env.py``).
 A SingleDeviceSharding names a one-device mesh with a reserved axis name, so
 results on it are reported as ``SingleDeviceSharding`` again, as jax.jit does.
 """

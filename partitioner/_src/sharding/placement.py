@@ -169,7 +169,7 @@ def check_committed_layout(
     if not is_committed(x):
         return
     # Only the layout is compared here: memory kinds are checked (and named in their
-    # own error) by spec/memory.py.
+    # own error) by sharding/memory.py.
     wanted = NamedSharding(mesh, spec.to_closed_spec(), memory_kind=x.sharding.memory_kind)
     if x.sharding == wanted or x.sharding.is_equivalent_to(wanted, x.ndim):
         return
