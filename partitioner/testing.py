@@ -50,10 +50,9 @@ from ._src.auto import strategies as _strategies  # noqa: F401  (the model's str
 from ._src.auto.cost import Estimator as AutoEstimator
 from ._src.auto.layouts import candidates as auto_candidates
 from ._src.auto.layouts import moves as auto_moves
+from ._src.build.cache import ExecutableCache
+from ._src.build.cache import executables as executable_cache
 from ._src.colocated import runtime as colocated_runtime
-from ._src.dispatch.cache import ExecutableCache
-from ._src.dispatch.execute import executables as executable_cache
-from ._src.dispatch.window import MAX_IN_FLIGHT
 from ._src.host_callback.call import call_p
 from ._src.host_callback.primitive import id_tap_p
 from ._src.host_callback.receiver import Sequencer, TapItem
@@ -79,6 +78,7 @@ from ._src.sharding.tree import broadcast_prefix
 from ._src.trace.constraint import sharding_constraint_p
 from ._src.trace.primitive import pjit_p
 from ._src.trace.region import pmap_region_p
+from ._src.window import MAX_IN_FLIGHT
 
 
 def call_is_guarded(f: Any) -> bool:

@@ -26,11 +26,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "partitioner"
 #: The pipeline, bottom to top; a module may import only from its own layer's
 #: package or from layers below (docs/architecture.md).
 LAYERS: list[tuple[str, ...]] = [
-    ("_src.jax_private", "_src.events", "_src.options", "_src.warn"),
+    ("_src.jax_private", "_src.events", "_src.options", "_src.warn", "_src.window"),
     ("_src.sharding",),
     ("_src.trace",),
     ("_src.rules", "_src.lower"),
-    ("_src.compile",),
+    ("_src.build",),
     ("_src.dispatch",),
     ("_src.report",),
     ("_src.stages", "_src.residuals"),

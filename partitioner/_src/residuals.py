@@ -14,8 +14,8 @@ from typing import Any
 import jax
 
 from . import jax_private as jp
-from .dispatch.executable import bytes_per_device
-from .dispatch.execute import get_executable
+from .build.cache import get_executable
+from .build.executable import bytes_per_device
 from .sharding.partition_spec import Spec
 from .trace.primitive import PjitParams, pjit_p
 

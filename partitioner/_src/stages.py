@@ -30,8 +30,8 @@ from jax.tree_util import PyTreeDef, tree_flatten, tree_unflatten
 
 from . import jax_private as jp
 from . import options
-from .compile import CompilerOptions
-from .dispatch.executable import Executable, finish, named_sharding, xla_layouts
+from .build.compile import CompilerOptions
+from .build.executable import Executable, finish, named_sharding, xla_layouts
 from .dispatch.execute import run
 from .lower.module import LoweredModule, lower_pjit_body
 from .report.tables import Report

@@ -20,7 +20,7 @@ from jax.sharding import AxisType, Mesh
 from jax.tree_util import KeyPath, keystr
 
 from .. import options
-from ..dispatch.execute import get_executable
+from ..build.cache import get_executable
 from ..events import emit
 from ..report.tables import build as build_report
 from ..sharding.auto import AUTO, AutoChoice, Candidate

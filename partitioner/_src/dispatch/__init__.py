@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from .. import window
+from ..build.cache import executables
 from ..trace.tracing import trace_cache
-from . import window
-from .execute import executables
 from .fastpath import clear_fast_paths
 
 

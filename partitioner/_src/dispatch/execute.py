@@ -19,46 +19,14 @@ from jax.sharding import Mesh, NamedSharding
 from jax.tree_util import PyTreeDef, tree_unflatten
 
 from .. import jax_private as jp
-from .. import options
-from ..events import emit
+from .. import window
+from ..build.cache import get_executable
+from ..build.executable import Executable
 from ..sharding.parsed import REPLICATED, ParsedPartitionSpec
 from ..sharding.placement import layout_spec
 from ..trace.constraint import ConstraintParams, sharding_constraint_p
-from ..trace.equality import closed_jaxprs_equal
 from ..trace.primitive import PjitParams, pjit_p
 from ..trace.region import RegionParams, pmap_region_p, region_pjit
-from . import window
-from .cache import ExecutableCache
-from .executable import Executable, build
-
-
-def _program_shape(jaxpr: Any) -> Any:
-    """A cheap digest equal for structurally equal jaxprs (narrows the twin search)."""
-    return (tuple(jaxpr.in_avals), tuple(jaxpr.out_avals), len(jaxpr.jaxpr.eqns))
-
-
-executables = ExecutableCache(same_program=closed_jaxprs_equal, shape_of=_program_shape)
-
-
-def get_executable(params: PjitParams) -> Executable:
-    """The compiled executable for these params (NOTE [executable cache])."""
-    shardy = options.use_shardy()
-
-    def build_it() -> Executable:
-        emit("cache_miss", name=params.name)
-        return build(params, shardy)
-
-    key = (
-        params.in_axis_resources,
-        params.out_axis_resources,
-        params.mesh,
-        params.donated_invars,
-        shardy,
-        params.committed,
-        params.compiler_options,
-    )
-    executable, _ = executables.get_or_compile(params.jaxpr, key, build_it)
-    return executable
 
 
 def check_live(x: Any, where: str) -> None:

@@ -48,13 +48,14 @@ import jax
 from jax.tree_util import DictKey, SequenceKey, tree_flatten, tree_flatten_with_path
 
 from .. import jax_private as jp
-from .. import options
+from .. import options, window
+from ..build.cache import get_executable
+from ..build.executable import Executable
 from ..events import emit
 from ..trace.arguments import CallArguments
 from ..trace.plan import CallPlan
-from . import explain, window
-from .executable import Executable
-from .execute import check_live, get_executable, run
+from . import explain
+from .execute import check_live, run
 
 _CPP_CAPACITY = 1024
 _PYTHON_CAPACITY = 1024

@@ -36,7 +36,7 @@ from typing import Any
 import jax
 
 from .. import jax_private as jp
-from ..dispatch import agreement
+from ..build import agreement
 
 logger = logging.getLogger("partitioner.distributed")
 

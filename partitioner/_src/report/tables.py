@@ -20,7 +20,7 @@ from jax.sharding import Mesh
 from jax.tree_util import keystr, tree_flatten_with_path, tree_unflatten
 
 from .. import jax_private as jp
-from ..dispatch.executable import Executable
+from ..build.executable import Executable
 from ..sharding.auto import AutoChoice, Candidate
 from ..sharding.parsed import ParsedPartitionSpec
 from ..trace.constraint import sharding_constraint_p

@@ -35,7 +35,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from ..events import emit
+from .events import emit
 
 #: Launches allowed in flight.
 MAX_IN_FLIGHT = 16

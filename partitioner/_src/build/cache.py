@@ -26,6 +26,12 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import options
+from ..events import emit
+from ..trace.equality import closed_jaxprs_equal
+from ..trace.primitive import PjitParams
+from .executable import Executable, build
+
 
 @dataclass
 class _Entry:
@@ -163,3 +169,32 @@ class ExecutableCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _program_shape(jaxpr: Any) -> Any:
+    """A cheap digest equal for structurally equal jaxprs (narrows the twin search)."""
+    return (tuple(jaxpr.in_avals), tuple(jaxpr.out_avals), len(jaxpr.jaxpr.eqns))
+
+
+executables = ExecutableCache(same_program=closed_jaxprs_equal, shape_of=_program_shape)
+
+
+def get_executable(params: PjitParams) -> Executable:
+    """The compiled executable for these params (NOTE [executable cache])."""
+    shardy = options.use_shardy()
+
+    def build_it() -> Executable:
+        emit("cache_miss", name=params.name)
+        return build(params, shardy)
+
+    key = (
+        params.in_axis_resources,
+        params.out_axis_resources,
+        params.mesh,
+        params.donated_invars,
+        shardy,
+        params.committed,
+        params.compiler_options,
+    )
+    executable, _ = executables.get_or_compile(params.jaxpr, key, build_it)
+    return executable

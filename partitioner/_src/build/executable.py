@@ -17,13 +17,13 @@ from jax.experimental.layout import Format, Layout
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .. import jax_private as jp
-from ..compile import CompilerOptions, compile_module
+from .. import window
+from .compile import CompilerOptions, compile_module
 from ..lower.module import LoweredModule, lower_pjit_body
 from ..sharding.leaves import as_reported
 from ..sharding.mesh_env import has_explicit_axes, result_mesh
 from ..sharding.parsed import REPLICATED, ParsedPartitionSpec, SpecSync
 from ..trace.primitive import PjitParams
-from . import window
 from .agreement import check_same_program
 
 

@@ -32,11 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from . import jax_private as jp
-from .events import emit
-from .lower.module import LoweredModule
-from .sharding.op_sharding import parse_op_sharding_parsed
-from .sharding.parsed import REPLICATED, ParsedPartitionSpec
+from .. import jax_private as jp
+from ..events import emit
+from ..lower.module import LoweredModule
+from ..sharding.op_sharding import parse_op_sharding_parsed
+from ..sharding.parsed import REPLICATED, ParsedPartitionSpec
 
 logger = logging.getLogger(__name__)
 
