@@ -27,7 +27,7 @@ from ._src.sharding import (
 )
 from ._src.sharding.auto import AUTO
 from ._src.stages import Compiled, Lowered, Traced
-from ._src.trace.constraint import with_sharding_constraint
+from ._src.primitives.constraint import with_sharding_constraint
 
 __all__ = [
     "AUTO",

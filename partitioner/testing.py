@@ -75,9 +75,9 @@ from ._src.sharding.op_sharding import (
     unflatten_superdims,
 )
 from ._src.sharding.tree import broadcast_prefix
-from ._src.trace.constraint import sharding_constraint_p
-from ._src.trace.primitive import pjit_p
-from ._src.trace.region import pmap_region_p
+from ._src.primitives.constraint import sharding_constraint_p
+from ._src.primitives.pjit_call import pjit_p
+from ._src.primitives.pmap_region import pmap_region_p
 from ._src.window import MAX_IN_FLIGHT
 
 

@@ -29,12 +29,14 @@ LAYERS: list[tuple[str, ...]] = [
     ("_src.jax_private", "_src.events", "_src.options", "_src.warn", "_src.window"),
     ("_src.sharding",),
     ("_src.trace",),
-    ("_src.rules", "_src.lower"),
+    ("_src.primitives",),
+    ("_src.lower",),
     ("_src.build",),
     ("_src.dispatch",),
     ("_src.report",),
     ("_src.stages", "_src.residuals"),
     ("_src.auto",),  # chooses AUTO specs; compiles finalists through dispatch, reads reports
+    ("_src.registry",),  # every registration of the core primitives
     ("_src.pjit", "_src.host_callback", "_src.distributed"),  # front doors
     (
         "_src.colocated",

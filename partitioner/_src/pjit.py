@@ -21,12 +21,14 @@ from jax.tree_util import KeyPath, keystr, tree_leaves, tree_unflatten
 
 from . import jax_private as jp
 from . import options
-from . import rules as _rules  # noqa: F401  (registers the transformation rules)
+from . import registry as _registry  # noqa: F401  (installs every primitive's rules)
 from .auto.resolve import clear as clear_auto_choices
 from .auto.resolve import has_auto, resolve
 from .dispatch import clear_caches as clear_dispatch_caches
 from .dispatch.execute import check_usable
 from .dispatch.fastpath import Dispatcher
+from .primitives.call_plan import CallPlan
+from .primitives.pjit_call import PjitParams
 from .sharding.auto import AUTO
 from .sharding.checks import check_specs
 from .sharding.leaves import check_layouts, resolve_inputs
@@ -54,8 +56,6 @@ from .trace.arguments import (
     split_arguments,
     statics_key,
 )
-from .trace.plan import CallPlan
-from .trace.primitive import PjitParams
 from .trace.tracing import TracedBody, check_mesh_unchanged, trace_body
 
 

@@ -3,7 +3,7 @@
 A call flows: split the static (broadcast) arguments -> flatten with key paths ->
 give every leaf its mapped dimension (``in_axes``) -> the axis size and its
 devices -> trace the user's function on one device's blocks under the axis
-environment (NOTE [pmap region] in ``trace/region.py``) -> a ``pjit_p`` over the
+environment (NOTE [pmap region] in ``primitives/pmap_region.py``) -> a ``pjit_p`` over the
 one-axis mesh whose body is the region. From there it is pjit's pipeline: the
 same dispatcher (C++ fast path, executable cache, events, ``clear_caches``), the
 same lowering (the region becomes a manual-SPMD computation) and pjit_p's
@@ -25,6 +25,8 @@ from . import jax_private as jp
 from .dispatch.fastpath import Dispatcher
 from .distributed.local_map import LocalSlices, is_multiprocess, job_devices
 from .pjit import PjitWrapped
+from .primitives.call_plan import CallPlan
+from .primitives.pmap_region import RegionParams, block_aval, pmap_region_p, region_pjit
 from .sharding.sharding_spec import ShardingSpec, sharding_spec_from_parsed
 from .trace.arguments import (
     CallArguments,
@@ -37,8 +39,6 @@ from .trace.arguments import (
     statics_key,
 )
 from .trace.memo import cache_per_jaxpr
-from .trace.plan import CallPlan
-from .trace.region import RegionParams, block_aval, pmap_region_p, region_pjit
 from .trace.tracing import enclosing_maps, trace_body
 
 

@@ -2,7 +2,7 @@
 
 Why: users asked jax for years which layout XLA picked for the values a
 backward pass keeps (residuals). partitioner leaves those layouts to XLA (NOTE
-[residual shardings] in rules/pjit.py) and can read them back.
+[residual shardings] in primitives/pjit_call.py) and can read them back.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import jax
 from . import jax_private as jp
 from .build.cache import get_executable
 from .build.executable import bytes_per_device
+from .primitives.pjit_call import PjitParams, pjit_p
 from .sharding.partition_spec import Spec
-from .trace.primitive import PjitParams, pjit_p
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 ``f.trace(*args)`` stops after tracing (the jaxpr), ``f.lower(*args)`` after
 lowering (annotated StableHLO, nothing compiled), and ``.compile()`` hands the
 module to XLA (or takes it from jax's persistent cache, NOTE [persistent
-compilation cache] in ``compile.py``).
+compilation cache] in ``build/compile.py``).
 
 NOTE [stages API]: the names and the shapes of the answers are jax.jit's
 (``jax.stages``), so code scripted against jax.jit's stages runs on ours:
@@ -34,11 +34,11 @@ from .build.compile import CompilerOptions
 from .build.executable import Executable, finish, named_sharding, xla_layouts
 from .dispatch.execute import run
 from .lower.module import LoweredModule, lower_pjit_body
+from .primitives.call_plan import CallPlan
 from .report.tables import Report
 from .report.tables import build as build_report
 from .sharding.leaves import as_reported, check_compiled_layouts
 from .sharding.partition_spec import Spec
-from .trace.plan import CallPlan
 
 _DIALECTS = ("stablehlo", "hlo")
 

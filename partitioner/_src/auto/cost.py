@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import jax_private as jp
+from ..primitives.constraint import sharding_constraint_p
+from ..primitives.pjit_call import pjit_p
 from ..sharding.auto import Estimate
 from ..sharding.parsed import ParsedPartitionSpec
-from ..trace.constraint import sharding_constraint_p
-from ..trace.primitive import pjit_p
 from .layouts import (
     NO_AXES,
     Axes,

@@ -22,10 +22,10 @@ from jax.tree_util import KeyPath, keystr
 from .. import options
 from ..build.cache import get_executable
 from ..events import emit
+from ..primitives.call_plan import CallPlan
 from ..report.tables import build as build_report
 from ..sharding.auto import AUTO, AutoChoice, Candidate
 from ..sharding.parsed import ParsedPartitionSpec
-from ..trace.plan import CallPlan
 from .cost import spec_layout
 from .layouts import Layout
 from .search import Measured, Outcome, Problem, Scored, solve

@@ -29,7 +29,7 @@ from typing import Any
 from .. import options
 from ..events import emit
 from ..trace.equality import closed_jaxprs_equal
-from ..trace.primitive import PjitParams
+from ..primitives.pjit_call import PjitParams
 from .executable import Executable, build
 
 

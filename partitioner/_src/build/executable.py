@@ -23,7 +23,7 @@ from ..lower.module import LoweredModule, lower_pjit_body
 from ..sharding.leaves import as_reported
 from ..sharding.mesh_env import has_explicit_axes, result_mesh
 from ..sharding.parsed import REPLICATED, ParsedPartitionSpec, SpecSync
-from ..trace.primitive import PjitParams
+from ..primitives.pjit_call import PjitParams
 from .agreement import check_same_program
 
 

@@ -22,11 +22,11 @@ from .. import jax_private as jp
 from .. import window
 from ..build.cache import get_executable
 from ..build.executable import Executable
+from ..primitives.constraint import ConstraintParams
+from ..primitives.pjit_call import PjitParams
+from ..primitives.pmap_region import RegionParams, region_pjit
 from ..sharding.parsed import REPLICATED, ParsedPartitionSpec
 from ..sharding.placement import layout_spec
-from ..trace.constraint import ConstraintParams, sharding_constraint_p
-from ..trace.primitive import PjitParams, pjit_p
-from ..trace.region import RegionParams, pmap_region_p, region_pjit
 
 
 def check_live(x: Any, where: str) -> None:
@@ -169,7 +169,7 @@ def spec_of_arg(x: Any, mesh: Mesh) -> ParsedPartitionSpec:
     return REPLICATED
 
 
-def _pjit_impl(*args: Any, **kwargs: Any) -> list[Any]:
+def pjit_impl(*args: Any, **kwargs: Any) -> list[Any]:
     """Run the body eagerly on concrete arguments (jax calls this outside any trace)."""
     params = PjitParams.of(kwargs)
     if None in params.in_axis_resources:
@@ -183,21 +183,15 @@ def _pjit_impl(*args: Any, **kwargs: Any) -> list[Any]:
     return execute_placed(executable, place_args_reporting(args, executable.in_placements())[0])
 
 
-pjit_p.def_impl(_pjit_impl)
-
-
-def _region_impl(*args: Any, **kwargs: Any) -> list[Any]:
+def region_impl(*args: Any, **kwargs: Any) -> list[Any]:
     """A pmap region outside any pjit (a rule bound one eagerly): run it as a pjit over its mesh."""
     region = RegionParams.of(kwargs)
     avals = [jp.shaped_abstractify(x) for x in args]
     params = region_pjit(region, (), avals, (False,) * len(args))
-    return _pjit_impl(*args, **params.as_kwargs())
+    return pjit_impl(*args, **params.as_kwargs())
 
 
-pmap_region_p.def_impl(_region_impl)
-
-
-def _constraint_impl(x: Any, **kwargs: Any) -> Any:
+def constraint_impl(x: Any, **kwargs: Any) -> Any:
     """A constraint outside any trace: lay the value out (open dims unpartitioned).
 
     A jax.Array cannot be split unevenly (XLA pads only inside a computation),
@@ -213,6 +207,3 @@ def _constraint_impl(x: Any, **kwargs: Any) -> Any:
         for d, axes in enumerate(spec.partitions)
     ]
     return jax.device_put(x, NamedSharding(mesh, jax.sharding.PartitionSpec(*entries)))
-
-
-sharding_constraint_p.def_impl(_constraint_impl)

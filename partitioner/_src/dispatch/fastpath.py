@@ -52,8 +52,8 @@ from .. import options, window
 from ..build.cache import get_executable
 from ..build.executable import Executable
 from ..events import emit
+from ..primitives.call_plan import CallPlan
 from ..trace.arguments import CallArguments
-from ..trace.plan import CallPlan
 from . import explain
 from .execute import check_live, run
 

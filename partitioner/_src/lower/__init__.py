@@ -1,4 +1,1 @@
 """Stage 3: jaxpr -> StableHLO with sharding annotations (GSPMD and Shardy)."""
-
-from . import region as _region  # noqa: F401  (registers the pmap region lowering)
-from . import rules as _rules  # noqa: F401  (registers the MLIR lowering rules)

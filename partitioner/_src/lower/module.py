@@ -16,12 +16,11 @@ from jax.sharding import Mesh
 
 from .. import jax_private as jp
 from ..events import emit
+from ..primitives.pjit_call import PjitParams
 from ..sharding.mesh_env import typed_context
 from ..sharding.parsed import ParsedPartitionSpec
-from ..trace.primitive import PjitParams
 from ..warn import warn
 from . import annotate
-from . import rules as _rules  # noqa: F401  (registers the MLIR lowering rules)
 from .layouts import annotate_layouts, has_layouts, same_donated_layout
 from .memory import MemoryKinds, annotate_memory_kinds, check_device_put_devices, memory_kinds
 

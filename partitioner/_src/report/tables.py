@@ -21,10 +21,10 @@ from jax.tree_util import keystr, tree_flatten_with_path, tree_unflatten
 
 from .. import jax_private as jp
 from ..build.executable import Executable
+from ..primitives.call_plan import CallPlan
+from ..primitives.constraint import sharding_constraint_p
 from ..sharding.auto import AutoChoice, Candidate
 from ..sharding.parsed import ParsedPartitionSpec
-from ..trace.constraint import sharding_constraint_p
-from ..trace.plan import CallPlan
 from .collectives import Collective, collectives
 
 

@@ -1,8 +1,14 @@
 """``with_sharding_constraint``: pin a value's layout inside a computation.
 
 Its own primitive, so it survives tracing and every transformation carries it
-(the rules live in ``rules/constraint.py``, the lowering in ``lower/rules.py``);
+(its rules are below, the lowering in ``lower/nested.py``);
 outside any trace it simply lays the value out (the impl, in ``dispatch/execute.py``).
+
+Every transformation rule of ``sharding_constraint_p``: vmap, jvp, transpose.
+
+A constraint is linear and elementwise-shaped: tangents and cotangents are
+constrained like the value, and under ``vmap`` a plain batch dimension is left
+open for XLA (``UNCONSTRAINED``), or split over ``spmd_axis_name``'s axes.
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ from ..sharding.checks import check_spec
 from ..sharding.mesh_env import has_explicit_axes, maybe_current_mesh, resolve_mesh
 from ..sharding.parsed import ParsedPartitionSpec
 from ..sharding.tree import broadcast_prefix, meshes_named_by, prepare_axis_resources
-from .params import PrimitiveParams
-from .tracing import check_mesh_unchanged
+from ..trace.params import PrimitiveParams
+from ..trace.tracing import check_mesh_unchanged
+from .rule_helpers import batch_spec, not_mapped, spmd_axes
 
 sharding_constraint_p = jp.Primitive("sharding_constraint")
 
@@ -131,4 +138,45 @@ def with_sharding_constraint(x: Any, axis_resources: Any) -> Any:
     return tree_unflatten(tree, outs)
 
 
-sharding_constraint_p.def_abstract_eval(lambda x, **_: x)
+# --- abstract evaluation ---
+
+
+def abstract_eval(x: Any, **_: Any) -> Any:
+    """A constraint changes a value's layout, never its type."""
+    return x
+
+
+# --- batching ---
+
+
+def batcher(axis_data: Any, vals_in: Any, dims_in: Any, **kwargs: Any) -> tuple[Any, Any]:
+    params = ConstraintParams.of(kwargs)
+    (x,), (d,) = vals_in, dims_in
+    if d is not_mapped:
+        return params.bind(x), d
+    spmd = spmd_axes(axis_data)
+    spec = batch_spec(
+        params.axis_resources, d, spmd, params.mesh, axis_data.size, open_dim=not spmd
+    )
+    return params.replace(axis_resources=spec).bind(x), d
+
+
+# --- jvp ---
+
+
+def jvp(primals: Any, tangents: Any, **kwargs: Any) -> tuple[Any, Any]:
+    params = ConstraintParams.of(kwargs)
+    (x,), (t,) = primals, tangents
+    out = params.bind(x)
+    if type(t) is jp.Zero:
+        return out, t
+    return out, params.bind(t)
+
+
+# --- transpose ---
+
+
+def transpose(ct: Any, x: Any, **kwargs: Any) -> list[Any]:
+    if type(ct) is jp.Zero:
+        return [jp.Zero(x.aval.to_ct_aval()) if jp.is_undefined_primal(x) else None]
+    return [ConstraintParams.of(kwargs).bind(ct)]

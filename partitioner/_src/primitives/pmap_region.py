@@ -1,9 +1,24 @@
-"""Transformation rules of the pmap region: jvp, vmap, partial eval, transpose, DCE.
+"""The ``pmap`` region primitive: a per-device body run once on every device of an axis.
+
+NOTE [pmap region]: ``pmap`` is a front door onto ``pjit_p``: its call is a pjit
+over a one-axis mesh whose body holds a single ``pmap_region_p`` equation. The
+region's params carry the *per-device* body: a jaxpr on **blocks** (each mapped
+input's mapped dimension has size 1 there, as every device holds one slice)
+that squeezes that dimension, runs the user's function with collectives bound
+to the axis name, and expands each mapped output back. Outside, the region's
+inputs and outputs are global arrays: a mapped input's dimension ``d`` is the
+axis size; an unmapped (``None``) input is the same on every device; an
+unmapped output is taken as the devices' common value (not checked, as in
+jax.pmap). The lowering (``lower/manual.py``) makes the body a manual-SPMD
+computation over the axis; the rules (below) transform the body
+under the axis environment.
+
+Transformation rules of the pmap region: jvp, vmap, partial eval, transpose, DCE.
 
 Each rule transforms the per-device body with jax's own machinery, *under the
 region's axis environment* (so the body's collectives trace and transform with
 jax's rules for them), and binds a new region with the mapped dimensions each
-new input and output gets (NOTE [pmap region] in ``trace/region.py``):
+new input and output gets (NOTE [pmap region] in ``primitives/pmap_region.py``):
 - jvp: tangents are mapped like their primals.
 - vmap: the batch dimension goes first, outside and in the block, so every
   mapped dimension moves one to the right.
@@ -17,25 +32,173 @@ new input and output gets (NOTE [pmap region] in ``trace/region.py``):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import numpy as np
+from jax.sharding import Mesh, PartitionSpec
 
 from .. import jax_private as jp
-from ..trace.region import RegionParams, block_aval, global_aval, pmap_region_p
-from ._common import batch_dims_first, cotangents_for, keep_where, stage_unknown
+from ..sharding.parsed import ParsedPartitionSpec
+from ..trace.memo import ByIdentity, cache_per_jaxpr
+from ..trace.params import PrimitiveParams
+from .pjit_call import PjitParams
+from .rule_helpers import batch_dims_first, cotangents_for, keep_where, stage_unknown
+
+pmap_region_p = jp.Primitive("pmap_region")
+pmap_region_p.multiple_results = True
+
+
+@dataclasses.dataclass(frozen=True)
+class RegionParams(PrimitiveParams):
+    """The parameters of one ``pmap_region_p`` equation (all hashable).
+
+    Attributes:
+        body: ClosedJaxpr on blocks (NOTE [pmap region]).
+        axis_name: the mapped axis (the mesh's only axis).
+        mesh: the one-axis mesh of the devices, in mapping order.
+        in_dims / out_dims: per input / output, the mapped dimension or None.
+        name: the user's function name.
+
+    Invariant: one mapped dimension (or None) per body input and per body output.
+    """
+
+    primitive: ClassVar[jp.Primitive] = pmap_region_p
+    tuple_fields: ClassVar[tuple[str, ...]] = ("in_dims", "out_dims")
+
+    body: jp.ClosedJaxpr
+    axis_name: str
+    mesh: Mesh
+    in_dims: tuple[int | None, ...]
+    out_dims: tuple[int | None, ...]
+    name: str
+
+    def check(self) -> None:
+        if len(self.in_dims) != len(self.body.in_avals) or len(self.out_dims) != len(
+            self.body.out_avals
+        ):
+            raise ValueError(
+                f"internal error: pmap {self.name} region has {len(self.body.in_avals)} inputs and "
+                f"{len(self.body.out_avals)} outputs but {len(self.in_dims)} and "
+                f"{len(self.out_dims)} mapped dimensions; please report"
+            )
+
+    @property
+    def size(self) -> int:
+        return int(self.mesh.shape[self.axis_name])
+
+    def axis_env(self) -> Any:
+        """The axis environment the body's collectives are traced and lowered in."""
+        return jp.extend_axis_env_nd([(self.axis_name, self.size)])
+
+
+def block_aval(aval: Any, dim: int | None) -> Any:
+    """One device's block of a global value mapped at ``dim`` (size 1 there)."""
+    if dim is None:
+        return aval
+    return aval.update(shape=(*aval.shape[:dim], 1, *aval.shape[dim + 1 :]))
+
+
+def global_aval(aval: Any, dim: int | None, size: int) -> Any:
+    """The global value whose blocks (mapped at ``dim`` over ``size`` devices) are ``aval``."""
+    if dim is None:
+        return aval
+    return aval.update(shape=(*aval.shape[:dim], size, *aval.shape[dim + 1 :]))
+
+
+def mapped_spec(axis_name: str, dim: int | None) -> ParsedPartitionSpec:
+    """The global layout of a value mapped at ``dim`` over ``axis_name`` (replicated for None)."""
+    entries = () if dim is None else (*([None] * dim), axis_name)
+    return ParsedPartitionSpec.coerce(PartitionSpec(*entries), "pmap")
+
+
+def region_pjit(
+    region: RegionParams,
+    consts: Sequence[Any],
+    in_avals: Sequence[Any],
+    donated: Sequence[bool],
+) -> PjitParams:
+    """A pjit over the region's mesh whose body is the region (NOTE [pmap region]).
+
+    The region's first ``len(consts)`` inputs are ``consts``, closed into the body;
+    the pjit takes the rest (``in_avals``), each laid out as the region maps it.
+    Built once per region body and signature (NOTE [derived jaxpr cache]), so every
+    plan of the same call reaches the executable cache with the same program.
+    """
+    rest = (region.axis_name, region.mesh, region.in_dims, region.out_dims, region.name)
+    return _region_pjit(region.body, rest, ByIdentity(consts), tuple(in_avals), tuple(donated))
+
+
+@cache_per_jaxpr
+def _region_pjit(
+    body: Any,
+    rest: tuple[Any, ...],
+    consts: ByIdentity,
+    in_avals: tuple[Any, ...],
+    donated: tuple[bool, ...],
+) -> PjitParams:
+    region = RegionParams(body, *rest)
+
+    def call(*xs: Any) -> Any:
+        return region.bind(*consts.values, *xs)
+
+    debug_info = jp.debug_info("pmap", call, in_avals, {})
+    jaxpr, _, closed = jp.trace_to_jaxpr_dynamic(
+        jp.wrap_init(call, debug_info=debug_info), list(in_avals)
+    )
+    jaxpr = jaxpr.replace(debug_info=_named_as_body(jaxpr.debug_info, body, len(in_avals)))
+    return PjitParams(
+        jaxpr=jp.ClosedJaxpr(jaxpr, closed),
+        in_axis_resources=tuple(
+            mapped_spec(region.axis_name, d) for d in region.in_dims[len(consts.values) :]
+        ),
+        out_axis_resources=tuple(mapped_spec(region.axis_name, d) for d in region.out_dims),
+        mesh=region.mesh,
+        donated_invars=donated,
+        name=region.name,
+        api="pmap",
+    )
+
+
+def _named_as_body(debug: Any, body: Any, n_in: int) -> Any:
+    """``debug`` with the argument and result names of the region's body (the user's names).
+
+    The pjit around a region takes the body's last ``n_in`` inputs, so its module
+    names them as the user's function does (``jax.arg_info``, ``jax.result_info``).
+    """
+    named = body.jaxpr.debug_info
+    if named is None or debug is None:
+        return debug
+    names = tuple(named.arg_names or ())
+    names = ((None,) * n_in + names)[-n_in:] if n_in else ()
+    return debug._replace(arg_names=names, result_paths=named.result_paths)
+
+
+# --- abstract evaluation ---
+
+
+def abstract_eval(*avals: Any, **params: Any) -> tuple[list[Any], Any]:
+    p = RegionParams.of(params)
+    outs = [global_aval(a, d, p.size) for a, d in zip(p.body.out_avals, p.out_dims, strict=True)]
+    return outs, p.body.effects
+
+
+def pp_rule(eqn: Any, context: Any, settings: Any) -> Any:
+    params = dict(eqn.params)
+    params["mesh"] = dict(params["mesh"].shape)
+    return jp.pp_eqn(eqn.replace(params=params), context, settings)
 
 
 def _trace_block_fn(
     p: RegionParams, fn: Callable[..., Sequence[Any]], block_avals: Sequence[Any], what: str
 ) -> Any:
     """``fn`` on blocks, traced under the region's axis environment, as a ClosedJaxpr."""
-    debug = jp.debug_info(what, fn, tuple(block_avals), {})
+    info = jp.debug_info(what, fn, tuple(block_avals), {})
     with p.axis_env():
         jaxpr, _, consts = jp.trace_to_jaxpr_dynamic(
-            jp.wrap_init(lambda *xs: list(fn(*xs)), debug_info=debug), list(block_avals)
+            jp.wrap_init(lambda *xs: list(fn(*xs)), debug_info=info), list(block_avals)
         )
     return jp.ClosedJaxpr(jaxpr, consts)
 
@@ -43,7 +206,7 @@ def _trace_block_fn(
 # --- jvp ---
 
 
-def _region_jvp(primals: Any, tangents: Any, **kwargs: Any) -> tuple[list[Any], list[Any]]:
+def jvp(primals: Any, tangents: Any, **kwargs: Any) -> tuple[list[Any], list[Any]]:
     p = RegionParams.of(kwargs)
     nz_in = [type(t) is not jp.Zero for t in tangents]
     with p.axis_env():
@@ -67,13 +230,10 @@ def _region_jvp(primals: Any, tangents: Any, **kwargs: Any) -> tuple[list[Any], 
     return list(outs[:n]), tangents_out
 
 
-jp.primitive_jvps[pmap_region_p] = _region_jvp
-
-
 # --- vmap ---
 
 
-def _region_batcher(
+def batcher(
     axis_data: Any, vals_in: Any, dims_in: Any, **kwargs: Any
 ) -> tuple[list[Any], list[Any]]:
     p = RegionParams.of(kwargs)
@@ -92,13 +252,10 @@ def _region_batcher(
     return list(batched.bind(*vals)), [0 if b else None for b in out_batched]
 
 
-jp.fancy_primitive_batchers[pmap_region_p] = _region_batcher
-
-
 # --- partial eval ---
 
 
-def _region_partial_eval(trace: Any, *in_tracers: Any, **kwargs: Any) -> list[Any]:
+def partial_eval(trace: Any, *in_tracers: Any, **kwargs: Any) -> list[Any]:
     p = RegionParams.of(kwargs)
     known_ins = [t.pval.is_known() for t in in_tracers]
     unknown_ins = [not k for k in known_ins]
@@ -150,13 +307,10 @@ def _region_partial_eval(trace: Any, *in_tracers: Any, **kwargs: Any) -> list[An
     return [next(unknown_iter) if u else next(known_iter) for u in unknown_outs]
 
 
-jp.custom_partial_eval_rules[pmap_region_p] = _region_partial_eval
-
-
 # --- transpose ---
 
 
-def _region_transpose(cts_in: Any, *primals_in: Any, **kwargs: Any) -> list[Any]:
+def transpose(cts_in: Any, *primals_in: Any, **kwargs: Any) -> list[Any]:
     p = RegionParams.of(kwargs)
     undef = [jp.is_undefined_primal(x) for x in primals_in]
     nz_cts = [type(ct) is not jp.Zero for ct in cts_in]
@@ -214,9 +368,6 @@ def _region_transpose(cts_in: Any, *primals_in: Any, **kwargs: Any) -> list[Any]
     return cotangents_for(primals_in, undef, nz_out, outs)
 
 
-jp.primitive_transposes[pmap_region_p] = _region_transpose
-
-
 def _region_eqn(invars: Sequence[Any], outvars: Sequence[Any], p: RegionParams, like: Any) -> Any:
     """A ``pmap_region_p`` equation with ``like``'s source info and context."""
     return jp.new_jaxpr_eqn(
@@ -233,7 +384,7 @@ def _region_eqn(invars: Sequence[Any], outvars: Sequence[Any], p: RegionParams, 
 # --- dce ---
 
 
-def _region_dce(used_outputs: list[bool], eqn: Any) -> tuple[list[bool], Any]:
+def dce(used_outputs: list[bool], eqn: Any) -> tuple[list[bool], Any]:
     if not any(used_outputs) and not jp.has_effects(eqn):
         return [False] * len(eqn.invars), None
     p = RegionParams.of(eqn.params)
@@ -250,13 +401,10 @@ def _region_dce(used_outputs: list[bool], eqn: Any) -> tuple[list[bool], Any]:
     return used_inputs, new_eqn
 
 
-jp.dce_rules[pmap_region_p] = _region_dce
-
-
 # --- partial_eval_jaxpr_custom (jax.checkpoint and remat policies) ---
 
 
-def _region_partial_eval_custom(
+def partial_eval_custom(
     saveable: Any, unks_in: Sequence[bool], inst_in: Sequence[bool], eqn: Any
 ) -> tuple[Any, Any, list[bool], list[bool], list[Any]]:
     """Split the region into a known and a staged one (residuals mapped at a new dim 0)."""
@@ -317,6 +465,3 @@ def _region_partial_eval_custom(
         eqn,
     )
     return eqn_known, eqn_staged, list(unks_out), list(inst_out), res_vars
-
-
-jp.partial_eval_jaxpr_custom_rules[pmap_region_p] = _region_partial_eval_custom

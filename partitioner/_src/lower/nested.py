@@ -16,9 +16,9 @@ from typing import Any
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .. import jax_private as jp
+from ..primitives.constraint import sharding_constraint_p
+from ..primitives.pjit_call import PjitParams, pjit_p
 from ..sharding.parsed import ParsedPartitionSpec
-from ..trace.constraint import sharding_constraint_p
-from ..trace.primitive import PjitParams, pjit_p
 from . import annotate
 
 
@@ -92,7 +92,7 @@ def _constrain_all(
 # --- pjit ---
 
 
-def _pjit_lowering(ctx: Any, *args: Any, **kwargs: Any) -> list[Any]:
+def pjit_lowering(ctx: Any, *args: Any, **kwargs: Any) -> list[Any]:
     params = PjitParams.of(kwargs)
     mesh = params.mesh
     where = placement(ctx, mesh, f"{params.api} {params.name}")
@@ -115,26 +115,20 @@ def _pjit_lowering(ctx: Any, *args: Any, **kwargs: Any) -> list[Any]:
     return _constrain_all(ctx, outs, ctx.avals_out, params.out_axis_resources, mesh, where)
 
 
-jp.register_lowering(pjit_p, _pjit_lowering, cacheable=False)
-
-
 # --- sharding constraint ---
 
 
-def _sharding_constraint_lowering(
+def constraint_lowering(
     ctx: Any, x: Any, *, axis_resources: ParsedPartitionSpec, mesh: Mesh
 ) -> list[Any]:
     where = placement(ctx, mesh, "with_sharding_constraint")
     return _constrain_all(ctx, [x], ctx.avals_in, [axis_resources], mesh, where)
 
 
-jp.register_lowering(sharding_constraint_p, _sharding_constraint_lowering)
-
-
 # --- the devices of an enclosing jax.jit ---
 
 
-def _intermediate_shardings(jaxpr: Any) -> Iterator[tuple[NamedSharding, Any, str]]:
+def intermediate_shardings(jaxpr: Any) -> Iterator[tuple[NamedSharding, Any, str]]:
     """One sharding over the mesh of each of our equations in ``jaxpr`` (this level only).
 
     NOTE [device assignment under jax.jit] in ``jax_private.py``: the enclosing
@@ -150,6 +144,3 @@ def _intermediate_shardings(jaxpr: Any) -> Iterator[tuple[NamedSharding, Any, st
 @functools.lru_cache(maxsize=64)
 def _replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
-
-
-jp.report_intermediate_shardings(_intermediate_shardings)

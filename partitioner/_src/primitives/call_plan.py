@@ -15,8 +15,8 @@ from jax.sharding import Mesh
 from jax.tree_util import PyTreeDef, tree_unflatten
 
 from ..sharding.auto import AutoChoice
-from .arguments import FlatArguments
-from .primitive import PjitParams
+from ..trace.arguments import FlatArguments
+from .pjit_call import PjitParams
 
 
 @dataclass(frozen=True)

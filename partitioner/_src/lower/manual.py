@@ -20,13 +20,13 @@ from typing import Any
 from jax.sharding import Mesh, PartitionSpec
 
 from .. import jax_private as jp
+from ..primitives.pmap_region import RegionParams, mapped_spec
 from ..sharding.parsed import REPLICATED, ParsedPartitionSpec
-from ..trace.region import RegionParams, mapped_spec, pmap_region_p
 from . import annotate
-from .rules import placement
+from .nested import placement
 
 
-def _lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
+def region_lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
     p = RegionParams.of(kwargs)
     # Shardable ordered effects (id_tap) run per device, their tokens threaded
     # through the body (NOTE [taps in manual regions] in host_callback/lowering.py).
@@ -211,6 +211,3 @@ def _open(spec: ParsedPartitionSpec, aval: Any) -> PartitionSpec:
     ndim = len(jp.physical_aval(aval).shape)
     parts = list(spec.to_partition_spec()) + [None] * ndim
     return PartitionSpec(*(PartitionSpec.UNCONSTRAINED if e is None else e for e in parts[:ndim]))
-
-
-jp.register_lowering(pmap_region_p, _lowering, cacheable=False)

@@ -1,4 +1,15 @@
-"""Every transformation rule of ``pjit_p``: vmap, jvp, transpose, partial eval, DCE.
+"""The ``pjit`` primitive and its typed parameters.
+
+Why our own primitive (not ``jax.jit``'s): its params carry *our* parsed specs
+and mesh, so every transformation rule, the lowering and the dispatch path read
+the partitioning from one place and jax's caches (keyed on hashable params) work.
+
+Why a dataclass beside it: jax hands rules the params as a flat keyword dict
+(and must see the ``jaxpr`` there, to find sub-jaxprs). Rules read them through
+:class:`PjitParams`, which names and types every field and checks the invariants
+that tie them together, instead of string lookups and asserts in every rule.
+
+Every transformation rule of ``pjit_p``: vmap, jvp, transpose, partial eval, DCE.
 
 One file per primitive (``constraint.py`` and ``region.py`` beside it), so what a
 transformation does to a pjit is read in one place.
@@ -21,7 +32,7 @@ transformation does to a pjit is read in one place.
 NOTE [residual shardings]: residuals are never forced to replicate. Their
 spec in both halves is ``None`` ("XLA chooses"): the known half is compiled
 with sharding propagation to those outputs, and dispatch reads the chosen
-layout back from the executable (``compile.py`` parses its output
+layout back from the executable (``build/compile.py`` parses its output
 OpShardings). The unknown half then takes each residual laid out as it
 arrived (``dispatch/execute.py`` resolves ``None`` in-specs from the
 arguments). A residual that is just a known input, or a primal output, is
@@ -38,14 +49,18 @@ where no mesh is in context at all (``jax.grad`` outside the ``with`` block).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
+
+from jax.sharding import Mesh
 
 from .. import jax_private as jp
 from ..sharding.mesh_env import typed_context
+from ..sharding.parsed import ParsedPartitionSpec
 from ..trace.memo import cache_per_jaxpr
-from ..trace.primitive import PjitParams, pjit_p
-from ._common import (
+from ..trace.params import PrimitiveParams
+from .rule_helpers import (
     batch_dims_first,
     batch_spec,
     cotangents_for,
@@ -55,10 +70,102 @@ from ._common import (
     stage_unknown,
 )
 
+pjit_p = jp.Primitive("pjit")
+pjit_p.multiple_results = True
+
+
+@dataclasses.dataclass(frozen=True)
+class PjitParams(PrimitiveParams):
+    """The parameters of one ``pjit_p`` equation (all hashable).
+
+    Attributes:
+        jaxpr: the ClosedJaxpr of the body (flat inputs, static arguments removed).
+        in_axis_resources / out_axis_resources: one ParsedPartitionSpec per flat
+            input / output, or None where XLA chooses the layout (residuals, see
+            NOTE [residual shardings] in primitives/pjit_call.py).
+        mesh: the ``jax.sharding.Mesh`` the call runs over: with its axis types
+            when some axis is Explicit (values are then typed with their
+            shardings, NOTE [explicit axes] in ``sharding/mesh_env.py``), else its
+            Auto twin.
+        donated_invars: one bool per flat input: the caller asks to donate it.
+        name: the function's name, for the HLO module and messages.
+        api: the front door the user called (``"pjit"``, ``"jit"``, ``"pmap"``), so
+            messages from the shared layers name what the user wrote.
+        committed: its results are committed to their devices (False only for a
+            call nothing committed: uncommitted arguments and no mesh).
+        compiler_options: ``jit(..., compiler_options=...)`` as sorted ``(name,
+            value)`` pairs (hashable), handed to XLA when the body is compiled.
+
+    Invariants (checked at construction): one spec and one donation flag per
+    jaxpr input, one spec per jaxpr output.
+    """
+
+    primitive: ClassVar[jp.Primitive] = pjit_p
+    tuple_fields: ClassVar[tuple[str, ...]] = (
+        "in_axis_resources",
+        "out_axis_resources",
+        "donated_invars",
+    )
+
+    jaxpr: jp.ClosedJaxpr
+    in_axis_resources: tuple[ParsedPartitionSpec | None, ...]
+    out_axis_resources: tuple[ParsedPartitionSpec | None, ...]
+    mesh: Mesh
+    donated_invars: tuple[bool, ...]
+    name: str
+    api: str = "pjit"
+    committed: bool = True
+    compiler_options: tuple[tuple[str, Any], ...] = ()
+
+    def check(self) -> None:
+        n_in, n_out = len(self.jaxpr.in_avals), len(self.jaxpr.out_avals)
+        if not len(self.in_axis_resources) == len(self.donated_invars) == n_in:
+            raise ValueError(
+                f"internal error: {self.api} {self.name} has {n_in} inputs but "
+                f"{len(self.in_axis_resources)} input specs and {len(self.donated_invars)} "
+                "donation flags; please report"
+            )
+        if len(self.out_axis_resources) != n_out:
+            raise ValueError(
+                f"internal error: {self.api} {self.name} has {n_out} outputs but "
+                f"{len(self.out_axis_resources)} output specs; please report"
+            )
+
+
+# --- abstract evaluation ---
+
+
+def abstract_eval(*avals: Any, jaxpr: jp.ClosedJaxpr, **_: Any) -> tuple[Any, Any]:
+    return jaxpr.out_avals, jaxpr.effects
+
+
+def pp_rule(eqn: Any, context: Any, settings: Any) -> Any:
+    # Show specs as the user would write them, not the parsed tuples.
+    params = dict(eqn.params)
+
+    def show(specs: Any) -> tuple[Any, ...]:
+        return tuple("UNSPECIFIED" if s is None else s.to_partition_spec() for s in specs)
+
+    params["in_axis_resources"] = show(params["in_axis_resources"])
+    params["out_axis_resources"] = show(params["out_axis_resources"])
+    params["mesh"] = dict(params["mesh"].shape)
+    if not any(params["donated_invars"]):
+        del params["donated_invars"]
+    for field, default in (
+        ("api", "pjit"),
+        ("committed", True),
+        ("compiler_options", ()),
+    ):
+        if params[field] == default:
+            del params[field]
+    new_eqn = eqn.replace(params=params)
+    return jp.pp_eqn(new_eqn, context, settings)
+
+
 # --- batching ---
 
 
-def _pjit_batcher(
+def batcher(
     axis_data: Any, vals_in: Any, dims_in: Any, **kwargs: Any
 ) -> tuple[list[Any], list[Any]]:
     params = PjitParams.of(kwargs)
@@ -81,13 +188,10 @@ def _pjit_batcher(
     return outs, [0 if b else not_mapped for b in out_batched]
 
 
-jp.fancy_primitive_batchers[pjit_p] = _pjit_batcher
-
-
 # --- jvp ---
 
 
-def _pjit_jvp(primals_in: Any, tangents_in: Any, **kwargs: Any) -> tuple[list[Any], list[Any]]:
+def jvp(primals_in: Any, tangents_in: Any, **kwargs: Any) -> tuple[list[Any], list[Any]]:
     params = PjitParams.of(kwargs)
     nz_in = [type(t) is not jp.Zero for t in tangents_in]
     with typed_context(params.mesh):  # NOTE [retracing typed bodies]
@@ -107,9 +211,6 @@ def _pjit_jvp(primals_in: Any, tangents_in: Any, **kwargs: Any) -> tuple[list[An
         for nz, aval in zip(nz_out, params.jaxpr.out_avals, strict=True)
     ]
     return primals_out, tangents_out
-
-
-jp.primitive_jvps[pjit_p] = _pjit_jvp
 
 
 # --- transpose ---
@@ -145,7 +246,7 @@ def _transposed_jaxpr(
     return jp.ClosedJaxpr(t_jaxpr, consts), nz_out_box[-1]
 
 
-def _pjit_transpose(cts_in: Any, *primals_in: Any, **kwargs: Any) -> list[Any]:
+def transpose(cts_in: Any, *primals_in: Any, **kwargs: Any) -> list[Any]:
     params = PjitParams.of(kwargs)
     jaxpr, in_specs, out_specs = params.jaxpr, params.in_axis_resources, params.out_axis_resources
     undef = tuple(jp.is_undefined_primal(x) for x in primals_in)
@@ -166,9 +267,6 @@ def _pjit_transpose(cts_in: Any, *primals_in: Any, **kwargs: Any) -> list[Any]:
     )
     outs = transposed.bind(*known, *cts) if t_jaxpr.out_avals or t_jaxpr.effects else []
     return cotangents_for(primals_in, undef, nz_out, outs)
-
-
-jp.primitive_transposes[pjit_p] = _pjit_transpose
 
 
 # --- partial eval ---
@@ -221,7 +319,7 @@ def _prune_forwarded(
     return known_jaxpr, keep_where(known_out_specs, keep), in_fwd, out_fwd
 
 
-def _pjit_partial_eval(trace: Any, *in_tracers: Any, **kwargs: Any) -> list[Any]:
+def partial_eval(trace: Any, *in_tracers: Any, **kwargs: Any) -> list[Any]:
     params = PjitParams.of(kwargs)
     jaxpr, in_specs, out_specs = params.jaxpr, params.in_axis_resources, params.out_axis_resources
     in_pvals = [t.pval for t in in_tracers]
@@ -283,9 +381,6 @@ def _pjit_partial_eval(trace: Any, *in_tracers: Any, **kwargs: Any) -> list[Any]
     return [next(unknown_iter) if u else next(known_iter) for u in unknown_outs]
 
 
-jp.custom_partial_eval_rules[pjit_p] = _pjit_partial_eval
-
-
 # --- partial_eval_jaxpr_custom (jax.checkpoint / remat policies under grad) ---
 
 
@@ -324,13 +419,10 @@ def _pjit_partial_eval_custom_params(
     return known.as_kwargs(), staged.as_kwargs()
 
 
-def _pjit_partial_eval_custom(saveable: Any, unks_in: Any, inst_in: Any, eqn: Any) -> Any:
+def partial_eval_custom(saveable: Any, unks_in: Any, inst_in: Any, eqn: Any) -> Any:
     return jp.closed_call_partial_eval_custom_rule(
         "jaxpr", _pjit_partial_eval_custom_params, saveable, unks_in, inst_in, eqn
     )
-
-
-jp.partial_eval_jaxpr_custom_rules[pjit_p] = _pjit_partial_eval_custom
 
 
 # --- dead-code elimination ---
@@ -342,7 +434,7 @@ def _dce_body(jaxpr: Any, used_outputs: tuple[bool, ...]) -> tuple[Any, list[boo
     return jp.ClosedJaxpr(body, jaxpr.consts), used_inputs
 
 
-def _pjit_dce(used_outputs: list[bool], eqn: Any) -> tuple[list[bool], Any]:
+def dce(used_outputs: list[bool], eqn: Any) -> tuple[list[bool], Any]:
     if not any(used_outputs) and not jp.has_effects(eqn):
         return [False] * len(eqn.invars), None
     params = PjitParams.of(eqn.params)
@@ -364,6 +456,3 @@ def _pjit_dce(used_outputs: list[bool], eqn: Any) -> tuple[list[bool], Any]:
         eqn.ctx,
     )
     return used_inputs, new_eqn
-
-
-jp.dce_rules[pjit_p] = _pjit_dce

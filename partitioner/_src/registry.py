@@ -1,0 +1,65 @@
+"""Where partitioner's primitives meet jax: every registration, read top to bottom.
+
+Why one module: a primitive's pieces live at the stage that needs them (its
+definition, abstract evaluation and transformation rules in ``primitives/``, its
+MLIR lowering in ``lower/``, its eager impl in ``dispatch/``), because the impl
+runs the build pipeline and the lowering annotates shardings: one file per
+primitive, as jax writes its own, would pull the primitive above the stages
+that use it. What jax needs to know about each primitive is then wired here,
+once, in the order jax meets a primitive (trace, transform, lower, run), so
+"what does jax do with ``pjit_p``" is one block to read, and
+``tests/test_rules_registry.py`` checks that no registration happens anywhere
+else and that no primitive misses one. Importing this module (the front doors'
+common module does) installs everything; importing it again changes nothing.
+The host callback package keeps its own two primitives in its own registry
+(``host_callback/registry.py``), so that it loads only when it is used.
+"""
+
+from __future__ import annotations
+
+from . import jax_private as jp
+from .dispatch import execute
+from .lower import manual, nested
+from .primitives import constraint, pjit_call, pmap_region
+
+# --- pjit_p: a partitioned call of a traced body over a mesh ---
+
+pjit_p = pjit_call.pjit_p
+pjit_p.def_effectful_abstract_eval(pjit_call.abstract_eval)
+jp.pp_eqn_rules[pjit_p] = pjit_call.pp_rule
+jp.fancy_primitive_batchers[pjit_p] = pjit_call.batcher
+jp.primitive_jvps[pjit_p] = pjit_call.jvp
+jp.primitive_transposes[pjit_p] = pjit_call.transpose
+jp.custom_partial_eval_rules[pjit_p] = pjit_call.partial_eval
+jp.partial_eval_jaxpr_custom_rules[pjit_p] = pjit_call.partial_eval_custom
+jp.dce_rules[pjit_p] = pjit_call.dce
+jp.register_lowering(pjit_p, nested.pjit_lowering, cacheable=False)
+pjit_p.def_impl(execute.pjit_impl)
+
+# --- sharding_constraint_p: pin a value's layout inside a body ---
+
+sharding_constraint_p = constraint.sharding_constraint_p
+sharding_constraint_p.def_abstract_eval(constraint.abstract_eval)
+jp.fancy_primitive_batchers[sharding_constraint_p] = constraint.batcher
+jp.primitive_jvps[sharding_constraint_p] = constraint.jvp
+jp.primitive_transposes[sharding_constraint_p] = constraint.transpose
+jp.register_lowering(sharding_constraint_p, nested.constraint_lowering)
+sharding_constraint_p.def_impl(execute.constraint_impl)
+
+# --- pmap_region_p: a per-device body run once on every device of an axis ---
+
+pmap_region_p = pmap_region.pmap_region_p
+pmap_region_p.def_effectful_abstract_eval(pmap_region.abstract_eval)
+jp.pp_eqn_rules[pmap_region_p] = pmap_region.pp_rule
+jp.fancy_primitive_batchers[pmap_region_p] = pmap_region.batcher
+jp.primitive_jvps[pmap_region_p] = pmap_region.jvp
+jp.primitive_transposes[pmap_region_p] = pmap_region.transpose
+jp.custom_partial_eval_rules[pmap_region_p] = pmap_region.partial_eval
+jp.partial_eval_jaxpr_custom_rules[pmap_region_p] = pmap_region.partial_eval_custom
+jp.dce_rules[pmap_region_p] = pmap_region.dce
+jp.register_lowering(pmap_region_p, manual.region_lowering, cacheable=False)
+pmap_region_p.def_impl(execute.region_impl)
+
+# --- an enclosing jax.jit sees our primitives' devices (NOTE [device assignment under jax.jit]) ---
+
+jp.report_intermediate_shardings(nested.intermediate_shardings)
