@@ -11,8 +11,9 @@ from ._src.colocated.objects import colocated_python_class
 from ._src.events import add_listener, recording
 from ._src.jit import JitWrapped, jit
 from ._src.options import partitioner, set_partitioner
-from ._src.pjit import PjitWrapped, clear_caches, pjit
-from ._src.pmap import PmapWrapped, pmap, sharding_spec_of
+from ._src.pjit import PjitWrapped, pjit
+from ._src.pmap import PmapWrapped, pmap
+from ._src.primitives.constraint import with_sharding_constraint
 from ._src.residuals import Residual, residuals
 from ._src.sharding import (
     REPLICATED,
@@ -26,8 +27,9 @@ from ._src.sharding import (
     prepare_axis_resources,
 )
 from ._src.sharding.auto import AUTO
+from ._src.sharding.sharding_spec import sharding_spec_of
 from ._src.stages import Compiled, Lowered, Traced
-from ._src.primitives.constraint import with_sharding_constraint
+from ._src.wrapped import clear_caches
 
 __all__ = [
     "AUTO",

@@ -29,21 +29,18 @@ LAYERS: list[tuple[str, ...]] = [
     ("_src.jax_private", "_src.events", "_src.options", "_src.warn", "_src.window"),
     ("_src.sharding",),
     ("_src.trace",),
-    ("_src.primitives",),
+    ("_src.primitives",),  # one module per primitive: definition, params, abstract eval, rules
     ("_src.lower",),
-    ("_src.build",),
+    ("_src.build",),  # lower -> compile -> executable -> cache
     ("_src.dispatch",),
     ("_src.report",),
     ("_src.stages", "_src.residuals"),
-    ("_src.auto",),  # chooses AUTO specs; compiles finalists through dispatch, reads reports
-    ("_src.registry",),  # every registration of the core primitives
-    ("_src.pjit", "_src.host_callback", "_src.distributed"),  # front doors
-    (
-        "_src.colocated",
-        "_src.jit",
-        "_src.pmap",
-        "_src.inspection",
-    ),  # built on the front doors (pmap reuses PjitWrapped)
+    ("_src.auto",),  # chooses AUTO specs; compiles finalists through the cache, reads reports
+    ("_src.registry", "_src.host_callback", "_src.distributed"),
+    ("_src.planner",),  # options records, and free functions: a call -> CallPlan
+    ("_src.wrapped",),  # the callable every front door returns
+    ("_src.jit", "_src.pjit", "_src.pmap"),  # the front doors: siblings, none imports another
+    ("_src.colocated", "_src.inspection"),
     ("_src.inspect_cli",),  # the report from a shell: pjit + inspection
     (
         "options",
@@ -208,6 +205,131 @@ def test_no_module_reads_another_modules_private_names() -> None:
 
 def _private(attr: str) -> bool:
     return attr.startswith("_") and not attr.startswith("__")
+
+
+# --- issue 30: sibling front doors, one binder, one registry ---
+
+FRONT_DOORS_MODULES = ("_src.jit", "_src.pjit", "_src.pmap")
+
+
+def test_front_doors_are_siblings_on_one_layer() -> None:
+    """jit, pjit and pmap share a layer and none imports another (they share
+    ``wrapped.py`` and ``planner/`` below them instead)."""
+    assert len({_layer(m) for m in FRONT_DOORS_MODULES}) == 1
+    modules = _modules()
+    crossing = [
+        f"{name} imports {target}"
+        for name in FRONT_DOORS_MODULES
+        for target, _, _ in _imports(name, modules[name])
+        if target in FRONT_DOORS_MODULES and target != name
+    ]
+    assert not crossing, crossing
+
+
+BINDER = "_src.trace.arguments"
+
+
+def _binder_violations(name: str, source: str) -> list[str]:
+    """Calls that split or flatten a call's ``(args, kwargs)``, or bind a signature,
+    outside the one binder."""
+    bad = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = ast.unparse(node.func)
+        first = node.args[0] if node.args else None
+        if (
+            func.split(".")[-1] in ("tree_flatten", "tree_flatten_with_path", "tree_structure")
+            and isinstance(first, ast.Tuple)
+            and len(first.elts) == 2
+        ):
+            bad.append(f"{name}:{node.lineno} flattens a call's arguments: {ast.unparse(node)}")
+        if func.endswith(".bind") and "signature" in func.lower():
+            bad.append(f"{name}:{node.lineno} binds a signature: {ast.unparse(node)}")
+        if func.split(".")[-1] in ("split_arguments", "flatten_dynamic", "rebuilder"):
+            bad.append(f"{name}:{node.lineno} re-implements the binder: {ast.unparse(node)}")
+    return bad
+
+
+def test_one_binder_reads_every_call() -> None:
+    """Every front door, the dispatcher, the stages and colocated functions read a
+    call's arguments through ``trace/arguments.py`` (``bind_call`` and its fast
+    ``call_leaves`` / ``flat_arguments`` views), never by splitting or flattening
+    ``(args, kwargs)`` themselves."""
+    bad = [
+        line
+        for name, path in _modules().items()
+        if name != BINDER
+        for line in _binder_violations(name, path.read_text())
+    ]
+    assert not bad, "calls read around the binder:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "leaves, tree = jax.tree_util.tree_flatten((args, kwargs))",
+        "paths = tree_flatten_with_path((split.dynamic_args, split.dynamic_kwargs))",
+        "bound = self._signature.bind(*args, **kwargs)",
+        "bound = inspect.signature(fun).bind(*args)",
+    ],
+)
+def test_binder_check_catches(source: str) -> None:
+    assert _binder_violations("_src.example", source)
+
+
+REGISTRIES = ("_src.registry",)
+
+
+def _registrations(source: str) -> list[int]:
+    """Lines that register something of a primitive with jax."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Subscript)
+            and ast.unparse(t.value).startswith("jp.")  # a registry of jax's, via the gateway
+            for t in node.targets
+        ):
+            found.append(node.lineno)
+        elif isinstance(node, ast.Call):
+            func = ast.unparse(node.func).split(".")[-1]
+            if func in (
+                "def_impl",
+                "def_abstract_eval",
+                "def_effectful_abstract_eval",
+                "register_lowering",
+                "report_intermediate_shardings",
+            ):
+                found.append(node.lineno)
+    return found
+
+
+def test_registrations_live_in_the_registry() -> None:
+    """Every registration of partitioner's core primitives is in ``_src/registry.py``,
+    read top to bottom (docs/architecture.md says why not beside each rule)."""
+    bad = [
+        f"{name}:{line}"
+        for name, path in _modules().items()
+        if name not in REGISTRIES
+        and not name.startswith("_src.host_callback")  # its own registry: the system loads alone
+        and name != GATEWAY  # the gateway's own documented helpers
+        for line in _registrations(path.read_text())
+    ]
+    assert not bad, "registrations outside the registry:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "jp.primitive_jvps[pjit_p] = jvp",
+        "jp.fancy_primitive_batchers[p] = rule",
+        "pjit_p.def_impl(impl)",
+        "jp.register_lowering(pjit_p, lowering)",
+        "p.def_effectful_abstract_eval(f)",
+    ],
+)
+def test_registration_check_catches(source: str) -> None:
+    assert _registrations(source)
 
 
 # --- issue 18: behaviour the structure promises ---

@@ -4,8 +4,8 @@ Why a front door of its own: most JAX code calls ``jax.jit``, and libraries wrap
 it (FSDP helpers build ``NamedSharding`` trees and pass ``None`` where they have no
 opinion). ``jax.jit`` reads ``None`` as *unspecified* where pjit under a mesh reads
 it as *replicated*, checks its argnums when the function is wrapped, and names
-itself in messages; so ``jit`` is the pjit planner in jit mode (``kind="jit"``)
-behind the same dispatcher (which checks argnums when wrapping, as jax.jit does).
+itself and its own parameters in messages: all of that is data in its options
+record (``planner/jit_info.py``); the planner and the dispatcher are pjit's.
 """
 
 from __future__ import annotations
@@ -13,14 +13,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from .pjit import PjitFunction, PjitWrapped, device_option, make_wrapped
+from .planner.jit_info import NoneRule, SpecNames, device_option, jit_info
+from .planner.jit_plan import JitPlanner
 from .sharding.tree import UNSPECIFIED
+from .wrapped import Wrapped
 
 
-class JitWrapped(PjitWrapped):
+class JitWrapped(Wrapped):
     """What :func:`partitioner.jit` returns (NOTE [pjit callable]: the same mechanics)."""
 
-    _kind = "jit"
+    kind = "jit"
 
 
 def jit(
@@ -79,17 +81,19 @@ def jit(
         return lambda f: jit(f, **options)
     if not callable(fun):
         raise TypeError(f"jit: expected a callable value, got {fun!r}")
-    planner = PjitFunction(
+    info = jit_info(
         fun,
-        in_shardings,
-        out_shardings,
-        static_argnums,
-        donate_argnums,
-        static_argnames,
-        donate_argnames,
-        kind="jit",
+        api="jit",
+        names=SpecNames("in_shardings", "out_shardings"),
+        none_rule=NoneRule.UNSPECIFIED,
+        in_specs=in_shardings,
+        out_specs=out_shardings,
+        static_argnums=static_argnums,
+        static_argnames=static_argnames,
+        donate_argnums=donate_argnums,
+        donate_argnames=donate_argnames,
         device=device_option(device, backend, keep_unused, inline, "jit"),
         compiler_options=compiler_options,
         auto_memory_limit=auto_memory_limit,
     )
-    return make_wrapped(JitWrapped, planner)
+    return JitWrapped.make(JitPlanner(info))

@@ -26,7 +26,7 @@ from typing import Any
 import jax
 from jax.experimental.layout import Format
 from jax.stages import ArgInfo
-from jax.tree_util import PyTreeDef, tree_flatten, tree_unflatten
+from jax.tree_util import PyTreeDef, tree_unflatten
 
 from . import jax_private as jp
 from . import options
@@ -39,8 +39,12 @@ from .report.tables import Report
 from .report.tables import build as build_report
 from .sharding.leaves import as_reported, check_compiled_layouts
 from .sharding.partition_spec import Spec
+from .trace.arguments import Binding, call_leaves
 
 _DIALECTS = ("stablehlo", "hlo")
+
+#: A compiled function takes the dynamic arguments only: nothing of its call is static.
+_DYNAMIC_ONLY = Binding("Compiled")
 
 
 def lower_plan(plan: CallPlan) -> Lowered:
@@ -266,7 +270,7 @@ class Compiled(_Stage):
         return self._executable
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        leaves, tree = tree_flatten((args, kwargs))
+        _, leaves, tree = call_leaves(_DYNAMIC_ONLY, args, kwargs)
         if tree != self._plan.in_tree:
             raise TypeError(
                 f"Compiled {self._plan.api} called with arguments of a different structure than it was "

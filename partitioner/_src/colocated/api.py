@@ -35,10 +35,14 @@ from jax.extend.backend import register_backend_cache
 from .. import jax_private as jp
 from ..distributed.arrays import host_local_view
 from ..events import emit
+from ..trace.arguments import Binding, call_leaves, flat_arguments
 from .layout import OutputLayout, check_output, layout_from_outputs, layout_from_specs
 from .runtime import PROMISES, describe_error, logger, on_worker, run_sync, submit
 
 ShapeDtypeStructTree = Any
+
+#: A colocated function's arguments: all dynamic, named as a call of it names them.
+_ARGUMENTS = Binding("colocated_python")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -474,10 +478,13 @@ class ColocatedFunction:
             ValueError: an argument that is not a jax.Array, arguments on several
                 device lists, or no arguments and no ``devices``.
         """
-        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+        _, leaves, treedef = call_leaves(_ARGUMENTS, args, kwargs)
         if not all(isinstance(leaf, jax.Array) for leaf in leaves):
-            for path, leaf in jax.tree_util.tree_flatten_with_path((args, kwargs))[0]:
-                _spec_of(leaf, f"argument {_where(path)}")  # raises, naming the argument
+            flat = flat_arguments(_ARGUMENTS, args, kwargs)
+            for i, leaf in enumerate(flat.leaves):
+                root = "args" if i < flat.positional else "kwargs"
+                # raises, naming the argument
+                _spec_of(leaf, f"argument {root}{jax.tree_util.keystr(flat.paths[i])}")
         if not leaves and self._spec.devices is None:
             raise ValueError(
                 "No devices found. colocated_python function without input arguments must be "
@@ -529,15 +536,6 @@ class ColocatedFunction:
 
     def __repr__(self) -> str:
         return f"<colocated_python {self.__name__}>"
-
-
-def _where(path: Any) -> str:
-    """``args[0]['x']`` from a ``(args, kwargs)`` key path."""
-    if not path:
-        return "?"
-    head, rest = path[0], path[1:]
-    root = "args" if getattr(head, "idx", 0) == 0 else "kwargs"
-    return root + jax.tree_util.keystr(rest)
 
 
 def colocated_python(fun: Callable[..., Any]) -> ColocatedFunction:

@@ -17,9 +17,10 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from jax.tree_util import DictKey, KeyPath, SequenceKey, keystr
+from jax.tree_util import DictKey, SequenceKey, keystr
 
 from .. import jax_private as jp
+from ..trace.arguments import FlatArguments
 
 logger = logging.getLogger(__name__)
 
@@ -36,16 +37,8 @@ def enabled() -> bool:
 class ArgNames:
     """Names arguments as jax.jit does: by parameter name and pytree path (``params['w1']``)."""
 
-    def __init__(self, fun: Callable[..., Any], static_argnums: Iterable[int]) -> None:
-        try:
-            self._params = [
-                p.name
-                for p in inspect.signature(fun).parameters.values()
-                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-            ]
-        except (TypeError, ValueError):
-            self._params = []
-        self._static = set(static_argnums)
+    def __init__(self, positional: Sequence[str]) -> None:
+        self._params = list(positional)
 
     def positional(self, pos: int) -> str:
         return self._params[pos] if pos < len(self._params) else f"args[{pos}]"
@@ -54,17 +47,14 @@ class ArgNames:
         """A static argument, by position or keyword."""
         return self.positional(where) if isinstance(where, int) else where
 
-    def leaf(self, path: KeyPath) -> str:
-        """A flat leaf of ``(dynamic args, dynamic kwargs)``, by its path."""
-        if len(path) >= 2 and isinstance(path[0], SequenceKey):
-            head, rest = path[1], keystr(tuple(path[2:]))
-            if path[0].idx == 1 and isinstance(head, DictKey):
-                return f"{head.key}{rest}"
-            if isinstance(head, SequenceKey):
-                span = range(head.idx + len(self._static) + 1)
-                dynamic = [i for i in span if i not in self._static]
-                return f"{self.positional(dynamic[head.idx])}{rest}"
-        return f"args{keystr(tuple(path))}"
+    def leaf(self, flat: FlatArguments, i: int) -> str:
+        """Flat leaf ``i`` of a call, by its parameter and path."""
+        head, rest = flat.paths[i][0], keystr(tuple(flat.paths[i][1:]))
+        if isinstance(head, SequenceKey):
+            return f"{self.positional(head.idx)}{rest}"
+        if isinstance(head, DictKey):
+            return f"{head.key}{rest}"
+        return f"args{keystr(tuple(flat.paths[i]))}"
 
 
 def _describe(sig: Any) -> str:
@@ -92,7 +82,7 @@ def _diff_leaf(name: str, new: Any, old: Any) -> str | None:
 
 
 def _diff(
-    new: Signature, old: Signature, leaf_paths: Sequence[KeyPath], names: ArgNames
+    new: Signature, old: Signature, flat: FlatArguments, names: ArgNames
 ) -> tuple[int, int, str]:
     """(depth, number of differences, explanation) of ``new`` against ``old``.
 
@@ -125,8 +115,8 @@ def _diff(
         return 3, 1, f"different argument structure: now {tree} and before {o_tree}"
     diffs = [
         d
-        for p, n, o in zip(leaf_paths, leaves, o_leaves, strict=True)
-        if (d := _diff_leaf(names.leaf(p), n, o)) is not None
+        for i, (n, o) in enumerate(zip(leaves, o_leaves, strict=True))
+        if (d := _diff_leaf(names.leaf(flat, i), n, o)) is not None
     ]
     return 4, len(diffs), "different argument types:\n" + "\n".join(diffs)
 
@@ -136,7 +126,7 @@ def explain_miss(
     fun: Callable[..., Any],
     new: Signature,
     seen: Iterable[Signature],
-    leaf_paths: Sequence[KeyPath],
+    flat: FlatArguments,
     names: ArgNames,
 ) -> None:
     """Log (WARNING) why ``new`` missed, against the closest of the signatures ``seen``."""
@@ -151,7 +141,7 @@ def explain_miss(
         lines.append(f"  never seen function:\n    {name}{where}")
     else:
         lines.append(f"  for {name}{where}")
-        diffs = (_diff(new, s, leaf_paths, names) for s in seen)
+        diffs = (_diff(new, s, flat, names) for s in seen)
         closest = min(diffs, key=lambda d: (-d[0], d[1]))
         lines.append("  all previously seen cache keys differ. For the closest previous key:")
         lines.append("  " + closest[2])

@@ -30,8 +30,8 @@ call handed one of those same objects again (``step(state); step(state)``, the
 common slip): it raises a RuntimeError naming the consumed argument. Older
 consumed arguments, or consumed leaves passed in new containers, are not caught
 on this path (they crash in jaxlib, as under jax.jit); every Python path checks
-every leaf. Once such an executable is handed to C++, the dispatcher asks its
-front door to make the guard the function's ``__call__`` (``replace_call``);
+every leaf. Once such an executable is handed to C++, the dispatcher has the class it
+is attached to make the guard the function's ``__call__`` (``install_call``);
 every other function's ``__call__`` is the C++ callable itself.
 """
 
@@ -42,20 +42,21 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import jax
-from jax.tree_util import DictKey, SequenceKey, tree_flatten, tree_flatten_with_path
+from jax.tree_util import DictKey, SequenceKey, tree_flatten_with_path
 
 from .. import jax_private as jp
 from .. import options, window
 from ..build.cache import get_executable
 from ..build.executable import Executable
 from ..events import emit
-from ..primitives.call_plan import CallPlan
-from ..trace.arguments import CallArguments
+from ..primitives.call_plan import Planner
+from ..sharding.placement import check_live
+from ..trace.arguments import call_leaves, flat_arguments
 from . import explain
-from .execute import check_live, run
+from .execute import run
 
 _CPP_CAPACITY = 1024
 _PYTHON_CAPACITY = 1024
@@ -112,49 +113,44 @@ def _marker_getter(path: tuple[Any, ...]) -> Callable[[Any], Any]:
     return marker_of
 
 
-class Dispatcher:
-    """Routes the calls of one pjit-ed function through the C++ or Python fast path.
+class CallOwner(Protocol):
+    """The class whose ``__call__`` a dispatcher's C++ callable is (each wrapped function's own)."""
 
-    A front door gives it what it needs, explicitly: the function and its name
-    (for jaxlib), ``plan(args, kwargs) -> CallPlan`` (checks and trace),
-    ``donated_positions(n)`` (which of ``n`` positional arguments are donated),
-    and how to read a raw call (:class:`CallArguments`: the API name for
-    messages, the static positions and names). It gives back, once
-    (:meth:`take_cpp`), the C++ callable that is the function's ``__call__``; when
-    that must become a guard (NOTE [guarded C++ calls]) it calls
-    ``replace_call(make_guard)``, which the front door sets: ``make_guard`` turns
-    the C++ callable into the new ``__call__``.
+    @classmethod
+    def install_call(cls, make_call: Callable[[Any], Callable[..., Any]]) -> None:
+        """Make ``make_call(the C++ callable)`` the function's ``__call__``."""
+
+
+class Dispatcher:
+    """Routes the calls of one wrapped function through the C++ or Python fast path.
+
+    It reads everything it needs from the front door's :class:`Planner`: the
+    function and its name (for jaxlib), how its calls bind (statics and donation,
+    ``trace/arguments.py``), ``plan(args, kwargs)`` for a miss and ``eager`` for
+    ``jax.disable_jit()``. It gives back, once (:meth:`take_cpp`), the C++
+    callable that becomes the function's ``__call__``; the class holding it is
+    :meth:`attach`-ed (weakly), and when that call must become a guard (NOTE
+    [guarded C++ calls]) the dispatcher has the class install one.
     """
 
-    def __init__(
-        self,
-        name: str,
-        fun: Callable[..., Any],
-        plan: Callable[[tuple[Any, ...], dict[str, Any]], CallPlan],
-        donated_positions: Callable[[int], list[int]],
-        arguments: CallArguments,
-        eager: Callable[..., Any] | None = None,
-    ) -> None:
-        """``eager`` (default ``fun``) is what a call runs under ``jax.disable_jit()``."""
-        self.name = name
-        self._fun = fun
-        self._plan = plan
-        self._donated_positions = donated_positions
-        self._arguments = arguments
+    def __init__(self, planner: Planner) -> None:
+        self.name = planner.name
+        self._planner = planner
+        self._binding = planner.binding
         self._cpp_cache = jp.cpp_dispatch_cache(_CPP_CAPACITY)
         # Only users hold the C++ callable (inside what the front door returns);
         # nothing here points back at it once taken, so a dropped function is
         # freed at once, with its fast-path entries.
         self._cpp: Any = jp.cpp_dispatcher(
-            name,
-            fun if eager is None else eager,
+            planner.name,
+            planner.eager,
             self._cpp_miss,
-            sorted(arguments.static_argnums),
-            sorted(arguments.static_argnames),
+            sorted(self._binding.static_argnums),
+            sorted(self._binding.static_argnames),
             ("partitioner", id(self)),
             self._cpp_cache,
         )
-        self.replace_call: Callable[[Callable[[Any], Callable[..., Any]]], None] | None = None
+        self._owner: weakref.ref[type[CallOwner]] | None = None
         self._python_cache: dict[Any, _Hit] = {}
         self._python_cache_lock = threading.Lock()
         self._guarded = False
@@ -171,6 +167,10 @@ class Dispatcher:
         if cpp is None:
             raise RuntimeError("internal error: the C++ callable was taken twice; please report")
         return cpp
+
+    def attach(self, owner: type[CallOwner]) -> None:
+        """The class whose ``__call__`` is the C++ callable (held weakly: users hold it)."""
+        self._owner = weakref.ref(owner)
 
     def clear(self) -> None:
         """Forget this function's fast-path entries (executables stay in the shared cache)."""
@@ -192,9 +192,10 @@ class Dispatcher:
             path = tree_flatten_with_path(out)[0][executable.marker][0]
             self._marker_of = _marker_getter(path)
             self._small_marker = executable.small_marker
-        if self._guarded or self.replace_call is None:
+        owner = self._owner() if self._owner is not None else None
+        if self._guarded or owner is None:
             return
-        self.replace_call(self._make_guard)
+        owner.install_call(self._make_guard)
         self._guarded = True
 
     def _make_guard(self, cpp: Any) -> Callable[..., Any]:
@@ -216,13 +217,13 @@ class Dispatcher:
 
     def _check_consumed(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Raise a RuntimeError naming an argument an earlier call consumed (donated)."""
-        flat = self._arguments.flat(args, kwargs)
+        flat = flat_arguments(self._binding, args, kwargs)
         for i, leaf in enumerate(flat.leaves):
-            check_live(leaf, flat.where(i, self._arguments.api))
+            check_live(leaf, flat.where(i, self._binding.api))
 
     def _donating_again(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         """Note this call's donated arguments; True if the previous call donated one of them."""
-        positions = self._donated_positions(len(args))
+        positions = self._binding.donated_positions(len(args))
         if len(positions) == 1 and not kwargs:  # the common case, kept cheap
             donated: Any = {id(args[positions[0]])}
         else:
@@ -265,12 +266,11 @@ class Dispatcher:
         return out, data, False
 
     def _python_key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, list[Any]]:
-        split = self._arguments.split(args, kwargs)
-        leaves, tree = tree_flatten((split.dynamic_args, split.dynamic_kwargs))
+        statics, leaves, tree = call_leaves(self._binding, args, kwargs)
         key = (
             tree,
             tuple(map(_leaf_signature, leaves)),
-            split.statics,
+            statics,
             jp.ambient_mesh(),
             jp.trace_context(),
         )
@@ -279,21 +279,18 @@ class Dispatcher:
 
     def _explain(self, key: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Log why this call missed (``jax_explain_cache_misses``), naming what changed."""
-        split = self._arguments.split(args, kwargs)
-        paths = [
-            p for p, _ in tree_flatten_with_path((split.dynamic_args, split.dynamic_kwargs))[0]
-        ]
+        flat = flat_arguments(self._binding, args, kwargs)
         with self._python_cache_lock:
             seen = list(self._python_cache)
-        names = explain.ArgNames(self._fun, self._arguments.static_argnums)
-        explain.explain_miss(self.name, self._fun, key, seen, paths, names)
+        names = explain.ArgNames(self._binding.positional_names())
+        explain.explain_miss(self.name, self._planner.fun, key, seen, flat, names)
 
     def _call(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[Any, Executable | None, bool]:
         """Run one call; returns (outputs, executable, whether C++ may cache it)."""
         if not jp.at_top_level():
-            return self._plan(args, kwargs).bind(), None, False
+            return self._planner.plan(args, kwargs).bind(), None, False
         try:
             key, leaves = self._python_key(args, kwargs)
         except TypeError:  # an unhashable static value: plan() reports it
@@ -304,13 +301,13 @@ class Dispatcher:
                 hit.executable,
                 leaves,
                 hit.out_tree,
-                lambda i: self._arguments.flat(args, kwargs).where(i, self._arguments.api),
+                lambda i: flat_arguments(self._binding, args, kwargs).where(i, self._binding.api),
             )
             return out, hit.executable, not moved
         emit("dispatch_miss", name=self.name)
         if key is not None and explain.enabled():
             self._explain(key, args, kwargs)
-        plan = self._plan(args, kwargs)
+        plan = self._planner.plan(args, kwargs)
         if plan.num_consts:
             return plan.bind(), None, False
         executable = get_executable(plan.params)

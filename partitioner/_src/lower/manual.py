@@ -142,17 +142,7 @@ def _shardy(
         # (``xla.sdy.GlobalToLocalShape``), which no CPU client runs; jax's
         # shard_map inlines the body here too.
         with p.axis_env():
-            outs, tokens_out = jp.jaxpr_subcomp(
-                sub_ctx,
-                p.body.jaxpr,
-                ctx.name_stack,
-                tokens,
-                [jp.ir_constants(c) for c in p.body.consts],
-                *args,
-                dim_var_values=ctx.dim_var_values,
-                const_lowering=ctx.const_lowering,
-                outer_traceback=None,
-            )
+            outs, tokens_out = _body(ctx, sub_ctx, p, tokens, args)
         if effects:
             ctx.set_tokens_out(ctx.tokens_in.update_tokens(tokens_out))
         return list(outs)
@@ -186,17 +176,8 @@ def _shardy(
     block = jp.Block.create_at_start(op.body, [*token_types, *block_types])
     token_args, in_args = block.arguments[: len(effects)], block.arguments[len(effects) :]
     with jp.InsertionPoint(block), p.axis_env():
-        outs, tokens_out = jp.jaxpr_subcomp(
-            sub_ctx,
-            p.body.jaxpr,
-            ctx.name_stack,
-            jp.TokenSet(dict(zip(effects, token_args, strict=True))),
-            [jp.ir_constants(c) for c in p.body.consts],
-            *in_args,
-            dim_var_values=ctx.dim_var_values,
-            const_lowering=ctx.const_lowering,
-            outer_traceback=None,
-        )
+        block_tokens = jp.TokenSet(dict(zip(effects, token_args, strict=True)))
+        outs, tokens_out = _body(ctx, sub_ctx, p, block_tokens, in_args)
         flat, _ = jp.ir_tree_registry.flatten([*(tokens_out.get(e) for e in effects), *outs])
         jp.sdy_return(flat)
     results = list(op.results)
@@ -204,6 +185,21 @@ def _shardy(
         out = dict(zip(effects, results[: len(effects)], strict=True))
         ctx.set_tokens_out(ctx.tokens_in.update_tokens(jp.TokenSet(out)))
     return results[len(effects) :]
+
+
+def _body(ctx: Any, sub_ctx: Any, p: RegionParams, tokens: Any, args: Sequence[Any]) -> Any:
+    """The region's body lowered in place: ``(outputs, tokens out)``."""
+    return jp.jaxpr_subcomp(
+        sub_ctx,
+        p.body.jaxpr,
+        ctx.name_stack,
+        tokens,
+        [jp.ir_constants(c) for c in p.body.consts],
+        *args,
+        dim_var_values=ctx.dim_var_values,
+        const_lowering=ctx.const_lowering,
+        outer_traceback=None,
+    )
 
 
 def _open(spec: ParsedPartitionSpec, aval: Any) -> PartitionSpec:

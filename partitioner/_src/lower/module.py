@@ -238,7 +238,6 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
     emit("lower", name=params.name)
     mesh, jaxpr = params.mesh, params.jaxpr
     devices = tuple(mesh.devices.flat)
-    backend = jp.get_device_backend(devices[0])
     in_avals, out_avals = tuple(jaxpr.in_avals), tuple(jaxpr.out_avals)
     in_specs = params.in_axis_resources
     out_specs = typed_out_specs(out_avals, params.out_axis_resources, mesh)
@@ -266,25 +265,7 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
             event=jp.JAXPR_TO_MLIR_MODULE_EVENT,
         ),
     ):
-        result = jp.lower_jaxpr_to_module(
-            f"pjit_{params.name}",
-            jaxpr,
-            num_const_args=0,
-            in_avals=in_avals,
-            ordered_effects=list(ordered),
-            platforms=[backend.platform],
-            backend=backend,
-            axis_context=jp.ShardingContext(len(devices), devices),
-            # Aliases are decided above (plan_donation); jax's own matching
-            # would add buffer donors on top, which XLA rejects.
-            donated_args=[False] * len(in_avals),
-            input_output_aliases=aliases,
-            num_partitions=len(devices),
-            arg_names=arg_names,
-            result_names=result_names,
-            all_default_mem_kind=kinds is None,
-            lowering_parameters=jp.LoweringParameters(hoist_constants_as_args=False),
-        )
+        result = _lower_main(params, ordered, aliases, arg_names, result_names, kinds is None)
         with result.module.context:
             annotate.set_main_shardings(
                 result.module, in_avals, in_specs, out_avals, out_specs, mesh, shardy
@@ -314,4 +295,37 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
         host_callbacks=tuple(result.host_callbacks),
         keepalive=result.keepalive,
         memory=kinds,
+    )
+
+
+def _lower_main(
+    params: PjitParams,
+    ordered: tuple[Any, ...],
+    aliases: Sequence[int | None],
+    arg_names: list[str],
+    result_names: list[str],
+    all_default_memory: bool,
+) -> Any:
+    """jax's per-primitive lowering of the body into a module with no shardings on ``main``."""
+    devices = tuple(params.mesh.devices.flat)
+    backend = jp.get_device_backend(devices[0])
+    n_in = len(params.jaxpr.in_avals)
+    return jp.lower_jaxpr_to_module(
+        f"pjit_{params.name}",
+        params.jaxpr,
+        num_const_args=0,
+        in_avals=tuple(params.jaxpr.in_avals),
+        ordered_effects=list(ordered),
+        platforms=[backend.platform],
+        backend=backend,
+        axis_context=jp.ShardingContext(len(devices), devices),
+        # Aliases are decided by plan_donation; jax's own matching would add
+        # buffer donors on top, which XLA rejects.
+        donated_args=[False] * n_in,
+        input_output_aliases=aliases,
+        num_partitions=len(devices),
+        arg_names=arg_names,
+        result_names=result_names,
+        all_default_mem_kind=all_default_memory,
+        lowering_parameters=jp.LoweringParameters(hoist_constants_as_args=False),
     )

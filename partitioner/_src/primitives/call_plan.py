@@ -1,21 +1,22 @@
-"""A call plan: what a front door hands the dispatcher and the AOT stages.
+"""A call plan and the planner that makes one: what a front door hands dispatch and the stages.
 
-Why its own module: the front doors (``pjit``, later ``pmap``) build plans, and
-dispatch and ``stages`` consume them; with the type down here, below all three,
-imports only ever point down the pipeline.
+Why down here: the front doors (``jit``, ``pjit``, ``pmap``) make plans, and
+dispatch, the AOT stages, AUTO and the report consume them; with both types below
+all of them, imports only ever point down the pipeline, and dispatch talks to any
+front door through the one :class:`Planner` protocol.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from jax.sharding import Mesh
 from jax.tree_util import PyTreeDef, tree_unflatten
 
 from ..sharding.auto import AutoChoice
-from ..trace.arguments import FlatArguments
+from ..trace.arguments import Binding, FlatArguments
 from .pjit_call import PjitParams
 
 
@@ -57,3 +58,30 @@ class CallPlan:
         """Bind ``pjit_p`` (staged under a trace, else run by its impl); the output pytree."""
         bind = self.nested_bind or self.params.bind
         return tree_unflatten(self.out_tree, bind(*self.args_flat))
+
+
+class Planner(Protocol):
+    """What a front door gives the dispatcher and the stages (jax's ``stages.Wrapped`` role).
+
+    ``name`` / ``fun``: the function (for jaxlib's dispatcher and messages);
+    ``binding``: how its calls bind (statics, donation; ``trace/arguments.py``);
+    ``plan``: one call's :class:`CallPlan` (checks, trace, specs); ``eager``: what a
+    call runs under ``jax.disable_jit()``; ``wrap_call``: the callable users call,
+    around jaxlib's (the identity, except for a multi-process pmap's local slices).
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def fun(self) -> Callable[..., Any]: ...
+
+    @property
+    def binding(self) -> Binding: ...
+
+    @property
+    def eager(self) -> Callable[..., Any]: ...
+
+    def plan(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallPlan: ...
+
+    def wrap_call(self, call: Callable[..., Any]) -> Callable[..., Any]: ...

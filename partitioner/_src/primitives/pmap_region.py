@@ -176,6 +176,66 @@ def _named_as_body(debug: Any, body: Any, n_in: int) -> Any:
     return debug._replace(arg_names=names, result_paths=named.result_paths)
 
 
+# --- maps nested in a map's body ---
+
+
+def nested_chain(jaxpr: Any, label: str) -> list[tuple[str, int]]:
+    """The axes (name, size) of the pmaps nested in ``jaxpr``'s top level, outermost first.
+
+    NOTE [nested pmap]: a pmap called inside a pmap body binds its region there
+    (``CallPlan.nested_bind``), over a placeholder mesh of its own devices; the
+    outermost map then runs over the grid of all their devices, outer axis
+    first (as jax.pmap nests: inner map ``j`` of outer index ``i`` runs on device
+    ``i * size_j + j``), and every nested region gets that grid as its mesh.
+
+    Raises:
+        ValueError: nested maps of different axes or sizes side by side, or a
+            map nested inside control flow (a scan, cond...) of the body.
+    """
+    chains = []
+    for eqn in jaxpr.jaxpr.eqns:
+        if eqn.primitive is pmap_region_p:
+            inner = RegionParams.of(eqn.params)
+            chains.append([(inner.axis_name, inner.size), *nested_chain(inner.body, label)])
+
+    if any(c != chains[0] for c in chains[1:]):
+        raise ValueError(
+            f"{label}: the pmaps nested in it must map the same axes with the same sizes, "
+            f"got {chains}"
+        )
+    if _regions_below(jaxpr.jaxpr):
+        raise ValueError(
+            f"{label}: a pmap nested inside control flow or a call of its body (scan, "
+            "cond, jit...) is not supported; call the inner pmap at the body's top level"
+        )
+    return chains[0] if chains else []
+
+
+def _regions_below(jaxpr: Any) -> bool:
+    """Whether a pmap region sits in a sub-jaxpr (control flow, a call) of ``jaxpr``."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive is pmap_region_p:
+            continue
+        for sub in jp.jaxprs_in_params(eqn.params):
+            if any(e.primitive is pmap_region_p for e in sub.eqns) or _regions_below(sub):
+                return True
+    return False
+
+
+@cache_per_jaxpr
+def placed_on(jaxpr: Any, mesh: Mesh) -> Any:
+    """``jaxpr`` with every nested region (at any depth of nesting) over ``mesh``."""
+    eqns = []
+    for eqn in jaxpr.jaxpr.eqns:
+        if eqn.primitive is pmap_region_p:
+            inner = RegionParams.of(eqn.params)
+            eqn = eqn.replace(
+                params=inner.replace(mesh=mesh, body=placed_on(inner.body, mesh)).as_kwargs()
+            )
+        eqns.append(eqn)
+    return jp.ClosedJaxpr(jaxpr.jaxpr.replace(eqns=eqns), jaxpr.consts)
+
+
 # --- abstract evaluation ---
 
 

@@ -146,61 +146,14 @@ class ParsedPartitionSpec:
         """Parse one spec leaf: a PartitionSpec, a ``NamedSharding`` (its spec) or ``None``.
 
         A NamedSharding's mesh is not checked here (it is not known yet when
-        ``pjit`` is applied); ``spec.tree.meshes_named_by`` collects it for that.
+        ``pjit`` is applied); ``sharding.tree.meshes_named_by`` collects it for that.
 
         Raises:
             TypeError: ``entry`` is not a spec, a NamedSharding or ``None``.
             ValueError: an axis repeats, reduced axes, or UNCONSTRAINED where it is
                 not allowed.
         """
-        layout = None
-        if isinstance(entry, Format):
-            layout, entry = entry.layout, entry.sharding
-        elif isinstance(entry, (Layout, type(Layout.AUTO))):
-            raise ValueError(MSG_BARE_LAYOUT.format(where=arg_name, value=entry))
-        if entry is None:
-            return cls(None, (), layout=layout)
-        memory_kind = None
-        if isinstance(entry, SingleDeviceSharding):
-            # One device: nothing to partition (its device is the call's mesh,
-            # ``spec.tree.meshes_named_by``).
-            return cls(PartitionSpec(), (), memory_kind=entry.memory_kind, layout=layout)
-        if isinstance(entry, NamedSharding):
-            memory_kind = stated_memory_kind(entry)
-            entry = entry.spec
-        if not is_spec(entry):
-            raise TypeError(
-                MSG_NOT_A_SPEC.format(where=arg_name, value=entry, type_name=type(entry).__name__)
-            )
-        check_no_reduced(entry, arg_name)
-        spec = entry
-        partitions: list[tuple[AxisName, ...]] = []
-        unconstrained: set[int] = set()
-        seen: set[AxisName] = set()
-        for dim, p in enumerate(spec):
-            if p is UNCONSTRAINED:
-                if not allow_unconstrained:
-                    raise ValueError(
-                        MSG_UNCONSTRAINED_IN_PJIT.format(where=arg_name, spec=entry, dim=dim)
-                    )
-                unconstrained.add(dim)
-                partitions.append(())
-                continue
-            axes = () if p is None else (p if isinstance(p, tuple) else (p,))
-            for axis in axes:
-                if axis in seen:
-                    raise ValueError(
-                        MSG_DUPLICATE_AXIS.format(where=arg_name, spec=entry, axis=axis)
-                    )
-                seen.add(axis)
-            partitions.append(axes)
-        return cls(
-            entry,
-            partitions,
-            unconstrained_dims=frozenset(unconstrained),
-            memory_kind=memory_kind,
-            layout=layout,
-        )
+        return _parse_leaf(entry, arg_name, allow_unconstrained)
 
     @classmethod
     def coerce(
@@ -342,3 +295,66 @@ def stated_memory_kind(sharding: NamedSharding) -> str | None:
 
 #: The fully replicated spec (what a ``None`` leaf means).
 REPLICATED = ParsedPartitionSpec(None, ())
+
+
+def _parse_leaf(entry: Any, arg_name: str, allow_unconstrained: bool) -> ParsedPartitionSpec:
+    """:meth:`ParsedPartitionSpec.from_user_input`: unwrap the leaf, then parse its entries."""
+    layout = None
+    if isinstance(entry, Format):
+        layout, entry = entry.layout, entry.sharding
+    elif isinstance(entry, (Layout, type(Layout.AUTO))):
+        raise ValueError(MSG_BARE_LAYOUT.format(where=arg_name, value=entry))
+    if entry is None:
+        return ParsedPartitionSpec(None, (), layout=layout)
+    memory_kind = None
+    if isinstance(entry, SingleDeviceSharding):
+        # One device: nothing to partition (its device is the call's mesh,
+        # ``sharding.tree.meshes_named_by``).
+        return ParsedPartitionSpec(
+            PartitionSpec(), (), memory_kind=entry.memory_kind, layout=layout
+        )
+    if isinstance(entry, NamedSharding):
+        memory_kind = stated_memory_kind(entry)
+        entry = entry.spec
+    if not is_spec(entry):
+        raise TypeError(
+            MSG_NOT_A_SPEC.format(where=arg_name, value=entry, type_name=type(entry).__name__)
+        )
+    check_no_reduced(entry, arg_name)
+    partitions, unconstrained = _entries(entry, arg_name, allow_unconstrained)
+    return ParsedPartitionSpec(
+        entry,
+        partitions,
+        unconstrained_dims=frozenset(unconstrained),
+        memory_kind=memory_kind,
+        layout=layout,
+    )
+
+
+def _entries(
+    spec: Any, arg_name: str, allow_unconstrained: bool
+) -> tuple[list[tuple[AxisName, ...]], set[int]]:
+    """Each dimension's mesh axes, and the UNCONSTRAINED dimensions, of a PartitionSpec.
+
+    Raises:
+        ValueError: an axis repeats, or UNCONSTRAINED where it is not allowed.
+    """
+    partitions: list[tuple[AxisName, ...]] = []
+    unconstrained: set[int] = set()
+    seen: set[AxisName] = set()
+    for dim, p in enumerate(spec):
+        if p is UNCONSTRAINED:
+            if not allow_unconstrained:
+                raise ValueError(
+                    MSG_UNCONSTRAINED_IN_PJIT.format(where=arg_name, spec=spec, dim=dim)
+                )
+            unconstrained.add(dim)
+            partitions.append(())
+            continue
+        axes = () if p is None else (p if isinstance(p, tuple) else (p,))
+        for axis in axes:
+            if axis in seen:
+                raise ValueError(MSG_DUPLICATE_AXIS.format(where=arg_name, spec=spec, axis=axis))
+            seen.add(axis)
+        partitions.append(axes)
+    return partitions, unconstrained

@@ -182,3 +182,36 @@ def check_committed_layout(
             expected_short=f"NamedSharding(mesh, {spec.to_partition_spec()})",
         )
     )
+
+
+def check_live(x: Any, where: str) -> None:
+    """Raise a RuntimeError naming ``where`` if ``x`` is a deleted (e.g. donated) array."""
+    if isinstance(x, jax.Array) and not isinstance(x, jp.Tracer) and x.is_deleted():
+        raise RuntimeError(
+            f"{where} is an array that has been deleted, most likely donated to an earlier "
+            "call (donate_argnums). Pass a live array, or stop donating it."
+        )
+
+
+def check_usable(x: Any, mesh: Mesh, where: str) -> None:
+    """Reject an argument pjit cannot run on: deleted, or committed to other devices.
+
+    Arrays committed to some of the mesh's devices are moved onto the mesh as
+    their spec asks; ``jax.jit`` raises for devices outside its computation, and
+    so does pjit, rather than copying between device sets behind the user's back.
+
+    Raises:
+        RuntimeError: ``x`` was deleted (most likely donated to an earlier call).
+        ValueError: ``x`` is committed to a device outside the mesh.
+    """
+    check_live(x, where)
+    if isinstance(x, jax.Array) and not isinstance(x, jp.Tracer) and x.committed:
+        devices = {d.id for d in x.sharding.device_set}  # type: ignore[attr-defined]
+        mesh_ids = {d.id for d in mesh.devices.flat}
+        if not devices <= mesh_ids:
+            raise ValueError(
+                f"{where} is committed to devices {sorted(devices)}, but the mesh "
+                f"{dict(mesh.shape)} has devices {sorted(mesh_ids)}. Move it onto the mesh first "
+                "(jax.device_put(x, NamedSharding(mesh, spec))), or run under a mesh of its "
+                "devices."
+            )

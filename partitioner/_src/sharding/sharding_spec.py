@@ -28,6 +28,7 @@ import math
 import operator
 from typing import Any, TypeAlias
 
+import jax
 import numpy as np
 from jax.sharding import Mesh
 
@@ -362,3 +363,18 @@ def devices_indices_map(
     """
     indices = sharding_spec_from_parsed(aval_shape, spec, mesh).indices(tuple(aval_shape))
     return dict(zip(mesh.devices.flat, indices.flat, strict=True))
+
+
+def sharding_spec_of(x: jax.Array) -> ShardingSpec:
+    """The pmap-style ``ShardingSpec`` of ``x``'s layout (a pmap output's: one slice per device).
+
+    Raises:
+        ValueError: ``x`` is not laid out by a NamedSharding over a mesh.
+    """
+    sharding = getattr(x, "sharding", None)
+    if not isinstance(sharding, jax.sharding.NamedSharding) or not isinstance(sharding.mesh, Mesh):
+        raise ValueError(
+            f"sharding_spec_of: expected a jax.Array laid out by a NamedSharding over a mesh, got "
+            f"{sharding if sharding is not None else type(x).__name__}"
+        )
+    return sharding_spec_from_parsed(tuple(x.shape), sharding.spec, sharding.mesh)

@@ -11,7 +11,7 @@ found while running names the same path the planner would.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Collection, Hashable, Sequence
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +25,6 @@ from jax.tree_util import (
     tree_flatten_with_path,
     tree_unflatten,
 )
-
-from .. import jax_private as jp
 
 Statics = tuple[tuple[int | str, Any], ...]  # (position or keyword, value), in order
 
@@ -142,11 +140,165 @@ def infer_argnums_and_argnames(
     return nums, names
 
 
-# --- statics ---
+# --- binding a call ---
 
 
 @dataclass(frozen=True)
-class SplitArguments:
+class Binding:
+    """How a front door reads its calls' arguments: parsed once, when the function is wrapped.
+
+    Attributes:
+        api: ``"pjit f"``-style prefix for messages (the front door and the function).
+        signature: the function's signature (None where it has none): keyword
+            arguments naming positional parameters are moved into place with it.
+        static_argnums / static_argnames: non-negative positions (applied to
+            arguments passed positionally) and names (to arguments passed by
+            keyword) traced as Python values, as jax.jit applies them.
+        donate_argnums / donate_argnames: the same for donated arguments.
+        static_hint: how a message tells the user to mark an argument static.
+    """
+
+    api: str
+    signature: inspect.Signature | None = None
+    static_argnums: tuple[int, ...] = ()
+    static_argnames: tuple[str, ...] = ()
+    donate_argnums: tuple[int, ...] = ()
+    donate_argnames: tuple[str, ...] = ()
+    static_hint: str = "static_argnums/static_argnames"
+
+    def positional_names(self) -> list[str]:
+        """The names of the positional parameters, in order (empty without a signature)."""
+        params = self.signature.parameters.values() if self.signature is not None else ()
+        return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+    def donated_positions(self, n: int) -> tuple[int, ...]:
+        """Positions of the donated arguments of a call passing ``n`` positionally."""
+        return tuple(i for i in self.donate_argnums if i < n)
+
+
+@dataclass(frozen=True)
+class BoundCall:
+    """One call's arguments, bound: statics apart, dynamic leaves flat with their paths.
+
+    Attributes:
+        args / kwargs: the call as the function sees it (keyword arguments that
+            name positional parameters moved into ``args``).
+        statics: ``(position or keyword, value)`` of each static argument, in order.
+        dynamic_args / dynamic_kwargs: what is left, the values being traced.
+        flat: the dynamic leaves with the paths the user wrote.
+        donated: one flag per flat leaf: its argument is donated.
+    """
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    statics: Statics
+    dynamic_args: tuple[Any, ...]
+    dynamic_kwargs: dict[str, Any]
+    flat: FlatArguments
+    donated: tuple[bool, ...]
+
+    def rebuild(self, leaves: Sequence[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Flat dynamic leaves -> ``(args, kwargs)`` for the function, statics re-inserted."""
+        d_args, d_kwargs = tree_unflatten(self.flat.in_tree, list(leaves))
+        full, kw = list(d_args), dict(d_kwargs)
+        for i, v in self.statics:
+            if isinstance(i, int):
+                full.insert(i, v)
+            else:
+                kw[i] = v
+        return tuple(full), kw
+
+    def trace_key(self) -> tuple[Any, ...]:
+        """The call's structure and static values, as part of a trace cache key."""
+        return (self.flat.in_tree, statics_key(self.statics))
+
+
+def bind_call(binding: Binding, args: tuple[Any, ...], kwargs: dict[str, Any]) -> BoundCall:
+    """Bind a call's arguments: the one place a front door's call is split and flattened.
+
+    Keyword arguments naming positional parameters move into place; then, as
+    jax.jit picks them, static and donated positions apply to the arguments
+    passed positionally and names to those passed by keyword; the dynamic
+    arguments flatten with the paths the user wrote.
+
+    Raises:
+        TypeError: the call does not fit the signature, or a static value is not hashable.
+    """
+    n_raw = len(args)
+    args, kwargs = _bind_signature(binding.signature, args, kwargs)
+    names = binding.positional_names()
+    static, static_kw = _select(
+        binding.static_argnums, binding.static_argnames, names, n_raw, args, kwargs
+    )
+    donate, donate_kw = _select(
+        binding.donate_argnums, binding.donate_argnames, names, n_raw, args, kwargs
+    )
+    split = _split(args, kwargs, static, static_kw)
+    _check_hashable(split.statics, binding.api)
+    flat = _flatten(split, [i for i in range(len(args)) if i not in static])
+    donated = tuple(
+        path[0].idx in donate if i < flat.positional else path[0].key in donate_kw  # type: ignore[attr-defined]
+        for i, path in enumerate(flat.paths)
+    )
+    return BoundCall(
+        args, kwargs, split.statics, split.dynamic_args, split.dynamic_kwargs, flat, donated
+    )
+
+
+def _bind_signature(
+    signature: inspect.Signature | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Move keyword arguments that name positional parameters into ``args``."""
+    if not kwargs or signature is None:
+        return args, kwargs
+    bound = signature.bind(*args, **kwargs)
+    return tuple(bound.args), dict(bound.kwargs)
+
+
+def split_call(binding: Binding, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SplitCall:
+    """A raw call's statics and dynamic arguments, without binding the signature (fast)."""
+    return _split(args, kwargs, binding.static_argnums, binding.static_argnames)
+
+
+def call_leaves(
+    binding: Binding, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Statics, list[Any], PyTreeDef]:
+    """A raw call's statics, flat dynamic leaves and their tree: the dispatcher's cache key.
+
+    No signature binding and no paths, so it costs little; it only has to tell one
+    call form from another, as jaxlib's C++ dispatcher does.
+    """
+    split = split_call(binding, args, kwargs)
+    leaves, tree = tree_flatten((split.dynamic_args, split.dynamic_kwargs))
+    return split.statics, leaves, tree
+
+
+def flat_arguments(
+    binding: Binding, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> FlatArguments:
+    """A raw call's dynamic leaves with their paths (what a message found while running names)."""
+    split = split_call(binding, args, kwargs)
+    return _flatten(split, [i for i in range(len(args)) if i not in binding.static_argnums])
+
+
+def _select(
+    nums: tuple[int, ...],
+    names: tuple[str, ...],
+    params: list[str],
+    n_raw: int,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> tuple[set[int], set[str]]:
+    """Which bound positions and keywords ``nums``/``names`` pick: positions among the
+    ``n_raw`` arguments passed positionally, names among those passed by keyword
+    (bound to positions ``n_raw..`` or left in ``kwargs``)."""
+    picked = {i for i in nums if i < n_raw}
+    picked |= {i for i in range(n_raw, len(args)) if i < len(params) and params[i] in names}
+    return picked, {k for k in kwargs if k in names}
+
+
+@dataclass(frozen=True)
+class SplitCall:
     """A call's arguments with the static ones taken out."""
 
     statics: Statics
@@ -154,30 +306,25 @@ class SplitArguments:
     dynamic_kwargs: dict[str, Any]
 
 
-def split_arguments(
+def _split(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     static_positions: Collection[int],
     static_names: Collection[str],
-) -> SplitArguments:
-    """Separate static from dynamic arguments (positions must be non-negative)."""
+) -> SplitCall:
     statics: list[tuple[int | str, Any]] = [
         (i, args[i]) for i in sorted(static_positions) if i < len(args)
     ]
     statics += sorted((k, v) for k, v in kwargs.items() if k in static_names)
-    return SplitArguments(
+    return SplitCall(
         statics=tuple(statics),
         dynamic_args=tuple(a for i, a in enumerate(args) if i not in static_positions),
         dynamic_kwargs={k: v for k, v in kwargs.items() if k not in static_names},
     )
 
 
-def check_hashable(statics: Statics, api: str) -> None:
-    """Raise a TypeError naming the first static argument that cannot be a cache key.
-
-    Args:
-        api: the API and function, as messages start (``"pjit f"``).
-    """
+def _check_hashable(statics: Statics, api: str) -> None:
+    """Raise a TypeError naming the first static argument that cannot be a cache key."""
     for where, value in statics:
         if not isinstance(value, Hashable):
             raise TypeError(
@@ -211,25 +358,6 @@ def statics_key(statics: Statics) -> tuple[tuple[int | str, HashableStatic], ...
     return tuple((k, HashableStatic(v)) for k, v in statics)
 
 
-def rebuilder(
-    in_tree: PyTreeDef, statics: Statics
-) -> Callable[[list[Any]], tuple[tuple[Any, ...], dict[str, Any]]]:
-    """Flat dynamic leaves -> ``(args, kwargs)`` for the user's function, statics re-inserted."""
-
-    def rebuild(leaves: list[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        d_args, d_kwargs = tree_unflatten(in_tree, leaves)
-        full = list(d_args)
-        kw = dict(d_kwargs)
-        for i, v in statics:
-            if isinstance(i, int):
-                full.insert(i, v)
-            else:
-                kw[i] = v
-        return tuple(full), kw
-
-    return rebuild
-
-
 # --- flattening with the paths users wrote ---
 
 
@@ -255,7 +383,7 @@ class FlatArguments:
         return f"argument args{keystr(self.paths[i])}"
 
 
-def flatten_dynamic(split: SplitArguments, dyn_idx: Sequence[int]) -> FlatArguments:
+def _flatten(split: SplitCall, dyn_idx: Sequence[int]) -> FlatArguments:
     """Flatten ``split``'s dynamic arguments with key paths (see :class:`FlatArguments`).
 
     Args:
@@ -270,48 +398,3 @@ def flatten_dynamic(split: SplitArguments, dyn_idx: Sequence[int]) -> FlatArgume
         for i, (path, _) in enumerate(with_paths)
     ]
     return FlatArguments([leaf for _, leaf in with_paths], in_tree, paths, n_pos)
-
-
-def abstractify(leaf: Any, where: str, static_hint: str, *, typed: bool = False) -> Any:
-    """The abstract value of an argument leaf (with its sharding when ``typed``).
-
-    ``typed`` is set for calls over a mesh with Explicit axes, where a value's
-    sharding is part of its type (NOTE [explicit axes] in ``sharding/mesh_env.py``).
-
-    Raises:
-        TypeError: not a JAX type, naming ``where`` (API and argument path) and how
-            to mark it static.
-    """
-    try:
-        return jp.typed_abstractify(leaf) if typed else jp.shaped_abstractify(leaf)
-    except TypeError:
-        raise TypeError(
-            f"{where} of type {type(leaf).__name__} is not a valid JAX type (arrays, numpy "
-            f"arrays, Python scalars or jax.ShapeDtypeStruct). Mark it static with "
-            f"{static_hint} if it is configuration."
-        ) from None
-
-
-class CallArguments:
-    """How the dispatcher reads a front door's raw calls (no signature binding: fast).
-
-    Args:
-        api: ``"pjit f"``-style prefix for messages.
-        static_argnums / static_argnames: non-negative positions and names that
-            are static in a raw call (the front door completes one from the other).
-    """
-
-    def __init__(
-        self, api: str, static_argnums: Collection[int], static_argnames: Collection[str]
-    ) -> None:
-        self.api = api
-        self.static_argnums = frozenset(static_argnums)
-        self.static_argnames = frozenset(static_argnames)
-
-    def split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SplitArguments:
-        return split_arguments(args, kwargs, self.static_argnums, self.static_argnames)
-
-    def flat(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> FlatArguments:
-        """The raw call flattened with paths (what error messages name)."""
-        dyn_idx = [i for i in range(len(args)) if i not in self.static_argnums]
-        return flatten_dynamic(self.split(args, kwargs), dyn_idx)

@@ -1,0 +1,274 @@
+"""``jit`` and ``pjit`` options, parsed once when a function is wrapped.
+
+Why a record: ``jit`` and ``pjit`` are one planner with two sets of names and
+one rule apart. What tells them apart (the names a user's messages quote, what
+``None`` means in a spec tree) is a field here, read by free functions
+(``jit_plan.py``), so neither front door switches on the other's name.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+from jax.sharding import Mesh
+from jax.tree_util import tree_leaves
+
+from ..sharding.auto import AUTO
+from ..sharding.tree import UNSPECIFIED, meshes_named_by, prepare_axis_resources
+from ..trace.arguments import (
+    Binding,
+    infer_argnums_and_argnames,
+    optional_index_tuple,
+    optional_name_tuple,
+)
+
+
+class NoneRule(enum.Enum):
+    """What a ``None`` leaf of a spec tree means.
+
+    ``UNSPECIFIED``: as ``jax.jit``: the argument as it is laid out, the output
+    as XLA's propagation lays it out. ``REPLICATED_UNDER_MESH``: as the 2022
+    ``pjit``: replicated over the mesh of the call; a call with no mesh anywhere
+    reads it as unspecified (as jax's pjit does).
+    """
+
+    UNSPECIFIED = "unspecified"
+    REPLICATED_UNDER_MESH = "replicated under a mesh"
+
+
+@dataclass(frozen=True)
+class SpecNames:
+    """The user's names for the two spec trees, for messages (``in_shardings``...)."""
+
+    inputs: str
+    outputs: str
+
+
+@dataclass(frozen=True)
+class JitInfo:
+    """A jit-ed or pjit-ed function's options, parsed and checked.
+
+    Attributes:
+        fun / name: the user's function and its name.
+        api: the front door (``"jit"``, ``"pjit"``): names it in messages and in
+            the lowered module's name.
+        names: the user's names of the spec arguments (messages quote them).
+        none_rule: what ``None`` means in the spec trees.
+        binding: how calls bind (statics, donation; ``trace/arguments.py``).
+        in_specs / out_specs: the parsed trees as ``none_rule`` reads them under a mesh.
+        open_in_specs / open_out_specs: the same with ``None`` unspecified (a call
+            with no mesh anywhere); the same objects when the rule is UNSPECIFIED.
+        named_meshes: ``(where, mesh)`` of every leaf that names devices.
+        needs_mesh: some leaf is a bare spec, which only a mesh gives a meaning.
+        has_auto: some leaf is ``AUTO`` (the AUTO stage chooses it per signature).
+        device: ``jit(device=...)`` (or ``backend``'s first device), else None.
+        compiler_options: sorted ``(name, value)`` pairs (hashable: a cache key part).
+        auto_memory_limit: bytes per device AUTO layouts must fit, or None.
+    """
+
+    fun: Callable[..., Any]
+    name: str
+    api: str
+    names: SpecNames
+    none_rule: NoneRule
+    binding: Binding
+    in_specs: Any
+    out_specs: Any
+    open_in_specs: Any
+    open_out_specs: Any
+    named_meshes: tuple[tuple[str, Mesh], ...]
+    needs_mesh: bool
+    has_auto: bool
+    device: jax.Device | None
+    compiler_options: tuple[tuple[str, Any], ...]
+    auto_memory_limit: int | None
+
+    @property
+    def label(self) -> str:
+        """``"jit f"``: how messages start."""
+        return self.binding.api
+
+    def spec_trees(self, mesh_derived: bool) -> tuple[Any, Any]:
+        """The (in, out) spec trees of a call: with no mesh anywhere, ``None`` is unspecified."""
+        if mesh_derived:
+            return self.open_in_specs, self.open_out_specs
+        return self.in_specs, self.out_specs
+
+
+def jit_info(
+    fun: Callable[..., Any],
+    *,
+    api: str,
+    names: SpecNames,
+    none_rule: NoneRule,
+    in_specs: Any,
+    out_specs: Any,
+    static_argnums: int | Sequence[int] | None,
+    static_argnames: str | Iterable[str] | None,
+    donate_argnums: int | Sequence[int] | None,
+    donate_argnames: str | Iterable[str] | None,
+    device: Any,
+    compiler_options: dict[str, Any] | None,
+    auto_memory_limit: int | None,
+) -> JitInfo:
+    """Parse and check a ``jit``/``pjit`` call's options (every bad spec leaf at once).
+
+    Raises:
+        TypeError: ``fun`` is not callable; a bad spec leaf, argnums or option type.
+        ValueError: argnums or argnames ``fun`` cannot take; both static and donated.
+    """
+    if not callable(fun):
+        raise TypeError(
+            f"{api}: expected a callable to partition, got {fun!r} of type {type(fun).__name__}"
+        )
+    name = getattr(fun, "__name__", type(fun).__name__)
+    _check_options(api, compiler_options, auto_memory_limit)
+    if isinstance(in_specs, list):
+        # The top level stands for the argument tuple, so a list there is read
+        # as that tuple (as jax.jit reads in_shardings); lists deeper down match lists.
+        in_specs = tuple(in_specs)
+    trees = _parse_trees(api, names, none_rule, in_specs, out_specs)
+    return JitInfo(
+        fun=fun,
+        name=name,
+        api=api,
+        names=names,
+        none_rule=none_rule,
+        binding=_binding(
+            fun,
+            f"{api} {name}",
+            api,
+            static_argnums,
+            static_argnames,
+            donate_argnums,
+            donate_argnames,
+        ),
+        in_specs=trees[0],
+        out_specs=trees[1],
+        open_in_specs=trees[2],
+        open_out_specs=trees[3],
+        named_meshes=tuple(
+            meshes_named_by(in_specs, f"{api} {names.inputs}")
+            + meshes_named_by(out_specs, f"{api} {names.outputs}")
+        ),
+        needs_mesh=any(map(_has_bare_specs, trees[2:])),
+        has_auto=any(leaf is AUTO for tree in trees[:2] for leaf in _spec_leaves(tree)),
+        device=device,
+        compiler_options=tuple(sorted((compiler_options or {}).items())),
+        auto_memory_limit=auto_memory_limit,
+    )
+
+
+def _check_options(api: str, compiler_options: Any, auto_memory_limit: Any) -> None:
+    if compiler_options is not None and not isinstance(compiler_options, dict):
+        raise TypeError(
+            f"{api}: compiler_options must be a dict of XLA option names to values, got "
+            f"{type(compiler_options).__name__}"
+        )
+    if auto_memory_limit is not None and (
+        isinstance(auto_memory_limit, bool)
+        or not isinstance(auto_memory_limit, int)
+        or auto_memory_limit <= 0
+    ):
+        raise TypeError(
+            f"{api}: auto_memory_limit must be a positive int (bytes per device), got "
+            f"{auto_memory_limit!r}"
+        )
+
+
+def _parse_trees(
+    api: str, names: SpecNames, none_rule: NoneRule, in_specs: Any, out_specs: Any
+) -> tuple[Any, Any, Any, Any]:
+    """(in, out) as the rule reads them under a mesh, then (in, out) with None unspecified."""
+
+    def parse(tree: Any, name: str, none_is_unspecified: bool) -> Any:
+        return prepare_axis_resources(
+            tree, name, none_is_unspecified=none_is_unspecified, allow_auto=True
+        )
+
+    open_in = parse(in_specs, f"{api} {names.inputs}", True)
+    open_out = parse(out_specs, f"{api} {names.outputs}", True)
+    if none_rule is NoneRule.UNSPECIFIED:
+        return open_in, open_out, open_in, open_out
+    return (
+        parse(in_specs, f"{api} {names.inputs}", False),
+        parse(out_specs, f"{api} {names.outputs}", False),
+        open_in,
+        open_out,
+    )
+
+
+def _spec_leaves(tree: Any) -> list[Any]:
+    return tree_leaves(tree, is_leaf=lambda x: x is UNSPECIFIED or x is AUTO)
+
+
+def _has_bare_specs(parsed_tree: Any) -> bool:
+    """Whether a parsed spec tree has a leaf that needs a mesh in context (not UNSPECIFIED)."""
+    return any(leaf is not UNSPECIFIED for leaf in _spec_leaves(parsed_tree))
+
+
+def _binding(
+    fun: Callable[..., Any],
+    label: str,
+    api: str,
+    static_argnums: Any,
+    static_argnames: Any,
+    donate_argnums: Any,
+    donate_argnames: Any,
+) -> Binding:
+    """Statics and donation as jax.jit reads them: one of argnums/argnames infers the other."""
+    try:
+        signature: inspect.Signature | None = inspect.signature(fun)
+    except (TypeError, ValueError):
+        signature = None
+    static = infer_argnums_and_argnames(
+        signature,
+        optional_index_tuple(static_argnums, "static_argnums", api),
+        optional_name_tuple(static_argnames, "static_argnames", api),
+        label,
+        "static",
+    )
+    donate = infer_argnums_and_argnames(
+        signature,
+        optional_index_tuple(donate_argnums, "donate_argnums", api),
+        optional_name_tuple(donate_argnames, "donate_argnames", api),
+        label,
+        "donate",
+    )
+    overlap: set[Any] = (set(static[0]) & set(donate[0])) | (set(static[1]) & set(donate[1]))
+    if overlap:
+        raise ValueError(
+            f"{api}: arguments {sorted(overlap, key=str)} are both static and donated; a "
+            "static argument has no buffer to donate."
+        )
+    return Binding(label, signature, *static, *donate)
+
+
+def device_option(device: Any, backend: str | None, keep_unused: Any, inline: Any, api: str) -> Any:
+    """Check jax.jit's placement options; the device a mesh-less call defaults to (or None).
+
+    ``keep_unused`` and ``inline`` are accepted as jax.jit's: unused inputs are
+    always kept (docs/api.md), and inlining is a property of the caller's jaxpr.
+
+    Raises:
+        TypeError: ``device`` is not a jax.Device, or a flag is not a bool.
+        ValueError: both ``device`` and ``backend``, or an unknown backend.
+    """
+    for name, flag in (("keep_unused", keep_unused), ("inline", inline)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{api}: {name} must be a bool, got {flag!r}")
+    if device is not None and backend is not None:
+        raise ValueError(f"{api}: pass device or backend, not both (got {device}, {backend!r})")
+    if device is not None and not isinstance(device, jax.Device):
+        raise TypeError(f"{api}: device must be a jax.Device, got {device!r}")
+    if backend is not None:
+        try:
+            return jax.devices(backend)[0]
+        except RuntimeError as e:
+            raise ValueError(f"{api}: backend {backend!r} is not available: {e}") from None
+    return device

@@ -1,0 +1,167 @@
+"""A ``jit``/``pjit`` call -> :class:`CallPlan`: free functions over the options record.
+
+A call flows one way, each step handing the next what it needs: bind the
+arguments (``trace/arguments.py``) -> the mesh the call runs over
+(``sharding/placement.py``) -> one checked spec and aval per leaf
+(``sharding/call_inputs.py``) -> trace the body, cached (``trace/tracing.py``) ->
+one checked spec per output (``sharding/call_outputs.py``) -> ``pjit_p``'s params. :class:`JitPlanner` is the
+:class:`Planner` the dispatcher and the stages ask; with ``AUTO`` leaves it has the
+AUTO stage choose them (``auto/resolve.py``) before anyone else sees the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from jax.tree_util import tree_flatten_with_path, tree_unflatten
+
+from .. import jax_private as jp
+from .. import options
+from ..auto.resolve import has_auto, resolve
+from ..primitives.call_plan import CallPlan
+from ..primitives.pjit_call import PjitParams
+from ..sharding.auto import AUTO
+from ..sharding.call_inputs import checked_inputs, input_specs
+from ..sharding.call_outputs import output_specs
+from ..sharding.mesh_env import maybe_current_mesh, resolve_mesh
+from ..sharding.parsed import REPLICATED
+from ..sharding.placement import Placement, check_committed_layout, placement_from_arguments
+from ..trace.arguments import Binding, BoundCall, bind_call
+from ..trace.tracing import check_mesh_unchanged, trace_body
+from .jit_info import JitInfo
+
+
+def plan_jit_call(info: JitInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallPlan:
+    """Check one call's arguments, trace the body (cached) and build ``pjit_p``'s params.
+
+    AUTO leaves stay AUTO in the plan (:class:`JitPlanner` resolves them).
+    """
+    bound = bind_call(info.binding, args, kwargs)
+    placement = _placement(info, bound)
+    mesh = placement.mesh
+    check_mesh_unchanged(mesh, info.label)
+    in_tree, out_tree = info.spec_trees(placement.derived)
+    flat = bound.flat
+    where = lambda i: flat.where(i, info.label)  # noqa: E731
+    specs = input_specs(
+        in_tree,
+        bound.dynamic_args,
+        flat.leaves,
+        mesh,
+        where,
+        api=info.label,
+        arg_name=info.names.inputs,
+        check_committed=not options.reshard_committed_enabled(),
+    )
+    specs, in_avals = checked_inputs(
+        specs, flat.leaves, flat.paths, mesh, where, info.label, info.binding.static_hint
+    )
+    traced = trace_body(
+        info.fun, bound.rebuild, in_avals, mesh, bound.trace_key(), _debug_info(info, bound)
+    )
+    outs = tree_unflatten(traced.out_tree, list(traced.jaxpr.out_avals))
+    out_specs, _ = output_specs(
+        out_tree, outs, traced.jaxpr.out_avals, mesh, api=info.label, out_name=info.names.outputs
+    )
+    consts = traced.tracer_consts
+    params = PjitParams(
+        jaxpr=traced.jaxpr,
+        in_axis_resources=(REPLICATED,) * len(consts) + specs,
+        out_axis_resources=out_specs,
+        mesh=mesh,
+        donated_invars=(False,) * len(consts) + bound.donated,
+        name=info.name,
+        api=info.api,
+        committed=placement.committed,
+        compiler_options=info.compiler_options,
+    )
+    return CallPlan(
+        params=params,
+        args_flat=tuple(consts) + tuple(flat.leaves),
+        in_tree=flat.in_tree,
+        out_tree=traced.out_tree,
+        in_avals=in_avals,
+        num_consts=len(consts),
+        arguments=flat,
+    )
+
+
+def _placement(info: JitInfo, bound: BoundCall) -> Placement:
+    """The mesh in context (or named by the specs), else the arguments' devices."""
+    if info.named_meshes or info.needs_mesh or maybe_current_mesh() is not None:
+        return Placement(resolve_mesh(info.label, info.named_meshes))
+    flat = bound.flat
+    where = [flat.name(i) for i in range(len(flat.leaves))]
+    return placement_from_arguments(info.label, flat.leaves, where, info.device)
+
+
+def _debug_info(info: JitInfo, bound: BoundCall) -> Any:
+    """jax's description of the traced function and its arguments (names the module's values)."""
+    return jp.debug_info(
+        info.api,
+        info.fun,
+        bound.args,
+        bound.kwargs,
+        static_argnums=[i for i, _ in bound.statics if isinstance(i, int)],
+        static_argnames=[k for k, _ in bound.statics if isinstance(k, str)],
+        signature=info.binding.signature,
+    )
+
+
+def resolve_auto(info: JitInfo, plan: CallPlan) -> CallPlan:
+    """Have the AUTO stage choose the plan's AUTO specs, then check the arguments
+    against the chosen ones as against any given spec."""
+    params = plan.params
+    n = plan.num_consts
+    was_auto = [s is AUTO for s in params.in_axis_resources[n:]]
+    out_avals = tree_unflatten(plan.out_tree, list(params.jaxpr.out_avals))
+    out_paths = [path for path, _ in tree_flatten_with_path(out_avals)[0]]
+    assert plan.arguments is not None  # a jit plan always names its arguments
+    plan = resolve(plan, plan.arguments.paths, out_paths, info.auto_memory_limit)
+    if not options.reshard_committed_enabled():
+        for i, auto in enumerate(was_auto):
+            if auto:
+                chosen = plan.params.in_axis_resources[n + i]
+                assert chosen is not None  # resolve() chose a spec for every AUTO leaf
+                where = plan.arguments.where(i, info.label)
+                check_committed_layout(
+                    plan.arguments.leaves[i], chosen, plan.mesh, where, info.label
+                )
+    return plan
+
+
+@dataclass(frozen=True)
+class JitPlanner:
+    """The :class:`Planner` of a ``jit``/``pjit``-ed function: its record and the functions above."""
+
+    info: JitInfo
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def fun(self) -> Callable[..., Any]:
+        return self.info.fun
+
+    @property
+    def binding(self) -> Binding:
+        return self.info.binding
+
+    @property
+    def eager(self) -> Callable[..., Any]:
+        """Under ``jax.disable_jit()`` a call runs the function itself, as jax.jit's does."""
+        return self.info.fun
+
+    def plan(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallPlan:
+        plan = plan_jit_call(self.info, args, kwargs)
+        params = plan.params
+        if has_auto(params.in_axis_resources) or has_auto(params.out_axis_resources):
+            plan = resolve_auto(self.info, plan)
+        return plan
+
+    def wrap_call(self, call: Callable[..., Any]) -> Callable[..., Any]:
+        """A jit-ed function is called as it is (pmap's multi-process calls are wrapped)."""
+        return call

@@ -1,0 +1,136 @@
+"""One checked spec and aval per leaf of a call's arguments, before tracing.
+
+Why here and not in the front door: a front door only says *which* spec tree a
+call uses (its options record); turning that tree into one checked spec per
+leaf is the sharding stage's work, the same for every front door that
+partitions over a mesh. A given spec is checked against the mesh and the
+argument (a committed array must already be laid out so, as in jax.jit); an
+omitted one is the argument's own layout; ``AUTO`` waits for the AUTO stage.
+The avals come out in the memory kinds the arguments will live in, and typed
+with their shardings over a mesh with Explicit axes (NOTE [explicit axes]).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from jax.sharding import Mesh
+from jax.tree_util import KeyPath
+
+from .. import jax_private as jp
+from .auto import AUTO
+from .checks import check_specs
+from .leaves import resolve_inputs
+from .mesh_env import has_explicit_axes
+from .parsed import REPLICATED
+from .placement import check_committed_layout, check_usable, unspecified_input_spec
+from .tree import UNSPECIFIED, broadcast_prefix
+
+#: One spec per leaf: None where XLA chooses the layout (a tracer's, an omitted
+#: output's), AUTO where the AUTO stage chooses it.
+LeafSpec = Any
+
+
+def input_specs(
+    prefix: Any,
+    dynamic_args: tuple[Any, ...],
+    leaves: Sequence[Any],
+    mesh: Mesh,
+    where: Callable[[int], str],
+    *,
+    api: str,
+    arg_name: str,
+    check_committed: bool,
+) -> list[LeafSpec]:
+    """Broadcast the in-spec ``prefix`` over a call's positional arguments, one spec per leaf.
+
+    Leaves past the positional ones (keyword arguments) are replicated.
+    ``check_committed`` (unless the user allows resharding committed arrays):
+    a committed argument must already be laid out as its given spec asks.
+
+    Raises:
+        ValueError: the tree is not a prefix of the arguments; an argument
+            committed outside the mesh, or laid out otherwise than its spec.
+        RuntimeError: an argument was deleted (donated to an earlier call).
+    """
+    arg_specs, _ = broadcast_prefix(
+        prefix, dynamic_args, api=f"{api} {arg_name}", what="positional arguments"
+    )
+    specs: list[LeafSpec] = []
+    for i, leaf in enumerate(leaves):
+        check_usable(leaf, mesh, where(i))
+        spec = arg_specs[i] if i < len(arg_specs) else REPLICATED
+        if spec is UNSPECIFIED:
+            spec = unspecified_input_spec(leaf, mesh, where(i), api)
+        elif spec is not AUTO and check_committed:
+            check_committed_layout(leaf, spec, mesh, where(i), api)
+        specs.append(spec)
+    return specs
+
+
+def checked_inputs(
+    specs: Sequence[LeafSpec],
+    leaves: Sequence[Any],
+    paths: Sequence[KeyPath],
+    mesh: Mesh,
+    where: Callable[[int], str],
+    api: str,
+    static_hint: str,
+) -> tuple[tuple[LeafSpec, ...], tuple[Any, ...]]:
+    """Each argument's aval; every given spec checked against the mesh and shapes; memory
+    kinds and layouts settled.
+
+    Returns:
+        ``(specs, avals)``: the avals in the memory kinds the arguments will live
+        in (part of the traced types), the specs with the layouts they state.
+
+    Raises:
+        TypeError: an argument that is not a JAX type (``static_hint`` says how
+            to mark it static).
+        ValueError: every bad leaf at once (axis, rank, divisibility), or a
+            memory kind or layout the argument does not have.
+    """
+    typed = has_explicit_axes(mesh)
+    avals = [abstractify(x, where(i), static_hint, typed=typed) for i, x in enumerate(leaves)]
+    given = [i for i, s in enumerate(specs) if s is not None and s is not AUTO]
+    check_specs(
+        api,
+        "argument args",
+        [specs[i] for i in given],
+        [paths[i] for i in given],
+        [avals[i].shape for i in given],
+        mesh,
+    )
+    resolved, resolved_avals = resolve_inputs(
+        api,
+        [specs[i] for i in given],
+        [leaves[i] for i in given],
+        [avals[i] for i in given],
+        lambda k: where(given[k]),
+        mesh,
+    )
+    out_specs, out_avals = list(specs), list(avals)
+    for k, i in enumerate(given):
+        out_specs[i], out_avals[i] = resolved[k], resolved_avals[k]
+    return tuple(out_specs), tuple(out_avals)
+
+
+def abstractify(leaf: Any, where: str, static_hint: str, *, typed: bool = False) -> Any:
+    """The abstract value of an argument leaf (with its sharding when ``typed``).
+
+    ``typed`` is set for calls over a mesh with Explicit axes, where a value's
+    sharding is part of its type (NOTE [explicit axes] in ``mesh_env.py``).
+
+    Raises:
+        TypeError: not a JAX type, naming ``where`` (API and argument path) and how
+            to mark it static.
+    """
+    try:
+        return jp.typed_abstractify(leaf) if typed else jp.shaped_abstractify(leaf)
+    except TypeError:
+        raise TypeError(
+            f"{where} of type {type(leaf).__name__} is not a valid JAX type (arrays, numpy "
+            f"arrays, Python scalars or jax.ShapeDtypeStruct). Mark it static with "
+            f"{static_hint} if it is configuration."
+        ) from None

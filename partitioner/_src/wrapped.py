@@ -1,0 +1,107 @@
+"""The callable a front door returns: jaxlib's C++ dispatcher as ``__call__``, plus the stages.
+
+Why one neutral module (jax's ``stages.Wrapped`` is the model): ``jit``, ``pjit``
+and ``pmap`` return the same kind of object, differing only in their planner,
+so each front door subclasses :class:`Wrapped` for its public name and none
+imports another.
+
+NOTE [pjit callable]: a call must go straight into jaxlib's C++ dispatcher,
+yet the object must not *be* jaxlib's dispatcher class: jax treats that class
+as its own ``jax.jit`` (``jax.eval_shape`` reads its internals), and wrappers
+such as ``jax.jit``/``jax.vmap`` copy instance attributes like ``lower`` onto
+themselves. So each wrapped function gets a tiny subclass whose ``__call__``
+*is* the C++ callable (a staticmethod: no Python frame on the hot path), and
+``lower``/``clear_cache`` are ordinary methods that wrappers do not copy. The
+dispatcher may have that ``__call__`` replaced by a guard (``install_call``,
+NOTE [guarded C++ calls] in ``dispatch/fastpath.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from . import registry as _registry  # noqa: F401  (installs every primitive's rules)
+from .auto.resolve import clear as clear_auto_choices
+from .dispatch import clear_caches as clear_dispatch_caches
+from .dispatch.fastpath import Dispatcher
+from .primitives.call_plan import Planner
+from .stages import Lowered, Traced, lower_plan
+
+W = TypeVar("W", bound="Wrapped")
+
+
+class Wrapped:
+    """A function wrapped by a front door: call it, ``.lower(...)`` / ``.trace(...)`` it.
+
+    Subclasses only name the front door (``kind``); see NOTE [pjit callable].
+    """
+
+    kind: ClassVar[str] = "wrapped"
+    _planner: Planner
+    _dispatcher: Dispatcher
+
+    if TYPE_CHECKING:  # each function's own subclass's __call__ is the C++ callable (or its guard)
+
+        def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+        @classmethod
+        def install_call(cls, make_call: Callable[[Any], Callable[..., Any]]) -> None: ...
+
+    @classmethod
+    def make(cls: type[W], planner: Planner) -> W:
+        """The callable for ``planner``, behind its own dispatcher."""
+        dispatcher = Dispatcher(planner)
+        cpp = dispatcher.take_cpp()
+        wrap = planner.wrap_call
+
+        def install_call(owner: type, make_call: Callable[[Any], Callable[..., Any]]) -> None:
+            owner.__call__ = staticmethod(wrap(make_call(cpp)))  # type: ignore[attr-defined]
+
+        sub = type(
+            f"{cls.kind}[{planner.name}]",
+            (cls,),
+            {"__slots__": (), "install_call": classmethod(install_call)},
+        )
+        sub.install_call(lambda call: call)  # type: ignore[attr-defined]
+        dispatcher.attach(sub)
+        self: W = object.__new__(sub)
+        object.__setattr__(self, "_planner", planner)
+        object.__setattr__(self, "_dispatcher", dispatcher)
+        functools.update_wrapper(self, planner.fun)  # type: ignore[arg-type]
+        return self
+
+    def lower(self, *args: Any, **kwargs: Any) -> Lowered:
+        """Lower for these arguments (arrays or ``jax.ShapeDtypeStruct``s)."""
+        return lower_plan(self._planner.plan(args, kwargs))
+
+    def trace(self, *args: Any, **kwargs: Any) -> Traced:
+        """Trace for these arguments (arrays or ``jax.ShapeDtypeStruct``s): the jaxpr, then ``.lower()``."""
+        return Traced(self._planner.plan(args, kwargs))
+
+    def clear_cache(self) -> None:
+        """Forget this function's fast-path entries (executables stay in the shared cache)."""
+        self._dispatcher.clear()
+
+    def cache_size(self) -> int:
+        """How many call signatures this function has cached (emptied by :meth:`clear_cache`)."""
+        return self._dispatcher.cache_size()
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        # Decorated methods bind like plain functions.
+        return self if obj is None else functools.partial(self, obj)
+
+    def __repr__(self) -> str:
+        return f"<{self.kind}-ed function {self._planner.name}>"
+
+
+def clear_caches() -> None:
+    """Drop every cached trace, AUTO choice, executable and fast-path entry.
+
+    The next call of any wrapped function traces, chooses its AUTO layouts, lowers
+    and compiles again. Pending launches in the CPU collective window are waited
+    for first.
+    """
+    clear_dispatch_caches()
+    clear_auto_choices()
