@@ -50,9 +50,9 @@ from ._src.auto import strategies as _strategies  # noqa: F401  (the model's str
 from ._src.auto.cost import Estimator as AutoEstimator
 from ._src.auto.layouts import candidates as auto_candidates
 from ._src.auto.layouts import moves as auto_moves
-from ._src.build.cache import ExecutableCache
-from ._src.build.cache import executables as executable_cache
 from ._src.colocated import runtime as colocated_runtime
+from ._src.compiler.cache import ExecutableCache
+from ._src.compiler.cache import executables as executable_cache
 from ._src.host_callback.call import call_p
 from ._src.host_callback.primitive import id_tap_p
 from ._src.host_callback.receiver import Sequencer, TapItem

@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("_src.trace",),
     ("_src.primitives",),  # one module per primitive: definition, params, abstract eval, rules
     ("_src.lower",),
-    ("_src.build",),  # lower -> compile -> executable -> cache
+    ("_src.compiler",),  # lower -> compile -> executable -> cache
     ("_src.dispatch",),
     ("_src.report",),
     ("_src.stages", "_src.residuals"),

@@ -14,8 +14,8 @@ from typing import Any
 import jax
 
 from . import jax_private as jp
-from .build.cache import get_executable
-from .build.executable import bytes_per_device
+from .compiler.cache import get_executable
+from .compiler.executable import bytes_per_device
 from .primitives.pjit_call import PjitParams, pjit_p
 from .sharding.partition_spec import Spec
 

@@ -3,7 +3,7 @@
 ``f.trace(*args)`` stops after tracing (the jaxpr), ``f.lower(*args)`` after
 lowering (annotated StableHLO, nothing compiled), and ``.compile()`` hands the
 module to XLA (or takes it from jax's persistent cache, NOTE [persistent
-compilation cache] in ``build/compile.py``).
+compilation cache] in ``compiler/compile.py``).
 
 NOTE [stages API]: the names and the shapes of the answers are jax.jit's
 (``jax.stages``), so code scripted against jax.jit's stages runs on ours:
@@ -30,8 +30,8 @@ from jax.tree_util import PyTreeDef, tree_unflatten
 
 from . import jax_private as jp
 from . import options
-from .build.compile import CompilerOptions
-from .build.executable import Executable, finish, named_sharding, xla_layouts
+from .compiler.compile import CompilerOptions
+from .compiler.executable import Executable, finish, named_sharding, xla_layouts
 from .dispatch.execute import run
 from .lower.module import LoweredModule, lower_pjit_body
 from .primitives.call_plan import CallPlan

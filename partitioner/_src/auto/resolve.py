@@ -20,7 +20,7 @@ from jax.sharding import AxisType, Mesh
 from jax.tree_util import KeyPath, keystr
 
 from .. import options
-from ..build.cache import get_executable
+from ..compiler.cache import get_executable
 from ..events import emit
 from ..primitives.call_plan import CallPlan
 from ..report.tables import build as build_report

@@ -1,9 +1,9 @@
-"""Stage 5: executable cache, fast-path dispatch, argument placement and execution."""
+"""Stage 6: dispatch. Fast paths, argument placement and execution of what the compiler built."""
 
 from __future__ import annotations
 
 from .. import window
-from ..build.cache import executables
+from ..compiler.cache import executables
 from ..trace.tracing import trace_cache
 from .fastpath import clear_fast_paths
 

@@ -20,8 +20,8 @@ from jax.tree_util import PyTreeDef, tree_unflatten
 
 from .. import jax_private as jp
 from .. import window
-from ..build.cache import get_executable
-from ..build.executable import Executable
+from ..compiler.cache import get_executable
+from ..compiler.executable import Executable
 from ..primitives.constraint import ConstraintParams
 from ..primitives.pjit_call import PjitParams
 from ..primitives.pmap_region import RegionParams, region_pjit

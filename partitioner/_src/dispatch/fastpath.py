@@ -49,8 +49,8 @@ from jax.tree_util import DictKey, SequenceKey, tree_flatten_with_path
 
 from .. import jax_private as jp
 from .. import options, window
-from ..build.cache import get_executable
-from ..build.executable import Executable
+from ..compiler.cache import get_executable
+from ..compiler.executable import Executable
 from ..events import emit
 from ..primitives.call_plan import Planner
 from ..sharding.placement import check_live

@@ -3,5 +3,5 @@
 ``cluster`` (``initialize``, the lost-process watchdog) <- ``launcher`` (``python -m
 partitioner.launch``); ``arrays`` (host-local <-> global arrays). pjit needs nothing
 else: a mesh over every process's devices is an ordinary mesh to the pipeline, and
-dispatch checks that every process runs the same program (``build/agreement.py``).
+dispatch checks that every process runs the same program (``compiler/agreement.py``).
 """

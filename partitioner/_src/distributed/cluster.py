@@ -36,7 +36,7 @@ from typing import Any
 import jax
 
 from .. import jax_private as jp
-from ..build import agreement
+from ..compiler import agreement
 
 logger = logging.getLogger("partitioner.distributed")
 

@@ -25,7 +25,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .. import jax_private as jp
-from ..build.agreement import check_agreement
+from ..compiler.agreement import check_agreement
 from .arrays import host_local_view
 
 

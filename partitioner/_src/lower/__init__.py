@@ -1,1 +1,1 @@
-"""Stage 3: jaxpr -> StableHLO with sharding annotations (GSPMD and Shardy)."""
+"""Stage 4: jaxpr -> StableHLO with sharding annotations (GSPMD and Shardy)."""

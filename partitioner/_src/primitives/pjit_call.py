@@ -32,7 +32,7 @@ transformation does to a pjit is read in one place.
 NOTE [residual shardings]: residuals are never forced to replicate. Their
 spec in both halves is ``None`` ("XLA chooses"): the known half is compiled
 with sharding propagation to those outputs, and dispatch reads the chosen
-layout back from the executable (``build/compile.py`` parses its output
+layout back from the executable (``compiler/compile.py`` parses its output
 OpShardings). The unknown half then takes each residual laid out as it
 arrived (``dispatch/execute.py`` resolves ``None`` in-specs from the
 arguments). A residual that is just a known input, or a primal output, is

@@ -20,7 +20,7 @@ from jax.sharding import Mesh
 from jax.tree_util import keystr, tree_flatten_with_path, tree_unflatten
 
 from .. import jax_private as jp
-from ..build.executable import Executable
+from ..compiler.executable import Executable
 from ..primitives.call_plan import CallPlan
 from ..primitives.constraint import sharding_constraint_p
 from ..sharding.auto import AutoChoice, Candidate

@@ -1,1 +1,1 @@
-"""Stage 2: the pjit and sharding-constraint primitives and tracing to jaxprs."""
+"""Stage 2: reading a call (the one binder) and tracing a body to a jaxpr, once per signature."""

@@ -28,8 +28,8 @@ from typing import Any
 
 from .. import options
 from ..events import emit
-from ..trace.equality import closed_jaxprs_equal
 from ..primitives.pjit_call import PjitParams
+from ..trace.equality import closed_jaxprs_equal
 from .executable import Executable, build
 
 

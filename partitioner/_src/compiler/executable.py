@@ -18,13 +18,13 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .. import jax_private as jp
 from .. import window
-from .compile import CompilerOptions, compile_module
 from ..lower.module import LoweredModule, lower_pjit_body
+from ..primitives.pjit_call import PjitParams
 from ..sharding.leaves import as_reported
 from ..sharding.mesh_env import has_explicit_axes, result_mesh
 from ..sharding.parsed import REPLICATED, ParsedPartitionSpec, SpecSync
-from ..primitives.pjit_call import PjitParams
 from .agreement import check_same_program
+from .compile import CompilerOptions, compile_module
 
 
 @dataclass(frozen=True)

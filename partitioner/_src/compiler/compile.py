@@ -164,7 +164,7 @@ def compile_module(
     Returns:
         ``(loaded executable, input specs, output specs)``; a spec is None where
         XLA, free to choose, chose a layout no partition spec can express (the
-        build pipeline then pins it, ``build/executable.py``).
+        build pipeline then pins it, ``compiler/executable.py``).
     """
     exe = _compile_once(lowered, compiler_options)
     n_tokens = len(lowered.ordered_effects)
