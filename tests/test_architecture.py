@@ -47,7 +47,8 @@ LAYERS: list[tuple[str, ...]] = [
         "options",
         "inspect",
         "sharding_spec",
-        "testing",
+        "testing",  # the public test-support package (strategies, round trips, plugin)
+        "_testing",  # the internals partitioner's own tests reach
         "host_callback",
         "distributed",
         "launch",

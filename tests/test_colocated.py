@@ -27,7 +27,8 @@ from jax.sharding import Mesh, NamedSharding
 
 import partitioner
 from partitioner import PartitionSpec as P
-from partitioner import colocated_python, colocated_python_class, pjit, testing
+from partitioner import _testing as testing
+from partitioner import colocated_python, colocated_python_class, pjit
 
 WAIT_S = 30.0  # a bound on every wait, so a regression fails instead of hanging
 

@@ -29,8 +29,7 @@ from partitioner import (
     get_aval_sharding_proto,
     parse_op_sharding,
 )
-from partitioner.sharding_spec import devices_indices_map, sharding_spec_from_parsed
-from partitioner.testing import (
+from partitioner._testing import (
     Unparseable,
     ensure_sdy_mesh,
     hlo_sharding_text,
@@ -39,6 +38,7 @@ from partitioner.testing import (
     sdy_sharding_attr,
     unflatten_superdims,
 )
+from partitioner.sharding_spec import devices_indices_map, sharding_spec_from_parsed
 
 OpSharding = xc.OpSharding
 HloSharding = xc.HloSharding
