@@ -1,7 +1,8 @@
 """The docs site builds strictly, offline, and its reference names the public surface only.
 
-``mkdocs build --strict`` (the README's instructions) into a temporary folder, bounded
-in time; then the built HTML is read: every name of ``partitioner.__all__`` has its
+``mkdocs build --strict`` (the README's instructions, and ``nox -s docs``) into a
+temporary folder, bounded in time, failing on any warning it prints; then the built
+HTML is read: every name of ``partitioner.__all__`` has its
 entry in the API reference, once, the reference names no private module or sentinel,
 code is coloured at build time (Pygments), and no page loads a script or font from the
 internet.
@@ -38,20 +39,47 @@ SWITCHING = [
 PRIVATE = re.compile(r"_src\b|_UNSET|_Unspecified|_Stage\b|jax_private")
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("site")
+def build(project: Path, out: Path) -> list[str]:
+    """Build the site of ``project`` strictly into ``out``; the problems it reported.
+
+    Why not ``-q``: it silences the warnings that ``--strict`` counts, so a build with a
+    broken link exits 0 (``nox -s docs``, which shows them, fails). The build runs at
+    mkdocs' normal verbosity and every WARNING or ERROR line it prints is a problem, as
+    is a non-zero exit.
+    """
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(out)],
-        cwd=ROOT,
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+        cwd=project,
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stderr[-4000:]}"
+    log = done.stdout + done.stderr
+    problems = re.findall(r"^(?:WARNING|ERROR)\b.*$", log, re.M)
+    if done.returncode and not problems:
+        problems = [f"mkdocs exited with {done.returncode}:\n{log[-4000:]}"]
+    return problems
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    problems = build(ROOT, out)
+    assert not problems, "mkdocs build --strict reported:\n" + "\n".join(problems)
     return out
+
+
+def test_the_build_check_sees_a_broken_link(tmp_path: Path) -> None:
+    """The check above can fail: a one-page site with a broken link is reported."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "index.md").write_text("# Home\n\nSee [the code](../missing.py).\n")
+    (tmp_path / "mkdocs.yml").write_text(
+        "site_name: t\nstrict: true\nvalidation:\n  links:\n    not_found: warn\n"
+    )
+    problems = build(tmp_path, tmp_path / "site")
+    assert any("missing.py" in p for p in problems), problems
 
 
 def _content(html: str) -> str:
