@@ -115,7 +115,7 @@ def test_devices_created_before_the_plugin_are_a_usage_error(tmp_path: Path) -> 
 
 
 def test_bad_counts_are_usage_errors(tmp_path: Path) -> None:
-    project = _project(tmp_path, "[tool.pytest.ini_options]\nvirtual_devices = \"many\"\n")
+    project = _project(tmp_path, '[tool.pytest.ini_options]\nvirtual_devices = "many"\n')
     done = _pytest(project)
     assert done.returncode == 4, _outcome(done)
     assert "the ini setting virtual_devices must be a whole number, got 'many'" in done.stderr
