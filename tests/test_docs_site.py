@@ -26,6 +26,8 @@ import mkdocstrings_handlers.python  # noqa: F401  (builds the API reference)
 import pytest
 
 import partitioner
+import partitioner.testing
+from partitioner.testing import strategies
 
 ROOT = Path(__file__).resolve().parent.parent
 SWITCHING = [
@@ -102,6 +104,21 @@ def test_every_public_name_is_in_the_reference_once(site: Path) -> None:
         for t in re.findall(r"<h[2-4][^>]*>(.*?)</h[2-4]>", html, re.S)
     ]
     assert len(titles) == len(set(titles)), collections.Counter(titles).most_common(3)
+
+
+def test_the_reference_lists_the_testing_package(site: Path) -> None:
+    """``partitioner.testing`` (imported on its own) has its section: every name of it
+    and of its strategies module, and the plugin (its docstring names what it adds)."""
+    html = _content((site / "reference" / "index.html").read_text())
+    ids = set(re.findall(r'<h\d id="(partitioner\.testing[A-Za-z_.]*)"', html))
+    expected = {
+        "partitioner.testing",
+        "partitioner.testing.strategies",
+        "partitioner.testing.plugin",
+    }
+    expected |= {f"partitioner.testing.{n}" for n in partitioner.testing.__all__}
+    expected |= {f"partitioner.testing.strategies.{n}" for n in strategies.__all__}
+    assert not expected - ids, f"missing from the reference: {sorted(expected - ids)}"
 
 
 def test_the_reference_names_no_private_name(site: Path) -> None:

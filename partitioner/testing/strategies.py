@@ -47,12 +47,12 @@ from .._src.sharding.parsed import ParsedPartitionSpec
 from .._src.sharding.partition_spec import UNCONSTRAINED, PartitionSpec, Spec
 from .._src.sharding.sharding_spec import ShardingSpec, sharding_spec_from_parsed
 
-#: The axis names :func:`meshes` draws from unless told otherwise.
 DEFAULT_AXIS_NAMES: tuple[str, ...] = ("a", "b", "c", "d", "e", "f", "g", "h")
+"""The axis names :func:`meshes` draws from unless told otherwise."""
 
-#: The device-list encodings :func:`op_shardings` draws: jax's own (``"iota"``, as
-#: ``NamedSharding`` converts) and an explicit list of device positions.
 ENCODINGS: tuple[str, ...] = ("iota", "explicit")
+"""The device-list encodings :func:`op_shardings` draws: jax's own (``"iota"``, as
+``NamedSharding`` converts) and an explicit list of device positions."""
 
 
 # --- meshes ---
@@ -77,7 +77,8 @@ def meshes(
     Args:
         devices: the devices to draw from; ``jax.devices()`` (read when drawing) if
             None. Any objects with an ``id`` do for conversions only.
-        min_axes, max_axes: bounds on the number of mesh axes (at least 1).
+        min_axes: the fewest mesh axes (at least 1).
+        max_axes: the most mesh axes.
         axis_names: the names drawn from (distinct); each mesh takes as many as it
             has axes, in any order.
         max_axis_size: the largest size an axis may have (None: no bound).
@@ -335,7 +336,9 @@ def op_shardings(
     assignment.
 
     Args:
-        mesh, ndim, max_ndim: as :func:`partition_specs`.
+        mesh: the mesh the value is laid out over.
+        ndim: the rank of the value; drawn from ``0 .. max_ndim`` if None.
+        max_ndim: the largest rank drawn when ``ndim`` is None.
         encodings: ``"iota"`` (jax's form: ``iota_reshape_dims`` and
             ``iota_transpose_perm``) and/or ``"explicit"`` (``tile_assignment_devices``).
     """
