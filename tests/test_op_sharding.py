@@ -14,6 +14,7 @@ from typing import Any
 import jax
 import numpy as np
 import pytest
+from helpers import STAND_INS
 from hypothesis import given
 from hypothesis import strategies as st
 from jax._src.interpreters import mlir
@@ -47,24 +48,9 @@ HloSharding = xc.HloSharding
 T = OpSharding.Type
 JaxP = jax.sharding.PartitionSpec
 
-#: 2^3 * 3 * 5 * 7 stand-in devices: every axis size up to 8 divides it, so ``meshes``
-#: (whose axis sizes multiply to a divisor of the device count) reaches all of them.
-MAX_DEVICES = 840
 AXIS_NAMES = ("a", "b", "c", "d")
-
-
-class FakeDevice:
-    """A stand-in device: the spec code and jax's mesh only need ``.id`` and identity."""
-
-    def __init__(self, id: int) -> None:
-        self.id = id
-
-    def __repr__(self) -> str:
-        return f"FakeDevice({self.id})"
-
-
-# One pool, so equal meshes are the same interned jax Mesh and jax's caches stay warm.
-DEVICE_POOL = [FakeDevice(i) for i in range(MAX_DEVICES)]
+#: Stand-in devices (tests/helpers.py): up to 840, every axis size up to 8 divides them.
+DEVICE_POOL = STAND_INS
 
 
 def fake_mesh(shape: tuple[int, ...], names: tuple[str, ...], seed: int | None = None) -> Mesh:

@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import numpy as np
 import pytest
+from helpers import STAND_INS
 from hypothesis import given
 from hypothesis import strategies as st
 from jax.sharding import AxisType, Mesh, NamedSharding
@@ -33,16 +34,7 @@ from partitioner.testing import (
 )
 from partitioner.testing.strategies import meshes, specs_and_shapes
 
-
-class StandIn:
-    def __init__(self, id: int) -> None:
-        self.id = id
-
-    def __repr__(self) -> str:
-        return f"StandIn({self.id})"
-
-
-POOL = [StandIn(i) for i in range(840)]
+POOL = STAND_INS
 BIG_MESHES = meshes(devices=POOL, max_axes=4, max_axis_size=8)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 import pytest
+from helpers import STAND_INS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jax._src.lib import xla_client as xc
@@ -52,18 +53,7 @@ JaxP = jax.sharding.PartitionSpec
 EXAMPLES = 600
 
 
-class StandIn:
-    """A stand-in device: jax's Mesh and shardings need only ``.id`` and identity."""
-
-    def __init__(self, id: int) -> None:
-        self.id = id
-
-    def __repr__(self) -> str:
-        return f"StandIn({self.id})"
-
-
-#: 840 = 2^3 * 3 * 5 * 7: every axis size up to 8 divides it.
-POOL = [StandIn(i) for i in range(840)]
+POOL = STAND_INS
 
 
 def _axes(entry: Any) -> tuple[Any, ...]:

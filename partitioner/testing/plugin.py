@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -64,7 +64,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     """Set the device count before the first conftest (and whatever it imports) runs."""
     n = _requested(early_config)
     if n is not None:
-        set_virtual_devices(n, OPTION)
+        _set_virtual_devices(n, OPTION)
 
 
 def _requested(config: pytest.Config) -> int | None:
@@ -85,7 +85,7 @@ def _requested(config: pytest.Config) -> int | None:
     return n
 
 
-def set_virtual_devices(n: int, option: str = OPTION) -> None:
+def _set_virtual_devices(n: int, option: str = OPTION) -> None:
     """Make jax create ``n`` CPU devices, and run on the CPU unless JAX_PLATFORMS says otherwise.
 
     Raises:
@@ -133,7 +133,7 @@ def mesh() -> MeshFactory:
 
     def make(
         shape: Sequence[int],
-        axis_names: Sequence[Hashable],
+        axis_names: Sequence[str],
         *,
         axis_types: AxisType | Sequence[AxisType] = AxisType.Auto,
         devices: Sequence[Any] | None = None,

@@ -57,10 +57,6 @@ the two shardings lay a {shape} value out differently ({count} of {total} device
 MAX_ROWS = 8
 
 
-def _parse(spec: Any, where: str) -> ParsedPartitionSpec:
-    return ParsedPartitionSpec.coerce(spec, where, allow_unconstrained=True)
-
-
 def _checked(spec: Any, mesh: Mesh, shape: Sequence[int], where: str) -> ParsedPartitionSpec:
     """``spec`` parsed and checked against ``mesh`` and ``shape`` (no divisibility)."""
     if not isinstance(mesh, Mesh):
@@ -70,7 +66,7 @@ def _checked(spec: Any, mesh: Mesh, shape: Sequence[int], where: str) -> ParsedP
             f"{where}: the NamedSharding's mesh {_describe_mesh(spec.mesh)} is not the mesh "
             f"given, {_describe_mesh(mesh)}; pass its own mesh (sharding.mesh)"
         )
-    parsed = _parse(spec, f"{where} spec")
+    parsed = ParsedPartitionSpec.coerce(spec, f"{where} spec", allow_unconstrained=True)
     check_spec(parsed, tuple(shape), mesh, where, check_divisible=False)
     return parsed
 
@@ -135,7 +131,7 @@ def _describe(spec: ParsedPartitionSpec) -> str:
     return text
 
 
-def _describe_mesh(mesh: Mesh) -> str:
+def _describe_mesh(mesh: Any) -> str:
     axes = ", ".join(f"{name!r}: {size}" for name, size in mesh.shape.items())
     return f"Mesh({axes})"
 

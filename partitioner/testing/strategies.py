@@ -126,9 +126,12 @@ def _meshes(
     axis_names = draw(
         st.lists(st.sampled_from(names), min_size=n_axes, max_size=n_axes, unique=True)
     )
+    # Every axis draws from the same choices (the divisors of the device count), cut
+    # down to what is left: a draw whose choices depended on the sizes before it
+    # would shift every later draw when one of those shrinks, and stall the shrinker.
     sizes, left = [], len(devices)
     for _ in range(n_axes):
-        size = draw(st.sampled_from(_divisors(left, max_axis_size)))
+        size = math.gcd(draw(st.sampled_from(_divisors(len(devices), max_axis_size))), left)
         sizes.append(size)
         left //= size
     axis_types = tuple(draw(st.sampled_from(types)) for _ in range(n_axes))
