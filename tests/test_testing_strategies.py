@@ -49,8 +49,8 @@ from partitioner.testing.strategies import (
 HloSharding = xc.HloSharding
 JaxP = jax.sharding.PartitionSpec
 
-#: Examples of the validity run; each draws seven objects.
-EXAMPLES = 600
+#: Examples of the validity run; each draws seven objects (2,800 in all).
+EXAMPLES = 400
 
 
 POOL = STAND_INS
