@@ -27,7 +27,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import partitioner
-from partitioner.testing import call_is_guarded
+from partitioner._testing import call_is_guarded
 
 NAME = "loop"
 TARGET = common.Target("<= 1.05", hi=1.05)

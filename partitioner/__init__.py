@@ -1,8 +1,9 @@
 """partitioner: run ordinary JAX functions partitioned over a device mesh.
 
 The public surface, and only it. The pipeline lives in the private package
-``partitioner._src`` (see docs/architecture.md); ``partitioner.testing`` exposes
-the few internals the tests look at.
+``partitioner._src`` (see docs/architecture.md); ``partitioner.testing`` (imported
+on its own) helps users property-test their sharding code, and
+``partitioner._testing`` exposes the few internals partitioner's own tests look at.
 """
 
 from . import distributed, host_callback, inspect, options, sharding_spec

@@ -100,3 +100,20 @@ def arange(*shape: int, dtype: Any = np.float32, start: float = 0.0) -> np.ndarr
 def shard_pointers(x: jax.Array) -> dict[int, int]:
     """Device id -> buffer address of each addressable shard."""
     return {s.device.id: s.data.unsafe_buffer_pointer() for s in x.addressable_shards}
+
+
+class StandIn:
+    """A stand-in device: jax's Mesh and shardings and partitioner's conversions need
+    only ``.id`` and identity, so properties over layouts reach meshes of hundreds."""
+
+    def __init__(self, id: int) -> None:
+        self.id = id
+
+    def __repr__(self) -> str:
+        return f"StandIn({self.id})"
+
+
+#: 840 = 2^3 * 3 * 5 * 7 stand-ins: every axis size up to 8 divides it, so the public
+#: ``meshes`` strategy (axis sizes multiply to a divisor of the count) reaches them all.
+#: One pool, so equal meshes are the same interned jax Mesh and jax's caches stay warm.
+STAND_INS = [StandIn(i) for i in range(840)]

@@ -14,7 +14,7 @@ import jax.extend
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from partitioner.testing import pjit_p, sharding_constraint_p
+from partitioner._testing import pjit_p, sharding_constraint_p
 
 #: Tolerances for float32 results computed with different reduction orders
 #: (sharded vs. unsharded dots and sums). Values are O(1).

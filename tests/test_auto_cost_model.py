@@ -18,7 +18,7 @@ from jax.sharding import Mesh
 
 import partitioner
 from partitioner import PartitionSpec as P
-from partitioner.testing import AutoEstimator, auto_candidates, auto_moves
+from partitioner._testing import AutoEstimator, auto_candidates, auto_moves
 
 SIZES = {"data": 4, "model": 2}
 ORDER = ("data", "model")

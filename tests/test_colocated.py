@@ -18,16 +18,19 @@ import time
 import weakref
 from typing import Any
 
+import flax.linen as flax_linen
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from helpers import devices
 from jax.sharding import Mesh, NamedSharding
 
 import partitioner
 from partitioner import PartitionSpec as P
-from partitioner import colocated_python, colocated_python_class, pjit, testing
+from partitioner import _testing as testing
+from partitioner import colocated_python, colocated_python_class, pjit
 
 WAIT_S = 30.0  # a bound on every wait, so a regression fails instead of hanging
 
@@ -445,8 +448,6 @@ def test_a_function_without_outputs_runs_in_order_and_logs_its_error(
 
 
 def test_flax_params_and_an_optax_state_go_through_whole(mesh: Mesh) -> None:
-    flax_linen = pytest.importorskip("flax.linen")
-    optax = pytest.importorskip("optax")
     model = flax_linen.Dense(8)
     params = model.init(jax.random.key(0), jnp.ones((2, 4)))
     params = jax.device_put(params, NamedSharding(mesh, P()))

@@ -15,7 +15,7 @@ from jax.sharding import NamedSharding
 
 import partitioner as pt
 from partitioner import PartitionSpec as P
-from partitioner.testing import (
+from partitioner._testing import (
     MAX_IN_FLIGHT,
     ExecutableCache,
     current_mesh,

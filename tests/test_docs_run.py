@@ -1,14 +1,15 @@
 """Every Python block of README.md and docs/*.md runs as written (issue 8, item 8).
 
 The blocks of one file run in order in one fresh interpreter (later blocks use
-names the earlier ones define), bounded in time, so the documentation cannot
-drift from the code. A ```` ```py ```` block is shown (highlighted) but not run: the
+names the earlier ones define), bounded in time, without the device count this suite
+sets for itself, so the documentation cannot drift from the code. A ```` ```py ```` block is shown (highlighted) but not run: the
 switching pages keep old code for APIs jax no longer has (the 2022 pjit,
 host_callback) in such blocks, beside the runnable ```` ```python ```` version.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -54,9 +55,13 @@ def test_the_readme_has_runnable_blocks() -> None:
 def test_blocks_run(path: Path, tmp_path: Path) -> None:
     script = tmp_path / f"{path.stem}_blocks.py"
     script.write_text("\n\n".join(python_blocks(path)))
+    # Without the 8 devices this suite runs under (tests/conftest.py sets XLA_FLAGS): a
+    # page must set its own device count, as a reader's fresh interpreter needs it to.
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
     done = subprocess.run(
         [sys.executable, str(script)],
         cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,

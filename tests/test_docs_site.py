@@ -1,7 +1,8 @@
 """The docs site builds strictly, offline, and its reference names the public surface only.
 
-``mkdocs build --strict`` (the README's instructions) into a temporary folder, bounded
-in time; then the built HTML is read: every name of ``partitioner.__all__`` has its
+``mkdocs build --strict`` (the README's instructions, and ``nox -s docs``) into a
+temporary folder, bounded in time, failing on any warning it prints; then the built
+HTML is read: every name of ``partitioner.__all__`` has its
 entry in the API reference, once, the reference names no private module or sentinel,
 code is coloured at build time (Pygments), and no page loads a script or font from the
 internet.
@@ -16,15 +17,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+# The site's tools are in the test extra (pip install -e ".[test]"). Imported, not
+# importorskip-ed: a skip would let an environment without them pass the docs check
+# without building anything.
+import material  # noqa: F401  (mkdocs-material, the theme)
+import mkdocs  # noqa: F401
+import mkdocstrings_handlers.python  # noqa: F401  (builds the API reference)
 import pytest
 
 import partitioner
-
-pytest.importorskip("mkdocs", reason="the docs site needs mkdocs (pip install -e '.[test]')")
-pytest.importorskip("material", reason="the docs theme is mkdocs-material (in the test extra)")
-pytest.importorskip(
-    "mkdocstrings_handlers.python", reason="mkdocstrings[python] builds the API reference"
-)
+import partitioner.testing
+from partitioner.testing import strategies
 
 ROOT = Path(__file__).resolve().parent.parent
 SWITCHING = [
@@ -38,20 +41,47 @@ SWITCHING = [
 PRIVATE = re.compile(r"_src\b|_UNSET|_Unspecified|_Stage\b|jax_private")
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("site")
+def build(project: Path, out: Path) -> list[str]:
+    """Build the site of ``project`` strictly into ``out``; the problems it reported.
+
+    Why not ``-q``: it silences the warnings that ``--strict`` counts, so a build with a
+    broken link exits 0 (``nox -s docs``, which shows them, fails). The build runs at
+    mkdocs' normal verbosity and every WARNING or ERROR line it prints is a problem, as
+    is a non-zero exit.
+    """
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(out)],
-        cwd=ROOT,
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+        cwd=project,
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stderr[-4000:]}"
+    log = done.stdout + done.stderr
+    problems = re.findall(r"^(?:WARNING|ERROR)\b.*$", log, re.M)
+    if done.returncode and not problems:
+        problems = [f"mkdocs exited with {done.returncode}:\n{log[-4000:]}"]
+    return problems
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    problems = build(ROOT, out)
+    assert not problems, "mkdocs build --strict reported:\n" + "\n".join(problems)
     return out
+
+
+def test_the_build_check_sees_a_broken_link(tmp_path: Path) -> None:
+    """The check above can fail: a one-page site with a broken link is reported."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "index.md").write_text("# Home\n\nSee [the code](../missing.py).\n")
+    (tmp_path / "mkdocs.yml").write_text(
+        "site_name: t\nstrict: true\nvalidation:\n  links:\n    not_found: warn\n"
+    )
+    problems = build(tmp_path, tmp_path / "site")
+    assert any("missing.py" in p for p in problems), problems
 
 
 def _content(html: str) -> str:
@@ -74,6 +104,21 @@ def test_every_public_name_is_in_the_reference_once(site: Path) -> None:
         for t in re.findall(r"<h[2-4][^>]*>(.*?)</h[2-4]>", html, re.S)
     ]
     assert len(titles) == len(set(titles)), collections.Counter(titles).most_common(3)
+
+
+def test_the_reference_lists_the_testing_package(site: Path) -> None:
+    """``partitioner.testing`` (imported on its own) has its section: every name of it
+    and of its strategies module, and the plugin (its docstring names what it adds)."""
+    html = _content((site / "reference" / "index.html").read_text())
+    ids = set(re.findall(r'<h\d id="(partitioner\.testing[A-Za-z_.]*)"', html))
+    expected = {
+        "partitioner.testing",
+        "partitioner.testing.strategies",
+        "partitioner.testing.plugin",
+    }
+    expected |= {f"partitioner.testing.{n}" for n in partitioner.testing.__all__}
+    expected |= {f"partitioner.testing.strategies.{n}" for n in strategies.__all__}
+    assert not expected - ids, f"missing from the reference: {sorted(expected - ids)}"
 
 
 def test_the_reference_names_no_private_name(site: Path) -> None:

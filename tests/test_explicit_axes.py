@@ -16,7 +16,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import partitioner
-from partitioner.testing import (
+from partitioner._testing import (
     as_call_mesh,
     has_explicit_axes,
     result_mesh,

@@ -282,14 +282,14 @@ def test_a_hanging_tap_function_does_not_hang_exit_beyond_the_timeout() -> None:
 
 
 def _sequencer() -> tuple[Any, list[str]]:
-    from partitioner.testing import Sequencer
+    from partitioner._testing import Sequencer
 
     out: list[str] = []
     return Sequencer(lambda item: out.append(item.run()), lambda: None), out
 
 
 def _item(name: str) -> Any:
-    from partitioner.testing import TapItem
+    from partitioner._testing import TapItem
 
     return TapItem(lambda: name, 1)
 

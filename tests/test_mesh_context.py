@@ -11,7 +11,7 @@ from jax.sharding import AxisType, Mesh
 from jax.sharding import PartitionSpec as JaxP
 
 import partitioner
-from partitioner.testing import as_auto_mesh, current_mesh, maybe_current_mesh
+from partitioner._testing import as_auto_mesh, current_mesh, maybe_current_mesh
 
 AUTO2 = (AxisType.Auto, AxisType.Auto)
 

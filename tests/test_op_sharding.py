@@ -1,8 +1,9 @@
 """OpSharding <-> spec conversions: property round trips against jax, and hand-built protos.
 
-The properties run over random meshes (1-4 axes of size 1-8, up to 700 fake
-devices with shuffled ids), random ranks and random valid specs, and compare our
-builder and parser with what jax's own ``NamedSharding`` computes.
+The properties run over the public strategies (``partitioner.testing.strategies``):
+random meshes (1-4 axes of size 1-8 over up to 840 stand-in devices, in any order, Auto
+or Explicit), random ranks and random valid specs, and compare our builder and parser
+with what jax's own ``NamedSharding`` computes.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import jax
 import numpy as np
 import pytest
+from helpers import STAND_INS
 from hypothesis import given
 from hypothesis import strategies as st
 from jax._src.interpreters import mlir
@@ -29,8 +31,7 @@ from partitioner import (
     get_aval_sharding_proto,
     parse_op_sharding,
 )
-from partitioner.sharding_spec import devices_indices_map, sharding_spec_from_parsed
-from partitioner.testing import (
+from partitioner._testing import (
     Unparseable,
     ensure_sdy_mesh,
     hlo_sharding_text,
@@ -39,28 +40,17 @@ from partitioner.testing import (
     sdy_sharding_attr,
     unflatten_superdims,
 )
+from partitioner.sharding_spec import devices_indices_map, sharding_spec_from_parsed
+from partitioner.testing.strategies import meshes, specs_and_shapes
 
 OpSharding = xc.OpSharding
 HloSharding = xc.HloSharding
 T = OpSharding.Type
 JaxP = jax.sharding.PartitionSpec
 
-MAX_DEVICES = 700
 AXIS_NAMES = ("a", "b", "c", "d")
-
-
-class FakeDevice:
-    """A stand-in device: the spec code and jax's mesh only need ``.id`` and identity."""
-
-    def __init__(self, id: int) -> None:
-        self.id = id
-
-    def __repr__(self) -> str:
-        return f"FakeDevice({self.id})"
-
-
-# One pool, so equal meshes are the same interned jax Mesh and jax's caches stay warm.
-DEVICE_POOL = [FakeDevice(i) for i in range(MAX_DEVICES)]
+#: Stand-in devices (tests/helpers.py): up to 840, every axis size up to 8 divides them.
+DEVICE_POOL = STAND_INS
 
 
 def fake_mesh(shape: tuple[int, ...], names: tuple[str, ...], seed: int | None = None) -> Mesh:
@@ -74,49 +64,22 @@ def aval(shape: tuple[int, ...]) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(shape, np.float32)
 
 
-# --- strategies ---
+# --- strategies: the public ones ---
 
-
-@st.composite
-def meshes(draw: st.DrawFn) -> Mesh:
-    n_axes = draw(st.integers(1, 4))
-    shape: list[int] = []
-    for _ in range(n_axes):
-        cap = min(8, MAX_DEVICES // math.prod(shape))
-        shape.append(draw(st.integers(1, cap)))
-    seed = draw(st.integers(0, 2**32 - 1))
-    return fake_mesh(tuple(shape), AXIS_NAMES[:n_axes], seed)
+MESHES = meshes(devices=DEVICE_POOL, max_axes=4, max_axis_size=8, axis_names=AXIS_NAMES)
 
 
 @st.composite
 def mesh_spec_shape(draw: st.DrawFn) -> tuple[Mesh, Any, list[list[str]], tuple[int, ...]]:
     """``(mesh, spec, dims, shape)``: ``dims[d]`` lists the axes of dim ``d``, major first.
 
-    The spec spells the same layout in any allowed way (``None`` or ``()``, a name
-    or a 1-tuple, ours or jax's class) and may omit trailing unpartitioned dims.
+    The spec may omit trailing unpartitioned dims; the shape divides evenly.
     """
-    mesh = draw(meshes())
-    rank = draw(st.sampled_from(range(6)))  # uniform: integers() favours the ends
-    dims: list[list[str]] = [[] for _ in range(rank)]
-    if rank:
-        for axis in draw(st.permutations(list(mesh.axis_names))):
-            d = draw(st.integers(-1, rank - 1))  # -1: the axis is unused
-            if d >= 0:
-                dims[d].append(axis)
-    last_used = max((d for d, axes in enumerate(dims) if axes), default=-1)
-    length = draw(st.integers(last_used + 1, rank))
-    entries: list[Any] = []
-    for axes in dims[:length]:
-        if not axes:
-            entries.append(draw(st.sampled_from([None, ()])))
-        elif len(axes) == 1:
-            entries.append(draw(st.sampled_from([axes[0], (axes[0],)])))
-        else:
-            entries.append(tuple(axes))
-    spec_cls = draw(st.sampled_from([PartitionSpec, JaxP]))
-    sizes = dict(mesh.shape)
-    shape = tuple(math.prod(sizes[a] for a in axes) * draw(st.integers(1, 3)) for axes in dims)
-    return mesh, spec_cls(*entries), dims, shape
+    mesh = draw(MESHES)
+    spec, shape = draw(specs_and_shapes(mesh, max_ndim=5))
+    parsed = ParsedPartitionSpec.from_user_input(spec, "drawn")
+    dims = [list(parsed.partitions[d]) if d < len(parsed) else [] for d in range(len(shape))]
+    return mesh, spec, dims, shape
 
 
 def expected_spec(dims: list[list[str]], mesh: Mesh) -> PartitionSpec:

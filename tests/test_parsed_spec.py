@@ -21,7 +21,7 @@ from partitioner import (
     SpecSync,
     prepare_axis_resources,
 )
-from partitioner.testing import broadcast_prefix
+from partitioner._testing import broadcast_prefix
 
 JaxP = jax.sharding.PartitionSpec
 Pair = namedtuple("Pair", ["w", "b"])

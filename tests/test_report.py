@@ -23,7 +23,7 @@ from jax.sharding import Mesh
 import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import inspect, pjit, pmap, with_sharding_constraint
-from partitioner.testing import hlo_replica_groups
+from partitioner._testing import hlo_replica_groups
 
 X = np.linspace(-1, 1, 32 * 16, dtype=np.float32).reshape(32, 16)
 W = np.linspace(-1, 1, 16 * 8, dtype=np.float32).reshape(16, 8)

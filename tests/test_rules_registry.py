@@ -22,7 +22,7 @@ from rules_helpers import assert_tree_close, constraint_eqns
 import partitioner  # noqa: F401  (registers every rule)
 from partitioner import PartitionSpec as P
 from partitioner import with_sharding_constraint
-from partitioner.testing import call_p, id_tap_p, pjit_p, pmap_region_p, sharding_constraint_p
+from partitioner._testing import call_p, id_tap_p, pjit_p, pmap_region_p, sharding_constraint_p
 
 
 def _has_impl(prim: Any) -> bool:

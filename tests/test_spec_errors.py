@@ -20,7 +20,7 @@ from partitioner import (
     pjit,
     prepare_axis_resources,
 )
-from partitioner.testing import broadcast_prefix, check_spec, check_specs
+from partitioner._testing import broadcast_prefix, check_spec, check_specs
 
 JaxP = jax.sharding.PartitionSpec
 Pair = namedtuple("Pair", ["w", "b"])

@@ -20,7 +20,7 @@ from jax.sharding import Mesh, NamedSharding
 import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import pjit
-from partitioner.testing import MAX_IN_FLIGHT, call_is_guarded
+from partitioner._testing import MAX_IN_FLIGHT, call_is_guarded
 
 
 @pytest.fixture(params=["cpp", "python"])

@@ -185,6 +185,7 @@ current_source_info = _source_info_util.current
 summarize_source_info = _source_info_util.summarize
 
 # jax._src.xla_bridge
+backends_are_initialized = _xla_bridge.backends_are_initialized
 get_device_backend = _xla_bridge.get_device_backend
 
 # jaxlib._jax

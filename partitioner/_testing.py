@@ -1,9 +1,11 @@
 """Internals exposed for partitioner's own tests, and for debugging it.
 
-Not part of the API: names here may change between releases without notice.
-They are gathered in one module so that everything else under ``partitioner._src``
-stays private, and so that a test's reach into the internals is visible in one
-import line.
+Not part of the API: names here may change between releases without notice (the
+public test support is ``partitioner.testing``: strategies, round-trip checks and
+the pytest plugin). They are gathered in one module so that everything else under
+``partitioner._src`` stays private, and so that a test's reach into the internals is
+visible in one import line. The module re-exports names and holds the three small
+helpers below; nothing else.
 
 What is here, and why a test needs it:
 

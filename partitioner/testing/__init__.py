@@ -1,0 +1,40 @@
+"""Property-test code that produces shardings: strategies, round-trip checks, a pytest plugin.
+
+Code built on partitioner writes its own sharding rules (logical axis names to mesh
+axes, FSDP helpers, a custom mesh layout, a checkpoint resharder). This package gives
+such code what partitioner's own tests use:
+
+- ``partitioner.testing.strategies`` (needs hypothesis: ``pip install
+  "partitioner[testing]"``): meshes, partition specs, shapes, ``OpSharding``,
+  ``NamedSharding`` and ``ShardingSpec`` objects and ``jax.Array`` values, valid by
+  construction and shrinking to small meshes and short specs.
+- The round-trip checks, here: :func:`assert_round_trips` (a spec means the same
+  layout as an OpSharding, as HLO sharding text, as a NamedSharding and as pmap's
+  ShardingSpec), one check per form, and :func:`assert_same_layout` (the same devices
+  hold the same index ranges).
+- A pytest plugin (``partitioner.testing.plugin``), which pytest loads by itself once
+  partitioner is installed: ``pytest --virtual-devices 8`` (or ``virtual_devices = 8``
+  in the ini file) runs the tests on 8 virtual CPU devices, set before jax creates
+  its devices; the ``mesh`` fixture builds meshes; ``@pytest.mark.needs_devices(n)``
+  skips a test when there are fewer devices.
+"""
+
+from __future__ import annotations
+
+from .round_trips import (
+    assert_hlo_text_round_trip,
+    assert_named_sharding_round_trip,
+    assert_op_sharding_round_trip,
+    assert_round_trips,
+    assert_same_layout,
+    assert_sharding_spec_round_trip,
+)
+
+__all__ = [
+    "assert_hlo_text_round_trip",
+    "assert_named_sharding_round_trip",
+    "assert_op_sharding_round_trip",
+    "assert_round_trips",
+    "assert_same_layout",
+    "assert_sharding_spec_round_trip",
+]
