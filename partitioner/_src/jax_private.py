@@ -273,6 +273,15 @@ def ambient_mesh() -> Any | None:
     return None
 
 
+def legacy_mesh_active() -> bool:
+    """Whether a classic ``with mesh:`` (or ``partitioner.mesh``) context is active.
+
+    jax's pjit reads a ``None`` spec as replicated only there (its resource
+    environment); under ``jax.set_mesh`` it is unspecified.
+    """
+    return not _mesh_lib.thread_resources.env.physical_mesh.empty
+
+
 def trace_context_names() -> tuple[str, ...]:
     """The names of the :func:`trace_context` entries, in order (for cache-miss explanations)."""
     return tuple(_config.trace_context_names())
@@ -480,6 +489,12 @@ def device_assignment_of(sharding: Any) -> tuple[Any, ...]:
 def default_device() -> Any:
     """The device uncommitted values land on (``jax.default_device`` or the first device)."""
     return _pxla.get_default_device()
+
+
+def pytree_differences(new: Any, old: Any) -> list[tuple[Any, Any, Any, str]]:
+    """Where two pytree structures differ: ``(path, new node, old node, explanation)``,
+    as jax's compiled functions describe a call with another tree."""
+    return list(_tree_util.equality_errors_pytreedef(new, old))
 
 
 def at_top_level() -> bool:

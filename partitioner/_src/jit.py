@@ -79,8 +79,6 @@ def jit(
     )
     if fun is None:
         return lambda f: jit(f, **options)
-    if not callable(fun):
-        raise TypeError(f"jit: expected a callable value, got {fun!r}")
     info = jit_info(
         fun,
         api="jit",

@@ -106,7 +106,7 @@ def pjit(
         fun,
         api="pjit",
         names=SpecNames(in_name, out_name),
-        none_rule=NoneRule.REPLICATED_UNDER_MESH,
+        none_rule=NoneRule.REPLICATED_UNDER_LEGACY_MESH,
         in_specs=_one_of("in_axis_resources", in_axis_resources, "in_shardings", in_shardings),
         out_specs=_one_of("out_axis_resources", out_axis_resources, "out_shardings", out_shardings),
         static_argnums=static_argnums,

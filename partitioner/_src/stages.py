@@ -26,7 +26,7 @@ from typing import Any
 import jax
 from jax.experimental.layout import Format
 from jax.stages import ArgInfo
-from jax.tree_util import PyTreeDef, tree_unflatten
+from jax.tree_util import PyTreeDef, keystr, tree_unflatten
 
 from . import jax_private as jp
 from . import options
@@ -257,6 +257,59 @@ class Lowered(_Stage):
         return self.compile().report()
 
 
+def _tree_mismatch(tree: PyTreeDef, plan: CallPlan) -> str:
+    """jax's message for a compiled function called with another pytree, then ours."""
+    errors = jp.pytree_differences(tree, plan.in_tree)
+    lines = [
+        "Function compiled with input pytree does not match the input pytree it was called "
+        f"with. There are {len(errors)} mismatches, including:"
+    ]
+    for path, new, old, explanation in errors:
+        first, *rest = path
+        base = ("args", "kwargs")[first.idx]
+        lines.append(
+            f"    * at {base}{keystr(tuple(rest))}, seen {old} but now given {new}, so {explanation}"
+        )
+    lines.append(
+        f"(Compiled {plan.api} takes only the dynamic arguments, structured as at .lower() time.)"
+    )
+    return "\n".join(lines)
+
+
+def _check_arg_types(leaves: Sequence[Any], plan: CallPlan) -> None:
+    """Every argument's shape and dtype is the one it was lowered for (jax's message).
+
+    Raises:
+        TypeError: naming each mismatch (the first five), as jax names them.
+    """
+    names = _arg_names(plan)
+    errors = [
+        f"Argument '{names[i]}' compiled with {aval.str_short()} and called with {got.str_short()}"
+        for i, (leaf, aval) in enumerate(zip(leaves, plan.in_avals, strict=True))
+        if ((got := jp.shaped_abstractify(leaf)).shape, got.dtype) != (aval.shape, aval.dtype)
+    ]
+    if errors:
+        first = f"The first 5 of {len(errors)}" if len(errors) >= 5 else "The"
+        raise TypeError(
+            "Argument types differ from the types for which this computation was compiled. "
+            "Perhaps you are calling the compiled executable with a different enable_x64 mode "
+            f"than when it was AOT compiled? {first} mismatches are:\n"
+            + "\n".join(errors[:5])
+            + f"\n(Compiled {plan.api} accepts only what it was lowered for: lower again.)"
+        )
+
+
+def _arg_names(plan: CallPlan) -> list[str]:
+    """Each dynamic argument's name as jax's messages give it (``x``, ``params['w']``)."""
+    n = len(plan.in_avals)
+    debug = plan.params.jaxpr.jaxpr.debug_info
+    names = list(debug.arg_names or ()) if debug is not None else []
+    names = names[-n:] if len(names) >= n else []
+    return [name or f"args[{i}]" for i, name in enumerate(names)] or [
+        f"args[{i}]" for i in range(n)
+    ]
+
+
 class Compiled(_Stage):
     """A compiled pjit: call it with the dynamic arguments only."""
 
@@ -270,21 +323,26 @@ class Compiled(_Stage):
         return self._executable
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run on the dynamic arguments, which must have the tree, shapes and dtypes
+        it was lowered for.
+
+        Raises:
+            TypeError: as jax's compiled functions: another tree, another shape or
+                dtype, or a tracer (a compiled function cannot be transformed).
+        """
         _, leaves, tree = call_leaves(_DYNAMIC_ONLY, args, kwargs)
         if tree != self._plan.in_tree:
-            raise TypeError(
-                f"Compiled {self._plan.api} called with arguments of a different structure than it was "
-                f"lowered for.\n  lowered for: {self._plan.in_tree}\n  called with: {tree}\n"
-                "Pass only the dynamic arguments, structured as at .lower() time."
-            )
-        for i, (leaf, aval) in enumerate(zip(leaves, self._plan.in_avals, strict=True)):
-            got = jp.shaped_abstractify(leaf)
-            if got.dtype != aval.dtype or tuple(got.shape) != tuple(aval.shape):
-                raise TypeError(
-                    f"Compiled {self._plan.where(self._plan.num_consts + i)}: expected {aval.dtype.name}{list(aval.shape)}, "
-                    f"got {got.dtype.name}{list(got.shape)}. A compiled function only accepts the "
-                    "shapes and dtypes it was lowered for; lower again for new ones."
-                )
+            raise TypeError(_tree_mismatch(tree, self._plan))
+        if not jp.at_top_level():
+            for leaf in leaves:
+                if isinstance(leaf, jp.Tracer):
+                    raise TypeError(
+                        "Cannot apply JAX transformations to a function lowered and compiled "
+                        f"for a particular signature. Detected argument of Tracer type "
+                        f"{type(leaf)}. ({self._plan.api}: lower the transformed function "
+                        "instead, e.g. jit(vmap(f)).lower(...))"
+                    )
+        _check_arg_types(leaves, self._plan)
         n = self._plan.num_consts
         check_compiled_layouts(
             leaves, self._executable.in_layouts[n:], lambda i: f"Compiled {self._plan.where(n + i)}"

@@ -28,9 +28,10 @@ from ..sharding.call_outputs import output_specs
 from ..sharding.mesh_env import maybe_current_mesh, resolve_mesh
 from ..sharding.parsed import REPLICATED
 from ..sharding.placement import Placement, check_committed_layout, placement_from_arguments
+from ..sharding.tree import UNSPECIFIED
 from ..trace.arguments import Binding, BoundCall, bind_call
 from ..trace.tracing import check_mesh_unchanged, trace_body
-from .jit_info import JitInfo
+from .jit_info import JitInfo, NoneRule
 
 
 def plan_jit_call(info: JitInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallPlan:
@@ -42,7 +43,8 @@ def plan_jit_call(info: JitInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     placement = _placement(info, bound)
     mesh = placement.mesh
     check_mesh_unchanged(mesh, info.label)
-    in_tree, out_tree = info.spec_trees(placement.derived)
+    legacy = jp.legacy_mesh_active()
+    in_tree, out_tree = info.spec_trees(legacy)
     flat = bound.flat
     where = lambda i: flat.where(i, info.label)  # noqa: E731
     specs = input_specs(
@@ -54,6 +56,7 @@ def plan_jit_call(info: JitInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) 
         api=info.label,
         arg_name=info.names.inputs,
         check_committed=not options.reshard_committed_enabled(),
+        keyword_spec=_keyword_spec(info, in_tree, legacy),
     )
     specs, in_avals = checked_inputs(
         specs, flat.leaves, flat.paths, mesh, where, info.label, info.binding.static_hint
@@ -86,6 +89,14 @@ def plan_jit_call(info: JitInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) 
         num_consts=len(consts),
         arguments=flat,
     )
+
+
+def _keyword_spec(info: JitInfo, in_tree: Any, legacy_mesh: bool) -> Any:
+    """The spec of a keyword argument the in-spec tree does not cover: replicated
+    where a given tree reads ``None`` as replicated (pjit under a classic mesh, the
+    2022 rule), else as the argument is laid out (as jax.jit)."""
+    replicated = info.none_rule is NoneRule.REPLICATED_UNDER_LEGACY_MESH and legacy_mesh
+    return REPLICATED if replicated and in_tree is not UNSPECIFIED else UNSPECIFIED
 
 
 def _placement(info: JitInfo, bound: BoundCall) -> Placement:
