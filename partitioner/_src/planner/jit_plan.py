@@ -27,7 +27,12 @@ from ..sharding.call_inputs import checked_inputs, input_specs
 from ..sharding.call_outputs import output_specs
 from ..sharding.mesh_env import maybe_current_mesh, resolve_mesh
 from ..sharding.parsed import REPLICATED
-from ..sharding.placement import Placement, check_committed_layout, placement_from_arguments
+from ..sharding.placement import (
+    Placement,
+    check_committed_layout,
+    placement_from_arguments,
+    placement_in_body,
+)
 from ..sharding.tree import UNSPECIFIED
 from ..trace.arguments import Binding, BoundCall, bind_call
 from ..trace.tracing import check_mesh_unchanged, trace_body
@@ -40,7 +45,12 @@ def plan_jit_call(info: JitInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     AUTO leaves stay AUTO in the plan (:class:`JitPlanner` resolves them).
     """
     bound = bind_call(info.binding, args, kwargs)
-    placement = _placement(info, bound)
+    return _plan_over(info, bound, _placement(info, bound))
+
+
+def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPlan:
+    """The plan of a bound call over ``placement``'s devices (moved once to the devices
+    the body's own shardings name, when nothing outside it placed the call)."""
     mesh = placement.mesh
     check_mesh_unchanged(mesh, info.label)
     legacy = jp.legacy_mesh_active()
@@ -64,6 +74,9 @@ def plan_jit_call(info: JitInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     traced = trace_body(
         info.fun, bound.rebuild, in_avals, mesh, bound.trace_key(), _debug_info(info, bound)
     )
+    moved = placement_in_body(info.label, jp.body_shardings(traced.jaxpr.jaxpr), placement)
+    if moved is not None:
+        return _plan_over(info, bound, moved)
     outs = tree_unflatten(traced.out_tree, list(traced.jaxpr.out_avals))
     out_specs, _ = output_specs(
         out_tree, outs, traced.jaxpr.out_avals, mesh, api=info.label, out_name=info.names.outputs
