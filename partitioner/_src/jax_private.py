@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os as _os
 import re as _re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jax as _jax_pkg
@@ -153,6 +153,7 @@ closed_call_partial_eval_custom_rule = _pe.closed_call_partial_eval_custom_rule
 convert_constvars_jaxpr = _pe.convert_constvars_jaxpr
 custom_partial_eval_rules = _pe.custom_partial_eval_rules
 dce_jaxpr = _pe.dce_jaxpr
+dce_jaxpr_consts = _pe.dce_jaxpr_consts
 dce_rules = _pe.dce_rules
 has_effects = _pe.has_effects
 JaxprTracer = _pe.JaxprTracer
@@ -560,8 +561,13 @@ def fastpath_data(
     out_shardings: Any,
     out_avals: Any,
     committed: bool = True,
+    kept: Sequence[bool] | None = None,
 ) -> Any:
-    """What the C++ dispatcher needs to run ``executable`` without Python."""
+    """What the C++ dispatcher needs to run ``executable`` without Python.
+
+    ``in_shardings``: of the inputs the executable takes; ``kept``: one flag per
+    argument of the call, whether the executable takes it (all, if None).
+    """
     n = len(in_shardings)
     return _pxla.MeshExecutableFastpathData(
         executable,
@@ -570,7 +576,7 @@ def fastpath_data(
         list(out_shardings),
         list(out_avals),
         [committed] * len(out_avals),
-        [True] * n,
+        [True] * n if kept is None else list(kept),
         [None] * n,
         [],
     )

@@ -92,6 +92,7 @@ def jit(
         donate_argnames=donate_argnames,
         device=device_option(device, backend, keep_unused, inline, "jit"),
         compiler_options=compiler_options,
+        keep_unused=keep_unused,
         auto_memory_limit=auto_memory_limit,
     )
     return JitWrapped.make(JitPlanner(info))

@@ -115,6 +115,7 @@ def pjit(
         donate_argnames=donate_argnames,
         device=device_option(device, backend, keep_unused, inline, "pjit"),
         compiler_options=compiler_options,
+        keep_unused=keep_unused,
         auto_memory_limit=auto_memory_limit,
     )
     return PjitWrapped.make(JitPlanner(info))

@@ -117,15 +117,23 @@ def run(
     *,
     strict: bool = False,
 ) -> tuple[Any, bool]:
-    """Place ``leaves``, execute, and unflatten the outputs with ``out_tree``.
+    """Place ``leaves`` (those the program takes), execute, and unflatten the outputs.
 
     ``where(i)`` names leaf ``i`` in an error; ``strict``: see :func:`place_args_reporting`.
 
     Returns:
         ``(outputs, moved_committed)``: see :func:`place_args_reporting`.
     """
+    if executable.kept is not None:  # pruned inputs are neither moved nor passed
+        leaves = executable.taken(leaves)
+        where = _renumbered(where, executable.kept)
     placed, moved = place_args_reporting(leaves, executable.in_placements(), where, strict=strict)
     return tree_unflatten(out_tree, execute_placed(executable, placed)), moved
+
+
+def _renumbered(where: Callable[[int], str], kept: Sequence[int]) -> Callable[[int], str]:
+    """``where`` for the kept inputs: kept input ``k`` is the call's input ``kept[k]``."""
+    return lambda k: where(kept[k])
 
 
 def spec_of_arg(x: Any, mesh: Mesh) -> ParsedPartitionSpec:
@@ -152,7 +160,8 @@ def pjit_impl(*args: Any, **kwargs: Any) -> list[Any]:
             )
         )
     executable = get_executable(params)
-    return execute_placed(executable, place_args_reporting(args, executable.in_placements())[0])
+    taken = executable.taken(args)
+    return execute_placed(executable, place_args_reporting(taken, executable.in_placements())[0])
 
 
 def _placed_on_arguments(params: PjitParams, args: Sequence[Any]) -> PjitParams:

@@ -72,6 +72,7 @@ class JitInfo:
         has_auto: some leaf is ``AUTO`` (the AUTO stage chooses it per signature).
         device: ``jit(device=...)`` (or ``backend``'s first device), else None.
         compiler_options: sorted ``(name, value)`` pairs (hashable: a cache key part).
+        keep_unused: compile every input in; False prunes those the body does not use.
         auto_memory_limit: bytes per device AUTO layouts must fit, or None.
     """
 
@@ -90,6 +91,7 @@ class JitInfo:
     has_auto: bool
     device: jax.Device | None
     compiler_options: tuple[tuple[str, Any], ...]
+    keep_unused: bool
     auto_memory_limit: int | None
 
     @property
@@ -118,6 +120,7 @@ def jit_info(
     donate_argnames: str | Iterable[str] | None,
     device: Any,
     compiler_options: dict[str, Any] | None,
+    keep_unused: bool,
     auto_memory_limit: int | None,
 ) -> JitInfo:
     """Parse and check a ``jit``/``pjit`` call's options (every bad spec leaf at once).
@@ -164,6 +167,7 @@ def jit_info(
         has_auto=any(leaf is AUTO for tree in trees[:2] for leaf in _spec_leaves(tree)),
         device=device,
         compiler_options=tuple(sorted((compiler_options or {}).items())),
+        keep_unused=keep_unused,
         auto_memory_limit=auto_memory_limit,
     )
 
@@ -267,8 +271,8 @@ def _binding(
 def device_option(device: Any, backend: str | None, keep_unused: Any, inline: Any, api: str) -> Any:
     """Check jax.jit's placement options; the device a mesh-less call defaults to (or None).
 
-    ``keep_unused`` and ``inline`` are accepted as jax.jit's: unused inputs are
-    always kept (docs/api.md), and inlining is a property of the caller's jaxpr.
+    ``keep_unused`` and ``inline`` are checked as jax.jit's flags (``inline`` is a
+    property of the caller's jaxpr; ``keep_unused`` goes into the options record).
 
     Raises:
         TypeError: ``device`` is not a jax.Device, or a flag is not a bool.

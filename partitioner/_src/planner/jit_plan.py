@@ -92,6 +92,7 @@ def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPla
         api=info.api,
         committed=placement.committed,
         compiler_options=info.compiler_options,
+        keep_unused=info.keep_unused,
     )
     return CallPlan(
         params=params,
