@@ -303,7 +303,7 @@ def test_an_unhashable_static_argument_is_a_type_error() -> None:
 
 
 def test_bad_pmap_arguments() -> None:
-    with pytest.raises(TypeError, match="expected a callable"):
+    with pytest.raises(TypeError, match="Expected a callable value"):
         pmap(3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="no argument is mapped .* give axis_size"):
         pmap(lambda w: w, in_axes=None)(W)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os as _os
 import re as _re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jax as _jax_pkg
@@ -153,6 +153,7 @@ closed_call_partial_eval_custom_rule = _pe.closed_call_partial_eval_custom_rule
 convert_constvars_jaxpr = _pe.convert_constvars_jaxpr
 custom_partial_eval_rules = _pe.custom_partial_eval_rules
 dce_jaxpr = _pe.dce_jaxpr
+dce_jaxpr_consts = _pe.dce_jaxpr_consts
 dce_rules = _pe.dce_rules
 has_effects = _pe.has_effects
 JaxprTracer = _pe.JaxprTracer
@@ -274,6 +275,15 @@ def ambient_mesh() -> Any | None:
     return None
 
 
+def legacy_mesh_active() -> bool:
+    """Whether a classic ``with mesh:`` (or ``partitioner.mesh``) context is active.
+
+    jax's pjit reads a ``None`` spec as replicated only there (its resource
+    environment); under ``jax.set_mesh`` it is unspecified.
+    """
+    return not _mesh_lib.thread_resources.env.physical_mesh.empty
+
+
 def trace_context_names() -> tuple[str, ...]:
     """The names of the :func:`trace_context` entries, in order (for cache-miss explanations)."""
     return tuple(_config.trace_context_names())
@@ -354,6 +364,22 @@ def report_intermediate_shardings(find: Callable[[Any], Iterable[tuple[Any, Any,
 
     get_intermediate_shardings._partitioner_find = find  # type: ignore[attr-defined]
     _dispatch.get_intermediate_shardings = get_intermediate_shardings  # type: ignore[assignment]
+
+
+def body_shardings(jaxpr: Any) -> list[tuple[Any, str]]:
+    """The shardings a body names inside (constraints, ``device_put``, nested calls,
+    ours included), each with what and where it is, as jax.jit finds them to
+    choose a call's devices: ``(sharding, "sharding_constraint inside jit at f.py:3")``."""
+    found = []
+    for sharding, info in _dispatch.get_intermediate_shardings(jaxpr):
+        if not isinstance(sharding, _jax_pkg.sharding.Sharding) or (
+            isinstance(sharding, _jax_pkg.sharding.NamedSharding)
+            and isinstance(sharding.mesh, _mesh_lib.AbstractMesh)
+        ):
+            continue  # unspecified, or over no devices yet: nothing to place the call on
+        where = summarize_source_info(info.source_info) if info.source_info else "?"
+        found.append((sharding, f"{info.eqn_name} at {where}"))
+    return found
 
 
 def check_intermediate_shardings_hook() -> None:
@@ -483,6 +509,12 @@ def default_device() -> Any:
     return _pxla.get_default_device()
 
 
+def pytree_differences(new: Any, old: Any) -> list[tuple[Any, Any, Any, str]]:
+    """Where two pytree structures differ: ``(path, new node, old node, explanation)``,
+    as jax's compiled functions describe a call with another tree."""
+    return list(_tree_util.equality_errors_pytreedef(new, old))
+
+
 def at_top_level() -> bool:
     """True when no jax transformation or trace is active (eager evaluation)."""
     return _core.trace_state_clean()
@@ -530,8 +562,13 @@ def fastpath_data(
     out_shardings: Any,
     out_avals: Any,
     committed: bool = True,
+    kept: Sequence[bool] | None = None,
 ) -> Any:
-    """What the C++ dispatcher needs to run ``executable`` without Python."""
+    """What the C++ dispatcher needs to run ``executable`` without Python.
+
+    ``in_shardings``: of the inputs the executable takes; ``kept``: one flag per
+    argument of the call, whether the executable takes it (all, if None).
+    """
     n = len(in_shardings)
     return _pxla.MeshExecutableFastpathData(
         executable,
@@ -540,7 +577,7 @@ def fastpath_data(
         list(out_shardings),
         list(out_avals),
         [committed] * len(out_avals),
-        [True] * n,
+        [True] * n if kept is None else list(kept),
         [None] * n,
         [],
     )

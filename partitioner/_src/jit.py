@@ -79,8 +79,6 @@ def jit(
     )
     if fun is None:
         return lambda f: jit(f, **options)
-    if not callable(fun):
-        raise TypeError(f"jit: expected a callable value, got {fun!r}")
     info = jit_info(
         fun,
         api="jit",
@@ -94,6 +92,7 @@ def jit(
         donate_argnames=donate_argnames,
         device=device_option(device, backend, keep_unused, inline, "jit"),
         compiler_options=compiler_options,
+        keep_unused=keep_unused,
         auto_memory_limit=auto_memory_limit,
     )
     return JitWrapped.make(JitPlanner(info))

@@ -106,7 +106,7 @@ def pjit(
         fun,
         api="pjit",
         names=SpecNames(in_name, out_name),
-        none_rule=NoneRule.REPLICATED_UNDER_MESH,
+        none_rule=NoneRule.REPLICATED_UNDER_LEGACY_MESH,
         in_specs=_one_of("in_axis_resources", in_axis_resources, "in_shardings", in_shardings),
         out_specs=_one_of("out_axis_resources", out_axis_resources, "out_shardings", out_shardings),
         static_argnums=static_argnums,
@@ -115,6 +115,7 @@ def pjit(
         donate_argnames=donate_argnames,
         device=device_option(device, backend, keep_unused, inline, "pjit"),
         compiler_options=compiler_options,
+        keep_unused=keep_unused,
         auto_memory_limit=auto_memory_limit,
     )
     return PjitWrapped.make(JitPlanner(info))

@@ -23,9 +23,8 @@ class PmapWrapped(Wrapped):
 
     kind = "pmap"
 
-    def _cache_size(self) -> int:
-        """jax.pmap's spelling of :meth:`cache_size` (classic code reads it)."""
-        return self.cache_size()
+    def __repr__(self) -> str:
+        return f"<pmap-ed function {self._planner.name}>"
 
 
 def pmap(

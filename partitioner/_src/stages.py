@@ -26,7 +26,7 @@ from typing import Any
 import jax
 from jax.experimental.layout import Format
 from jax.stages import ArgInfo
-from jax.tree_util import PyTreeDef, tree_unflatten
+from jax.tree_util import PyTreeDef, keystr, tree_unflatten
 
 from . import jax_private as jp
 from . import options
@@ -34,6 +34,7 @@ from .compiler.compile import CompilerOptions
 from .compiler.executable import Executable, finish, named_sharding, xla_layouts
 from .dispatch.execute import run
 from .lower.module import LoweredModule, lower_pjit_body
+from .lower.prune import prune_unused_inputs
 from .primitives.call_plan import CallPlan
 from .report.tables import Report
 from .report.tables import build as build_report
@@ -130,7 +131,8 @@ class Traced(_Stage):
                 f"{plan.api}.lower: the function closes over values of an enclosing "
                 "transformation (tracers); lower it outside jax transformations."
             )
-        return Lowered(lower_pjit_body(plan.params, options.use_shardy()), plan)
+        program, kept = prune_unused_inputs(plan.params)
+        return Lowered(lower_pjit_body(program, options.use_shardy()), plan, program.jaxpr, kept)
 
 
 def _shape_dtype_structs(plan: CallPlan, avals: Sequence[Any], specs: Sequence[Any]) -> Any:
@@ -149,9 +151,15 @@ def _shape_dtype_structs(plan: CallPlan, avals: Sequence[Any], specs: Sequence[A
 class Lowered(_Stage):
     """A lowered pjit: annotated StableHLO, ready to compile."""
 
-    def __init__(self, module: LoweredModule, plan: CallPlan) -> None:
+    def __init__(
+        self, module: LoweredModule, plan: CallPlan, program: Any, kept: tuple[int, ...] | None
+    ) -> None:
+        """``program``: the body lowered (unused inputs pruned: ``kept`` are the call's
+        inputs it takes, None for all)."""
         self._module = module
         self._plan = plan
+        self._program = program
+        self._kept = kept
         self._executable: Executable | None = None  # compiled with default options, kept
 
     @property
@@ -243,11 +251,11 @@ class Lowered(_Stage):
         if compiler_options is None and self._plan.params.compiler_options:
             compiler_options = dict(self._plan.params.compiler_options)
             if self._executable is None:
-                self._executable = finish(self._module, self._plan.params.jaxpr, compiler_options)
+                self._executable = finish(self._module, self._program, compiler_options, self._kept)
             return Compiled(self._executable, self._plan)
         if compiler_options is None and self._executable is not None:
             return Compiled(self._executable, self._plan)
-        executable = finish(self._module, self._plan.params.jaxpr, compiler_options)
+        executable = finish(self._module, self._program, compiler_options, self._kept)
         if compiler_options is None:
             self._executable = executable
         return Compiled(executable, self._plan)
@@ -255,6 +263,59 @@ class Lowered(_Stage):
     def report(self) -> Report:
         """What partitioning does to this program: compiles it, then :meth:`Compiled.report`."""
         return self.compile().report()
+
+
+def _tree_mismatch(tree: PyTreeDef, plan: CallPlan) -> str:
+    """jax's message for a compiled function called with another pytree, then ours."""
+    errors = jp.pytree_differences(tree, plan.in_tree)
+    lines = [
+        "Function compiled with input pytree does not match the input pytree it was called "
+        f"with. There are {len(errors)} mismatches, including:"
+    ]
+    for path, new, old, explanation in errors:
+        first, *rest = path
+        base = ("args", "kwargs")[first.idx]
+        lines.append(
+            f"    * at {base}{keystr(tuple(rest))}, seen {old} but now given {new}, so {explanation}"
+        )
+    lines.append(
+        f"(Compiled {plan.api} takes only the dynamic arguments, structured as at .lower() time.)"
+    )
+    return "\n".join(lines)
+
+
+def _check_arg_types(leaves: Sequence[Any], plan: CallPlan) -> None:
+    """Every argument's shape and dtype is the one it was lowered for (jax's message).
+
+    Raises:
+        TypeError: naming each mismatch (the first five), as jax names them.
+    """
+    names = _arg_names(plan)
+    errors = [
+        f"Argument '{names[i]}' compiled with {aval.str_short()} and called with {got.str_short()}"
+        for i, (leaf, aval) in enumerate(zip(leaves, plan.in_avals, strict=True))
+        if ((got := jp.shaped_abstractify(leaf)).shape, got.dtype) != (aval.shape, aval.dtype)
+    ]
+    if errors:
+        first = f"The first 5 of {len(errors)}" if len(errors) >= 5 else "The"
+        raise TypeError(
+            "Argument types differ from the types for which this computation was compiled. "
+            "Perhaps you are calling the compiled executable with a different enable_x64 mode "
+            f"than when it was AOT compiled? {first} mismatches are:\n"
+            + "\n".join(errors[:5])
+            + f"\n(Compiled {plan.api} accepts only what it was lowered for: lower again.)"
+        )
+
+
+def _arg_names(plan: CallPlan) -> list[str]:
+    """Each dynamic argument's name as jax's messages give it (``x``, ``params['w']``)."""
+    n = len(plan.in_avals)
+    debug = plan.params.jaxpr.jaxpr.debug_info
+    names = list(debug.arg_names or ()) if debug is not None else []
+    names = names[-n:] if len(names) >= n else []
+    return [name or f"args[{i}]" for i, name in enumerate(names)] or [
+        f"args[{i}]" for i in range(n)
+    ]
 
 
 class Compiled(_Stage):
@@ -270,25 +331,31 @@ class Compiled(_Stage):
         return self._executable
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run on the dynamic arguments, which must have the tree, shapes and dtypes
+        it was lowered for.
+
+        Raises:
+            TypeError: as jax's compiled functions: another tree, another shape or
+                dtype, or a tracer (a compiled function cannot be transformed).
+        """
         _, leaves, tree = call_leaves(_DYNAMIC_ONLY, args, kwargs)
         if tree != self._plan.in_tree:
-            raise TypeError(
-                f"Compiled {self._plan.api} called with arguments of a different structure than it was "
-                f"lowered for.\n  lowered for: {self._plan.in_tree}\n  called with: {tree}\n"
-                "Pass only the dynamic arguments, structured as at .lower() time."
-            )
-        for i, (leaf, aval) in enumerate(zip(leaves, self._plan.in_avals, strict=True)):
-            got = jp.shaped_abstractify(leaf)
-            if got.dtype != aval.dtype or tuple(got.shape) != tuple(aval.shape):
-                raise TypeError(
-                    f"Compiled {self._plan.where(self._plan.num_consts + i)}: expected {aval.dtype.name}{list(aval.shape)}, "
-                    f"got {got.dtype.name}{list(got.shape)}. A compiled function only accepts the "
-                    "shapes and dtypes it was lowered for; lower again for new ones."
-                )
+            raise TypeError(_tree_mismatch(tree, self._plan))
+        if not jp.at_top_level():
+            for leaf in leaves:
+                if isinstance(leaf, jp.Tracer):
+                    raise TypeError(
+                        "Cannot apply JAX transformations to a function lowered and compiled "
+                        f"for a particular signature. Detected argument of Tracer type "
+                        f"{type(leaf)}. ({self._plan.api}: lower the transformed function "
+                        "instead, e.g. jit(vmap(f)).lower(...))"
+                    )
+        _check_arg_types(leaves, self._plan)
         n = self._plan.num_consts
-        check_compiled_layouts(
-            leaves, self._executable.in_layouts[n:], lambda i: f"Compiled {self._plan.where(n + i)}"
-        )
+        # Stated layouts, one per input the program takes (none stated: XLA's default).
+        stated = self._executable.in_layouts
+        layouts = self._per_input(list(stated)) if stated else []
+        check_compiled_layouts(leaves, layouts, lambda i: f"Compiled {self._plan.where(n + i)}")
         where = lambda i: f"Compiled {self._plan.where(self._plan.num_consts + i)}"  # noqa: E731
         strict = not options.reshard_committed_enabled()
         return run(self._executable, leaves, self._plan.out_tree, where, strict=strict)[0]
@@ -336,17 +403,24 @@ class Compiled(_Stage):
         """
         return build_report(self._plan, self._executable, self._executable.lowered.shardy)
 
+    def _per_input(self, values: list[Any]) -> list[Any]:
+        """One value per input the program takes -> one per dynamic argument (None where
+        the argument was pruned, as jax.jit's stages report it)."""
+        n = self._plan.num_consts + len(self._plan.in_avals)
+        return self._executable.per_input(values, n)[self._plan.num_consts :]
+
     @property
     def input_shardings(self) -> Any:
-        """The inputs' shardings, as ``jax.jit``'s ``Compiled`` gives them.
+        """The inputs' shardings, as ``jax.jit``'s ``Compiled`` gives them (None for an
+        argument the program does not take, ``keep_unused=False``).
 
         A ``(args, kwargs)`` tree of ``jax.sharding.NamedSharding`` over the mesh:
         the layouts XLA settled on and each input's memory kind, so
         ``.spec``, ``.memory_kind`` and ``.is_equivalent_to`` work as on jax's.
         :attr:`input_specs` gives the same layouts as PartitionSpecs.
         """
-        shardings = self._executable.in_shardings[self._plan.num_consts :]
-        return tree_unflatten(self._plan.in_tree, [as_reported(s) for s in shardings])
+        shardings = [as_reported(s) for s in self._executable.in_shardings]
+        return tree_unflatten(self._plan.in_tree, self._per_input(shardings))
 
     @property
     def output_shardings(self) -> Any:
@@ -364,7 +438,7 @@ class Compiled(_Stage):
         ins, _ = xla_layouts(self._executable.lowered, self._executable.loaded)
         shardings = self._executable.in_shardings
         formats = [Format(layout, as_reported(s)) for layout, s in zip(ins, shardings, strict=True)]
-        return tree_unflatten(self._plan.in_tree, formats[self._plan.num_consts :])
+        return tree_unflatten(self._plan.in_tree, self._per_input(formats))
 
     @property
     def output_formats(self) -> Any:
@@ -379,8 +453,8 @@ class Compiled(_Stage):
     @property
     def input_specs(self) -> Any:
         """The input layouts, as PartitionSpecs parsed from the executable's OpShardings."""
-        specs = [s.to_partition_spec() for s in self._executable.in_specs[self._plan.num_consts :]]
-        return tree_unflatten(self._plan.in_tree, specs)
+        specs = [s.to_partition_spec() for s in self._executable.in_specs]
+        return tree_unflatten(self._plan.in_tree, self._per_input(specs))
 
     @property
     def output_specs(self) -> Any:

@@ -28,6 +28,7 @@ from .dispatch import clear_caches as clear_dispatch_caches
 from .dispatch.fastpath import Dispatcher
 from .primitives.call_plan import Planner
 from .stages import Lowered, Traced, lower_plan
+from .trace.tracing import trace_cache
 
 W = TypeVar("W", bound="Wrapped")
 
@@ -80,20 +81,34 @@ class Wrapped:
         """Trace for these arguments (arrays or ``jax.ShapeDtypeStruct``s): the jaxpr, then ``.lower()``."""
         return Traced(self._planner.plan(args, kwargs))
 
+    def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
+        """The outputs' shapes, dtypes and shardings for these arguments, nothing run (as jax.jit's)."""
+        return self.trace(*args, **kwargs).out_info
+
     def clear_cache(self) -> None:
-        """Forget this function's fast-path entries (executables stay in the shared cache)."""
+        """Forget this function's traces and fast-path entries, as jax.jit's ``clear_cache``.
+
+        The next call traces again; executables stay in the shared cache, so an
+        equal program is not compiled again.
+        """
         self._dispatcher.clear()
+        trace_cache.forget(self._planner.fun)
 
     def cache_size(self) -> int:
         """How many call signatures this function has cached (emptied by :meth:`clear_cache`)."""
         return self._dispatcher.cache_size()
+
+    def _cache_size(self) -> int:
+        """jax.jit's (and jax.pmap's) spelling of :meth:`cache_size`, which code reads."""
+        return self.cache_size()
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         # Decorated methods bind like plain functions.
         return self if obj is None else functools.partial(self, obj)
 
     def __repr__(self) -> str:
-        return f"<{self.kind}-ed function {self._planner.name}>"
+        # jax.jit's own repr, so code and tests that print or compare it keep working.
+        return f"<PjitFunction of {self._planner.fun!r}>"
 
 
 def clear_caches() -> None:

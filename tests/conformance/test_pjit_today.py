@@ -503,12 +503,25 @@ def test_mixed_numpy_and_committed_inputs(door: Any) -> None:
             f(data, a1)
 
 
-def test_pjit_under_a_mesh_with_a_committed_input_and_a_none_spec() -> None:
+def test_pjit_none_is_replicated_only_under_the_classic_mesh_context() -> None:
+    """jax 0.10.2's pjit reads ``None`` as replicated under ``with mesh:`` (a committed
+    input laid out otherwise is an error) and as unspecified under ``jax.set_mesh``
+    (the input is taken as it is laid out), side by side with jax's own pjit."""
+    from jax.experimental.pjit import pjit as jax_pjit
+
     mesh = _mesh((4, 2), ("x", "y"))
     x, _ = _array((8, 2), mesh, P("x"))
-    with jax.set_mesh(mesh):
-        with pytest.raises(ValueError, match="committed to NamedSharding"):
-            partitioner.pjit(lambda v: v, None, None)(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with jax.set_mesh(mesh):
+            ours = partitioner.pjit(lambda v: v * 2, None, None)(x)
+            theirs = jax_pjit(lambda v: v * 2, None, None)(x)
+        _same(ours, theirs)
+        with mesh:
+            with pytest.raises(ValueError):
+                jax_pjit(lambda v: v, None, None)(x)
+            with pytest.raises(ValueError, match="committed to NamedSharding"):
+                partitioner.pjit(lambda v: v, None, None)(x)
 
 
 def test_arguments_on_other_devices_than_the_mesh(door: Any) -> None:
@@ -571,17 +584,26 @@ def test_donated_reshape_input_is_consumed_as_in_jax(door: Any) -> None:
     assert ours.is_deleted() == theirs.is_deleted()
 
 
-def test_unusable_donation_warns_naming_the_front_door(door: Any) -> None:
-    f = door(lambda x: x.sum(), donate_argnums=0)
-    a = jnp.ones((4,))
-    partitioner.clear_caches()  # the warning comes with lowering
+def _donation_warnings(f: Any, a: Any) -> list[str]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         f(a)
+    return [str(w.message) for w in caught if "donated" in str(w.message)]
+
+
+def test_unusable_donation_warns_as_jax_then_names_the_front_door(door: Any) -> None:
+    partitioner.clear_caches()  # the warning comes with lowering
+    a, b = jnp.ones((4,)), jnp.ones((4,))
+    (theirs,) = _donation_warnings(jax.jit(lambda x: x.sum(), donate_argnums=0), b)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        door(lambda x: x.sum(), donate_argnums=0)(a)
     (w,) = [w for w in caught if "donated" in str(w.message)]
-    assert str(w.message).startswith(f"{door.__name__} <lambda>")
+    ours = str(w.message)
+    assert ours.startswith(theirs), (ours, theirs)  # jax's own words first
+    assert f"{door.__name__} <lambda>" in ours  # then which call
     assert w.filename == __file__
-    assert not a.is_deleted()
+    assert not a.is_deleted() and not b.is_deleted()
 
 
 # --- errors as jax's ---

@@ -195,6 +195,7 @@ def get_executable(params: PjitParams) -> Executable:
         shardy,
         params.committed,
         params.compiler_options,
+        params.keep_unused,
     )
     executable, _ = executables.get_or_compile(params.jaxpr, key, build_it)
     return executable

@@ -9,7 +9,9 @@ retry below, lives only here.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +21,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from .. import jax_private as jp
 from .. import window
 from ..lower.module import LoweredModule, lower_pjit_body
+from ..lower.prune import prune_unused_inputs
 from ..primitives.pjit_call import PjitParams
 from ..sharding.leaves import as_reported
 from ..sharding.mesh_env import has_explicit_axes, result_mesh
@@ -54,6 +57,24 @@ class Executable:
     # (a Layout or Layout.AUTO), else None (XLA's default). Such inputs are
     # placed as ``Format(layout, sharding)``, on the Python path.
     in_layouts: tuple[Any, ...] = ()
+    # Positions of the call's flat inputs the program takes (the others were
+    # pruned, ``lower/prune.py``); None: every one. Every ``in_*`` field above is
+    # about the inputs the program takes.
+    kept: tuple[int, ...] | None = None
+
+    def taken(self, values: Sequence[Any]) -> list[Any]:
+        """The entries of ``values`` (one per input of the call) the program takes."""
+        return list(values) if self.kept is None else [values[i] for i in self.kept]
+
+    def per_input(self, values: Sequence[Any], n: int, pruned: Any = None) -> list[Any]:
+        """``values`` (one per input the program takes) spread over the call's ``n``
+        inputs, ``pruned`` where the program takes none."""
+        if self.kept is None:
+            return list(values)
+        out = [pruned] * n
+        for value, i in zip(values, self.kept, strict=True):
+            out[i] = value
+        return out
 
     def in_placements(self) -> tuple[Any, ...]:
         """Where each input goes: its sharding, or a ``Format`` where a layout is stated."""
@@ -66,15 +87,21 @@ class Executable:
 
 
 def build(params: PjitParams, shardy: bool) -> Executable:
-    """Lower and compile the body ``params`` describe, for Shardy or GSPMD."""
+    """Prune unused inputs (unless ``keep_unused``), lower and compile, for Shardy or GSPMD."""
     options = dict(params.compiler_options) or None
-    return finish(lower_pjit_body(params, shardy), params.jaxpr, options)
+    program, kept = prune_unused_inputs(params)
+    return finish(lower_pjit_body(program, shardy), program.jaxpr, options, kept)
 
 
 def finish(
-    lowered: LoweredModule, jaxpr: Any, compiler_options: CompilerOptions | None = None
+    lowered: LoweredModule,
+    jaxpr: Any,
+    compiler_options: CompilerOptions | None = None,
+    kept: tuple[int, ...] | None = None,
 ) -> Executable:
     """Compile ``lowered`` (lowered from ``jaxpr``) into an :class:`Executable`.
+
+    ``kept``: the positions of the call's inputs the (pruned) program takes.
 
     Where XLA was free to choose (a ``None`` spec) and chose a layout no
     partition spec can express, every layout is pinned to what XLA chose (that
@@ -88,13 +115,14 @@ def finish(
             in_axis_resources=_pinned(in_specs, lowered.in_specs),
             out_axis_resources=_pinned(out_specs, lowered.out_specs),
         )
-        return finish(lower_pjit_body(pinned, lowered.shardy), jaxpr, compiler_options)
+        return finish(lower_pjit_body(pinned, lowered.shardy), jaxpr, compiler_options, kept)
     if has_explicit_axes(lowered.mesh):
         # Results are annotated with their specs, which XLA honours; read back, a
         # size-1 mesh axis would vanish from them, but it is part of a typed result's
         # sharding (``P('x', 'z')`` for ``f32[8@x,4@z]``), as in jax.jit's results.
         out_specs = [a if a is not None else c for a, c in zip(lowered.out_specs, out_specs)]
-    return _executable(lowered, loaded, tuple(in_specs), tuple(out_specs))  # type: ignore[arg-type]
+    executable = _executable(lowered, loaded, tuple(in_specs), tuple(out_specs))  # type: ignore[arg-type]
+    return executable if kept is None else dataclasses.replace(executable, kept=kept)
 
 
 def _pinned(

@@ -26,7 +26,12 @@ from ..primitives.constraint import ConstraintParams
 from ..primitives.pjit_call import PjitParams
 from ..primitives.pmap_region import RegionParams, region_pjit
 from ..sharding.parsed import REPLICATED, ParsedPartitionSpec
-from ..sharding.placement import check_usable, layout_spec
+from ..sharding.placement import (
+    check_usable,
+    is_committed,
+    layout_spec,
+    placement_from_arguments,
+)
 
 
 def _flat_position(i: int) -> str:
@@ -112,15 +117,23 @@ def run(
     *,
     strict: bool = False,
 ) -> tuple[Any, bool]:
-    """Place ``leaves``, execute, and unflatten the outputs with ``out_tree``.
+    """Place ``leaves`` (those the program takes), execute, and unflatten the outputs.
 
     ``where(i)`` names leaf ``i`` in an error; ``strict``: see :func:`place_args_reporting`.
 
     Returns:
         ``(outputs, moved_committed)``: see :func:`place_args_reporting`.
     """
+    if executable.kept is not None:  # pruned inputs are neither moved nor passed
+        leaves = executable.taken(leaves)
+        where = _renumbered(where, executable.kept)
     placed, moved = place_args_reporting(leaves, executable.in_placements(), where, strict=strict)
     return tree_unflatten(out_tree, execute_placed(executable, placed)), moved
+
+
+def _renumbered(where: Callable[[int], str], kept: Sequence[int]) -> Callable[[int], str]:
+    """``where`` for the kept inputs: kept input ``k`` is the call's input ``kept[k]``."""
+    return lambda k: where(kept[k])
 
 
 def spec_of_arg(x: Any, mesh: Mesh) -> ParsedPartitionSpec:
@@ -138,7 +151,7 @@ def spec_of_arg(x: Any, mesh: Mesh) -> ParsedPartitionSpec:
 
 def pjit_impl(*args: Any, **kwargs: Any) -> list[Any]:
     """Run the body eagerly on concrete arguments (jax calls this outside any trace)."""
-    params = PjitParams.of(kwargs)
+    params = _placed_on_arguments(PjitParams.of(kwargs), args)
     if None in params.in_axis_resources:
         params = params.replace(
             in_axis_resources=tuple(
@@ -147,7 +160,32 @@ def pjit_impl(*args: Any, **kwargs: Any) -> list[Any]:
             )
         )
     executable = get_executable(params)
-    return execute_placed(executable, place_args_reporting(args, executable.in_placements())[0])
+    taken = executable.taken(args)
+    return execute_placed(executable, place_args_reporting(taken, executable.in_placements())[0])
+
+
+def _placed_on_arguments(params: PjitParams, args: Sequence[Any]) -> PjitParams:
+    """``params`` over the committed arguments' devices, where nothing committed the plan.
+
+    A call planned under a transformation (``vmap`` of a jit with no shardings)
+    saw tracers, not the arrays, so it was placed on the default device and left
+    uncommitted; the arrays that reach this impl decide, as they do for jax.jit:
+    the body runs where they live, each taken as it is laid out.
+    """
+    if params.committed or not any(is_committed(x) for x in args):
+        return params
+    where = [f"{params.api} {params.name}: argument {i} (flat)" for i in range(len(args))]
+    placement = placement_from_arguments(f"{params.api} {params.name}", args, where)
+    if placement.mesh == params.mesh:
+        return params
+    return params.replace(
+        mesh=placement.mesh,
+        committed=True,
+        in_axis_resources=tuple(
+            None if is_committed(x) else s
+            for s, x in zip(params.in_axis_resources, args, strict=True)
+        ),
+    )
 
 
 def region_impl(*args: Any, **kwargs: Any) -> list[Any]:

@@ -253,6 +253,7 @@ class Dispatcher:
         # (dispatch registry) into its u32 data, so the signature and the
         # outputs are described physically.
         in_avals = executable.lowered.in_avals
+        n_args = len(call_leaves(self._binding, args, kwargs)[1])
         data = jp.fastpath_data(
             executable.loaded,
             tree,
@@ -260,6 +261,7 @@ class Dispatcher:
             [x.sharding for x in leaves],
             [x.aval for x in leaves],
             executable.lowered.committed,
+            kept=executable.per_input([True] * len(in_avals), n_args, pruned=False),
         )
         if executable.windowed or executable.aliased:
             self._install_guard(executable, out)

@@ -78,11 +78,16 @@ class LoweredModule:
 
     @property
     def module_name(self) -> str:
-        """The module's symbol name (jax.jit's ``jit_f`` is our ``pjit_f``)."""
-        return f"pjit_{self.name}"
+        """The module's symbol name: ``jit_f`` for ``jit`` (as jax.jit names it), else ``pjit_f``."""
+        return module_name(self.api, self.name)
 
     def as_text(self, debug_info: bool = False) -> str:
         return jp.module_to_string(self.module, enable_debug_info=debug_info)
+
+
+def module_name(api: str, name: str) -> str:
+    """A lowered module's name: ``jit_f`` for a ``jit`` (jax.jit's), ``pjit_f`` for pjit and pmap."""
+    return f"{'jit' if api == 'jit' else 'pjit'}_{name}"
 
 
 def _sharded_shape(aval: Any, spec: ParsedPartitionSpec | None, mesh: Mesh) -> Any:
@@ -97,6 +102,12 @@ def _elements_per_device(aval: Any, spec: ParsedPartitionSpec | None, mesh: Mesh
     if spec is None:
         return int(aval.size)
     return math.prod(spec.shard_shape(tuple(aval.shape), mesh))
+
+
+def _per_device_aval(aval: Any, spec: ParsedPartitionSpec | None, mesh: Mesh) -> str:
+    """The buffer one device holds, as jax.jit's donation warning names it (``float32[4]``)."""
+    shape = tuple(aval.shape) if spec is None else spec.shard_shape(tuple(aval.shape), mesh)
+    return aval.update(shape=shape).str_short()
 
 
 def plan_donation(
@@ -133,7 +144,7 @@ def plan_donation(
         if key is not None:
             free.setdefault((tuple(aval.shape), key, out_kinds[j]), []).append(j)
     aliases: list[int | None] = []
-    unusable = []
+    unusable: list[int] = []
     for i, (aval, spec, d) in enumerate(zip(in_avals, in_specs, donated, strict=True)):
         key = (tuple(aval.shape), _sharded_shape(aval, spec, mesh), in_kinds[i])
         outs = free.get(key) if d else None
@@ -147,6 +158,9 @@ def plan_donation(
     for j, (aval, spec) in enumerate(zip(out_avals, out_specs, strict=True)):
         if j not in taken:
             by_size.setdefault((_elements_per_device(aval, spec, mesh), out_kinds[j]), []).append(j)
+    # As jax.jit: over several devices, where XLA chooses some output's layout, every
+    # donated input left over is a buffer donor; XLA aliases it after partitioning.
+    xla_decides = mesh.size > 1 and any(spec is None for spec in out_specs)
     donors = []
     for i, (aval, spec, d, a) in enumerate(zip(in_avals, in_specs, donated, aliases, strict=True)):
         size = (_elements_per_device(aval, spec, mesh), in_kinds[i])
@@ -154,12 +168,18 @@ def plan_donation(
             if by_size.get(size):
                 by_size[size].pop(0)
                 donors.append(i)
+            elif xla_decides:
+                donors.append(i)
             else:
-                unusable.append(f"input {i} {aval.str_short()}")
+                unusable.append(i)
     if unusable:
+        per_device = ", ".join(_per_device_aval(in_avals[i], in_specs[i], mesh) for i in unusable)
+        inputs = ", ".join(f"input {i} {in_avals[i].str_short()}" for i in unusable)
         warn(
-            f"{api}: some donated buffers were not usable (no output with the same shape, "
-            f"dtype and partitioning): {', '.join(unusable)}. These inputs are not consumed."
+            f"Some donated buffers were not usable: {per_device}.\n"
+            "See an explanation at https://docs.jax.dev/en/latest/faq.html#buffer-donation.\n"
+            f"({api}: {inputs}: no output has the same shape, dtype and partitioning; "
+            "these inputs are not consumed.)"
         )
     usable = tuple(a is not None or i in donors for i, a in enumerate(aliases))
     return usable, tuple(aliases), tuple(donors)
@@ -261,7 +281,7 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
         typed_context(mesh),
         jp.log_elapsed_time(
             "Finished jaxpr to MLIR module conversion {fun_name} in {elapsed_time:.9f} sec",
-            fun_name=f"pjit_{params.name}",
+            fun_name=module_name(params.api, params.name),
             event=jp.JAXPR_TO_MLIR_MODULE_EVENT,
         ),
     ):
@@ -311,7 +331,7 @@ def _lower_main(
     backend = jp.get_device_backend(devices[0])
     n_in = len(params.jaxpr.in_avals)
     return jp.lower_jaxpr_to_module(
-        f"pjit_{params.name}",
+        module_name(params.api, params.name),
         params.jaxpr,
         num_const_args=0,
         in_avals=tuple(params.jaxpr.in_avals),

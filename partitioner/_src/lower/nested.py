@@ -136,6 +136,8 @@ def intermediate_shardings(jaxpr: Any) -> Iterator[tuple[NamedSharding, Any, str
     ``jit(..., in_shardings=...)``, and two different device sets are an error.
     """
     for eqn in jaxpr.eqns:
+        if eqn.primitive is pjit_p and not eqn.params["committed"]:
+            continue  # placed on the default device because nothing placed it: no sharding
         if eqn.primitive is pjit_p or eqn.primitive is sharding_constraint_p:
             mesh = eqn.params["mesh"]
             yield _replicated(mesh), eqn.source_info, eqn.primitive.name

@@ -22,9 +22,12 @@ from ..sharding.auto import AUTO
 from ..sharding.tree import UNSPECIFIED, meshes_named_by, prepare_axis_resources
 from ..trace.arguments import (
     Binding,
+    check_callable,
     infer_argnums_and_argnames,
     optional_index_tuple,
     optional_name_tuple,
+    validate_argnames,
+    validate_argnums,
 )
 
 
@@ -32,13 +35,14 @@ class NoneRule(enum.Enum):
     """What a ``None`` leaf of a spec tree means.
 
     ``UNSPECIFIED``: as ``jax.jit``: the argument as it is laid out, the output
-    as XLA's propagation lays it out. ``REPLICATED_UNDER_MESH``: as the 2022
-    ``pjit``: replicated over the mesh of the call; a call with no mesh anywhere
-    reads it as unspecified (as jax's pjit does).
+    as XLA's propagation lays it out. ``REPLICATED_UNDER_LEGACY_MESH``: as jax
+    0.10.2's ``pjit``: replicated under the classic ``with mesh:`` context (the
+    2022 meaning; ``partitioner.mesh`` is one), unspecified anywhere else
+    (``jax.set_mesh``, the mesh of NamedSharding leaves, no mesh at all).
     """
 
     UNSPECIFIED = "unspecified"
-    REPLICATED_UNDER_MESH = "replicated under a mesh"
+    REPLICATED_UNDER_LEGACY_MESH = "replicated under the classic mesh context"
 
 
 @dataclass(frozen=True)
@@ -61,13 +65,14 @@ class JitInfo:
         none_rule: what ``None`` means in the spec trees.
         binding: how calls bind (statics, donation; ``trace/arguments.py``).
         in_specs / out_specs: the parsed trees as ``none_rule`` reads them under a mesh.
-        open_in_specs / open_out_specs: the same with ``None`` unspecified (a call
-            with no mesh anywhere); the same objects when the rule is UNSPECIFIED.
+        open_in_specs / open_out_specs: the same with ``None`` unspecified; the
+            same objects when the rule is UNSPECIFIED.
         named_meshes: ``(where, mesh)`` of every leaf that names devices.
         needs_mesh: some leaf is a bare spec, which only a mesh gives a meaning.
         has_auto: some leaf is ``AUTO`` (the AUTO stage chooses it per signature).
         device: ``jit(device=...)`` (or ``backend``'s first device), else None.
         compiler_options: sorted ``(name, value)`` pairs (hashable: a cache key part).
+        keep_unused: compile every input in; False prunes those the body does not use.
         auto_memory_limit: bytes per device AUTO layouts must fit, or None.
     """
 
@@ -86,6 +91,7 @@ class JitInfo:
     has_auto: bool
     device: jax.Device | None
     compiler_options: tuple[tuple[str, Any], ...]
+    keep_unused: bool
     auto_memory_limit: int | None
 
     @property
@@ -93,11 +99,11 @@ class JitInfo:
         """``"jit f"``: how messages start."""
         return self.binding.api
 
-    def spec_trees(self, mesh_derived: bool) -> tuple[Any, Any]:
-        """The (in, out) spec trees of a call: with no mesh anywhere, ``None`` is unspecified."""
-        if mesh_derived:
-            return self.open_in_specs, self.open_out_specs
-        return self.in_specs, self.out_specs
+    def spec_trees(self, legacy_mesh: bool) -> tuple[Any, Any]:
+        """The (in, out) spec trees of a call; ``legacy_mesh``: under a classic ``with mesh:``."""
+        if legacy_mesh and self.none_rule is NoneRule.REPLICATED_UNDER_LEGACY_MESH:
+            return self.in_specs, self.out_specs
+        return self.open_in_specs, self.open_out_specs
 
 
 def jit_info(
@@ -114,6 +120,7 @@ def jit_info(
     donate_argnames: str | Iterable[str] | None,
     device: Any,
     compiler_options: dict[str, Any] | None,
+    keep_unused: bool,
     auto_memory_limit: int | None,
 ) -> JitInfo:
     """Parse and check a ``jit``/``pjit`` call's options (every bad spec leaf at once).
@@ -122,10 +129,7 @@ def jit_info(
         TypeError: ``fun`` is not callable; a bad spec leaf, argnums or option type.
         ValueError: argnums or argnames ``fun`` cannot take; both static and donated.
     """
-    if not callable(fun):
-        raise TypeError(
-            f"{api}: expected a callable to partition, got {fun!r} of type {type(fun).__name__}"
-        )
+    check_callable(fun, api)
     name = getattr(fun, "__name__", type(fun).__name__)
     _check_options(api, compiler_options, auto_memory_limit)
     if isinstance(in_specs, list):
@@ -133,6 +137,9 @@ def jit_info(
         # as that tuple (as jax.jit reads in_shardings); lists deeper down match lists.
         in_specs = tuple(in_specs)
     trees = _parse_trees(api, names, none_rule, in_specs, out_specs)
+    # As jax.jit: with in-specs given, keyword arguments take their positional
+    # parameter's spec (jax refuses them there: docs/api.md says why we accept).
+    specs_given = in_specs is not None and in_specs is not UNSPECIFIED
     return JitInfo(
         fun=fun,
         name=name,
@@ -142,11 +149,11 @@ def jit_info(
         binding=_binding(
             fun,
             f"{api} {name}",
-            api,
-            static_argnums,
-            static_argnames,
-            donate_argnums,
-            donate_argnames,
+            bind_keywords=specs_given,
+            static_argnums=static_argnums,
+            static_argnames=static_argnames,
+            donate_argnums=donate_argnums,
+            donate_argnames=donate_argnames,
         ),
         in_specs=trees[0],
         out_specs=trees[1],
@@ -160,6 +167,7 @@ def jit_info(
         has_auto=any(leaf is AUTO for tree in trees[:2] for leaf in _spec_leaves(tree)),
         device=device,
         compiler_options=tuple(sorted((compiler_options or {}).items())),
+        keep_unused=keep_unused,
         auto_memory_limit=auto_memory_limit,
     )
 
@@ -215,45 +223,56 @@ def _has_bare_specs(parsed_tree: Any) -> bool:
 def _binding(
     fun: Callable[..., Any],
     label: str,
-    api: str,
     static_argnums: Any,
     static_argnames: Any,
     donate_argnums: Any,
     donate_argnames: Any,
+    bind_keywords: bool,
 ) -> Binding:
-    """Statics and donation as jax.jit reads them: one of argnums/argnames infers the other."""
+    """Statics and donation as jax.jit reads and checks them: one of argnums/argnames
+    infers the other; every one must fit the signature; none both static and donated.
+
+    Raises:
+        TypeError: argnums that are not ints, argnames that are not strings.
+        ValueError: jax.jit's messages, in jax.jit's order.
+    """
     try:
         signature: inspect.Signature | None = inspect.signature(fun)
     except (TypeError, ValueError):
         signature = None
+    given = {
+        "static_argnums": optional_index_tuple(static_argnums, "static_argnums", label),
+        "static_argnames": optional_name_tuple(static_argnames, "static_argnames", label),
+        "donate_argnums": optional_index_tuple(donate_argnums, "donate_argnums", label),
+        "donate_argnames": optional_name_tuple(donate_argnames, "donate_argnames", label),
+    }
     static = infer_argnums_and_argnames(
-        signature,
-        optional_index_tuple(static_argnums, "static_argnums", api),
-        optional_name_tuple(static_argnames, "static_argnames", api),
-        label,
-        "static",
+        signature, given["static_argnums"], given["static_argnames"]
     )
     donate = infer_argnums_and_argnames(
-        signature,
-        optional_index_tuple(donate_argnums, "donate_argnums", api),
-        optional_name_tuple(donate_argnames, "donate_argnames", api),
-        label,
-        "donate",
+        signature, given["donate_argnums"], given["donate_argnames"]
     )
-    overlap: set[Any] = (set(static[0]) & set(donate[0])) | (set(static[1]) & set(donate[1]))
-    if overlap:
+    for what, nums, names in (("static", *static), ("donate", *donate)):
+        validate_argnums(signature, given[f"{what}_argnums"] or nums, f"{what}_argnums", label)
+        validate_argnames(signature, names, f"{what}_argnames", label)
+    if both := set(static[1]) & set(donate[1]):
         raise ValueError(
-            f"{api}: arguments {sorted(overlap, key=str)} are both static and donated; a "
-            "static argument has no buffer to donate."
+            "static_argnames and donate_argnames cannot intersect. Argument names "
+            f"{both} appear in both static_argnames and donate_argnames ({label})"
         )
-    return Binding(label, signature, *static, *donate)
+    if set(static[0]) & set(donate[0]):
+        raise ValueError(
+            f"`static_argnums` {sorted(set(static[0]))} and `donate_argnums` "
+            f"{sorted(set(donate[0]))} cannot intersect. ({label})"
+        )
+    return Binding(label, signature, *static, *donate, bind_keywords=bind_keywords)
 
 
 def device_option(device: Any, backend: str | None, keep_unused: Any, inline: Any, api: str) -> Any:
     """Check jax.jit's placement options; the device a mesh-less call defaults to (or None).
 
-    ``keep_unused`` and ``inline`` are accepted as jax.jit's: unused inputs are
-    always kept (docs/api.md), and inlining is a property of the caller's jaxpr.
+    ``keep_unused`` and ``inline`` are checked as jax.jit's flags (``inline`` is a
+    property of the caller's jaxpr; ``keep_unused`` goes into the options record).
 
     Raises:
         TypeError: ``device`` is not a jax.Device, or a flag is not a bool.

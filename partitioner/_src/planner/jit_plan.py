@@ -27,10 +27,16 @@ from ..sharding.call_inputs import checked_inputs, input_specs
 from ..sharding.call_outputs import output_specs
 from ..sharding.mesh_env import maybe_current_mesh, resolve_mesh
 from ..sharding.parsed import REPLICATED
-from ..sharding.placement import Placement, check_committed_layout, placement_from_arguments
+from ..sharding.placement import (
+    Placement,
+    check_committed_layout,
+    placement_from_arguments,
+    placement_in_body,
+)
+from ..sharding.tree import UNSPECIFIED
 from ..trace.arguments import Binding, BoundCall, bind_call
 from ..trace.tracing import check_mesh_unchanged, trace_body
-from .jit_info import JitInfo
+from .jit_info import JitInfo, NoneRule
 
 
 def plan_jit_call(info: JitInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallPlan:
@@ -39,10 +45,16 @@ def plan_jit_call(info: JitInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     AUTO leaves stay AUTO in the plan (:class:`JitPlanner` resolves them).
     """
     bound = bind_call(info.binding, args, kwargs)
-    placement = _placement(info, bound)
+    return _plan_over(info, bound, _placement(info, bound))
+
+
+def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPlan:
+    """The plan of a bound call over ``placement``'s devices (moved once to the devices
+    the body's own shardings name, when nothing outside it placed the call)."""
     mesh = placement.mesh
     check_mesh_unchanged(mesh, info.label)
-    in_tree, out_tree = info.spec_trees(placement.derived)
+    legacy = jp.legacy_mesh_active()
+    in_tree, out_tree = info.spec_trees(legacy)
     flat = bound.flat
     where = lambda i: flat.where(i, info.label)  # noqa: E731
     specs = input_specs(
@@ -54,6 +66,7 @@ def plan_jit_call(info: JitInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) 
         api=info.label,
         arg_name=info.names.inputs,
         check_committed=not options.reshard_committed_enabled(),
+        keyword_spec=_keyword_spec(info, in_tree, legacy),
     )
     specs, in_avals = checked_inputs(
         specs, flat.leaves, flat.paths, mesh, where, info.label, info.binding.static_hint
@@ -61,6 +74,9 @@ def plan_jit_call(info: JitInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     traced = trace_body(
         info.fun, bound.rebuild, in_avals, mesh, bound.trace_key(), _debug_info(info, bound)
     )
+    moved = placement_in_body(info.label, jp.body_shardings(traced.jaxpr.jaxpr), placement)
+    if moved is not None:
+        return _plan_over(info, bound, moved)
     outs = tree_unflatten(traced.out_tree, list(traced.jaxpr.out_avals))
     out_specs, _ = output_specs(
         out_tree, outs, traced.jaxpr.out_avals, mesh, api=info.label, out_name=info.names.outputs
@@ -76,6 +92,7 @@ def plan_jit_call(info: JitInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) 
         api=info.api,
         committed=placement.committed,
         compiler_options=info.compiler_options,
+        keep_unused=info.keep_unused,
     )
     return CallPlan(
         params=params,
@@ -86,6 +103,14 @@ def plan_jit_call(info: JitInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) 
         num_consts=len(consts),
         arguments=flat,
     )
+
+
+def _keyword_spec(info: JitInfo, in_tree: Any, legacy_mesh: bool) -> Any:
+    """The spec of a keyword argument the in-spec tree does not cover: replicated
+    where a given tree reads ``None`` as replicated (pjit under a classic mesh, the
+    2022 rule), else as the argument is laid out (as jax.jit)."""
+    replicated = info.none_rule is NoneRule.REPLICATED_UNDER_LEGACY_MESH and legacy_mesh
+    return REPLICATED if replicated and in_tree is not UNSPECIFIED else UNSPECIFIED
 
 
 def _placement(info: JitInfo, bound: BoundCall) -> Placement:

@@ -14,7 +14,7 @@ from typing import Any
 import jax
 
 from ..distributed.local_map import is_multiprocess
-from ..trace.arguments import Binding, index_tuple
+from ..trace.arguments import Binding, check_callable, index_tuple
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,7 @@ def pmap_info(
         TypeError: ``fun`` is not callable; a bad axis name, in/out axes leaf or argnums.
         ValueError: bad devices or axis size; an argument both static and donated.
     """
-    if not callable(fun):
-        raise TypeError(f"pmap: expected a callable to map, got {fun!r}")
+    check_callable(fun, "pmap")
     name = getattr(fun, "__name__", type(fun).__name__)
     label = f"pmap {name}"
     if axis_name is not None and not isinstance(axis_name, str):

@@ -95,6 +95,9 @@ class PjitParams(PrimitiveParams):
             call nothing committed: uncommitted arguments and no mesh).
         compiler_options: ``jit(..., compiler_options=...)`` as sorted ``(name,
             value)`` pairs (hashable), handed to XLA when the body is compiled.
+        keep_unused: the compiled program takes every input; False (jax.jit's
+            default) prunes the inputs the body does not use from the module and
+            from every call (``lower/prune.py``).
 
     Invariants (checked at construction): one spec and one donation flag per
     jaxpr input, one spec per jaxpr output.
@@ -116,6 +119,7 @@ class PjitParams(PrimitiveParams):
     api: str = "pjit"
     committed: bool = True
     compiler_options: tuple[tuple[str, Any], ...] = ()
+    keep_unused: bool = True
 
     def check(self) -> None:
         n_in, n_out = len(self.jaxpr.in_avals), len(self.jaxpr.out_avals)
@@ -155,6 +159,7 @@ def pp_rule(eqn: Any, context: Any, settings: Any) -> Any:
         ("api", "pjit"),
         ("committed", True),
         ("compiler_options", ()),
+        ("keep_unused", True),
     ):
         if params[field] == default:
             del params[field]

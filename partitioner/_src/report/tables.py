@@ -286,6 +286,8 @@ def build(plan: CallPlan, executable: Executable, shardy: bool) -> Report:
     values: list[ValueRow] = []
     n_consts = plan.num_consts
     arg_paths = _paths(plan.in_tree)
+    # None for an input the program does not take (pruned: keep_unused=False)
+    chosen_in = executable.per_input(executable.in_specs, n_consts + len(arg_paths))
     for i, path in enumerate(arg_paths):
         k = n_consts + i
         values.append(
@@ -294,7 +296,7 @@ def build(plan: CallPlan, executable: Executable, shardy: bool) -> Report:
                 "args" + path[3:] if path.startswith("[0]") else "kwargs" + path[3:],
                 params.jaxpr.in_avals[k],
                 params.in_axis_resources[k],
-                executable.in_specs[k],
+                chosen_in[k],
                 mesh,
             )
         )

@@ -42,11 +42,12 @@ def input_specs(
     api: str,
     arg_name: str,
     check_committed: bool,
+    keyword_spec: Any = REPLICATED,
 ) -> list[LeafSpec]:
     """Broadcast the in-spec ``prefix`` over a call's positional arguments, one spec per leaf.
 
-    Leaves past the positional ones (keyword arguments) are replicated.
-    ``check_committed`` (unless the user allows resharding committed arrays):
+    Leaves past the positional ones (keyword arguments) get ``keyword_spec``
+    (``UNSPECIFIED``: each as it is laid out). ``check_committed`` (unless the user allows resharding committed arrays):
     a committed argument must already be laid out as its given spec asks.
 
     Raises:
@@ -60,7 +61,7 @@ def input_specs(
     specs: list[LeafSpec] = []
     for i, leaf in enumerate(leaves):
         check_usable(leaf, mesh, where(i))
-        spec = arg_specs[i] if i < len(arg_specs) else REPLICATED
+        spec = arg_specs[i] if i < len(arg_specs) else keyword_spec
         if spec is UNSPECIFIED:
             spec = unspecified_input_spec(leaf, mesh, where(i), api)
         elif spec is not AUTO and check_committed:

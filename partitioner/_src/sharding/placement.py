@@ -28,9 +28,9 @@ from .parsed import REPLICATED, ParsedPartitionSpec
 DEVICES_AXIS = "_devices"
 
 MSG_INCOMPATIBLE_DEVICES = """\
-{api}: received incompatible devices for the computation: {first} is on devices \
-{first_ids} and {second} on devices {second_ids}. A call runs on one set of devices: move \
-them onto the same devices first (jax.device_put(x, sharding))."""
+Received incompatible devices for {kind}ted computation. Got {first} with device ids \
+{first_ids} and {second} with device ids {second_ids}. ({api}: a call runs on one set of \
+devices; move them onto the same devices first, with jax.device_put(x, sharding).)"""
 
 MSG_SHARDING_MISMATCH = """\
 {where} is committed to {actual}, but {api} was asked to lay it out as {expected}. \
@@ -94,6 +94,7 @@ def placement_from_arguments(
         elif set(sharding.device_set) != set(first[1].device_set):
             raise ValueError(
                 MSG_INCOMPATIBLE_DEVICES.format(
+                    kind=api.split(" ")[0],
                     api=api,
                     first=first[0],
                     first_ids=sorted(d.id for d in first[1].device_set),
@@ -109,6 +110,54 @@ def placement_from_arguments(
             return Placement(single_device_mesh(devices[0]), derived=True)
         return Placement(Mesh(np.array(devices), (DEVICES_AXIS,)), derived=True)
     return Placement(single_device_mesh(jp.default_device()), committed=False, derived=True)
+
+
+def placement_in_body(
+    api: str, found: Sequence[tuple[Any, str]], placement: Placement
+) -> Placement | None:
+    """Where the body's own shardings put the call (constraints, ``device_put``, nested calls).
+
+    As jax.jit: when nothing outside the body placed the call (no mesh, uncommitted
+    arguments), the devices a sharding inside it names are the call's (its mesh,
+    for a NamedSharding); otherwise every sharding inside must be over the call's
+    devices.
+
+    Args:
+        found: ``(sharding, what and where in the body)`` of each sharding in it.
+
+    Returns:
+        The placement the body asks for, or None when the call stays where it is.
+
+    Raises:
+        ValueError: jax's "Received incompatible devices" between the call and its
+            body, or between two shardings of the body.
+    """
+    if not found:
+        return None
+    first_sharding, first_where = found[0]
+    adopt = placement.derived and not placement.committed
+    reference = (first_sharding, first_where) if adopt else (None, "the devices the call runs on")
+    expected = set(first_sharding.device_set) if adopt else {d for d in placement.mesh.devices.flat}
+    for sharding, where in found:
+        if set(sharding.device_set) != expected:
+            raise ValueError(
+                MSG_INCOMPATIBLE_DEVICES.format(
+                    kind=api.split(" ")[0],
+                    api=api,
+                    first=reference[1],
+                    first_ids=sorted(d.id for d in expected),
+                    second=where,
+                    second_ids=sorted(d.id for d in sharding.device_set),
+                )
+            )
+    if not adopt:
+        return None
+    if isinstance(first_sharding, NamedSharding) and isinstance(first_sharding.mesh, Mesh):
+        return Placement(as_call_mesh(first_sharding.mesh), derived=True)
+    devices = jp.device_assignment_of(first_sharding)
+    if len(devices) == 1:
+        return Placement(single_device_mesh(devices[0]), derived=True)
+    return Placement(Mesh(np.array(devices), (DEVICES_AXIS,)), derived=True)
 
 
 def layout_spec(x: Any, mesh: Mesh) -> ParsedPartitionSpec | None:

@@ -88,8 +88,6 @@ def infer_argnums_and_argnames(
     signature: inspect.Signature | None,
     argnums: tuple[int, ...] | None,
     argnames: tuple[str, ...] | None,
-    api: str,
-    kind: str,
 ) -> tuple[tuple[int, ...], tuple[str, ...]]:
     """jax.jit's rule: given only one of argnums / argnames, infer the other from the
     signature; given both, use them as they are (they may disagree).
@@ -97,47 +95,84 @@ def infer_argnums_and_argnames(
     Positions then apply to arguments passed positionally and names to arguments
     passed by keyword, as in jax (and its C++ dispatcher). Negative positions count
     from the end of the positional parameters.
-
-    Args:
-        kind: ``"static"`` or ``"donate"``, for messages.
-
-    Raises:
-        ValueError: a position past the positional parameters (when the function
-            has no ``*args``), a name it does not take (no ``**kwargs``), or a
-            negative position with ``*args``.
     """
     params = list(signature.parameters.values()) if signature is not None else []
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    variadic = any(p.kind is p.VAR_POSITIONAL for p in params)
-    if signature is not None:
-        what = f"{kind}_argnums"
-        for i in argnums or ():
-            if (i < 0 and variadic) or (
-                not variadic and not -len(positional) <= i < len(positional)
-            ):
-                raise ValueError(
-                    f"{api}: {what}={argnums}, but the function only accepts "
-                    f"{len(positional)} positional argument(s)."
-                )
-        named = {p.name for p in params if p.kind is not p.POSITIONAL_ONLY}
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
-            unknown = set(argnames or ()) - named
-            if unknown:
-                raise ValueError(
-                    f"{api}: invalid argnames {sorted(unknown)} in {kind}_argnames; the "
-                    "function does not take these arguments."
-                )
     nums = tuple(sorted({i + len(positional) if i < 0 else i for i in argnums or ()}))
     names = tuple(argnames or ())
     if argnames is None and argnums is not None:
         names = tuple(
             positional[i].name
             for i in nums
-            if i < len(positional) and positional[i].kind is positional[i].POSITIONAL_OR_KEYWORD
+            if 0 <= i < len(positional)
+            and positional[i].kind is positional[i].POSITIONAL_OR_KEYWORD
         )
     elif argnums is None and argnames is not None:
         nums = tuple(i for i, p in enumerate(positional) if p.name in names)
     return nums, names
+
+
+def validate_argnums(
+    signature: inspect.Signature | None, argnums: tuple[int, ...] | None, what: str, api: str
+) -> None:
+    """As jax.jit: every position within the positional parameters (any with ``*args``).
+
+    Raises:
+        ValueError: jax's message, then which function.
+    """
+    if signature is None or not argnums:
+        return
+    params = signature.parameters.values()
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return
+    n = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+    if -min(argnums) > n or max(argnums) >= n:
+        raise ValueError(
+            f"Jitted function has {what}={argnums}, but only accepts {n} positional "
+            f"arguments. ({api})"
+        )
+
+
+def validate_argnames(
+    signature: inspect.Signature | None, argnames: tuple[str, ...] | None, what: str, api: str
+) -> None:
+    """As jax.jit: every name a parameter that can be passed by keyword.
+
+    Raises:
+        ValueError: jax's message (positional-only parameters; names the function
+            does not take, unless it takes ``**kwargs``), then which function.
+    """
+    if signature is None or not argnames:
+        return
+    params = signature.parameters.values()
+    positional_only = {p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.VAR_POSITIONAL)}
+    if invalid := positional_only & set(argnames):
+        raise ValueError(
+            f"Jitted function has invalid argnames {invalid} in {what}. These are "
+            f"positional-only ({api})"
+        )
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    keyword = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    if invalid := set(argnames) - keyword:
+        raise ValueError(
+            f"Jitted function has invalid argnames {invalid} in {what}. Function does not "
+            f"take these args. ({api})"
+        )
+
+
+def check_callable(fun: Any, api: str) -> None:
+    """What a front door can wrap, as jax.jit checks it (jax's messages, then which API).
+
+    Raises:
+        TypeError: a ``staticmethod`` object, a non-callable, or a generator function.
+    """
+    if isinstance(fun, staticmethod):
+        raise TypeError(f"staticmethod arguments are not supported, got {fun} ({api})")
+    if not callable(fun):
+        raise TypeError(f"Expected a callable value, got {fun} ({api})")
+    if inspect.isgeneratorfunction(fun):
+        raise TypeError(f"Expected a function, got a generator function: {fun} ({api})")
 
 
 # --- binding a call ---
@@ -156,6 +191,10 @@ class Binding:
             keyword) traced as Python values, as jax.jit applies them.
         donate_argnums / donate_argnames: the same for donated arguments.
         static_hint: how a message tells the user to mark an argument static.
+        bind_keywords: keyword arguments that name positional parameters move into
+            place (the in-spec tree, a prefix of the positional arguments, then
+            covers them); otherwise they stay keyword arguments, as jax.jit keeps
+            them when no ``in_shardings`` are given.
     """
 
     api: str
@@ -165,6 +204,7 @@ class Binding:
     donate_argnums: tuple[int, ...] = ()
     donate_argnames: tuple[str, ...] = ()
     static_hint: str = "static_argnums/static_argnames"
+    bind_keywords: bool = False
 
     def positional_names(self) -> list[str]:
         """The names of the positional parameters, in order (empty without a signature)."""
@@ -225,7 +265,8 @@ def bind_call(binding: Binding, args: tuple[Any, ...], kwargs: dict[str, Any]) -
         TypeError: the call does not fit the signature, or a static value is not hashable.
     """
     n_raw = len(args)
-    args, kwargs = _bind_signature(binding.signature, args, kwargs)
+    if binding.bind_keywords:
+        args, kwargs = _bind_signature(binding.signature, args, kwargs)
     names = binding.positional_names()
     static, static_kw = _select(
         binding.static_argnums, binding.static_argnames, names, n_raw, args, kwargs

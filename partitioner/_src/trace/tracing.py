@@ -61,6 +61,14 @@ class _TraceCache:
         with self._lock:
             self._by_fun.clear()
 
+    def forget(self, fun: Callable[..., Any]) -> None:
+        """Drop ``fun``'s traces (its wrapped function's ``clear_cache``, as jax.jit's)."""
+        with self._lock:
+            try:
+                self._by_fun.pop(fun, None)
+            except TypeError:  # not weak-referenceable: never cached
+                pass
+
 
 trace_cache = _TraceCache()
 
