@@ -176,12 +176,14 @@ def _emit_global(
     ctx.set_tokens_out(ctx.tokens_in.update_tokens(jp.TokenSet({tap_effect: token})))
 
 
-def device_sharding(index: int) -> Any:
-    """The sharding that runs a callback on the program's device ``index`` alone."""
+def device_sharding(index: int, num_results: int = 0) -> Any:
+    """The sharding that runs a callback on the program's device ``index`` alone.
+
+    Shardy wants one entry per result (at least one), as jax's own callbacks give.
+    """
     if jp.jax_uses_shardy():
-        return jp.SdyArrayList(
-            (jp.SdyArray(mesh_shape=(), dim_shardings=(), logical_device_ids=(index,)),)
-        )
+        one = jp.SdyArray(mesh_shape=(), dim_shardings=(), logical_device_ids=(index,))
+        return jp.SdyArrayList((one,) * max(1, num_results))
     sharding = jp.OpSharding()
     sharding.type = jp.OpSharding.Type.MAXIMAL
     sharding.tile_assignment_dimensions = [1]
@@ -269,7 +271,7 @@ def _call_lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
         list(ctx.avals_in),
         list(hc.result_avals),
         has_side_effect=hc.ordered,
-        sharding=device_sharding(index) if num_devices > 1 else None,
+        sharding=device_sharding(index, len(hc.result_avals)) if num_devices > 1 else None,
     )
     if hc.ordered:
         ctx.set_tokens_out(ctx.tokens_in.update_tokens(jp.TokenSet({tap_effect: token})))

@@ -116,10 +116,13 @@ class Tap:
         self,
         arrays: Sequence[np.ndarray],
         transforms: tuple[str, ...],
-        batch_dims: tuple[int | None, ...] | None,
+        batch_dims: Any,
         device: Any = None,
     ) -> receiver.TapItem:
-        """The queue item calling the tap function on host copies ``arrays``."""
+        """The queue item calling the tap function on host copies ``arrays``.
+
+        ``batch_dims``: what the convention shows, :meth:`TapParams.shown_batch_dims`.
+        """
         nbytes = sum(a.nbytes for a in arrays)
         run = self._runner(list(arrays), transforms, batch_dims, device)
         return receiver.TapItem(run, nbytes)
@@ -128,7 +131,7 @@ class Tap:
         self,
         arrays: list[Any],
         transforms: tuple[str, ...],
-        batch_dims: tuple[int | None, ...] | None,
+        batch_dims: Any,
         device: Any,
     ) -> Callable[[], None]:
         extra: dict[str, Any] = {}
@@ -173,16 +176,16 @@ class Tap:
 
 
 def _positional_transforms(
-    transforms: tuple[str, ...], batch_dims: tuple[int | None, ...] | None
+    transforms: tuple[str, ...], levels: tuple[tuple[int | None, ...], ...]
 ) -> tuple[Any, ...]:
     """The 2021-2024 module's ``transforms``: ``('batch', {'batch_dims': ...})`` entries.
 
-    Only the innermost ``vmap``'s dims are known (the seed keeps one ``batch_dims``).
+    Each ``'batch'`` shows its own ``vmap`` level's dims of the tapped leaves
+    (``levels``, in the order applied), as that module recorded them.
     """
-    last_batch = max((i for i, t in enumerate(transforms) if t == "batch"), default=-1)
+    per_level = iter(levels)
     return tuple(
-        ("batch", {"batch_dims": batch_dims}) if i == last_batch else t
-        for i, t in enumerate(transforms)
+        ("batch", {"batch_dims": next(per_level)}) if t == "batch" else t for t in transforms
     )
 
 
@@ -199,10 +202,14 @@ class TapParams(PrimitiveParams):
         nr_untapped: how many trailing operands (``result=``) pass by untapped.
         transforms: the transformations applied so far, outermost last.
         batch_dims: under ``vmap``: per operand (tapped and passed by, as the
-            seed), its batch dimension or None; else None.
+            seed), its batch dimension or None, at the outermost ``vmap``; else None.
+        batch_levels: per ``'batch'`` in ``transforms`` (the order applied), the
+            tapped operands' batch dims at that ``vmap`` level (the 2021-2024
+            module's record, one dict per level).
 
     Invariants (checked at construction): ``nr_untapped >= 0``; ``transforms`` a
-    tuple of names; ``batch_dims`` None or a tuple.
+    tuple of names; ``batch_dims`` None or a tuple; one ``batch_levels`` entry per
+    ``'batch'``.
     """
 
     primitive: ClassVar[Any] = id_tap_p
@@ -211,6 +218,7 @@ class TapParams(PrimitiveParams):
     nr_untapped: int
     transforms: tuple[str, ...] = ()
     batch_dims: tuple[int | None, ...] | None = None
+    batch_levels: tuple[tuple[int | None, ...], ...] = ()
 
     def check(self) -> None:
         if not isinstance(self.tap, Tap):
@@ -222,6 +230,12 @@ class TapParams(PrimitiveParams):
             raise TypeError(f"internal error: id_tap transforms={self.transforms!r}")
         if self.batch_dims is not None:
             object.__setattr__(self, "batch_dims", tuple(self.batch_dims))
+        object.__setattr__(self, "batch_levels", tuple(map(tuple, self.batch_levels)))
+        if len(self.batch_levels) != self.transforms.count("batch"):
+            raise ValueError(
+                f"internal error: id_tap batch_levels={self.batch_levels!r} for "
+                f"transforms={self.transforms!r}"
+            )
 
     def with_transform(self, name: str) -> TapParams:
         """A copy with ``name`` appended to the transforms."""
@@ -231,11 +245,13 @@ class TapParams(PrimitiveParams):
         """The operands passed to the tap function (the last ``nr_untapped`` are not)."""
         return args[: len(args) - self.nr_untapped]
 
-    def shown_batch_dims(self) -> tuple[int | None, ...] | None:
-        """``batch_dims`` as the tap function sees them (NOTE [calling conventions])."""
-        if self.batch_dims is None or self.tap.convention == KEYWORD:
-            return self.batch_dims
-        return tuple(self.tapped(self.batch_dims))
+    def shown_batch_dims(self) -> Any:
+        """The batch dims as the tap function's convention shows them.
+
+        The seed's keyword convention: ``batch_dims`` (NOTE [calling conventions]);
+        the 2021-2024 positional one: ``batch_levels``, one entry per ``vmap``.
+        """
+        return self.batch_dims if self.tap.convention == KEYWORD else self.batch_levels
 
 
 def host_copy(x: Any) -> np.ndarray:
@@ -318,7 +334,11 @@ def _id_tap_batcher(
     args: Sequence[Any], dims: Sequence[int | None], **kwargs: Any
 ) -> tuple[Sequence[Any], Sequence[int | None]]:
     p = TapParams.of(kwargs)
-    batched = p.with_transform("batch").replace(batch_dims=tuple(dims))
+    batched = p.replace(
+        transforms=(*p.transforms, "batch"),
+        batch_dims=tuple(dims),
+        batch_levels=(*p.batch_levels, tuple(p.tapped(dims))),
+    )
     return batched.bind(*args), dims
 
 

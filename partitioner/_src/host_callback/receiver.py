@@ -34,9 +34,11 @@ and do not count against its cap: how many there are is bounded by how far the
 devices of one program run apart.
 
 Errors: a tap function that raises is logged with its traceback and counted; later
-taps still run. The first such error is raised, chained, as
-:class:`TapFunctionException` at the next :meth:`Receiver.barrier` or at
-:meth:`Receiver.stop`.
+taps still run. A ``call`` whose host function raises is reported to the computation
+(which fails) and kept the same way (:meth:`Receiver.record_error`). The errors kept
+are raised, the first one chained, as :class:`CallbackException` (also named
+``TapFunctionException``) at the next :meth:`Receiver.barrier` or at
+:meth:`Receiver.stop`: the 2021-2024 module's protocol.
 
 Shutdown: :meth:`Receiver.stop` waits for every launched program's taps and for
 the queue to drain, at most ``timeout_sec`` (a hanging tap function is logged, not
@@ -66,11 +68,16 @@ DEFAULT_MAX_QUEUE_BYTES = 256 << 20
 DEFAULT_TIMEOUT_SEC = 10.0
 
 
-class TapFunctionException(Exception):
-    """A tap function raised; raised at the next ``barrier_wait()`` or receiver stop.
+class CallbackException(Exception):
+    """A tap or ``call`` function raised; raised at the next ``barrier_wait()`` or receiver stop.
 
-    The first error is the ``__cause__``; the count of errors is in the message.
+    The first error is the ``__cause__``; the message has the count and the last
+    error's class and text ("Last one was: ValueError: ..."), as jax's had.
     """
+
+
+#: The seed's name for it (jax's module kept both names for the one class).
+TapFunctionException = CallbackException
 
 
 @dataclass(frozen=True)
@@ -272,7 +279,7 @@ class Receiver:
 
         Why there: a ``call`` in program order after a tap sees the tap's effects
         (the seed's single receiver ran both). ``fn``'s error is raised here, to the
-        caller, not kept for the barrier.
+        caller (``HostCall.on_host`` keeps it for the barrier).
         """
         if self.in_consumer():
             return fn()
@@ -314,17 +321,22 @@ class Receiver:
             item.run()
         except Exception as e:
             error = e
-            logger.error(
-                "partitioner.host_callback: a tap function raised (it is reported at "
-                "the next barrier_wait()):\n%s",
-                "".join(traceback.format_exception(e)),
-            )
+        if error is not None:  # kept before the tap counts as delivered: a barrier sees it
+            self.record_error(error, "a tap function")
         with self._cond:
             self._stats.taps_delivered += 1
-            if error is not None:
-                self._stats.tap_exceptions += 1
-                self._stats.errors_since_barrier.append(error)
             self._cond.notify_all()
+
+    def record_error(self, error: BaseException, who: str) -> None:
+        """Log ``error`` (raised by ``who``) and keep it for the next barrier."""
+        logger.error(
+            "partitioner.host_callback: %s raised (it is reported at the next barrier_wait()):\n%s",
+            who,
+            "".join(traceback.format_exception(error)),
+        )
+        with self._cond:
+            self._stats.tap_exceptions += 1
+            self._stats.errors_since_barrier.append(error)
 
     # --- synchronisation ---
 
@@ -334,7 +346,7 @@ class Receiver:
         Raises:
             RuntimeError: called from a tap function (it would wait for itself).
             TimeoutError: ``timeout`` seconds passed first.
-            TapFunctionException: a tap function raised since the last barrier.
+            CallbackException: a tap or call function raised since the last barrier.
         """
         if self.in_consumer():
             raise RuntimeError(
@@ -356,10 +368,7 @@ class Receiver:
                 self._cond.wait(left)
             errors, self._stats.errors_since_barrier = self._stats.errors_since_barrier, []
         if errors:
-            raise TapFunctionException(
-                f"{len(errors)} tap function call(s) raised; the first error is the cause "
-                "(tracebacks were logged)."
-            ) from errors[0]
+            raise CallbackException(_errors_message(errors)) from errors[0]
 
     def stop(self) -> None:
         """Drain (at most ``timeout_sec``), end the consumer thread; raise pending tap errors."""
@@ -401,6 +410,20 @@ class Receiver:
 
     def __repr__(self) -> str:
         return f"<tap receiver {self.name!r} max_queue_bytes={self.max_queue_bytes}>"
+
+
+def _errors_message(errors: list[BaseException]) -> str:
+    """jax's wording ("... processing. Last one was: ValueError: ..."), then the count."""
+
+    def text(e: BaseException) -> str:
+        return "".join(traceback.format_exception_only(e)).strip()
+
+    first = f"; the first one, the __cause__, was: {text(errors[0])}" if len(errors) > 1 else ""
+    return (
+        f"There were exceptions during callback processing. Last one was: {text(errors[-1])}\n"
+        f"({len(errors)} tap or call function(s) raised since the last barrier_wait(); "
+        f"tracebacks were logged{first})"
+    )
 
 
 def _wait_for_launched_programs(timeout: float | None) -> None:
@@ -500,5 +523,5 @@ def stop() -> None:
 def _stop_at_exit() -> None:
     try:
         stop()
-    except TapFunctionException as e:
+    except CallbackException as e:
         logger.error("partitioner.host_callback: at exit: %s (cause: %r)", e, e.__cause__)
