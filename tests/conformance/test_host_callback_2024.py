@@ -471,6 +471,37 @@ def test_tap_vmap_vmap() -> None:
     )
 
 
+def test_tap_vmap_vmap_record() -> None:
+    # The record the 2024 test printed for a tap under two vmaps, as a 2021-2024 tap
+    # function receives it: one ('batch', {'batch_dims': ...}) per vmap level, each
+    # with that level's dims of the tapped leaves.
+    records: list[Any] = []
+
+    def record(arg: Any, transforms: Any) -> None:
+        records.append(transforms)
+
+    def add(x: Any, y: Any) -> Any:
+        return hcb.id_tap(record, x + y, callback_flavor=DEBUG)
+
+    def sum_all(xv: Any, yv: Any) -> Any:
+        rows = jax.vmap(lambda xv, y: jax.vmap(add, in_axes=(0, None))(xv, y), (None, 0))
+        return rows(xv, yv)
+
+    got = sum_all(jnp.arange(5, dtype=np.int32), jnp.arange(3, dtype=np.int32))
+    np.testing.assert_array_equal(got, np.arange(3)[:, None] + np.arange(5))
+    # A tap of both values, and one with a result= the record leaves out.
+    both = jax.vmap(
+        jax.vmap(lambda x, y: hcb.id_tap(record, (x, y), result=x), (0, None)), (None, 0)
+    )
+    both(jnp.arange(5.0), jnp.arange(3.0))
+    hcb.barrier_wait()
+    level = "batch", {"batch_dims": (0,)}
+    assert records == [
+        (level, level),
+        (("batch", {"batch_dims": (0, None)}), ("batch", {"batch_dims": (None, 0)})),
+    ]
+
+
 def test_tap_vmap_while() -> None:
     def func(x: Any) -> Any:
         x1 = hcb.id_print(x, where="before:x", output_stream=stream)
