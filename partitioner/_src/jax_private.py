@@ -50,6 +50,7 @@ from jax._src.lib import _jax
 from jax._src.lib import hlo as _hlo
 from jax._src.lib import xla_client as _xla_client
 from jax._src.lib.mlir import ir as _ir
+from jax._src.lib.mlir.dialects import hlo as _stablehlo
 from jax._src.lib.mlir.dialects import sdy as _sdy
 from jax.sharding import Mesh as _Mesh
 from jax.sharding import NamedSharding as _NamedSharding
@@ -674,6 +675,16 @@ def registered_lowering(primitive: Any) -> Callable[..., Any]:
 def eval_closed_jaxpr(closed: Any, *args: Any) -> list[Any]:
     """Evaluate (or trace) a ClosedJaxpr on ``args``."""
     return _core.eval_jaxpr(closed.jaxpr, closed.consts, *args)
+
+
+def partition_index() -> Any:
+    """This device's index in the program's devices, an int32 scalar (fully manual regions).
+
+    What jax's ``axis_index`` lowering computes its indices from; a device's
+    position in a mesh whose devices are the program's, in order.
+    """
+    i32 = _ir.RankedTensorType.get([], _ir.IntegerType.get_signless(32))
+    return _stablehlo.convert(i32, _stablehlo.partition_id())
 
 
 def manual_callback_sharding(avals_out: Any) -> Any:

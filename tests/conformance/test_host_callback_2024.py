@@ -835,7 +835,7 @@ def test_tap_pmap_vmap() -> None:
     )
 
 
-def test_tap_pmap_pmap_vmap() -> None:
+def test_tap_pmap_pmap_vmap(partitioner_mode: str) -> None:
     matrix = np.fromfunction(lambda i, j, k: 100.0 * i + 10.0 * j + k, (2, 1, 3), dtype=np.float32)
 
     def fun1(x: Any, do_print: bool = False) -> Any:
@@ -852,17 +852,52 @@ def test_tap_pmap_pmap_vmap() -> None:
     )
 
 
-def test_tap_pmap_pmap_extra_is_a_clear_error() -> None:
-    # Difference: taps in a pmap body around a nested pmap (a region manual over
-    # only some axes) are refused; the legacy module tapped them per device.
+def test_tap_pmap_pmap_extra(partitioner_mode: str) -> None:
+    # A pmap of a pmap surrounded by extra code: the taps around the inner map run once
+    # per device of the outer map, in program order with the inner map's on that device.
     matrix = np.fromfunction(lambda i, j, k: 100.0 * i + 10.0 * j + k, (2, 1, 3), dtype=np.float32)
 
-    def fun(xv: Any) -> Any:
-        xv = maybe_print(True, xv + 1.0, "before", tap_with_device=True)
-        return pmap(lambda x: maybe_print(True, x * 2.0, "inside", tap_with_device=True))(xv)
+    def fun(xv: Any, do_print: bool = False) -> Any:
+        xv = maybe_print(do_print, xv + 1.0, "before", tap_with_device=True)
+        res = pmap(lambda x: maybe_print(do_print, x * 2.0, "inside", tap_with_device=True))(xv)
+        return maybe_print(do_print, res + 1.0, "after", tap_with_device=True)
 
-    with pytest.raises(ValueError, match="tap inside the innermost pmap"):
-        pmap(fun, devices=TWO)(matrix)
+    res = pmap(partial(fun, do_print=True), devices=TWO)(matrix)
+    np.testing.assert_allclose(res, fun(matrix, do_print=False))
+    assert_printed_2024(
+        """device: cpu:0 what: before\n[[1.00 2.00 3.00]]
+        device: cpu:0 what: inside\n[2.00 4.00 6.00]
+        device: cpu:0 what: after\n[[3.00 5.00 7.00]]
+        device: cpu:1 what: before\n[[101.00 102.00 103.00]]
+        device: cpu:1 what: inside\n[202.00 204.00 206.00]
+        device: cpu:1 what: after\n[[203.00 205.00 207.00]]""",
+        stream.take_by_device(),
+    )
+
+
+def test_tap_pmap_pmap_extra_inner_axis_of_two(partitioner_mode: str) -> None:
+    # The same over 2 x 2 devices: the outer body's taps run on the first device of each
+    # outer index (cpu:0, cpu:2) with its whole block; the inner map's on every device.
+    matrix = np.fromfunction(lambda i, j, k: 100.0 * i + 10.0 * j + k, (2, 2, 3), dtype=np.float32)
+
+    def fun(xv: Any, do_print: bool = False) -> Any:
+        xv = maybe_print(do_print, xv + 1.0, "before", tap_with_device=True)
+        res = pmap(lambda x: maybe_print(do_print, x * 2.0, "inside", tap_with_device=True))(xv)
+        return maybe_print(do_print, res + 1.0, "after", tap_with_device=True)
+
+    res = pmap(partial(fun, do_print=True), devices=jax.local_devices()[:4])(matrix)
+    np.testing.assert_allclose(res, fun(matrix, do_print=False))
+    assert_printed_2024(
+        """device: cpu:0 what: before\n[[1.00 2.00 3.00] [11.00 12.00 13.00]]
+        device: cpu:0 what: inside\n[2.00 4.00 6.00]
+        device: cpu:0 what: after\n[[3.00 5.00 7.00] [23.00 25.00 27.00]]
+        device: cpu:1 what: inside\n[22.00 24.00 26.00]
+        device: cpu:2 what: before\n[[101.00 102.00 103.00] [111.00 112.00 113.00]]
+        device: cpu:2 what: inside\n[202.00 204.00 206.00]
+        device: cpu:2 what: after\n[[203.00 205.00 207.00] [223.00 225.00 227.00]]
+        device: cpu:3 what: inside\n[222.00 224.00 226.00]""",
+        stream.take_by_device(),
+    )
 
 
 def test_tap_jvp_pmap_vmap() -> None:

@@ -23,6 +23,7 @@ from .. import jax_private as jp
 from ..sharding.parsed import REPLICATED, ParsedPartitionSpec
 from ..trace.region import RegionParams, mapped_spec, pmap_region_p
 from . import annotate
+from . import tokens as tokens_lib
 from .rules import placement
 
 
@@ -51,6 +52,8 @@ def _lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
                 "call the pmap-ed function outside it"
             )
     manual = outer | {p.axis_name}
+    if manual != set(p.mesh.axis_names):  # NOTE [tokens as data in partial manual regions]
+        tokens_lib.check_partial_body(p.body.jaxpr, p.name, manual, p.mesh.axis_names)
     in_specs = [mapped_spec(p.axis_name, d) for d in p.in_dims]
     out_specs = [mapped_spec(p.axis_name, d) for d in p.out_dims]
     sub_ctx = ctx.module_context.replace(axis_context=jp.SPMDAxisContext(p.mesh, manual))
@@ -136,6 +139,9 @@ def _shardy(
     tokens: Any,
 ) -> Sequence[Any]:
     effects = list(tokens.effects())
+    # NOTE [tokens as data in partial manual regions]
+    carried = tokens_lib.carried_inside(sub_ctx.axis_context)
+    threaded, leave = tokens_lib.enter(ctx, [tokens.get(e) for e in effects], carried)
     if p.size == 1:
         # A one-device axis needs no manual computation: a block is the whole value.
         # Shardy's export keeps the custom calls of one over a one-device mesh
@@ -146,7 +152,7 @@ def _shardy(
                 sub_ctx,
                 p.body.jaxpr,
                 ctx.name_stack,
-                tokens,
+                jp.TokenSet(dict(zip(effects, threaded, strict=True))),
                 [jp.ir_constants(c) for c in p.body.consts],
                 *args,
                 dim_var_values=ctx.dim_var_values,
@@ -154,7 +160,8 @@ def _shardy(
                 outer_traceback=None,
             )
         if effects:
-            ctx.set_tokens_out(ctx.tokens_in.update_tokens(tokens_out))
+            after = leave([tokens_out.get(e) for e in effects])
+            ctx.set_tokens_out(ctx.tokens_in.update_tokens(jp.TokenSet(dict(zip(effects, after)))))
         return list(outs)
     symbol = annotate.ensure_sdy_mesh(ctx.module_context.module, p.mesh)
 
@@ -173,11 +180,11 @@ def _shardy(
             ]
         )
 
-    token_types = [jp.token_type()] * len(effects)
+    token_types = [t.type for t in threaded]
     out_types = [jp.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_out]
     op = jp.ManualComputationOp(
         [*token_types, *out_types],
-        [*(tokens.get(e) for e in effects), *args],
+        [*threaded, *args],
         per_value(ctx.avals_in, in_specs),
         per_value(ctx.avals_out, out_specs),
         jp.ManualAxesAttr.get([jp.StringAttr.get(p.axis_name)]),
@@ -201,7 +208,7 @@ def _shardy(
         jp.sdy_return(flat)
     results = list(op.results)
     if effects:
-        out = dict(zip(effects, results[: len(effects)], strict=True))
+        out = dict(zip(effects, leave(results[: len(effects)]), strict=True))
         ctx.set_tokens_out(ctx.tokens_in.update_tokens(jp.TokenSet(out)))
     return results[len(effects) :]
 
