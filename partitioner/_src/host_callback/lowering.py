@@ -58,18 +58,21 @@ def _id_tap_lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
             ctx, operands, avals, tap, p.transforms, dims, devices
         )
 
-        def open_round() -> None:  # the round's place in program order (NOTE [device tap order])
+        def open_round() -> tuple[
+            ()
+        ]:  # the round's place in program order (NOTE [device tap order])
             if marker_opens:
                 current().sequencer.open_round(site, local)
+            return ()
 
         _emit_global(ctx, [], [], open_round, index)
         return list(args)
 
-    device = devices[index] if devices else None
+    make = tap.site(p.transforms, dims, devices[index] if devices else None)
 
-    def on_host(*arrays: Any) -> None:
-        copies = [host_copy(a) for a in arrays]
-        current().sequencer.put(tap.item(copies, p.transforms, dims, device))
+    def on_host(*arrays: Any) -> tuple[()]:  # NOTE [tap speed] in receiver.py
+        current().sequencer.put(make([host_copy(a) for a in arrays]))
+        return ()
 
     _emit_global(ctx, operands, avals, on_host, index)
     return list(args)
@@ -97,19 +100,15 @@ def _emit_global(
     ctx: Any,
     operands: Sequence[Any],
     avals: Sequence[Any],
-    on_host: Callable[..., None],
+    on_host: Callable[..., tuple[()]],
     device_index: int = 0,
 ) -> None:
-    """A callback run once per execution on one device, threaded on the tap token."""
-
-    def callback(*arrays: Any) -> tuple[()]:
-        on_host(*arrays)
-        return ()
-
+    """A callback ``on_host(*arrays) -> ()`` run once per execution on one device, threaded
+    on the tap token."""
     num_devices = getattr(ctx.module_context.axis_context, "num_devices", 1)
     _, token, _ = jp.emit_python_callback(
         dataclasses.replace(ctx, avals_in=list(avals), avals_out=[]),
-        callback,
+        on_host,
         ctx.tokens_in.get(tap_effect),
         list(operands),
         list(avals),
@@ -155,6 +154,7 @@ def _emit_device_tap(
         jp.jax_uses_shardy(),
     )
     site = object()  # this callback's identity for the sequencer
+    makers = [tap.site(transforms, batch_dims, device) for device in named]
 
     def on_host(position: Any, *arrays: Any) -> tuple[()]:
         p = int(position[0])
@@ -162,7 +162,7 @@ def _emit_device_tap(
         sequencer = current().sequencer
         if p == local[0] and not marker_opens:
             sequencer.open_round(site, local)
-        sequencer.put_shard(site, p, tap.item(copies, transforms, batch_dims, named[p]))
+        sequencer.put_shard(site, p, makers[p](copies))
         return ()
 
     in_avals = [position_aval, *avals]

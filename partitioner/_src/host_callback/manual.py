@@ -62,16 +62,17 @@ def emit_tap(ctx: Any, operands: Sequence[Any], avals: Sequence[Any], p: TapPara
     axis_ctx = ctx.module_context.axis_context
     mesh: Mesh = axis_ctx.mesh
     free = tuple(a for a in mesh.axis_names if a not in axis_ctx.manual_axes)
-    tap, dims = p.tap, p.shown_batch_dims()
-    devices = list(mesh.devices.flat)
+    dims = p.shown_batch_dims()
     # A position taps when it is first along the free axes (all do without free axes).
-    taps_here = _first_along(mesh, free)
+    makers = [
+        p.tap.site(p.transforms, dims, device) if first else None
+        for device, first in zip(mesh.devices.flat, _first_along(mesh, free), strict=True)
+    ]
 
     def on_host(where: Any, *arrays: Any) -> tuple[()]:
-        position = int(where)
-        if taps_here[position]:
-            copies = [host_copy(a) for a in arrays]
-            current().sequencer.put(tap.item(copies, p.transforms, dims, devices[position]))
+        make = makers[int(where)]
+        if make is not None:
+            current().sequencer.put(make([host_copy(a) for a in arrays]))
         return ()
 
     link = ctx.tokens_in.get(tap_effect) if tap_effect in ctx.tokens_in.effects() else None

@@ -112,38 +112,47 @@ class Tap:
     convention: str = KEYWORD
     named: frozenset[str] | None = None
 
+    def site(
+        self, transforms: tuple[str, ...], batch_dims: Any, device: Any = None
+    ) -> Callable[[list[np.ndarray]], receiver.TapItem]:
+        """The maker of queue items for one place in a program: ``make(host_arrays)``.
+
+        Everything but the arrays is settled here, once per place (per lowering),
+        so a tap's callback only copies its arrays and queues one call (NOTE [tap
+        speed] in ``receiver.py``). ``batch_dims``: what the convention shows,
+        :meth:`TapParams.shown_batch_dims`.
+        """
+        args, extra = self._convention(transforms, batch_dims)
+        if self.with_device:
+            extra["device"] = device
+        func, kwargs = self.func, {**extra, **self.kwargs}
+        unflatten = self.arg_treedef.unflatten
+        if any(impl is not None for impl in self.key_impls):
+            unflatten = self._with_keys
+        item = receiver.TapItem
+
+        def make(arrays: list[np.ndarray]) -> receiver.TapItem:
+            nbytes = arrays[0].nbytes if len(arrays) == 1 else sum(a.nbytes for a in arrays)
+            return item(lambda: func(unflatten(arrays), *args, **kwargs), nbytes)
+
+        return make
+
     def item(
         self,
-        arrays: Sequence[np.ndarray],
+        arrays: list[np.ndarray],
         transforms: tuple[str, ...],
         batch_dims: Any,
         device: Any = None,
     ) -> receiver.TapItem:
-        """The queue item calling the tap function on host copies ``arrays``.
+        """One queue item (for a place that taps once: eagerly): ``site(...)(arrays)``."""
+        return self.site(transforms, batch_dims, device)(arrays)
 
-        ``batch_dims``: what the convention shows, :meth:`TapParams.shown_batch_dims`.
-        """
-        nbytes = sum(a.nbytes for a in arrays)
-        run = self._runner(list(arrays), transforms, batch_dims, device)
-        return receiver.TapItem(run, nbytes)
-
-    def _runner(
-        self,
-        arrays: list[Any],
-        transforms: tuple[str, ...],
-        batch_dims: Any,
-        device: Any,
-    ) -> Callable[[], None]:
-        extra: dict[str, Any] = {}
-        if self.with_device:
-            extra["device"] = device
+    def _convention(
+        self, transforms: tuple[str, ...], batch_dims: Any
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The arguments after ``arg`` and the keywords added (NOTE [calling conventions])."""
         if self.convention == POSITIONAL:
-            shown = _positional_transforms(transforms, batch_dims)
-
-            def run() -> None:
-                self.func(self._arg(arrays), shown, **extra, **self.kwargs)
-
-            return run
+            return (_positional_transforms(transforms, batch_dims),), {}
         # The seed passed transforms= and batch_dims= when a transformation applied;
         # a function naming ``transforms`` always gets it; one that cannot take a
         # keyword is not given it.
@@ -152,22 +161,18 @@ class Tap:
         def takes(keyword: str) -> bool:
             return named is None or keyword in named or "**" in named
 
+        extra: dict[str, Any] = {}
         if (transforms and takes("transforms")) or (named is not None and "transforms" in named):
             extra["transforms"] = transforms
         if batch_dims is not None and takes("batch_dims"):
             extra["batch_dims"] = batch_dims
+        return (), extra
 
-        def run_keyword() -> None:
-            self.func(self._arg(arrays), **extra, **self.kwargs)
-
-        return run_keyword
-
-    def _arg(self, arrays: list[Any]) -> Any:
-        if any(impl is not None for impl in self.key_impls):
-            arrays = [
-                a if impl is None else jax.random.wrap_key_data(a, impl=impl)
-                for a, impl in zip(arrays, self.key_impls, strict=True)
-            ]
+    def _with_keys(self, arrays: list[Any]) -> Any:
+        arrays = [
+            a if impl is None else jax.random.wrap_key_data(a, impl=impl)
+            for a, impl in zip(arrays, self.key_impls, strict=True)
+        ]
         return self.arg_treedef.unflatten(arrays)
 
     def __repr__(self) -> str:
