@@ -66,9 +66,10 @@ logger = logging.getLogger("partitioner.host_callback")
 DEFAULT_MAX_QUEUE_BYTES = 256 << 20
 #: Default bound on how long a receiver's stop (and interpreter exit) waits for taps.
 DEFAULT_TIMEOUT_SEC = 10.0
-#: How long the consumer, woken by a first tap, lets more gather (NOTE [tap speed]),
-#: while fewer than LINGER_BYTES wait.
+#: How long the consumer, woken by a first tap, lets more gather (NOTE [tap speed]):
+#: when taps come less than BURST_SEC apart and fewer than LINGER_BYTES wait.
 LINGER_SEC = 0.001
+BURST_SEC = 0.005
 LINGER_BYTES = 64 << 10
 
 
@@ -220,10 +221,11 @@ class _Queue:
     NOTE [tap speed]: one lock. The consumer waits on ``_items`` and is woken only
     while it waits; producers waiting for room and barriers wait on ``_changed``,
     notified only while someone does. Waking the consumer costs a thread switch,
-    which on a busy machine costs more than a small tap: woken by a first tap, the
-    consumer lets more arrive for ``LINGER_SEC`` (while fewer than ``LINGER_BYTES``
-    wait: holding big taps' memory longer costs more than the switch) and runs them
-    all in the same wake-up. A barrier, an ordered ``call`` or a producer waiting
+    which on a busy machine costs more than a small tap: when taps come in a burst
+    (woken less than ``BURST_SEC`` after the previous wake-up), the consumer lets
+    more arrive for ``LINGER_SEC`` (while fewer than ``LINGER_BYTES`` wait: holding
+    big taps' memory longer costs more than the switch) and runs them all in the
+    same wake-up; a lone tap (one a step) runs at once. A barrier, an ordered ``call`` or a producer waiting
     for room cuts the wait short (:meth:`hurry`). A tap's callback itself only
     copies its arrays and queues one call built ahead (``Tap.site``).
     """
@@ -240,6 +242,7 @@ class _Queue:
         self._consumer_waits = False
         self._lingering = False
         self._urgent = False  # someone waits for the consumer: no lingering
+        self._last_wake = 0.0  # when the consumer last woke for taps (time.monotonic)
         self._watchers = 0  # threads waiting on _changed
 
     def append(self, item: TapItem) -> bool:
@@ -300,7 +303,11 @@ class _Queue:
             self._consumer_waits = True
             self._items.wait()
             self._consumer_waits = False
-        if not self._urgent and not self.stopping and self.stats.queued_bytes < LINGER_BYTES:
+        now, last = time.monotonic(), self._last_wake
+        self._last_wake = now
+        burst = now - last < BURST_SEC
+        small = self.stats.queued_bytes < LINGER_BYTES
+        if burst and small and not self._urgent and not self.stopping:
             self._consumer_waits = self._lingering = True
             self._items.wait(LINGER_SEC)
             self._consumer_waits = self._lingering = False
