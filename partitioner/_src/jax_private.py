@@ -410,14 +410,18 @@ def canonicalize_collective_axes() -> None:
         return
     psum_scatter, all_to_all = _parallel._psum_scatter_is_async, _parallel._all_to_all_is_async
 
-    def _psum_scatter_is_async(x: Any, axis_name: Any, *, scatter_dimension: int = 0, **kw: Any):
+    def _psum_scatter_is_async(
+        x: Any, axis_name: Any, *, scatter_dimension: int = 0, **kw: Any
+    ) -> Any:
         def one(leaf: Any) -> Any:
             dim = _util.canonicalize_axis(scatter_dimension, _np.ndim(leaf))
             return psum_scatter(leaf, axis_name, scatter_dimension=dim, **kw)
 
         return _tree_util.tree_map(one, x)
 
-    def _all_to_all_is_async(x: Any, axis_name: Any, split_axis: int, concat_axis: int, **kw: Any):
+    def _all_to_all_is_async(
+        x: Any, axis_name: Any, split_axis: int, concat_axis: int, **kw: Any
+    ) -> Any:
         def one(leaf: Any) -> Any:
             rank = _np.ndim(leaf)
             split, concat = (_util.canonicalize_axis(a, rank) for a in (split_axis, concat_axis))
@@ -425,8 +429,9 @@ def canonicalize_collective_axes() -> None:
 
         return _tree_util.tree_map(one, x)
 
+    wrapper: Any
     for wrapper in (_psum_scatter_is_async, _all_to_all_is_async):
-        wrapper._partitioner_canonical = True  # type: ignore[attr-defined]
+        wrapper._partitioner_canonical = True
         setattr(_parallel, wrapper.__name__, wrapper)
 
 
