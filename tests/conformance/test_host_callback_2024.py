@@ -852,6 +852,26 @@ def test_tap_pmap_pmap_vmap(partitioner_mode: str) -> None:
     )
 
 
+def test_tap_pmap_pmap_vmap_every_device(partitioner_mode: str) -> None:
+    # jax's own shape, (2, devices // 2, 3) over every local device: an inner axis of 4.
+    n = jax.local_device_count()
+    matrix = np.fromfunction(
+        lambda i, j, k: 100.0 * i + 10.0 * j + k, (2, n // 2, 3), dtype=np.float32
+    )
+
+    def fun1(x: Any, do_print: bool = False) -> Any:
+        return maybe_print(do_print, x * 2.0, "x * 2", tap_with_device=True) ** 2
+
+    res = pmap(pmap(jax.vmap(partial(fun1, do_print=True))))(matrix)
+    np.testing.assert_allclose(res, (matrix * 2.0) ** 2)
+    head = "transforms: [('batch', {'batch_dims': (0,)})] what: x * 2"
+    rows = matrix.reshape(n, 3) * 2.0
+    expected = "\n".join(
+        f"device: cpu:{d} {head}\n{np.array2string(rows[d], precision=2)}" for d in range(n)
+    )
+    assert_printed_2024(expected, stream.take_by_device())
+
+
 def test_tap_pmap_pmap_extra(partitioner_mode: str) -> None:
     # A pmap of a pmap surrounded by extra code: the taps around the inner map run once
     # per device of the outer map, in program order with the inner map's on that device.
