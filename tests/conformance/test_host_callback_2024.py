@@ -872,18 +872,20 @@ def test_tap_pmap_pmap_vmap_every_device(partitioner_mode: str) -> None:
     assert_printed_2024(expected, stream.take_by_device())
 
 
+def pmap_pmap_extra(xv: Any, do_print: bool = False) -> Any:
+    """jax's test body: taps before and after an inner pmap, and inside it."""
+    xv = maybe_print(do_print, xv + 1.0, "before", tap_with_device=True)
+    res = pmap(lambda x: maybe_print(do_print, x * 2.0, "inside", tap_with_device=True))(xv)
+    return maybe_print(do_print, res + 1.0, "after", tap_with_device=True)
+
+
 def test_tap_pmap_pmap_extra(partitioner_mode: str) -> None:
     # A pmap of a pmap surrounded by extra code: the taps around the inner map run once
     # per device of the outer map, in program order with the inner map's on that device.
     matrix = np.fromfunction(lambda i, j, k: 100.0 * i + 10.0 * j + k, (2, 1, 3), dtype=np.float32)
 
-    def fun(xv: Any, do_print: bool = False) -> Any:
-        xv = maybe_print(do_print, xv + 1.0, "before", tap_with_device=True)
-        res = pmap(lambda x: maybe_print(do_print, x * 2.0, "inside", tap_with_device=True))(xv)
-        return maybe_print(do_print, res + 1.0, "after", tap_with_device=True)
-
-    res = pmap(partial(fun, do_print=True), devices=TWO)(matrix)
-    np.testing.assert_allclose(res, fun(matrix, do_print=False))
+    res = pmap(partial(pmap_pmap_extra, do_print=True), devices=TWO)(matrix)
+    np.testing.assert_allclose(res, pmap_pmap_extra(matrix, do_print=False))
     assert_printed_2024(
         """device: cpu:0 what: before\n[[1.00 2.00 3.00]]
         device: cpu:0 what: inside\n[2.00 4.00 6.00]
@@ -900,13 +902,8 @@ def test_tap_pmap_pmap_extra_inner_axis_of_two(partitioner_mode: str) -> None:
     # outer index (cpu:0, cpu:2) with its whole block; the inner map's on every device.
     matrix = np.fromfunction(lambda i, j, k: 100.0 * i + 10.0 * j + k, (2, 2, 3), dtype=np.float32)
 
-    def fun(xv: Any, do_print: bool = False) -> Any:
-        xv = maybe_print(do_print, xv + 1.0, "before", tap_with_device=True)
-        res = pmap(lambda x: maybe_print(do_print, x * 2.0, "inside", tap_with_device=True))(xv)
-        return maybe_print(do_print, res + 1.0, "after", tap_with_device=True)
-
-    res = pmap(partial(fun, do_print=True), devices=jax.local_devices()[:4])(matrix)
-    np.testing.assert_allclose(res, fun(matrix, do_print=False))
+    res = pmap(partial(pmap_pmap_extra, do_print=True), devices=jax.local_devices()[:4])(matrix)
+    np.testing.assert_allclose(res, pmap_pmap_extra(matrix, do_print=False))
     assert_printed_2024(
         """device: cpu:0 what: before\n[[1.00 2.00 3.00] [11.00 12.00 13.00]]
         device: cpu:0 what: inside\n[2.00 4.00 6.00]
