@@ -40,7 +40,8 @@ from partitioner import PartitionSpec as P
 from partitioner.host_callback import barrier_wait, id_tap
 
 NAME = "callbacks"
-THROUGHPUT = common.Target("<= 1.00x (throughput >= 1.0x)", hi=1.0)
+#: Issue 33: at most 0.8 of jax's time per tap in every row.
+THROUGHPUT = common.Target("<= 0.80x (throughput >= 1.25x)", hi=0.80)
 OVERHEAD = common.Target("<= 1.10x", hi=1.10)
 MiB = 1 << 20
 

@@ -4,7 +4,9 @@
 with a copy of it, in program order; ``id_print`` prints. A byte-bounded receiver runs the
 tap functions on one thread (back pressure slows the program, never memory);
 ``barrier_wait()`` waits for every tap launched so far. ``call(f, arg, result_shape=)``
-runs a host function whose result comes back into the program. docs/api.md describes them.
+runs a host function whose result comes back into the program. A tap or call function
+that raised is reported by the next ``barrier_wait()`` as ``CallbackException`` (the same
+class as ``TapFunctionException``). docs/api.md describes them.
 """
 
 from ._src.host_callback.api import (
@@ -17,9 +19,10 @@ from ._src.host_callback.api import (
     outfeed_receiver,
     receiver_stats,
 )
-from ._src.host_callback.receiver import TapFunctionException
+from ._src.host_callback.receiver import CallbackException, TapFunctionException
 
 __all__ = [
+    "CallbackException",
     "CallbackFlavor",
     "TapFunctionException",
     "barrier_wait",

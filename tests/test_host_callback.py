@@ -19,6 +19,7 @@ from jax.sharding import NamedSharding
 
 import partitioner
 from partitioner import PartitionSpec as P
+from partitioner import host_callback as hcb
 from partitioner import pjit
 from partitioner.host_callback import barrier_wait, id_print, id_tap
 
@@ -409,7 +410,7 @@ def test_bad_input_gets_clear_errors() -> None:
         id_print(np.ones(2), output_stream="stdout")
 
 
-def test_id_tap_inside_shard_map_taps_each_device_and_partial_manual_is_an_error() -> None:
+def test_id_tap_inside_shard_map_taps_each_device(jax_partitioner_mode: str) -> None:
     # NOTE [taps in manual regions]: a fully manual body has per-device semantics.
     seen: list[Any] = []
     mesh = jax.sharding.Mesh(devices(8), ("x",))
@@ -425,12 +426,70 @@ def test_id_tap_inside_shard_map_taps_each_device_and_partial_manual_is_an_error
     np.testing.assert_array_equal(np.asarray(jax.jit(body)(x)), x * 2)
     barrier_wait()
     assert sorted((d.id, v.tolist()) for d, v in seen) == [(i, [2.0 * i]) for i in range(8)]
+
+
+def test_id_tap_in_a_shard_map_over_some_axes(jax_partitioner_mode: str) -> None:
+    # NOTE [taps in partially manual regions]: once per index of the manual axis, on
+    # the first device along the others; jax's own shard_map gives Shardy real tokens
+    # there, which cannot enter: a clear error (our pmap regions work under both).
+    seen: list[Any] = []
     mesh2 = jax.sharding.Mesh(devices(4, 2), ("x", "y"))
     partial_manual = jax.shard_map(
-        lambda x: id_tap(print, x), mesh=mesh2, in_specs=P("x"), out_specs=P("x"), axis_names={"x"}
+        lambda x: id_tap(
+            lambda v, _, device: seen.append((device.id, v.tolist())), x, tap_with_device=True
+        ),
+        mesh=mesh2,
+        in_specs=P("x"),
+        out_specs=P("x"),
+        axis_names={"x"},
     )
-    with pytest.raises(ValueError, match="manual over axes"):
-        jax.jit(partial_manual)(x)
+    x = np.arange(8.0, dtype=np.float32)
+    if jax_partitioner_mode == "shardy":
+        with pytest.raises(ValueError, match=r"manual over only axes \['x'\] of a mesh with axes"):
+            jax.jit(partial_manual)(x)
+        return
+    np.testing.assert_array_equal(np.asarray(jax.jit(partial_manual)(x)), x)
+    barrier_wait()
+    assert sorted(seen) == [(2 * i, [2.0 * i, 2.0 * i + 1]) for i in range(4)]
+
+
+def test_pmap_body_around_a_nested_pmap_taps_per_outer_device(partitioner_mode: str) -> None:
+    # NOTE [taps in partially manual regions]: each outer index taps its whole block
+    # once, on its first device, in program order with the inner map's taps there;
+    # what cannot be ordered there (a tap in a loop, a call) is a clear error.
+    seen: list[Any] = []
+
+    def tap(v: Any, _: Any, device: Any, what: str) -> None:
+        seen.append((device.id, what, v.tolist()))
+
+    def body(xv: Any) -> Any:
+        xv = id_tap(tap, xv + 1, tap_with_device=True, what="before")
+        return partitioner.pmap(lambda x: id_tap(tap, x * 2, tap_with_device=True, what="in"))(xv)
+
+    x = np.arange(8.0, dtype=np.float32).reshape(2, 4)
+    got = partitioner.pmap(body, devices=jax.devices()[:8])(x.reshape(2, 4, 1))
+    np.testing.assert_array_equal(np.asarray(got).reshape(2, 4), (x + 1) * 2)
+    barrier_wait()
+    for outer in (0, 1):
+        first = [s for s in seen if s[0] == 4 * outer]
+        assert first[0] == (4 * outer, "before", (x[outer] + 1).reshape(4, 1).tolist())
+        assert first[1] == (4 * outer, "in", [2 * (x[outer, 0] + 1)])
+    assert sorted(s[0] for s in seen if s[1] == "in") == list(range(8))
+    assert sum(s[1] == "before" for s in seen) == 2
+
+    def in_a_loop(xv: Any) -> Any:
+        xv = jax.lax.fori_loop(0, 2, lambda i, v: id_tap(tap, v, what="loop"), xv)
+        return partitioner.pmap(lambda x: x * 2)(xv)
+
+    with pytest.raises(ValueError, match="inside `scan` in a body manual over only axes"):
+        partitioner.pmap(in_a_loop)(x.reshape(2, 4, 1))
+
+    def calling(xv: Any) -> Any:
+        xv = hcb.call(lambda v: v, xv, result_shape=xv)
+        return partitioner.pmap(lambda x: x * 2)(xv)
+
+    with pytest.raises(ValueError, match="its result would have to reach every device"):
+        partitioner.pmap(calling)(x.reshape(2, 4, 1))
 
 
 def test_result_may_hold_prng_keys_through_jit_and_grad(partitioner_mode) -> None:

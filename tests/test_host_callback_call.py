@@ -110,27 +110,42 @@ def test_vmap_of_call_runs_once_per_element(flavor: Any) -> None:
     np.testing.assert_allclose(both(x, F32(2.0)), (x * 2).T)
 
 
-def test_call_errors_name_the_call() -> None:
+def test_call_errors_fail_the_computation_then_the_barrier() -> None:
+    # NOTE [call errors]: a RuntimeError where the computation runs (eagerly with the
+    # host function's error as the cause), then CallbackException at barrier_wait().
     def boom(a: Any) -> Any:
         raise ZeroDivisionError("boom")
 
     x = np.ones(3, F32)
-    with pytest.raises(ZeroDivisionError, match="boom") as info:
+    with pytest.raises(jax.errors.JaxRuntimeError, match="ZeroDivisionError: boom") as info:
         hcb.call(boom, x, result_shape=x)
-    assert "host_callback.call(" in "".join(info.value.__notes__)
-    with pytest.raises(Exception, match="ZeroDivisionError: boom"):
+    assert isinstance(info.value.__cause__, ZeroDivisionError)
+    assert "host_callback.call(" in "".join(info.value.__cause__.__notes__)
+    with pytest.raises(hcb.CallbackException, match="Last one was: ZeroDivisionError") as bar:
+        hcb.barrier_wait()
+    assert bar.value.__cause__ is info.value.__cause__
+    with pytest.raises(RuntimeError, match="ZeroDivisionError: boom"):
         jax.jit(lambda x: hcb.call(boom, x, result_shape=x))(x)
+    with pytest.raises(hcb.TapFunctionException) as bar:
+        hcb.barrier_wait()
+    assert isinstance(bar.value.__cause__, ZeroDivisionError)
     cases = [
-        (lambda a: a[:1], r"result leaf 0 is float32\[1\], but result_shape declares float32\[3\]"),
-        (lambda a: a.astype(np.int32), r"int32\[3\], but result_shape declares float32\[3\]"),
-        (lambda a: (a, a), "returned a value of structure"),
+        (
+            lambda a: a[:1],
+            r"abstract values float32\[3\] at result leaf 0 .* returned float32\[1\]",
+        ),
+        (lambda a: a.astype(np.int8), r"float32\[3\] at result leaf 0 .* returned int8\[3\]"),
+        (lambda a: (a, a), "should have returned a result with pytree"),
     ]
     for host, message in cases:
-        with pytest.raises(TypeError, match=message):
+        with pytest.raises(RuntimeError, match=message) as info:
             hcb.call(host, x, result_shape=x)
-        with pytest.raises(Exception, match=message):
+        assert isinstance(info.value.__cause__, TypeError)
+        with pytest.raises(RuntimeError, match=message):
             jax.jit(lambda x, host=host: hcb.call(host, x, result_shape=x))(x)
-    hcb.barrier_wait()  # no tap error left behind
+        with pytest.raises(hcb.CallbackException, match=message):
+            hcb.barrier_wait()
+    hcb.barrier_wait()  # each error is reported once
 
 
 def test_call_bad_arguments_are_clear_errors() -> None:

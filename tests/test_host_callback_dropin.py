@@ -207,7 +207,9 @@ def test_tap_params_are_a_checked_dataclass() -> None:
     eqn = next(e for e in jaxpr.eqns if e.primitive.name == "id_tap")
     p = TapParams.of(eqn.params)
     assert p.nr_untapped == 1 and p.transforms == () and p.batch_dims is None
-    assert p.with_transform("batch").transforms == ("batch",)
+    assert p.with_transform("jvp").transforms == ("jvp",)
+    with pytest.raises(ValueError, match="batch_levels"):  # a vmap level records its dims
+        p.with_transform("batch")
     with pytest.raises(ValueError, match="nr_untapped"):
         p.replace(nr_untapped=-1)
     with pytest.raises(TypeError, match="transforms"):

@@ -100,7 +100,7 @@ def test_tap_errors_are_counted_raised_at_the_barrier_and_later_taps_run() -> No
     before = receiver_stats()["tap_exceptions"]
     for i in range(6):
         f(np.float32(i))
-    with pytest.raises(TapFunctionException, match="2 tap function call") as info:
+    with pytest.raises(TapFunctionException, match="2 tap or call function") as info:
         barrier_wait()
     assert isinstance(info.value.__cause__, ZeroDivisionError)
     assert "bad value 2.0" in str(info.value.__cause__)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jax as _jax_pkg
+import numpy as _np
 from jax._src import api_util as _api_util
 from jax._src import array as _array
 from jax._src import callback as _callback
@@ -36,17 +37,20 @@ from jax._src import sharding_impls as _sharding_impls
 from jax._src import source_info_util as _source_info_util
 from jax._src import stages as _stages
 from jax._src import tree_util as _tree_util
+from jax._src import util as _util
 from jax._src import xla_bridge as _xla_bridge
 from jax._src.interpreters import ad as _ad
 from jax._src.interpreters import batching as _batching
 from jax._src.interpreters import mlir as _mlir
 from jax._src.interpreters import partial_eval as _pe
 from jax._src.interpreters import pxla as _pxla
+from jax._src.lax import parallel as _parallel
 from jax._src.lax.control_flow import loops as _loops
 from jax._src.lib import _jax
 from jax._src.lib import hlo as _hlo
 from jax._src.lib import xla_client as _xla_client
 from jax._src.lib.mlir import ir as _ir
+from jax._src.lib.mlir.dialects import hlo as _stablehlo
 from jax._src.lib.mlir.dialects import sdy as _sdy
 from jax.sharding import Mesh as _Mesh
 from jax.sharding import NamedSharding as _NamedSharding
@@ -400,6 +404,64 @@ def check_intermediate_shardings_hook() -> None:
         )
 
 
+# --- negative axes of psum_scatter and all_to_all (a backport) ---
+
+
+def canonicalize_collective_axes() -> None:
+    """Let ``lax.psum_scatter`` and ``lax.all_to_all`` count negative axes from the end.
+
+    NOTE [negative collective axes]: jax 0.10.2 binds ``reduce_scatter_p`` and
+    ``all_to_all_p`` with the axes as given. A negative ``scatter_dimension``,
+    ``split_axis`` or ``concat_axis`` then fails to lower (StableHLO wants them
+    non-negative; a negative all_to_all axis crashes the process), and an untiled
+    ``all_to_all`` computes its shapes wrong before anything is bound (it compares
+    and shifts the raw axes). jax fixed it in the API functions (jax-ml/jax
+    abc5c627, 2026: each leaf's axes canonicalized against its rank), the only
+    place a fix can go; this installs the same canonicalization around the two
+    functions those APIs (and their async forms) call, ``_psum_scatter_is_async``
+    and ``_all_to_all_is_async``, read through the module at call time.
+
+    Process-wide, like :func:`report_intermediate_shardings`: jax.pmap and
+    shard_map get the fix too. Non-negative axes take jax's own path unchanged;
+    an axis out of range is jax's ``ValueError`` naming it and the rank.
+    Installing twice is a no-op.
+    """
+    for name in ("_psum_scatter_is_async", "_all_to_all_is_async"):
+        if not callable(getattr(_parallel, name, None)):
+            raise ImportError(
+                f"partitioner: jax {_jax_pkg.__version__} has no jax._src.lax.parallel.{name}, "
+                "which partitioner wraps so that collectives take negative axes; install a "
+                f"supported jax ({SUPPORTED_JAX[0][0]}.{SUPPORTED_JAX[0][1]}.x)."
+            )
+    if getattr(_parallel._all_to_all_is_async, "_partitioner_canonical", False):
+        return
+    psum_scatter, all_to_all = _parallel._psum_scatter_is_async, _parallel._all_to_all_is_async
+
+    def _psum_scatter_is_async(
+        x: Any, axis_name: Any, *, scatter_dimension: int = 0, **kw: Any
+    ) -> Any:
+        def one(leaf: Any) -> Any:
+            dim = _util.canonicalize_axis(scatter_dimension, _np.ndim(leaf))
+            return psum_scatter(leaf, axis_name, scatter_dimension=dim, **kw)
+
+        return _tree_util.tree_map(one, x)
+
+    def _all_to_all_is_async(
+        x: Any, axis_name: Any, split_axis: int, concat_axis: int, **kw: Any
+    ) -> Any:
+        def one(leaf: Any) -> Any:
+            rank = _np.ndim(leaf)
+            split, concat = (_util.canonicalize_axis(a, rank) for a in (split_axis, concat_axis))
+            return all_to_all(leaf, axis_name, split, concat, **kw)
+
+        return _tree_util.tree_map(one, x)
+
+    wrapper: Any
+    for wrapper in (_psum_scatter_is_async, _all_to_all_is_async):
+        wrapper._partitioner_canonical = True
+        setattr(_parallel, wrapper.__name__, wrapper)
+
+
 # --- extended dtypes (typed PRNG keys): logical vs physical arrays ---
 
 
@@ -656,6 +718,16 @@ def registered_lowering(primitive: Any) -> Callable[..., Any]:
 def eval_closed_jaxpr(closed: Any, *args: Any) -> list[Any]:
     """Evaluate (or trace) a ClosedJaxpr on ``args``."""
     return _core.eval_jaxpr(closed.jaxpr, closed.consts, *args)
+
+
+def partition_index() -> Any:
+    """This device's index in the program's devices, an int32 scalar (fully manual regions).
+
+    What jax's ``axis_index`` lowering computes its indices from; a device's
+    position in a mesh whose devices are the program's, in order.
+    """
+    i32 = _ir.RankedTensorType.get([], _ir.IntegerType.get_signless(32))
+    return _stablehlo.convert(i32, _stablehlo.partition_id())
 
 
 def manual_callback_sharding(avals_out: Any) -> Any:

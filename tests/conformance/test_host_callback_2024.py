@@ -471,6 +471,37 @@ def test_tap_vmap_vmap() -> None:
     )
 
 
+def test_tap_vmap_vmap_record() -> None:
+    # The record the 2024 test printed for a tap under two vmaps, as a 2021-2024 tap
+    # function receives it: one ('batch', {'batch_dims': ...}) per vmap level, each
+    # with that level's dims of the tapped leaves.
+    records: list[Any] = []
+
+    def record(arg: Any, transforms: Any) -> None:
+        records.append(transforms)
+
+    def add(x: Any, y: Any) -> Any:
+        return hcb.id_tap(record, x + y, callback_flavor=DEBUG)
+
+    def sum_all(xv: Any, yv: Any) -> Any:
+        rows = jax.vmap(lambda xv, y: jax.vmap(add, in_axes=(0, None))(xv, y), (None, 0))
+        return rows(xv, yv)
+
+    got = sum_all(jnp.arange(5, dtype=np.int32), jnp.arange(3, dtype=np.int32))
+    np.testing.assert_array_equal(got, np.arange(3)[:, None] + np.arange(5))
+    # A tap of both values, and one with a result= the record leaves out.
+    both = jax.vmap(
+        jax.vmap(lambda x, y: hcb.id_tap(record, (x, y), result=x), (0, None)), (None, 0)
+    )
+    both(jnp.arange(5.0), jnp.arange(3.0))
+    hcb.barrier_wait()
+    level = "batch", {"batch_dims": (0,)}
+    assert records == [
+        (level, level),
+        (("batch", {"batch_dims": (0, None)}), ("batch", {"batch_dims": (None, 0)})),
+    ]
+
+
 def test_tap_vmap_while() -> None:
     def func(x: Any) -> Any:
         x1 = hcb.id_print(x, where="before:x", output_stream=stream)
@@ -804,7 +835,7 @@ def test_tap_pmap_vmap() -> None:
     )
 
 
-def test_tap_pmap_pmap_vmap() -> None:
+def test_tap_pmap_pmap_vmap(partitioner_mode: str) -> None:
     matrix = np.fromfunction(lambda i, j, k: 100.0 * i + 10.0 * j + k, (2, 1, 3), dtype=np.float32)
 
     def fun1(x: Any, do_print: bool = False) -> Any:
@@ -821,17 +852,69 @@ def test_tap_pmap_pmap_vmap() -> None:
     )
 
 
-def test_tap_pmap_pmap_extra_is_a_clear_error() -> None:
-    # Difference: taps in a pmap body around a nested pmap (a region manual over
-    # only some axes) are refused; the legacy module tapped them per device.
+def test_tap_pmap_pmap_vmap_every_device(partitioner_mode: str) -> None:
+    # jax's own shape, (2, devices // 2, 3) over every local device: an inner axis of 4.
+    n = jax.local_device_count()
+    matrix = np.fromfunction(
+        lambda i, j, k: 100.0 * i + 10.0 * j + k, (2, n // 2, 3), dtype=np.float32
+    )
+
+    def fun1(x: Any, do_print: bool = False) -> Any:
+        return maybe_print(do_print, x * 2.0, "x * 2", tap_with_device=True) ** 2
+
+    res = pmap(pmap(jax.vmap(partial(fun1, do_print=True))))(matrix)
+    np.testing.assert_allclose(res, (matrix * 2.0) ** 2)
+    head = "transforms: [('batch', {'batch_dims': (0,)})] what: x * 2"
+    rows = matrix.reshape(n, 3) * 2.0
+    expected = "\n".join(
+        f"device: cpu:{d} {head}\n{np.array2string(rows[d], precision=2)}" for d in range(n)
+    )
+    assert_printed_2024(expected, stream.take_by_device())
+
+
+def pmap_pmap_extra(xv: Any, do_print: bool = False) -> Any:
+    """jax's test body: taps before and after an inner pmap, and inside it."""
+    xv = maybe_print(do_print, xv + 1.0, "before", tap_with_device=True)
+    res = pmap(lambda x: maybe_print(do_print, x * 2.0, "inside", tap_with_device=True))(xv)
+    return maybe_print(do_print, res + 1.0, "after", tap_with_device=True)
+
+
+def test_tap_pmap_pmap_extra(partitioner_mode: str) -> None:
+    # A pmap of a pmap surrounded by extra code: the taps around the inner map run once
+    # per device of the outer map, in program order with the inner map's on that device.
     matrix = np.fromfunction(lambda i, j, k: 100.0 * i + 10.0 * j + k, (2, 1, 3), dtype=np.float32)
 
-    def fun(xv: Any) -> Any:
-        xv = maybe_print(True, xv + 1.0, "before", tap_with_device=True)
-        return pmap(lambda x: maybe_print(True, x * 2.0, "inside", tap_with_device=True))(xv)
+    res = pmap(partial(pmap_pmap_extra, do_print=True), devices=TWO)(matrix)
+    np.testing.assert_allclose(res, pmap_pmap_extra(matrix, do_print=False))
+    assert_printed_2024(
+        """device: cpu:0 what: before\n[[1.00 2.00 3.00]]
+        device: cpu:0 what: inside\n[2.00 4.00 6.00]
+        device: cpu:0 what: after\n[[3.00 5.00 7.00]]
+        device: cpu:1 what: before\n[[101.00 102.00 103.00]]
+        device: cpu:1 what: inside\n[202.00 204.00 206.00]
+        device: cpu:1 what: after\n[[203.00 205.00 207.00]]""",
+        stream.take_by_device(),
+    )
 
-    with pytest.raises(ValueError, match="tap inside the innermost pmap"):
-        pmap(fun, devices=TWO)(matrix)
+
+def test_tap_pmap_pmap_extra_inner_axis_of_two(partitioner_mode: str) -> None:
+    # The same over 2 x 2 devices: the outer body's taps run on the first device of each
+    # outer index (cpu:0, cpu:2) with its whole block; the inner map's on every device.
+    matrix = np.fromfunction(lambda i, j, k: 100.0 * i + 10.0 * j + k, (2, 2, 3), dtype=np.float32)
+
+    res = pmap(partial(pmap_pmap_extra, do_print=True), devices=jax.local_devices()[:4])(matrix)
+    np.testing.assert_allclose(res, pmap_pmap_extra(matrix, do_print=False))
+    assert_printed_2024(
+        """device: cpu:0 what: before\n[[1.00 2.00 3.00] [11.00 12.00 13.00]]
+        device: cpu:0 what: inside\n[2.00 4.00 6.00]
+        device: cpu:0 what: after\n[[3.00 5.00 7.00] [23.00 25.00 27.00]]
+        device: cpu:1 what: inside\n[22.00 24.00 26.00]
+        device: cpu:2 what: before\n[[101.00 102.00 103.00] [111.00 112.00 113.00]]
+        device: cpu:2 what: inside\n[202.00 204.00 206.00]
+        device: cpu:2 what: after\n[[203.00 205.00 207.00] [223.00 225.00 227.00]]
+        device: cpu:3 what: inside\n[222.00 224.00 226.00]""",
+        stream.take_by_device(),
+    )
 
 
 def test_tap_jvp_pmap_vmap() -> None:

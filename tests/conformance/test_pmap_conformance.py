@@ -127,6 +127,61 @@ def test_reduce_scatter_replica_groups_tiled() -> None:
         close(actual, sums[i % 2][i // 2 * length : (i // 2 + 1) * length])
 
 
+# --- negative axes (jax's tests of 2026, jax-ml/jax abc5c627: jax.pmap 0.10.2 fails them) ---
+
+
+def test_reduce_scatter_negative_scatter_dimension(partitioner_mode: str) -> None:
+    shape = (N, N, 4 * N)
+    x = np.arange(math.prod(shape), dtype=np.float32).reshape(shape)
+    # The per-device operand is rank 2, so scatter_dimension=-1 is axis 1.
+    pos = pmap(lambda x: lax.psum_scatter(x, "i", scatter_dimension=1, tiled=True), "i")(x)
+    neg = pmap(lambda x: lax.psum_scatter(x, "i", scatter_dimension=-1, tiled=True), "i")(x)
+    close(neg, pos)
+    close(np.concatenate(list(np.asarray(neg)), axis=1), np.sum(x, 0))
+
+
+def test_reduce_scatter_negative_untiled_and_its_grad(partitioner_mode: str) -> None:
+    x = arange(N, 3, N)
+    f = pmap(lambda x: lax.psum_scatter(x, "i", scatter_dimension=-1), "i")
+    close(f(x), np.moveaxis(np.sum(x, 0), -1, 0))
+    # The transpose gathers along the same (negative) dimension.
+    g = pmap(jax.grad(lambda x: jnp.sum(lax.psum_scatter(x, "i", scatter_dimension=-1) ** 2)), "i")
+    g_pos = pmap(
+        jax.grad(lambda x: jnp.sum(lax.psum_scatter(x, "i", scatter_dimension=1) ** 2)), "i"
+    )
+    close(g(x), g_pos(x))
+
+
+def test_all_to_all_negative_axes(partitioner_mode: str) -> None:
+    x = np.random.RandomState(0).randn(N, N, N).astype(np.float32)
+    # The per-device operand is rank 2, so (-2, -1) map to (0, 1).
+    pos = pmap(lambda x: lax.all_to_all(x, "i", 0, 1), axis_name="i")(x)
+    neg = pmap(lambda x: lax.all_to_all(x, "i", -2, -1), axis_name="i")(x)
+    close(neg, pos)
+
+
+@pytest.mark.parametrize(
+    "split_axis, concat_axis",
+    [(s, c) for s in (-2, -1, 0, 1) for c in (-2, -1, 0, 1) if s < 0 or c < 0],
+)
+def test_all_to_all_negative_axes_every_pair(split_axis: int, concat_axis: int) -> None:
+    x = np.arange(N**3).reshape(N, N, N)
+    y = pmap(lambda x: lax.all_to_all(x, "i", split_axis, concat_axis), axis_name="i")(x)
+    s, c = split_axis % 2, concat_axis % 2
+    close(y, jnp.moveaxis(x, (0, s + 1), (c + 1, 0)))
+    tiled = pmap(lambda x: lax.all_to_all(x, "i", split_axis, concat_axis, tiled=True), "i")
+    want = pmap(lambda x: lax.all_to_all(x, "i", s, c, tiled=True), "i")
+    close(tiled(x), want(x))
+
+
+def test_negative_axes_out_of_range_are_clear_errors() -> None:
+    x = arange(N, N)
+    with pytest.raises(ValueError, match="axis -3 is out of bounds for array of dimension 1"):
+        pmap(lambda x: lax.psum_scatter(x, "i", scatter_dimension=-3), "i")(x)
+    with pytest.raises(ValueError, match="axis -2 is out of bounds for array of dimension 1"):
+        pmap(lambda x: lax.all_to_all(x, "i", -2, 0), "i")(x)
+
+
 def _np_f(p: Any) -> Any:
     return partial(jax.tree.map, lambda x: np.broadcast_to(p(x, 0), x.shape))
 

@@ -181,13 +181,17 @@ def call(
     (and ``device=`` with ``call_with_device=True``: the program's device
     ``device_index``, where the call runs) and returns a pytree matching
     ``result_shape`` (a pytree of ``jax.ShapeDtypeStruct``, arrays or numeric
-    scalars; None: the function returns nothing and ``call`` returns None).
+    scalars; None: the function returns nothing and ``call`` returns None); its
+    leaves may be anything jax canonicalizes to the declared dtypes (Python
+    scalars, float64 for float32 with x64 off: NOTE [call results]).
     Works eagerly, under ``jax.jit`` and ``pjit``, in control flow and under
     ``vmap`` (one host call per batch element, in order). An ordered call (the
     default flavour) runs on the receiver's thread after every earlier tap
-    (NOTE [callback flavors]). Errors of the host function, and results of the wrong
-    structure, shape or dtype, are raised where the computation runs (eagerly: here),
-    naming the function.
+    (NOTE [callback flavors]). An error of the host function, or a result of the
+    wrong structure, shape or dtype, fails the computation with a ``RuntimeError``
+    (``jax.errors.JaxRuntimeError``, eagerly with the error as its ``__cause__``)
+    and is raised again, as ``CallbackException``, by the next ``barrier_wait()``
+    (NOTE [call errors] in ``call.py``).
 
     Raises:
         ValueError: a ``result_shape`` leaf without a shape and a dtype; a bad
@@ -245,25 +249,47 @@ def _result_aval(leaf: Any, name: str) -> Any:
 
 
 def _check_results(out: Any, treedef: Any, avals: tuple[Any, ...], name: str) -> list[np.ndarray]:
+    """The host function's result as flat arrays of the declared shapes and dtypes.
+
+    NOTE [call results]: as jax's module did, each leaf is first put in jax's
+    canonical form (``jax.dtypes.canonicalize_dtype``; Python scalars take their
+    jax type): with x64 off a float64 result is float32, an int64 one int32, a
+    Python float float32. What is then unlike ``result_shape`` (the tree, a shape,
+    a dtype that is not the canonical form of the declared one) is a real mismatch.
+    """
     if not avals and out is None:
         return []
     leaves, got_tree = jax.tree_util.tree_flatten(out)
     if got_tree != treedef:
         raise TypeError(
-            f"host_callback.call({name}): the function returned a value of structure "
-            f"{got_tree}, but result_shape declares {treedef}."
+            f"Callback func {name} of host_callback.call should have returned a result with "
+            f"pytree {treedef} (as result_shape declares) but returned {got_tree}."
         )
-    results = []
-    for i, (leaf, aval) in enumerate(zip(leaves, avals, strict=True)):
-        value = np.asarray(leaf)
+    results = [_canonical(leaf, name, i) for i, leaf in enumerate(leaves)]
+    for i, (value, aval) in enumerate(zip(results, avals, strict=True)):
         if value.shape != aval.shape or value.dtype != aval.dtype:
             raise TypeError(
-                f"host_callback.call({name}): result leaf {i} is {value.dtype}{list(value.shape)}"
-                f", but result_shape declares {aval.dtype}{list(aval.shape)}; return that "
-                "shape and dtype (e.g. np.asarray(x, dtype)) or fix result_shape."
+                f"Callback func {name} of host_callback.call should have returned a result "
+                f"with abstract values {aval.dtype}{list(aval.shape)} at result leaf {i} (as "
+                f"result_shape declares) but returned {value.dtype}{list(value.shape)} (in "
+                f"canonical form); return that shape and a dtype whose canonical form is "
+                f"{aval.dtype} (e.g. np.asarray(x, jnp.{aval.dtype})) or fix result_shape."
             )
-        results.append(value)
     return results
+
+
+def _canonical(leaf: Any, name: str, i: int) -> np.ndarray:
+    """``leaf`` as a numpy array of its canonical jax dtype (NOTE [call results])."""
+    try:
+        value = np.asarray(leaf)  # a Python scalar takes numpy's 64-bit type, as in jax
+        dtype = jax.dtypes.canonicalize_dtype(value.dtype)
+        return value if value.dtype == dtype else value.astype(dtype)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise TypeError(
+            f"Callback func {name} of host_callback.call returned {type(leaf).__name__} "
+            f"{leaf!r:.80} as result leaf {i}, which is not an array or a scalar of a jax "
+            f"type ({e})."
+        ) from e
 
 
 def id_print(
@@ -344,8 +370,9 @@ def barrier_wait(logging_name: str | None = None) -> None:
     """Return once every tap launched before the call has run.
 
     Raises:
-        TapFunctionException: a tap function raised since the last barrier (the
-            first error is the cause; all were logged).
+        CallbackException: (also named ``TapFunctionException``) a tap function or a
+            ``call``'s host function raised since the last barrier (the first error
+            is the cause, the last one is in the message; all were logged).
         RuntimeError: called from inside a tap function.
     """
     name = logging_name or "barrier_wait"
@@ -379,7 +406,7 @@ def outfeed_receiver(
     Raises:
         TypeError, ValueError: a bad ``max_queue_bytes`` / ``timeout_sec`` /
             ``backends`` / ``devices``, or a nested ``outfeed_receiver()``.
-        TapFunctionException: at exit, a tap function raised.
+        CallbackException: at exit, a tap or call function raised.
     """
     global _in_context
     if _in_context:
@@ -400,7 +427,7 @@ def outfeed_receiver(
         _in_context = False
         try:
             receiver.stop()
-        except receiver.TapFunctionException as e:  # do not mask the block's own error
+        except receiver.CallbackException as e:  # do not mask the block's own error
             logger.error("outfeed_receiver: at exit: %s (cause: %r)", e, e.__cause__)
         raise
     _in_context = False

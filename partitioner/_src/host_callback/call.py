@@ -14,6 +14,7 @@ host function is opaque (``jax.custom_vjp`` around ``call`` gives one).
 from __future__ import annotations
 
 import dataclasses
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -50,11 +51,23 @@ class HostCall:
     device_index: int
 
     def on_host(self, arrays: Sequence[Any], device: Any) -> list[np.ndarray]:
-        """Run the host function on host copies of ``arrays`` (ordered: on the receiver)."""
+        """Run the host function on host copies of ``arrays`` (ordered: on the receiver).
+
+        NOTE [call errors]: the 2021-2024 module's protocol. An error of the host
+        function (or a result unlike ``result_shape``) fails the computation, a
+        ``RuntimeError`` (``jax.errors.JaxRuntimeError``: XLA's compiled, ours
+        eagerly), and is kept for the next ``barrier_wait()``, which raises
+        ``CallbackException`` with the error as its cause.
+        """
         copies = [host_copy(a) for a in arrays]
-        if not self.ordered:
-            return self.run(copies, device)
-        return receiver.current().call(lambda: self.run(copies, device))
+        rec = receiver.current()
+        try:
+            if not self.ordered:
+                return self.run(copies, device)
+            return rec.call(lambda: self.run(copies, device))
+        except Exception as e:
+            rec.record_error(e, f"host_callback.call({self.name})")
+            raise
 
 
 call_p = jp.Primitive("outside_call")
@@ -89,7 +102,14 @@ def _call_impl(*args: Any, **kwargs: Any) -> list[Any]:
         or jax.local_devices()[:1]
     )
     device = devices[hc.device_index] if hc.device_index < len(devices) else devices[0]
-    outs = hc.on_host(args, device)
+    try:
+        outs = hc.on_host(args, device)
+    except Exception as e:  # NOTE [call errors]: what the compiled call raises
+        text = "".join(traceback.format_exception_only(e)).strip()
+        raise jax.errors.JaxRuntimeError(
+            f"host_callback.call({hc.name}) failed: {text} (the __cause__; the next "
+            "barrier_wait() raises it again as CallbackException)"
+        ) from e
     return [jax.device_put(o, device) for o in outs]
 
 

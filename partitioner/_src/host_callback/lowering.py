@@ -12,8 +12,8 @@ operand is an iota laid out one element per device, so each device's callback
 reads its own position in the device assignment (XLA refuses ``partition-id`` in
 an auto-partitioned program). Such a callback cannot take the token (XLA's
 partitioner aborts), so the receiver orders them (NOTE [device tap order]).
-Inside a fully manual region (a ``pmap`` body) every device taps its own block
-(NOTE [taps in manual regions]). ``call_p`` lowers the same ways, with results.
+Inside a manual region (a ``pmap`` body) every device taps its own block
+(``manual.py``: NOTE [taps in manual regions]). ``call_p`` lowers the same ways, with results.
 The while loop's lowering is ours for one case: NOTE [tap in a batched while
 condition].
 """
@@ -30,8 +30,10 @@ from jax.sharding import Mesh, PartitionSpec
 
 from .. import jax_private as jp
 from ..lower import annotate
+from ..lower import tokens as tokens_lib
 from ..sharding.parsed import ParsedPartitionSpec
-from .call import CallParams, HostCall, call_p
+from . import manual
+from .call import CallParams, call_p
 from .primitive import Tap, TapEffect, TapParams, host_copy, id_tap_p, tap_effect
 from .receiver import current
 
@@ -42,10 +44,10 @@ _DEVICE_AXIS = "tap_devices"
 def _id_tap_lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
     p = TapParams.of(kwargs)
     tap, dims = p.tap, p.shown_batch_dims()
-    axis_ctx = ctx.module_context.axis_context
-    if isinstance(axis_ctx, jp.SPMDAxisContext):
-        _emit_manual_tap(ctx, p.tapped(args), p.tapped(ctx.avals_in), p)
+    if manual.is_manual(ctx):
+        manual.emit_tap(ctx, p.tapped(args), p.tapped(ctx.avals_in), p)
         return list(args)
+    axis_ctx = ctx.module_context.axis_context
     operands = p.tapped(args)
     avals = p.tapped(ctx.avals_in)
     devices = getattr(axis_ctx, "device_assignment", None)
@@ -56,82 +58,24 @@ def _id_tap_lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
             ctx, operands, avals, tap, p.transforms, dims, devices
         )
 
-        def open_round() -> None:  # the round's place in program order (NOTE [device tap order])
+        def open_round() -> tuple[
+            ()
+        ]:  # the round's place in program order (NOTE [device tap order])
             if marker_opens:
                 current().sequencer.open_round(site, local)
+            return ()
 
         _emit_global(ctx, [], [], open_round, index)
         return list(args)
 
-    device = devices[index] if devices else None
+    make = tap.site(p.transforms, dims, devices[index] if devices else None)
 
-    def on_host(*arrays: Any) -> None:
-        copies = [host_copy(a) for a in arrays]
-        current().sequencer.put(tap.item(copies, p.transforms, dims, device))
+    def on_host(*arrays: Any) -> tuple[()]:  # NOTE [tap speed] in receiver.py
+        current().sequencer.put(make([host_copy(a) for a in arrays]))
+        return ()
 
     _emit_global(ctx, operands, avals, on_host, index)
     return list(args)
-
-
-def _emit_manual_tap(ctx: Any, operands: Sequence[Any], avals: Sequence[Any], p: TapParams) -> None:
-    """A tap in a region each device runs on its own block (a ``pmap`` body).
-
-    NOTE [taps in manual regions]: the program has per-device semantics there, so
-    each device taps its block, with ``device=`` its own device (found from its
-    position along the region's axes), in program order on that device: the
-    region threads the tap token through its body. Devices run concurrently;
-    their taps interleave as they arrive (the module's did too).
-    """
-    tap, dims = p.tap, p.shown_batch_dims()
-    pos, devices = _device_position(ctx, "id_tap")
-
-    def on_host(where: Any, *arrays: Any) -> tuple[()]:
-        copies = [host_copy(a) for a in arrays]
-        current().sequencer.put(tap.item(copies, p.transforms, dims, devices[int(where)]))
-        return ()
-
-    in_avals = [_POSITION, *avals]
-    has_token = tap_effect in ctx.tokens_in.effects()
-    _, token, _ = jp.emit_python_callback(
-        dataclasses.replace(ctx, avals_in=in_avals, avals_out=[]),
-        on_host,
-        ctx.tokens_in.get(tap_effect) if has_token else None,
-        [pos, *operands],
-        in_avals,
-        [],
-        has_side_effect=True,
-        sharding=jp.manual_callback_sharding([]),
-    )
-    if has_token:
-        ctx.set_tokens_out(ctx.tokens_in.update_tokens(jp.TokenSet({tap_effect: token})))
-
-
-_POSITION = jp.ShapedArray((), np.int32)
-
-
-def _device_position(ctx: Any, api: str) -> tuple[Any, list[Any]]:
-    """In a fully manual region: each device's position in the mesh, and the mesh's devices."""
-    axis_ctx = ctx.module_context.axis_context
-    mesh = axis_ctx.mesh
-    if set(axis_ctx.manual_axes) != set(mesh.axis_names):
-        raise ValueError(
-            f"{api} inside a region manual over axes {sorted(axis_ctx.manual_axes)} of a mesh "
-            f"with axes {list(mesh.axis_names)} (a pmap body around a nested pmap, or a "
-            f"shard_map over some axes): call {api} inside the innermost pmap, or outside "
-            "the region."
-        )
-    names, shape = tuple(mesh.axis_names), tuple(mesh.shape.values())
-
-    def position() -> Any:
-        index = jax.numpy.int32(0)
-        for name, size in zip(names, shape, strict=True):
-            index = index * size + jax.lax.axis_index(name)
-        return index
-
-    (pos,) = jp.lower_fun(position, multiple_results=False)(
-        ctx.replace(primitive=None, avals_in=[], avals_out=[_POSITION])
-    )
-    return pos, list(mesh.devices.flat)
 
 
 def check_device_index(index: int, num_devices: int, api: str) -> int:
@@ -144,7 +88,10 @@ def check_device_index(index: int, num_devices: int, api: str) -> int:
     return index
 
 
-jp.register_lowering(id_tap_p, _id_tap_lowering)
+# Not cached: a cached lowering gets tokens as token-typed arguments, but taps in a
+# partially manual Shardy region thread carriers (NOTE [tokens as data in partial
+# manual regions]); each tap is its own equation anyway.
+jp.register_lowering(id_tap_p, _id_tap_lowering, cacheable=False)
 # jax.jit then gives the lowering its device assignment (for ``device=``).
 jp.requires_devices_during_lowering(id_tap_p)
 
@@ -153,40 +100,23 @@ def _emit_global(
     ctx: Any,
     operands: Sequence[Any],
     avals: Sequence[Any],
-    on_host: Callable[..., None],
+    on_host: Callable[..., tuple[()]],
     device_index: int = 0,
 ) -> None:
-    """A callback run once per execution on one device, threaded on the tap token."""
-
-    def callback(*arrays: Any) -> tuple[()]:
-        on_host(*arrays)
-        return ()
-
+    """A callback ``on_host(*arrays) -> ()`` run once per execution on one device, threaded
+    on the tap token."""
     num_devices = getattr(ctx.module_context.axis_context, "num_devices", 1)
     _, token, _ = jp.emit_python_callback(
         dataclasses.replace(ctx, avals_in=list(avals), avals_out=[]),
-        callback,
+        on_host,
         ctx.tokens_in.get(tap_effect),
         list(operands),
         list(avals),
         [],
         has_side_effect=True,
-        sharding=device_sharding(device_index) if num_devices > 1 else None,
+        sharding=tokens_lib.device_sharding(device_index) if num_devices > 1 else None,
     )
     ctx.set_tokens_out(ctx.tokens_in.update_tokens(jp.TokenSet({tap_effect: token})))
-
-
-def device_sharding(index: int) -> Any:
-    """The sharding that runs a callback on the program's device ``index`` alone."""
-    if jp.jax_uses_shardy():
-        return jp.SdyArrayList(
-            (jp.SdyArray(mesh_shape=(), dim_shardings=(), logical_device_ids=(index,)),)
-        )
-    sharding = jp.OpSharding()
-    sharding.type = jp.OpSharding.Type.MAXIMAL
-    sharding.tile_assignment_dimensions = [1]
-    sharding.tile_assignment_devices = [index]
-    return sharding
 
 
 def _emit_device_tap(
@@ -224,6 +154,7 @@ def _emit_device_tap(
         jp.jax_uses_shardy(),
     )
     site = object()  # this callback's identity for the sequencer
+    makers = [tap.site(transforms, batch_dims, device) for device in named]
 
     def on_host(position: Any, *arrays: Any) -> tuple[()]:
         p = int(position[0])
@@ -231,7 +162,7 @@ def _emit_device_tap(
         sequencer = current().sequencer
         if p == local[0] and not marker_opens:
             sequencer.open_round(site, local)
-        sequencer.put_shard(site, p, tap.item(copies, transforms, batch_dims, named[p]))
+        sequencer.put_shard(site, p, makers[p](copies))
         return ()
 
     in_avals = [position_aval, *avals]
@@ -250,9 +181,9 @@ def _emit_device_tap(
 
 def _call_lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
     hc = CallParams.of(kwargs).call
+    if manual.is_manual(ctx):
+        return manual.manual_call(ctx, args, hc)
     axis_ctx = ctx.module_context.axis_context
-    if isinstance(axis_ctx, jp.SPMDAxisContext):
-        return _manual_call(ctx, args, hc)
     devices = getattr(axis_ctx, "device_assignment", None)
     num_devices = getattr(axis_ctx, "num_devices", 1)
     index = check_device_index(hc.device_index, num_devices, f"host_callback.call({hc.name})")
@@ -269,14 +200,16 @@ def _call_lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
         list(ctx.avals_in),
         list(hc.result_avals),
         has_side_effect=hc.ordered,
-        sharding=device_sharding(index) if num_devices > 1 else None,
+        sharding=tokens_lib.device_sharding(index, len(hc.result_avals))
+        if num_devices > 1
+        else None,
     )
     if hc.ordered:
         ctx.set_tokens_out(ctx.tokens_in.update_tokens(jp.TokenSet({tap_effect: token})))
     return list(results)
 
 
-jp.register_lowering(call_p, _call_lowering)
+jp.register_lowering(call_p, _call_lowering, cacheable=False)
 jp.requires_devices_during_lowering(call_p)
 
 
@@ -343,27 +276,3 @@ def _select_batched(pred: Any, new: Any, old: Any) -> Any:
 
 
 jp.register_lowering(jp.while_p, _while_lowering)
-
-
-def _manual_call(ctx: Any, args: Sequence[Any], hc: HostCall) -> Sequence[Any]:
-    """A ``call`` each device of a fully manual region (a ``pmap`` body) makes on its block."""
-    pos, devices = _device_position(ctx, f"host_callback.call({hc.name})")
-
-    def callback(where: Any, *arrays: Any) -> tuple[np.ndarray, ...]:
-        return tuple(hc.on_host(arrays, devices[int(where)]))
-
-    in_avals = [_POSITION, *ctx.avals_in]
-    threaded = hc.ordered and tap_effect in ctx.tokens_in.effects()
-    results, token, _ = jp.emit_python_callback(
-        dataclasses.replace(ctx, avals_in=in_avals),
-        callback,
-        ctx.tokens_in.get(tap_effect) if threaded else None,
-        [pos, *args],
-        in_avals,
-        list(hc.result_avals),
-        has_side_effect=hc.ordered,
-        sharding=jp.manual_callback_sharding(list(hc.result_avals)),
-    )
-    if threaded:
-        ctx.set_tokens_out(ctx.tokens_in.update_tokens(jp.TokenSet({tap_effect: token})))
-    return list(results)

@@ -112,35 +112,47 @@ class Tap:
     convention: str = KEYWORD
     named: frozenset[str] | None = None
 
-    def item(
-        self,
-        arrays: Sequence[np.ndarray],
-        transforms: tuple[str, ...],
-        batch_dims: tuple[int | None, ...] | None,
-        device: Any = None,
-    ) -> receiver.TapItem:
-        """The queue item calling the tap function on host copies ``arrays``."""
-        nbytes = sum(a.nbytes for a in arrays)
-        run = self._runner(list(arrays), transforms, batch_dims, device)
-        return receiver.TapItem(run, nbytes)
+    def site(
+        self, transforms: tuple[str, ...], batch_dims: Any, device: Any = None
+    ) -> Callable[[list[np.ndarray]], receiver.TapItem]:
+        """The maker of queue items for one place in a program: ``make(host_arrays)``.
 
-    def _runner(
-        self,
-        arrays: list[Any],
-        transforms: tuple[str, ...],
-        batch_dims: tuple[int | None, ...] | None,
-        device: Any,
-    ) -> Callable[[], None]:
-        extra: dict[str, Any] = {}
+        Everything but the arrays is settled here, once per place (per lowering),
+        so a tap's callback only copies its arrays and queues one call (NOTE [tap
+        speed] in ``receiver.py``). ``batch_dims``: what the convention shows,
+        :meth:`TapParams.shown_batch_dims`.
+        """
+        args, extra = self._convention(transforms, batch_dims)
         if self.with_device:
             extra["device"] = device
+        func, kwargs = self.func, {**extra, **self.kwargs}
+        unflatten = self.arg_treedef.unflatten
+        if any(impl is not None for impl in self.key_impls):
+            unflatten = self._with_keys
+        item = receiver.TapItem
+
+        def make(arrays: list[np.ndarray]) -> receiver.TapItem:
+            nbytes = arrays[0].nbytes if len(arrays) == 1 else sum(a.nbytes for a in arrays)
+            return item(lambda: func(unflatten(arrays), *args, **kwargs), nbytes)
+
+        return make
+
+    def item(
+        self,
+        arrays: list[np.ndarray],
+        transforms: tuple[str, ...],
+        batch_dims: Any,
+        device: Any = None,
+    ) -> receiver.TapItem:
+        """One queue item (for a place that taps once: eagerly): ``site(...)(arrays)``."""
+        return self.site(transforms, batch_dims, device)(arrays)
+
+    def _convention(
+        self, transforms: tuple[str, ...], batch_dims: Any
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The arguments after ``arg`` and the keywords added (NOTE [calling conventions])."""
         if self.convention == POSITIONAL:
-            shown = _positional_transforms(transforms, batch_dims)
-
-            def run() -> None:
-                self.func(self._arg(arrays), shown, **extra, **self.kwargs)
-
-            return run
+            return (_positional_transforms(transforms, batch_dims),), {}
         # The seed passed transforms= and batch_dims= when a transformation applied;
         # a function naming ``transforms`` always gets it; one that cannot take a
         # keyword is not given it.
@@ -149,22 +161,18 @@ class Tap:
         def takes(keyword: str) -> bool:
             return named is None or keyword in named or "**" in named
 
+        extra: dict[str, Any] = {}
         if (transforms and takes("transforms")) or (named is not None and "transforms" in named):
             extra["transforms"] = transforms
         if batch_dims is not None and takes("batch_dims"):
             extra["batch_dims"] = batch_dims
+        return (), extra
 
-        def run_keyword() -> None:
-            self.func(self._arg(arrays), **extra, **self.kwargs)
-
-        return run_keyword
-
-    def _arg(self, arrays: list[Any]) -> Any:
-        if any(impl is not None for impl in self.key_impls):
-            arrays = [
-                a if impl is None else jax.random.wrap_key_data(a, impl=impl)
-                for a, impl in zip(arrays, self.key_impls, strict=True)
-            ]
+    def _with_keys(self, arrays: list[Any]) -> Any:
+        arrays = [
+            a if impl is None else jax.random.wrap_key_data(a, impl=impl)
+            for a, impl in zip(arrays, self.key_impls, strict=True)
+        ]
         return self.arg_treedef.unflatten(arrays)
 
     def __repr__(self) -> str:
@@ -173,16 +181,16 @@ class Tap:
 
 
 def _positional_transforms(
-    transforms: tuple[str, ...], batch_dims: tuple[int | None, ...] | None
+    transforms: tuple[str, ...], levels: tuple[tuple[int | None, ...], ...]
 ) -> tuple[Any, ...]:
     """The 2021-2024 module's ``transforms``: ``('batch', {'batch_dims': ...})`` entries.
 
-    Only the innermost ``vmap``'s dims are known (the seed keeps one ``batch_dims``).
+    Each ``'batch'`` shows its own ``vmap`` level's dims of the tapped leaves
+    (``levels``, in the order applied), as that module recorded them.
     """
-    last_batch = max((i for i, t in enumerate(transforms) if t == "batch"), default=-1)
+    per_level = iter(levels)
     return tuple(
-        ("batch", {"batch_dims": batch_dims}) if i == last_batch else t
-        for i, t in enumerate(transforms)
+        ("batch", {"batch_dims": next(per_level)}) if t == "batch" else t for t in transforms
     )
 
 
@@ -199,10 +207,14 @@ class TapParams(PrimitiveParams):
         nr_untapped: how many trailing operands (``result=``) pass by untapped.
         transforms: the transformations applied so far, outermost last.
         batch_dims: under ``vmap``: per operand (tapped and passed by, as the
-            seed), its batch dimension or None; else None.
+            seed), its batch dimension or None, at the outermost ``vmap``; else None.
+        batch_levels: per ``'batch'`` in ``transforms`` (the order applied), the
+            tapped operands' batch dims at that ``vmap`` level (the 2021-2024
+            module's record, one dict per level).
 
     Invariants (checked at construction): ``nr_untapped >= 0``; ``transforms`` a
-    tuple of names; ``batch_dims`` None or a tuple.
+    tuple of names; ``batch_dims`` None or a tuple; one ``batch_levels`` entry per
+    ``'batch'``.
     """
 
     primitive: ClassVar[Any] = id_tap_p
@@ -211,6 +223,7 @@ class TapParams(PrimitiveParams):
     nr_untapped: int
     transforms: tuple[str, ...] = ()
     batch_dims: tuple[int | None, ...] | None = None
+    batch_levels: tuple[tuple[int | None, ...], ...] = ()
 
     def check(self) -> None:
         if not isinstance(self.tap, Tap):
@@ -222,6 +235,12 @@ class TapParams(PrimitiveParams):
             raise TypeError(f"internal error: id_tap transforms={self.transforms!r}")
         if self.batch_dims is not None:
             object.__setattr__(self, "batch_dims", tuple(self.batch_dims))
+        object.__setattr__(self, "batch_levels", tuple(map(tuple, self.batch_levels)))
+        if len(self.batch_levels) != self.transforms.count("batch"):
+            raise ValueError(
+                f"internal error: id_tap batch_levels={self.batch_levels!r} for "
+                f"transforms={self.transforms!r}"
+            )
 
     def with_transform(self, name: str) -> TapParams:
         """A copy with ``name`` appended to the transforms."""
@@ -231,11 +250,13 @@ class TapParams(PrimitiveParams):
         """The operands passed to the tap function (the last ``nr_untapped`` are not)."""
         return args[: len(args) - self.nr_untapped]
 
-    def shown_batch_dims(self) -> tuple[int | None, ...] | None:
-        """``batch_dims`` as the tap function sees them (NOTE [calling conventions])."""
-        if self.batch_dims is None or self.tap.convention == KEYWORD:
-            return self.batch_dims
-        return tuple(self.tapped(self.batch_dims))
+    def shown_batch_dims(self) -> Any:
+        """The batch dims as the tap function's convention shows them.
+
+        The seed's keyword convention: ``batch_dims`` (NOTE [calling conventions]);
+        the 2021-2024 positional one: ``batch_levels``, one entry per ``vmap``.
+        """
+        return self.batch_dims if self.tap.convention == KEYWORD else self.batch_levels
 
 
 def host_copy(x: Any) -> np.ndarray:
@@ -318,7 +339,11 @@ def _id_tap_batcher(
     args: Sequence[Any], dims: Sequence[int | None], **kwargs: Any
 ) -> tuple[Sequence[Any], Sequence[int | None]]:
     p = TapParams.of(kwargs)
-    batched = p.with_transform("batch").replace(batch_dims=tuple(dims))
+    batched = p.replace(
+        transforms=(*p.transforms, "batch"),
+        batch_dims=tuple(dims),
+        batch_levels=(*p.batch_levels, tuple(p.tapped(dims))),
+    )
     return batched.bind(*args), dims
 
 

@@ -34,9 +34,11 @@ and do not count against its cap: how many there are is bounded by how far the
 devices of one program run apart.
 
 Errors: a tap function that raises is logged with its traceback and counted; later
-taps still run. The first such error is raised, chained, as
-:class:`TapFunctionException` at the next :meth:`Receiver.barrier` or at
-:meth:`Receiver.stop`.
+taps still run. A ``call`` whose host function raises is reported to the computation
+(which fails) and kept the same way (:meth:`Receiver.record_error`). The errors kept
+are raised, the first one chained, as :class:`CallbackException` (also named
+``TapFunctionException``) at the next :meth:`Receiver.barrier` or at
+:meth:`Receiver.stop`: the 2021-2024 module's protocol.
 
 Shutdown: :meth:`Receiver.stop` waits for every launched program's taps and for
 the queue to drain, at most ``timeout_sec`` (a hanging tap function is logged, not
@@ -64,13 +66,23 @@ logger = logging.getLogger("partitioner.host_callback")
 DEFAULT_MAX_QUEUE_BYTES = 256 << 20
 #: Default bound on how long a receiver's stop (and interpreter exit) waits for taps.
 DEFAULT_TIMEOUT_SEC = 10.0
+#: How long the consumer, woken by a first tap, lets more gather (NOTE [tap speed]):
+#: when taps come less than BURST_SEC apart and fewer than LINGER_BYTES wait.
+LINGER_SEC = 0.001
+BURST_SEC = 0.005
+LINGER_BYTES = 64 << 10
 
 
-class TapFunctionException(Exception):
-    """A tap function raised; raised at the next ``barrier_wait()`` or receiver stop.
+class CallbackException(Exception):
+    """A tap or ``call`` function raised; raised at the next ``barrier_wait()`` or receiver stop.
 
-    The first error is the ``__cause__``; the count of errors is in the message.
+    The first error is the ``__cause__``; the message has the count and the last
+    error's class and text ("Last one was: ValueError: ..."), as jax's had.
     """
+
+
+#: The seed's name for it (jax's module kept both names for the one class).
+TapFunctionException = CallbackException
 
 
 @dataclass(frozen=True)
@@ -120,11 +132,14 @@ class Sequencer:
 
     def put(self, item: TapItem) -> None:
         """A global tap: next in program order."""
-        slot = _Slot((0,))
-        slot.fill(0, item)
         with self._lock:
-            self._slots.append(slot)
-            self._drain()
+            if self._slots:  # behind an unfinished round
+                slot = _Slot((0,))
+                slot.fill(0, item)
+                self._slots.append(slot)
+                self._drain()
+            else:
+                self._deliver(item)
         self._wait_for_room()
 
     def open_round(self, site: object, positions: tuple[int, ...]) -> None:
@@ -200,6 +215,165 @@ class _Stats:
     errors_since_barrier: list[BaseException] = field(default_factory=list)
 
 
+class _Queue:
+    """The byte-bounded queue between the producers and the consumer thread.
+
+    NOTE [tap speed]: one lock. The consumer waits on ``_items`` and is woken only
+    while it waits; producers waiting for room and barriers wait on ``_changed``,
+    notified only while someone does. Waking the consumer costs a thread switch,
+    which on a busy machine costs more than a small tap: when taps come in a burst
+    (woken less than ``BURST_SEC`` after the previous wake-up), the consumer lets
+    more arrive for ``LINGER_SEC`` (while fewer than ``LINGER_BYTES`` wait: holding
+    big taps' memory longer costs more than the switch) and runs them all in the
+    same wake-up; a lone tap (one a step) runs at once. A barrier, an ordered ``call`` or a producer waiting
+    for room cuts the wait short (:meth:`hurry`). A tap's callback itself only
+    copies its arrays and queues one call built ahead (``Tap.site``).
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.stats = _Stats()
+        self.stopping = False  # producers no longer wait for room
+        self.closed = False  # the consumer has ended: late taps run where they arrive
+        self._lock = threading.Lock()
+        self._items = threading.Condition(self._lock)
+        self._changed = threading.Condition(self._lock)
+        self._deque: collections.deque[TapItem] = collections.deque()
+        self._consumer_waits = False
+        self._lingering = False
+        self._urgent = False  # someone waits for the consumer: no lingering
+        self._last_wake = 0.0  # when the consumer last woke for taps (time.monotonic)
+        self._watchers = 0  # threads waiting on _changed
+
+    def append(self, item: TapItem) -> bool:
+        """Queue ``item``; False (not queued) once the consumer has ended."""
+        with self._lock:
+            if self.closed:
+                return False
+            self._deque.append(item)
+            stats = self.stats
+            stats.taps_enqueued += 1
+            stats.queued_bytes += item.nbytes
+            if stats.queued_bytes > stats.peak_queued_bytes:
+                stats.peak_queued_bytes = stats.queued_bytes
+            if self._consumer_waits and (not self._lingering or stats.queued_bytes >= LINGER_BYTES):
+                self._items.notify()
+        return True
+
+    def wait_for_room(self) -> None:
+        """Wait while the queue is at its cap (not on the consumer's thread)."""
+        with self._lock:
+            while self.stats.queued_bytes >= self.max_bytes and not self.stopping:
+                self._hurry()
+                self._wait_changed()
+
+    def hurry(self) -> None:
+        """Someone waits for the consumer: it runs at once, without lingering."""
+        with self._lock:
+            self._hurry()
+
+    def _hurry(self) -> None:
+        self._urgent = True
+        self._items.notify()
+
+    def _wait_changed(self, timeout: float | None = None) -> None:
+        self._watchers += 1
+        try:
+            self._changed.wait(timeout)
+        finally:
+            self._watchers -= 1
+
+    # --- the consumer's side ---
+
+    def take(self, ran: int) -> collections.deque[TapItem]:
+        """Count ``ran`` taps delivered; wait for taps and take them all (none: stopped)."""
+        with self._lock:
+            self.stats.taps_delivered += ran
+            if not self._deque and not self.stopping:
+                self._wait_for_taps()
+            if not self._deque:
+                self._changed.notify_all()
+            batch, self._deque = self._deque, collections.deque()
+            return batch
+
+    def _wait_for_taps(self) -> None:
+        while not self._deque and not self.stopping:
+            if self._watchers:  # a barrier may be done
+                self._changed.notify_all()
+            self._consumer_waits = True
+            self._items.wait()
+            self._consumer_waits = False
+        now, last = time.monotonic(), self._last_wake
+        self._last_wake = now
+        burst = now - last < BURST_SEC
+        small = self.stats.queued_bytes < LINGER_BYTES
+        if burst and small and not self._urgent and not self.stopping:
+            self._consumer_waits = self._lingering = True
+            self._items.wait(LINGER_SEC)
+            self._consumer_waits = self._lingering = False
+        self._urgent = False
+
+    def taken(self, item: TapItem, delivered: int = 0) -> None:
+        """``item`` is off the queue (about to run): room for waiting producers."""
+        with self._lock:
+            self.stats.queued_bytes -= item.nbytes
+            self.stats.taps_delivered += delivered
+            if self._watchers:
+                self._changed.notify_all()
+
+    def record_error(self, error: BaseException) -> None:
+        with self._lock:
+            self.stats.tap_exceptions += 1
+            self.stats.errors_since_barrier.append(error)
+
+    # --- barriers and stopping ---
+
+    def wait_delivered(self, timeout: float | None) -> list[BaseException]:
+        """Wait until every tap queued so far has run; the errors since the last call.
+
+        Raises:
+            TimeoutError: ``timeout`` seconds passed first.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            self._hurry()
+            target = self.stats.taps_enqueued
+            while self.stats.taps_delivered < target:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(
+                        f"{target - self.stats.taps_delivered} taps still pending after "
+                        f"{timeout} s (a tap function may hang)"
+                    )
+                self._wait_changed(left)
+            errors, self.stats.errors_since_barrier = self.stats.errors_since_barrier, []
+            return errors
+
+    def stop(self) -> None:
+        """No more waiting for room; the consumer ends once the queue is empty."""
+        with self._lock:
+            self.stopping = True
+            self._items.notify_all()
+            self._changed.notify_all()
+
+    def close(self) -> list[TapItem]:
+        """The consumer has ended: take what is left (taps queued since it drained)."""
+        with self._lock:
+            self.closed = True
+            late, self._deque = list(self._deque), collections.deque()
+            return late
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            s = self.stats
+            return {
+                "taps_delivered": s.taps_delivered,
+                "queued_bytes": s.queued_bytes,
+                "peak_queued_bytes": s.peak_queued_bytes,
+                "tap_exceptions": s.tap_exceptions,
+            }
+
+
 class Receiver:
     """A bounded tap queue with one consumer thread (NOTE [tap back pressure]).
 
@@ -226,11 +400,7 @@ class Receiver:
         self.max_queue_bytes = max_queue_bytes
         self.timeout_sec = float(timeout_sec)
         self.sequencer = Sequencer(self._append, self._wait_for_room)
-        self._queue: collections.deque[TapItem] = collections.deque()
-        self._cond = threading.Condition()
-        self._stats = _Stats()
-        self._stopping = False  # producers no longer wait for room
-        self._closed = False  # the thread has ended: late taps run where they arrive
+        self._queue = _Queue(max_queue_bytes)
         self._thread = threading.Thread(
             target=self._consume, name=f"partitioner-tap-receiver{'-' + name if name else ''}"
         )
@@ -247,32 +417,23 @@ class Receiver:
 
     def _append(self, item: TapItem) -> None:
         """Queue a tap (the sequencer's order); after the receiver stopped, run it here."""
-        with self._cond:
-            closed = self._closed
-            if not closed:
-                self._queue.append(item)
-                stats = self._stats
-                stats.taps_enqueued += 1
-                stats.queued_bytes += item.nbytes
-                stats.peak_queued_bytes = max(stats.peak_queued_bytes, stats.queued_bytes)
-                self._cond.notify_all()
-        if closed:  # a straggler (a program launched during stop): never dropped
+        if not self._queue.append(item):  # a straggler (launched during stop): never dropped
             self._run(item)
 
     def _wait_for_room(self) -> None:
         """Back pressure (NOTE [tap back pressure]): wait while the queue is at its cap."""
-        if self.in_consumer():
-            return  # nobody else would make room
-        with self._cond:
-            while self._stats.queued_bytes >= self.max_queue_bytes and not self._stopping:
-                self._cond.wait()
+        # Read without the lock: this thread's own tap is already counted, so a
+        # producer goes on only if the queue was under the cap after it.
+        if self._queue.stats.queued_bytes < self.max_queue_bytes or self.in_consumer():
+            return  # under the cap, or nobody else would make room
+        self._queue.wait_for_room()
 
     def call(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` on the consumer thread after every tap queued before it; its result.
 
         Why there: a ``call`` in program order after a tap sees the tap's effects
         (the seed's single receiver ran both). ``fn``'s error is raised here, to the
-        caller, not kept for the barrier.
+        caller (``HostCall.on_host`` keeps it for the barrier).
         """
         if self.in_consumer():
             return fn()
@@ -288,6 +449,7 @@ class Receiver:
                 done.set()
 
         self.sequencer.put(TapItem(run, 0))
+        self._queue.hurry()
         done.wait()
         if "error" in box:
             raise box["error"]
@@ -296,35 +458,37 @@ class Receiver:
     # --- the consumer ---
 
     def _consume(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._stopping:
-                    self._cond.wait()
-                if not self._queue:
-                    return  # stopping and drained
-                item = self._queue.popleft()
-                self._stats.queued_bytes -= item.nbytes
-                self._cond.notify_all()  # room for waiting producers
-            self._run(item)
+        ran = 0
+        while batch := self._queue.take(ran):
+            ran = len(batch)
+            while batch:  # each item dropped once run: its arrays are freed at once
+                item = batch.popleft()
+                self._queue.taken(item)
+                self._call(item)
 
-    def _run(self, item: TapItem) -> None:
-        """Call a tap function; an error is logged and kept for the next barrier."""
-        error = None
+    def _call(self, item: TapItem) -> None:
+        """Call a tap function; an error is logged and kept for the next barrier.
+
+        (Kept before the tap counts as delivered: the barrier that waits for it sees it.)
+        """
         try:
             item.run()
         except Exception as e:
-            error = e
-            logger.error(
-                "partitioner.host_callback: a tap function raised (it is reported at "
-                "the next barrier_wait()):\n%s",
-                "".join(traceback.format_exception(e)),
-            )
-        with self._cond:
-            self._stats.taps_delivered += 1
-            if error is not None:
-                self._stats.tap_exceptions += 1
-                self._stats.errors_since_barrier.append(error)
-            self._cond.notify_all()
+            self.record_error(e, "a tap function")
+
+    def _run(self, item: TapItem) -> None:
+        """Call a tap function here (a straggler after stop) and count it delivered."""
+        self._call(item)
+        self._queue.taken(TapItem(item.run, 0), delivered=1)
+
+    def record_error(self, error: BaseException, who: str) -> None:
+        """Log ``error`` (raised by ``who``) and keep it for the next barrier."""
+        logger.error(
+            "partitioner.host_callback: %s raised (it is reported at the next barrier_wait()):\n%s",
+            who,
+            "".join(traceback.format_exception(error)),
+        )
+        self._queue.record_error(error)
 
     # --- synchronisation ---
 
@@ -334,32 +498,20 @@ class Receiver:
         Raises:
             RuntimeError: called from a tap function (it would wait for itself).
             TimeoutError: ``timeout`` seconds passed first.
-            TapFunctionException: a tap function raised since the last barrier.
+            CallbackException: a tap or call function raised since the last barrier.
         """
         if self.in_consumer():
             raise RuntimeError(
                 "barrier_wait() was called from inside a tap function; it would wait for "
                 "itself. Call it from the code that launches the computations."
             )
-        deadline = None if timeout is None else time.monotonic() + timeout
+        started = time.monotonic()
         _wait_for_launched_programs(timeout)
         self.sequencer.flush()
-        with self._cond:
-            target = self._stats.taps_enqueued
-            while self._stats.taps_delivered < target:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise TimeoutError(
-                        f"{target - self._stats.taps_delivered} taps still pending after "
-                        f"{timeout} s (a tap function may hang)"
-                    )
-                self._cond.wait(left)
-            errors, self._stats.errors_since_barrier = self._stats.errors_since_barrier, []
+        left = None if timeout is None else timeout - (time.monotonic() - started)
+        errors = self._queue.wait_delivered(left)
         if errors:
-            raise TapFunctionException(
-                f"{len(errors)} tap function call(s) raised; the first error is the cause "
-                "(tracebacks were logged)."
-            ) from errors[0]
+            raise CallbackException(_errors_message(errors)) from errors[0]
 
     def stop(self) -> None:
         """Drain (at most ``timeout_sec``), end the consumer thread; raise pending tap errors."""
@@ -374,33 +526,34 @@ class Receiver:
                 e,
             )
         finally:
-            with self._cond:
-                self._stopping = True
-                self._cond.notify_all()
+            self._queue.stop()
             if drained:  # else a tap function hangs: the daemon thread is left to it
                 self._thread.join(timeout=self.timeout_sec)
-                late: list[TapItem] = []
-                with self._cond:
-                    self._closed = not self._thread.is_alive()
-                    if self._closed:  # taps queued between the drain and the thread's end
-                        late, self._queue = list(self._queue), collections.deque()
-                        self._stats.queued_bytes -= sum(item.nbytes for item in late)
-                for item in late:
-                    self._run(item)
+                if not self._thread.is_alive():  # taps queued between the drain and its end
+                    for item in self._queue.close():
+                        self._queue.taken(item)
+                        self._run(TapItem(item.run, 0))
 
     def stats(self) -> dict[str, int]:
         """Taps delivered, bytes queued now and at most, tap functions that raised."""
-        with self._cond:
-            s = self._stats
-            return {
-                "taps_delivered": s.taps_delivered,
-                "queued_bytes": s.queued_bytes,
-                "peak_queued_bytes": s.peak_queued_bytes,
-                "tap_exceptions": s.tap_exceptions,
-            }
+        return self._queue.snapshot()
 
     def __repr__(self) -> str:
         return f"<tap receiver {self.name!r} max_queue_bytes={self.max_queue_bytes}>"
+
+
+def _errors_message(errors: list[BaseException]) -> str:
+    """jax's wording ("... processing. Last one was: ValueError: ..."), then the count."""
+
+    def text(e: BaseException) -> str:
+        return "".join(traceback.format_exception_only(e)).strip()
+
+    first = f"; the first one, the __cause__, was: {text(errors[0])}" if len(errors) > 1 else ""
+    return (
+        f"There were exceptions during callback processing. Last one was: {text(errors[-1])}\n"
+        f"({len(errors)} tap or call function(s) raised since the last barrier_wait(); "
+        f"tracebacks were logged{first})"
+    )
 
 
 def _wait_for_launched_programs(timeout: float | None) -> None:
@@ -500,5 +653,5 @@ def stop() -> None:
 def _stop_at_exit() -> None:
     try:
         stop()
-    except TapFunctionException as e:
+    except CallbackException as e:
         logger.error("partitioner.host_callback: at exit: %s (cause: %r)", e, e.__cause__)

@@ -23,13 +23,14 @@ from .. import jax_private as jp
 from ..primitives.pmap_region import RegionParams, mapped_spec
 from ..sharding.parsed import REPLICATED, ParsedPartitionSpec
 from . import annotate
+from . import tokens as tokens_lib
 from .nested import placement
 
 
 def region_lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
     p = RegionParams.of(kwargs)
     # Shardable ordered effects (id_tap) run per device, their tokens threaded
-    # through the body (NOTE [taps in manual regions] in host_callback/lowering.py).
+    # through the body (NOTE [taps in manual regions] in host_callback/manual.py).
     ordered = list(jp.ordered_effects.filter_in(p.body.effects))
     if any(not jp.shardable_ordered_effects.contains(e) for e in ordered):
         raise ValueError(
@@ -51,6 +52,8 @@ def region_lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
                 "call the pmap-ed function outside it"
             )
     manual = outer | {p.axis_name}
+    if manual != set(p.mesh.axis_names):  # NOTE [tokens as data in partial manual regions]
+        tokens_lib.check_partial_body(p.body.jaxpr, p.name, manual, p.mesh.axis_names)
     in_specs = [mapped_spec(p.axis_name, d) for d in p.in_dims]
     out_specs = [mapped_spec(p.axis_name, d) for d in p.out_dims]
     sub_ctx = ctx.module_context.replace(axis_context=jp.SPMDAxisContext(p.mesh, manual))
@@ -136,15 +139,20 @@ def _shardy(
     tokens: Any,
 ) -> Sequence[Any]:
     effects = list(tokens.effects())
+    # NOTE [tokens as data in partial manual regions]
+    carried = tokens_lib.carried_inside(sub_ctx.axis_context)
+    threaded, leave = tokens_lib.enter(ctx, [tokens.get(e) for e in effects], carried)
     if p.size == 1:
         # A one-device axis needs no manual computation: a block is the whole value.
         # Shardy's export keeps the custom calls of one over a one-device mesh
         # (``xla.sdy.GlobalToLocalShape``), which no CPU client runs; jax's
         # shard_map inlines the body here too.
         with p.axis_env():
-            outs, tokens_out = _body(ctx, sub_ctx, p, tokens, args)
+            threaded_in = jp.TokenSet(dict(zip(effects, threaded, strict=True)))
+            outs, tokens_out = _body(ctx, sub_ctx, p, threaded_in, args)
         if effects:
-            ctx.set_tokens_out(ctx.tokens_in.update_tokens(tokens_out))
+            after = leave([tokens_out.get(e) for e in effects])
+            ctx.set_tokens_out(ctx.tokens_in.update_tokens(jp.TokenSet(dict(zip(effects, after)))))
         return list(outs)
     symbol = annotate.ensure_sdy_mesh(ctx.module_context.module, p.mesh)
 
@@ -163,11 +171,11 @@ def _shardy(
             ]
         )
 
-    token_types = [jp.token_type()] * len(effects)
+    token_types = [t.type for t in threaded]
     out_types = [jp.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_out]
     op = jp.ManualComputationOp(
         [*token_types, *out_types],
-        [*(tokens.get(e) for e in effects), *args],
+        [*threaded, *args],
         per_value(ctx.avals_in, in_specs),
         per_value(ctx.avals_out, out_specs),
         jp.ManualAxesAttr.get([jp.StringAttr.get(p.axis_name)]),
@@ -182,7 +190,7 @@ def _shardy(
         jp.sdy_return(flat)
     results = list(op.results)
     if effects:
-        out = dict(zip(effects, results[: len(effects)], strict=True))
+        out = dict(zip(effects, leave(results[: len(effects)]), strict=True))
         ctx.set_tokens_out(ctx.tokens_in.update_tokens(jp.TokenSet(out)))
     return results[len(effects) :]
 
