@@ -12,7 +12,8 @@ once, in the order jax meets a primitive (trace, transform, lower, run), so
 else and that no primitive misses one. Importing this module (the front doors'
 common module does) installs everything; importing it again changes nothing.
 The host callback package keeps its own two primitives in its own registry
-(``host_callback/registry.py``), so that it loads only when it is used.
+(``host_callback/registry.py``): it sits beside this module on one layer, and
+neither may import the other.
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import jax_private as jp
-from . import lowering as _lowering  # noqa: F401  (registers the MLIR lowering)
 from . import receiver
 from .call import CallParams, HostCall
 from .primitive import Tap, TapParams, calling_convention

@@ -90,7 +90,7 @@ class CallParams(PrimitiveParams):
 # --- evaluation ---
 
 
-def _call_impl(*args: Any, **kwargs: Any) -> list[Any]:
+def impl(*args: Any, **kwargs: Any) -> list[Any]:
     hc = CallParams.of(kwargs).call
     rec = receiver.current()
     if hc.ordered and not rec.in_consumer():
@@ -113,22 +113,16 @@ def _call_impl(*args: Any, **kwargs: Any) -> list[Any]:
     return [jax.device_put(o, device) for o in outs]
 
 
-call_p.def_impl(_call_impl)
-
-
-def _call_abstract_eval(*avals: Any, **kwargs: Any) -> tuple[list[Any], set[Any]]:
+def abstract_eval(*avals: Any, **kwargs: Any) -> tuple[list[Any], set[Any]]:
     del avals
     hc = CallParams.of(kwargs).call
     return list(hc.result_avals), {tap_effect} if hc.ordered else set()
 
 
-call_p.def_effectful_abstract_eval(_call_abstract_eval)
-
-
 # --- batching ---
 
 
-def _call_batcher(
+def batcher(
     args: Sequence[Any], dims: Sequence[int | None], **kwargs: Any
 ) -> tuple[Sequence[Any], Sequence[int]]:
     hc = CallParams.of(kwargs).call
@@ -151,19 +145,13 @@ def _call_batcher(
     return outs, [0] * len(outs)
 
 
-jp.primitive_batchers[call_p] = _call_batcher
-
-
 # --- jvp ---
 
 
-def _call_jvp(primals: Sequence[Any], tangents: Sequence[Any], **kwargs: Any) -> Any:
+def jvp(primals: Sequence[Any], tangents: Sequence[Any], **kwargs: Any) -> Any:
     del primals, tangents
     name = CallParams.of(kwargs).call.name
     raise TypeError(
         f"host_callback.call({name}): the host function has no derivative. Give it one with "
         "jax.custom_vjp around the call (its backward pass may itself use call)."
     )
-
-
-jp.primitive_jvps[call_p] = _call_jvp

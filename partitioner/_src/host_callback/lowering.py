@@ -33,15 +33,15 @@ from ..lower import annotate
 from ..lower import tokens as tokens_lib
 from ..sharding.parsed import ParsedPartitionSpec
 from . import manual
-from .call import CallParams, call_p
-from .primitive import Tap, TapEffect, TapParams, host_copy, id_tap_p, tap_effect
+from .call import CallParams
+from .primitive import Tap, TapEffect, TapParams, host_copy, tap_effect
 from .receiver import current
 
 #: The mesh axis of the device-position iota of ``tap_with_device`` callbacks.
 _DEVICE_AXIS = "tap_devices"
 
 
-def _id_tap_lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
+def id_tap_lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
     p = TapParams.of(kwargs)
     tap, dims = p.tap, p.shown_batch_dims()
     if manual.is_manual(ctx):
@@ -86,14 +86,6 @@ def check_device_index(index: int, num_devices: int, api: str) -> int:
             f"pass a device_index below {num_devices}."
         )
     return index
-
-
-# Not cached: a cached lowering gets tokens as token-typed arguments, but taps in a
-# partially manual Shardy region thread carriers (NOTE [tokens as data in partial
-# manual regions]); each tap is its own equation anyway.
-jp.register_lowering(id_tap_p, _id_tap_lowering, cacheable=False)
-# jax.jit then gives the lowering its device assignment (for ``device=``).
-jp.requires_devices_during_lowering(id_tap_p)
 
 
 def _emit_global(
@@ -179,7 +171,7 @@ def _emit_device_tap(
     return site, local, marker_opens
 
 
-def _call_lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
+def call_lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
     hc = CallParams.of(kwargs).call
     if manual.is_manual(ctx):
         return manual.manual_call(ctx, args, hc)
@@ -209,16 +201,14 @@ def _call_lowering(ctx: Any, *args: Any, **kwargs: Any) -> Sequence[Any]:
     return list(results)
 
 
-jp.register_lowering(call_p, _call_lowering, cacheable=False)
-jp.requires_devices_during_lowering(call_p)
-
-
 # --- while loops with a tap in a batched condition ---
 
+# jax's own, read when this module is imported: ``registry.py`` imports it before it
+# installs :func:`while_lowering` in its place.
 _jax_while_lowering = jp.registered_lowering(jp.while_p)
 
 
-def _while_lowering(
+def while_lowering(
     ctx: Any,
     *args: Any,
     cond_jaxpr: Any,
@@ -273,6 +263,3 @@ def _select_batched(pred: Any, new: Any, old: Any) -> Any:
     """``new`` where the (leading-dims) ``pred`` holds, else ``old``."""
     mask = jax.lax.broadcast_in_dim(pred, new.shape, tuple(range(pred.ndim)))
     return jax.lax.select(mask, new, old)
-
-
-jp.register_lowering(jp.while_p, _while_lowering)

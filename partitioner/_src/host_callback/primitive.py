@@ -15,7 +15,7 @@ NOTE [taps under checkpoint]: the work ``jax.checkpoint`` recomputes in the
 backward pass is work the user asked to watch, so a forward tap inside it runs
 again there (the 2024 module's behaviour). jax's partial evaluation alone would
 run it once and save its outputs (effectful equations are never recomputed);
-:func:`_id_tap_remat` keeps it in the forward pass and stages a copy of it with
+:func:`remat` keeps it in the forward pass and stages a copy of it with
 the recomputation, unless the checkpoint policy saves its outputs.
 """
 
@@ -42,16 +42,6 @@ class TapEffect(jp.Effect):
 
 
 tap_effect = TapEffect()
-for _registry in (
-    jp.ordered_effects,
-    jp.shardable_ordered_effects,
-    jp.lowerable_effects,
-    jp.control_flow_allowed_effects,
-    jp.remat_allowed_effects,
-    jp.custom_derivatives_allowed_effects,
-    jp.partial_eval_kept_effects,
-):
-    _registry.add_type(TapEffect)
 
 
 #: How the tap function is called (NOTE [calling conventions] in ``api.py``).
@@ -273,7 +263,7 @@ def host_copy(x: Any) -> np.ndarray:
 # --- evaluation ---
 
 
-def _id_tap_impl(*args: Any, **kwargs: Any) -> Sequence[Any]:
+def impl(*args: Any, **kwargs: Any) -> Sequence[Any]:
     p = TapParams.of(kwargs)
     # An eager tap comes after the taps of every program launched before it.
     rec = receiver.current()
@@ -321,21 +311,15 @@ def _shards_by_device(values: Sequence[Any]) -> list[tuple[Any, list[np.ndarray]
     return found
 
 
-id_tap_p.def_impl(_id_tap_impl)
-
-
-def _id_tap_abstract_eval(*avals: Any, **params: Any) -> tuple[list[Any], set[Any]]:
+def abstract_eval(*avals: Any, **params: Any) -> tuple[list[Any], set[Any]]:
     del params
     return list(avals), {tap_effect}
-
-
-id_tap_p.def_effectful_abstract_eval(_id_tap_abstract_eval)
 
 
 # --- batching ---
 
 
-def _id_tap_batcher(
+def batcher(
     args: Sequence[Any], dims: Sequence[int | None], **kwargs: Any
 ) -> tuple[Sequence[Any], Sequence[int | None]]:
     p = TapParams.of(kwargs)
@@ -347,13 +331,10 @@ def _id_tap_batcher(
     return batched.bind(*args), dims
 
 
-jp.primitive_batchers[id_tap_p] = _id_tap_batcher
-
-
 # --- jvp ---
 
 
-def _id_tap_jvp(
+def jvp(
     primals: Sequence[Any], tangents: Sequence[Any], **kwargs: Any
 ) -> tuple[Sequence[Any], Sequence[Any]]:
     # Two taps, so partial evaluation keeps the primal one in the forward pass and
@@ -391,13 +372,10 @@ def _tappable(t: Any) -> Any:
     return jax.numpy.zeros(t.shape, bool) if _is_float0(t) else t
 
 
-jp.primitive_jvps[id_tap_p] = _id_tap_jvp
-
-
 # --- transpose ---
 
 
-def _id_tap_transpose(cts: Sequence[Any], *args: Any, **kwargs: Any) -> Sequence[Any]:
+def transpose(cts: Sequence[Any], *args: Any, **kwargs: Any) -> Sequence[Any]:
     # Every operand of a tangent tap is linear: the identity's transpose is the
     # identity, tapped. When no cotangent flows back (the tap's result was
     # unused), there is nothing to see: no tap (as the 2024 module).
@@ -408,13 +386,10 @@ def _id_tap_transpose(cts: Sequence[Any], *args: Any, **kwargs: Any) -> Sequence
     return TapParams.of(kwargs).with_transform("transpose").bind(*cts)
 
 
-jp.primitive_transposes[id_tap_p] = _id_tap_transpose
-
-
 # --- partial eval (remat) ---
 
 
-def _id_tap_remat(
+def remat(
     saveable: Callable[..., Any], unks_in: Sequence[bool], inst_in: Sequence[bool], eqn: Any
 ) -> tuple[Any, Any, list[bool], list[bool], list[Any]]:
     # NOTE [taps under checkpoint]
@@ -432,6 +407,3 @@ def _id_tap_remat(
     again = eqn.replace(outvars=[jp.DropVar(v.aval) for v in eqn.outvars])
     residuals = [v for v in eqn.invars if not isinstance(v, jp.Literal)]
     return eqn, again, [False] * n, [False] * n, residuals
-
-
-jp.partial_eval_jaxpr_custom_rules[id_tap_p] = _id_tap_remat
