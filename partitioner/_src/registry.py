@@ -10,7 +10,8 @@ once, in the order jax meets a primitive (trace, transform, lower, run), so
 "what does jax do with ``pjit_p``" is one block to read, and
 ``tests/test_rules_registry.py`` checks that no registration happens anywhere
 else and that no primitive misses one. Importing this module (the front doors'
-common module does) installs everything; importing it again changes nothing.
+common module does) installs everything, jax's two process-wide patches
+included; importing it again changes nothing.
 The host callback package keeps its own two primitives in its own registry
 (``host_callback/registry.py``): it sits beside this module on one layer, and
 neither may import the other.
@@ -64,3 +65,10 @@ pmap_region_p.def_impl(execute.region_impl)
 # --- an enclosing jax.jit sees our primitives' devices (NOTE [device assignment under jax.jit]) ---
 
 jp.report_intermediate_shardings(nested.intermediate_shardings)
+
+# --- collectives in a pmap body take negative axes (NOTE [negative collective axes]) ---
+
+# jax 0.10.2 gets them wrong before any rule of a primitive runs (an untiled
+# all_to_all builds its shapes from the raw axes), so the fix wraps the API, as
+# jax's own later fix does, for the whole process.
+jp.canonicalize_collective_axes()
