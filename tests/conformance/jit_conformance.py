@@ -18,6 +18,7 @@ objects, jax's ``jax.jit`` and its current ``pjit`` are one function, so
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 import re
 import warnings
@@ -116,9 +117,12 @@ def same_donation(
     Args:
         make_args: fresh ``(args, kwargs)`` (donated inputs are consumed).
     """
+    # A fresh function object for jax too: jax caches lowerings per function, and
+    # a parametrized ``fun`` shared by both doors would be lowered (and warn) once.
+    fresh = functools.wraps(fun)(lambda *a, **k: fun(*a, **k))
     their_args, their_kwargs = make_args()
     theirs, their_warnings = donation_warnings(
-        lambda: jax.jit(fun, **options)(*their_args, **their_kwargs)
+        lambda: jax.jit(fresh, **options)(*their_args, **their_kwargs)
     )
     our_args, our_kwargs = make_args()
     # The warning comes with lowering, as in jax: start from a cold cache so it does

@@ -1355,12 +1355,13 @@ def test_deleted_input(door: Any) -> None:
 
 
 def test_unusable_donation_warns_once_per_lowering(door: Any) -> None:
-    # The warning comes with lowering: the second call of a cached signature is silent
-    # (jax's), the first call of each new wrapper warns again.
-    def fun(x):
-        return x.sum()
-
+    # The warning comes with lowering: the first call of each new function warns
+    # (even one whose program equals an earlier one's), a cached call is silent.
     for _ in range(2):
+
+        def fun(x):
+            return x.sum()
+
         theirs_f, ours_f = jax.jit(fun, donate_argnums=0), door(fun, donate_argnums=0)
         for _ in range(2):
             _, theirs = donation_warnings(functools.partial(theirs_f, jnp.ones(4)))
