@@ -57,7 +57,9 @@ def test_undefined_axis(mesh, spec) -> None:
     assert repr(axis) in msg
     assert "did you forget the mesh" in msg.lower()
     assert "('x', 'y')" in msg  # the axes that do exist
-    assert msg.startswith("pjit in_axis_resources[0]")
+    # jax's own sentence first, then which spec
+    assert msg.startswith(f"Resource axis: {axis} of ")
+    assert "\npjit in_axis_resources[0]:" in msg
 
 
 def test_undefined_axis_names_the_key_path(mesh) -> None:

@@ -76,6 +76,11 @@ def place_args_reporting(
             check_usable(x, sharding.mesh, where(i))
             if strict and x.committed:
                 raise ValueError(
+                    "Computation was compiled for input shardings that disagree with the "
+                    "shardings of arguments passed to it. Here are the 1 mismatches:\n"
+                    f"Argument {where(i).rpartition('argument ')[2]} with shape "
+                    f"{x.aval.str_short()}:\n  Passed sharding: {x.sharding}\n"
+                    f"  Required sharding: {sharding}\n"
                     f"{where(i)} is committed to {x.sharding}, but the compiled computation "
                     f"takes it laid out as {sharding}. Pass it laid out so "
                     "(jax.device_put(x, compiled.input_shardings[...])), or lower again."

@@ -17,8 +17,6 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from jax.tree_util import DictKey, SequenceKey, keystr
-
 from .. import jax_private as jp
 from ..trace.arguments import FlatArguments
 
@@ -46,15 +44,6 @@ class ArgNames:
     def static(self, where: int | str) -> str:
         """A static argument, by position or keyword."""
         return self.positional(where) if isinstance(where, int) else where
-
-    def leaf(self, flat: FlatArguments, i: int) -> str:
-        """Flat leaf ``i`` of a call, by its parameter and path."""
-        head, rest = flat.paths[i][0], keystr(tuple(flat.paths[i][1:]))
-        if isinstance(head, SequenceKey):
-            return f"{self.positional(head.idx)}{rest}"
-        if isinstance(head, DictKey):
-            return f"{head.key}{rest}"
-        return f"args{keystr(tuple(flat.paths[i]))}"
 
 
 def _describe(sig: Any) -> str:
@@ -116,7 +105,7 @@ def _diff(
     diffs = [
         d
         for i, (n, o) in enumerate(zip(leaves, o_leaves, strict=True))
-        if (d := _diff_leaf(names.leaf(flat, i), n, o)) is not None
+        if (d := _diff_leaf(flat.label(i), n, o)) is not None
     ]
     return 4, len(diffs), "different argument types:\n" + "\n".join(diffs)
 

@@ -10,28 +10,39 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding
 from jax.tree_util import KeyPath, keystr
 
 from .parsed import ParsedPartitionSpec
 
 MSG_NOT_DIVISIBLE = """\
+Sharding {sharding} implies that array axis {dim} is partitioned {divisor} times, but the \
+dimension size is {size} (full shape: {shape}, per-dimension tiling factors: {factors} \
+should evenly divide the shape).
 {where}: dimension {dim} of shape {shape} has size {size}, which is not divisible by \
 {divisor}, the product of the sizes of mesh axes {axes} it is split over ({sizes}). \
 Pad the dimension to a multiple of {divisor}, or partition it over fewer axes."""
 
 MSG_RANK = """\
+Sharding {sharding} is only valid for values of rank at least {spec_len}, but was applied \
+to a value of rank {ndim}.{scalar_hint}
 {where}: the spec {spec} has {spec_len} entries but the value has rank {ndim} \
 (shape {shape}). A spec can be at most as long as the value's rank (ndim); drop the \
 trailing entries, e.g. {suggestion}."""
 
 MSG_UNDEFINED_AXIS = """\
+Resource axis: {axis} of {spec} is not found in mesh: {mesh_axes}.
 {where}: the spec {spec} names mesh axis {axis!r}, which is not in the current mesh \
 (axes {mesh_axes}). Did you forget the mesh, or misspell the axis? Use one of {mesh_axes}."""
 
 
 def _where(api: str, what: str, path: KeyPath) -> str:
     return f"{api} {what}{keystr(path)}"
+
+
+def _as_jax_sharding(spec: ParsedPartitionSpec, mesh: Mesh) -> NamedSharding:
+    """The sharding jax.jit's messages name for ``spec`` over ``mesh``."""
+    return NamedSharding(mesh, spec.to_partition_spec())
 
 
 def check_spec(
@@ -61,6 +72,8 @@ def check_spec(
         suggestion = spec.to_partition_spec().partitions[: len(shape)]
         raise ValueError(
             MSG_RANK.format(
+                sharding=_as_jax_sharding(spec, mesh),
+                scalar_hint=" For scalars the PartitionSpec should be P()" if not shape else "",
                 where=where,
                 spec=spec.describe(),
                 spec_len=len(spec.partitions),
@@ -77,6 +90,8 @@ def check_spec(
         if shape[dim] % divisor:
             raise ValueError(
                 MSG_NOT_DIVISIBLE.format(
+                    sharding=_as_jax_sharding(spec, mesh),
+                    factors=[*spec.shards_per_dim(mesh, len(shape))],
                     where=where,
                     dim=dim,
                     shape=tuple(shape),

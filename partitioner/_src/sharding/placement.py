@@ -33,6 +33,9 @@ Received incompatible devices for {kind}ted computation. Got {first} with device
 devices; move them onto the same devices first, with jax.device_put(x, sharding).)"""
 
 MSG_SHARDING_MISMATCH = """\
+Sharding passed to jit does not match the sharding on the respective arg. Got jit \
+sharding: {expected},
+arg sharding: {actual} for arg type: {aval}
 {where} is committed to {actual}, but {api} was asked to lay it out as {expected}. \
 Committed arrays are never moved behind your back (a hidden transfer): pass it laid out \
 as asked (jax.device_put(x, {expected_short})), or leave its spec unspecified."""
@@ -224,6 +227,7 @@ def check_committed_layout(
         return
     raise ValueError(
         MSG_SHARDING_MISMATCH.format(
+            aval=jp.shaped_abstractify(x),
             where=where,
             actual=x.sharding,
             api=api,
@@ -233,10 +237,16 @@ def check_committed_layout(
     )
 
 
+def _kind(where: str) -> str:
+    """``"pjit"`` or ``"jit"``: the computation jax's messages name, from ``"pjit f: ..."``."""
+    return "pjit" if where.startswith("pjit ") else "jit"
+
+
 def check_live(x: Any, where: str) -> None:
     """Raise a RuntimeError naming ``where`` if ``x`` is a deleted (e.g. donated) array."""
     if isinstance(x, jax.Array) and not isinstance(x, jp.Tracer) and x.is_deleted():
         raise RuntimeError(
+            f"Array has been deleted with shape={x.aval.str_short()}.\n"
             f"{where} is an array that has been deleted, most likely donated to an earlier "
             "call (donate_argnums). Pass a live array, or stop donating it."
         )
@@ -259,6 +269,9 @@ def check_usable(x: Any, mesh: Mesh, where: str) -> None:
         mesh_ids = {d.id for d in mesh.devices.flat}
         if not devices <= mesh_ids:
             raise ValueError(
+                f"Received incompatible devices for {_kind(where)}ted computation. Got {where} "
+                f"with device ids {sorted(devices)} and the mesh with device ids "
+                f"{sorted(mesh_ids)}.\n"
                 f"{where} is committed to devices {sorted(devices)}, but the mesh "
                 f"{dict(mesh.shape)} has devices {sorted(mesh_ids)}. Move it onto the mesh first "
                 "(jax.device_put(x, NamedSharding(mesh, spec))), or run under a mesh of its "

@@ -276,7 +276,7 @@ def bind_call(binding: Binding, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     )
     split = _split(args, kwargs, static, static_kw)
     _check_hashable(split.statics, binding.api)
-    flat = _flatten(split, [i for i in range(len(args)) if i not in static])
+    flat = _flatten(split, [i for i in range(len(args)) if i not in static], names)
     donated = tuple(
         path[0].idx in donate if i < flat.positional else path[0].key in donate_kw  # type: ignore[attr-defined]
         for i, path in enumerate(flat.paths)
@@ -319,7 +319,8 @@ def flat_arguments(
 ) -> FlatArguments:
     """A raw call's dynamic leaves with their paths (what a message found while running names)."""
     split = split_call(binding, args, kwargs)
-    return _flatten(split, [i for i in range(len(args)) if i not in binding.static_argnums])
+    dyn_idx = [i for i in range(len(args)) if i not in binding.static_argnums]
+    return _flatten(split, dyn_idx, binding.positional_names())
 
 
 def _select(
@@ -414,17 +415,32 @@ class FlatArguments:
     in_tree: PyTreeDef  # of (dynamic positional args, dynamic kwargs)
     paths: list[KeyPath]
     positional: int
+    # The function's positional parameter names (empty where it has no signature).
+    parameters: tuple[str, ...] = ()
 
     def where(self, i: int, api: str) -> str:
-        """``"pjit f: argument args[0]['w']"``: leaf ``i`` named for a message."""
+        """``"jit f: argument params['w']"``: leaf ``i`` named for a message."""
         return f"{api}: {self.name(i)}"
 
     def name(self, i: int) -> str:
-        """``"argument args[0]['w']"`` (``args['x']`` for a keyword argument)."""
-        return f"argument args{keystr(self.paths[i])}"
+        """``"argument params['w']"``: leaf ``i`` named for a message."""
+        return f"argument {self.label(i)}"
+
+    def label(self, i: int) -> str:
+        """``"params['w']"``: leaf ``i`` as jax names it, by the parameter it was passed
+        as (``x[0]``, ``x['b']``; a keyword by its key; ``args[2]`` past the named
+        parameters)."""
+        head, rest = self.paths[i][0], keystr(tuple(self.paths[i][1:]))
+        if i < self.positional:
+            index = head.idx  # type: ignore[attr-defined]
+            root = self.parameters[index] if index < len(self.parameters) else f"args[{index}]"
+            return f"{root}{rest}"
+        return f"{head.key}{rest}"  # type: ignore[attr-defined]
 
 
-def _flatten(split: SplitCall, dyn_idx: Sequence[int]) -> FlatArguments:
+def _flatten(
+    split: SplitCall, dyn_idx: Sequence[int], parameters: Sequence[str] = ()
+) -> FlatArguments:
     """Flatten ``split``'s dynamic arguments with key paths (see :class:`FlatArguments`).
 
     Args:
@@ -438,4 +454,4 @@ def _flatten(split: SplitCall, dyn_idx: Sequence[int]) -> FlatArguments:
         else path[1:]
         for i, (path, _) in enumerate(with_paths)
     ]
-    return FlatArguments([leaf for _, leaf in with_paths], in_tree, paths, n_pos)
+    return FlatArguments([leaf for _, leaf in with_paths], in_tree, paths, n_pos, tuple(parameters))
