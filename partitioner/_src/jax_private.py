@@ -306,6 +306,16 @@ def shardy_config(enabled: bool) -> Any:
     return _config.use_shardy_partitioner(enabled)
 
 
+def no_tracing() -> bool:
+    """``jax.no_tracing()`` is on: a call that would trace must raise, as jax.jit's does."""
+    return bool(_config.no_tracing.value)
+
+
+def no_execution() -> bool:
+    """``jax.no_execution()`` is on: running a program must raise, as jax.jit's does."""
+    return bool(_config.no_execution.value)
+
+
 def jax_uses_shardy() -> bool:
     return bool(_config.use_shardy_partitioner.value)
 

@@ -93,6 +93,7 @@ def jit(
         device=device_option(device, backend, keep_unused, inline, "jit"),
         compiler_options=compiler_options,
         keep_unused=keep_unused,
+        inline=inline,
         auto_memory_limit=auto_memory_limit,
     )
     return JitWrapped.make(JitPlanner(info))

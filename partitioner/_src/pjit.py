@@ -116,6 +116,7 @@ def pjit(
         device=device_option(device, backend, keep_unused, inline, "pjit"),
         compiler_options=compiler_options,
         keep_unused=keep_unused,
+        inline=inline,
         auto_memory_limit=auto_memory_limit,
     )
     return PjitWrapped.make(JitPlanner(info))

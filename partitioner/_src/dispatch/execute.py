@@ -86,6 +86,13 @@ def place_args_reporting(
                     "(jax.device_put(x, compiled.input_shardings[...])), or lower again."
                 )
             moved_committed = moved_committed or x.committed
+        elif isinstance(x, jax.ShapeDtypeStruct):  # a placeholder: .lower() takes it, a call not
+            aval = jax.core.ShapedArray(x.shape, x.dtype)
+            raise TypeError(
+                f"Argument '{where(i).rpartition('argument ')[2]}' of shape {aval.str_short()} "
+                f"of type {type(x)} is not a valid JAX type.\n{where(i)}: a ShapeDtypeStruct "
+                "describes an argument for .lower() or .eval_shape(); call with an array."
+            )
         elif getattr(x, "dtype", None) == jax.dtypes.float0:
             # float0 (a tangent of an int) has no buffers: the program takes bools.
             x = np.zeros(np.shape(x), np.bool_)
@@ -95,6 +102,11 @@ def place_args_reporting(
 
 def execute_placed(executable: Executable, placed: Sequence[Any]) -> list[Any]:
     """Run on arguments already laid out as ``executable.in_shardings``."""
+    if jp.no_execution():
+        raise RuntimeError(
+            f"JAX tried to execute function {executable.lowered.module_name}, but the "
+            "no_execution config option is set"
+        )
     if executable.physical_inputs:
         placed = [jp.physical_array(x) for x in placed]
     if executable.windowed:

@@ -91,14 +91,16 @@ def _diff(
         return 0, len(diffs), "the jax configuration differs:\n" + "\n".join(diffs)
     if mesh != o_mesh:
         return 1, 1, f"the mesh in context differs: now {mesh} and before {o_mesh}"
-    if statics != o_statics:
+    if statics != o_statics:  # (position or keyword, HashableStatic) pairs
         diffs = [
-            f"  * at static argument {names.static(w)}, now {v!r} and before {ov!r}"
+            f"  * at static argument {names.static(w)}, now {v.value!r} and before {ov.value!r}"
             for (w, v), (_, ov) in zip(statics, o_statics, strict=False)
             if v != ov
         ]
         if len(statics) != len(o_statics):
-            diffs.append(f"  * static arguments now {statics!r} and before {o_statics!r}")
+            now = [(w, v.value) for w, v in statics]
+            before = [(w, v.value) for w, v in o_statics]
+            diffs.append(f"  * static arguments now {now!r} and before {before!r}")
         return 2, len(diffs), "different static arguments:\n" + "\n".join(diffs)
     if tree != o_tree:
         return 3, 1, f"different argument structure: now {tree} and before {o_tree}"

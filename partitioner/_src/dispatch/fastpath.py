@@ -54,7 +54,7 @@ from ..compiler.executable import Executable
 from ..events import emit
 from ..primitives.call_plan import Planner
 from ..sharding.placement import check_live
-from ..trace.arguments import call_leaves, flat_arguments
+from ..trace.arguments import call_leaves, flat_arguments, statics_key
 from . import explain
 from .execute import run
 
@@ -272,7 +272,7 @@ class Dispatcher:
         key = (
             tree,
             tuple(map(_leaf_signature, leaves)),
-            statics,
+            statics_key(statics),
             jp.ambient_mesh(),
             jp.trace_context(),
         )
@@ -306,6 +306,11 @@ class Dispatcher:
                 lambda i: flat_arguments(self._binding, args, kwargs).where(i, self._binding.api),
             )
             return out, hit.executable, not moved
+        if jp.no_tracing():
+            raise RuntimeError(
+                f"re-tracing function {self._planner.fun} for `{self._binding.api.partition(' ')[0]}`, "
+                "but 'no_tracing' is set"
+            )
         emit("dispatch_miss", name=self.name)
         if key is not None and explain.enabled():
             self._explain(key, args, kwargs)

@@ -73,6 +73,7 @@ class JitInfo:
         device: ``jit(device=...)`` (or ``backend``'s first device), else None.
         compiler_options: sorted ``(name, value)`` pairs (hashable: a cache key part).
         keep_unused: compile every input in; False prunes those the body does not use.
+        inline: inside another trace, the body's equations join it (with no specs given).
         auto_memory_limit: bytes per device AUTO layouts must fit, or None.
     """
 
@@ -92,6 +93,7 @@ class JitInfo:
     device: jax.Device | None
     compiler_options: tuple[tuple[str, Any], ...]
     keep_unused: bool
+    inline: bool
     auto_memory_limit: int | None
 
     @property
@@ -121,6 +123,7 @@ def jit_info(
     device: Any,
     compiler_options: dict[str, Any] | None,
     keep_unused: bool,
+    inline: bool,
     auto_memory_limit: int | None,
 ) -> JitInfo:
     """Parse and check a ``jit``/``pjit`` call's options (every bad spec leaf at once).
@@ -168,6 +171,7 @@ def jit_info(
         device=device,
         compiler_options=tuple(sorted((compiler_options or {}).items())),
         keep_unused=keep_unused,
+        inline=inline,
         auto_memory_limit=auto_memory_limit,
     )
 
@@ -240,6 +244,11 @@ def _binding(
         signature: inspect.Signature | None = inspect.signature(fun)
     except (TypeError, ValueError):
         signature = None
+    if signature is None and donate_argnames is not None:
+        raise ValueError(
+            f"Getting the signature of function {fun} failed. Pass donate_argnums instead of "
+            f"donate_argnames. ({label})"
+        )
     given = {
         "static_argnums": optional_index_tuple(static_argnums, "static_argnums", label),
         "static_argnames": optional_name_tuple(static_argnames, "static_argnames", label),

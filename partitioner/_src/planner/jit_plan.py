@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from jax.tree_util import tree_flatten_with_path, tree_unflatten
+from jax.tree_util import tree_flatten_with_path, tree_leaves, tree_unflatten
 
 from .. import jax_private as jp
 from .. import options
@@ -69,7 +69,7 @@ def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPla
         keyword_spec=_keyword_spec(info, in_tree, legacy),
     )
     specs, in_avals = checked_inputs(
-        specs, flat.leaves, flat.paths, mesh, where, info.label, info.binding.static_hint
+        specs, flat.leaves, flat.paths, mesh, where, info.label, info.binding.static_hint, info.fun
     )
     traced = trace_body(
         info.fun, bound.rebuild, in_avals, mesh, bound.trace_key(), _debug_info(info, bound)
@@ -102,6 +102,14 @@ def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPla
         in_avals=in_avals,
         num_consts=len(consts),
         arguments=flat,
+        inline=info.inline and _unspecified(in_tree) and _unspecified(out_tree),
+    )
+
+
+def _unspecified(tree: Any) -> bool:
+    """Every leaf of a parsed spec tree is unspecified (none given)."""
+    return all(
+        leaf is UNSPECIFIED for leaf in tree_leaves(tree, is_leaf=lambda x: x is UNSPECIFIED)
     )
 
 

@@ -78,6 +78,7 @@ def checked_inputs(
     where: Callable[[int], str],
     api: str,
     static_hint: str,
+    fun: Any = None,
 ) -> tuple[tuple[LeafSpec, ...], tuple[Any, ...]]:
     """Each argument's aval; every given spec checked against the mesh and shapes; memory
     kinds and layouts settled.
@@ -93,7 +94,9 @@ def checked_inputs(
             memory kind or layout the argument does not have.
     """
     typed = has_explicit_axes(mesh)
-    avals = [abstractify(x, where(i), static_hint, typed=typed) for i, x in enumerate(leaves)]
+    avals = [
+        abstractify(x, where(i), static_hint, typed=typed, fun=fun) for i, x in enumerate(leaves)
+    ]
     given = [i for i, s in enumerate(specs) if s is not None and s is not AUTO]
     check_specs(
         api,
@@ -117,21 +120,28 @@ def checked_inputs(
     return tuple(out_specs), tuple(out_avals)
 
 
-def abstractify(leaf: Any, where: str, static_hint: str, *, typed: bool = False) -> Any:
+def abstractify(
+    leaf: Any, where: str, static_hint: str, *, typed: bool = False, fun: Any = None
+) -> Any:
     """The abstract value of an argument leaf (with its sharding when ``typed``).
 
     ``typed`` is set for calls over a mesh with Explicit axes, where a value's
     sharding is part of its type (NOTE [explicit axes] in ``mesh_env.py``).
 
     Raises:
-        TypeError: not a JAX type, naming ``where`` (API and argument path) and how
-            to mark it static.
+        TypeError: not a JAX type: jax.jit's message (``fun`` and the argument's
+            path), then ``where`` (API and argument) and how to mark it static.
     """
     try:
         return jp.typed_abstractify(leaf) if typed else jp.shaped_abstractify(leaf)
     except TypeError:
         raise TypeError(
-            f"{where} of type {type(leaf).__name__} is not a valid JAX type (arrays, numpy "
-            f"arrays, Python scalars or jax.ShapeDtypeStruct). Mark it static with "
-            f"{static_hint} if it is configuration."
+            f"Error interpreting argument to {fun} as an abstract array. The problematic "
+            f"value is of type {type(leaf)} and was passed to the function at path "
+            f"{where.rpartition('argument ')[2]}.\nThis typically means that a jit-wrapped "
+            "function was called with a non-array argument, and this argument was not "
+            "marked as static using the static_argnums or static_argnames parameters of "
+            f"jax.jit.\n{where} of type {type(leaf).__name__} is not a valid JAX type "
+            "(arrays, numpy arrays, Python scalars or jax.ShapeDtypeStruct). Mark it "
+            f"static with {static_hint} if it is configuration."
         ) from None

@@ -93,12 +93,13 @@ def infer_argnums_and_argnames(
     signature; given both, use them as they are (they may disagree).
 
     Positions then apply to arguments passed positionally and names to arguments
-    passed by keyword, as in jax (and its C++ dispatcher). Negative positions count
-    from the end of the positional parameters.
+    passed by keyword, as in jax (and its C++ dispatcher). Positions stay as given:
+    a negative static position counts from the end of the arguments a call passes
+    (:func:`bind_call`), a negative donated one matches no argument (as jax.jit's).
     """
     params = list(signature.parameters.values()) if signature is not None else []
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    nums = tuple(sorted({i + len(positional) if i < 0 else i for i in argnums or ()}))
+    nums = tuple(dict.fromkeys(argnums or ()))
     names = tuple(argnames or ())
     if argnames is None and argnums is not None:
         names = tuple(
@@ -213,7 +214,7 @@ class Binding:
 
     def donated_positions(self, n: int) -> tuple[int, ...]:
         """Positions of the donated arguments of a call passing ``n`` positionally."""
-        return tuple(i for i in self.donate_argnums if i < n)
+        return tuple(i for i in self.donate_argnums if 0 <= i < n)
 
 
 @dataclass(frozen=True)
@@ -268,9 +269,8 @@ def bind_call(binding: Binding, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     if binding.bind_keywords:
         args, kwargs = _bind_signature(binding.signature, args, kwargs)
     names = binding.positional_names()
-    static, static_kw = _select(
-        binding.static_argnums, binding.static_argnames, names, n_raw, args, kwargs
-    )
+    statics = tuple(i + n_raw if i < 0 else i for i in binding.static_argnums)
+    static, static_kw = _select(statics, binding.static_argnames, names, n_raw, args, kwargs)
     donate, donate_kw = _select(
         binding.donate_argnums, binding.donate_argnames, names, n_raw, args, kwargs
     )
@@ -298,7 +298,8 @@ def _bind_signature(
 
 def split_call(binding: Binding, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SplitCall:
     """A raw call's statics and dynamic arguments, without binding the signature (fast)."""
-    return _split(args, kwargs, binding.static_argnums, binding.static_argnames)
+    statics = [i + len(args) if i < 0 else i for i in binding.static_argnums]
+    return _split(args, kwargs, statics, binding.static_argnames)
 
 
 def call_leaves(
@@ -319,7 +320,8 @@ def flat_arguments(
 ) -> FlatArguments:
     """A raw call's dynamic leaves with their paths (what a message found while running names)."""
     split = split_call(binding, args, kwargs)
-    dyn_idx = [i for i in range(len(args)) if i not in binding.static_argnums]
+    statics = {i + len(args) if i < 0 else i for i in binding.static_argnums}
+    dyn_idx = [i for i in range(len(args)) if i not in statics]
     return _flatten(split, dyn_idx, binding.positional_names())
 
 
@@ -334,7 +336,7 @@ def _select(
     """Which bound positions and keywords ``nums``/``names`` pick: positions among the
     ``n_raw`` arguments passed positionally, names among those passed by keyword
     (bound to positions ``n_raw..`` or left in ``kwargs``)."""
-    picked = {i for i in nums if i < n_raw}
+    picked = {i for i in nums if 0 <= i < n_raw}
     picked |= {i for i in range(n_raw, len(args)) if i < len(params) and params[i] in names}
     return picked, {k for k in kwargs if k in names}
 
@@ -366,17 +368,21 @@ def _split(
 
 
 def _check_hashable(statics: Statics, api: str) -> None:
-    """Raise a TypeError naming the first static argument that cannot be a cache key."""
+    """Raise jax's ValueError naming the first static argument that cannot be a cache key."""
     for where, value in statics:
         if not isinstance(value, Hashable):
-            raise TypeError(
+            raise ValueError(
+                "Non-hashable static arguments are not supported, as this can lead to "
+                f"unexpected cache-misses. Static argument (index {where}) of type "
+                f"{type(value)} for function {api.partition(' ')[2]} is non-hashable.\n"
                 f"{api}: static argument {where!r} of type {type(value).__name__} is not "
                 "hashable; static arguments must be hashable (e.g. a tuple instead of a list)."
             )
 
 
 class HashableStatic:
-    """A static value in a trace cache key: equal values hash equal (jax arrays included)."""
+    """A static value in a cache key: equal values of the same type match (as jax.jit's keys:
+    ``1``, ``True`` and ``1.0`` are three signatures)."""
 
     __slots__ = ("value",)
 
@@ -389,10 +395,16 @@ class HashableStatic:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, HashableStatic):
             return NotImplemented
+        if type(self.value) is not type(other.value):
+            return False
         try:
-            return bool(type(self.value) is type(other.value) and self.value == other.value)
-        except Exception:
-            return self.value is other.value
+            return bool(self.value == other.value)
+        except Exception as e:
+            raise ValueError(
+                "static arguments should be comparable using __eq__. The following error was "
+                f"raised when comparing two objects of types {type(self.value)} and "
+                f"{type(other.value)}. The error was:\n{type(e).__name__}: {e}"
+            ) from e
 
 
 def statics_key(statics: Statics) -> tuple[tuple[int | str, HashableStatic], ...]:
