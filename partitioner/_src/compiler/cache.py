@@ -179,8 +179,9 @@ def _program_shape(jaxpr: Any) -> Any:
 executables = ExecutableCache(same_program=closed_jaxprs_equal, shape_of=_program_shape)
 
 
-def get_executable(params: PjitParams) -> Executable:
-    """The compiled executable for these params (NOTE [executable cache])."""
+def get_executable(params: PjitParams) -> tuple[Executable, bool]:
+    """The compiled executable for these params (NOTE [executable cache]), and whether
+    this call built it."""
     shardy = options.use_shardy()
 
     def build_it() -> Executable:
@@ -197,5 +198,4 @@ def get_executable(params: PjitParams) -> Executable:
         params.compiler_options,
         params.keep_unused,
     )
-    executable, _ = executables.get_or_compile(params.jaxpr, key, build_it)
-    return executable
+    return executables.get_or_compile(params.jaxpr, key, build_it)

@@ -22,6 +22,7 @@ from .. import jax_private as jp
 from .. import window
 from ..compiler.cache import get_executable
 from ..compiler.executable import Executable
+from ..lower.module import warn_unusable_donations
 from ..primitives.constraint import ConstraintParams
 from ..primitives.pjit_call import PjitParams
 from ..primitives.pmap_region import RegionParams, region_pjit
@@ -176,7 +177,9 @@ def pjit_impl(*args: Any, **kwargs: Any) -> list[Any]:
                 for s, x in zip(params.in_axis_resources, args, strict=True)
             )
         )
-    executable = get_executable(params)
+    executable, built = get_executable(params)
+    if built:  # as jax.jit's eager call warns when it lowers a program
+        warn_unusable_donations(executable.lowered)
     taken = executable.taken(args)
     return execute_placed(executable, place_args_reporting(taken, executable.in_placements())[0])
 

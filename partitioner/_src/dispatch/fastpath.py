@@ -52,6 +52,7 @@ from .. import options, window
 from ..compiler.cache import get_executable
 from ..compiler.executable import Executable
 from ..events import emit
+from ..lower.module import warn_unusable_donations
 from ..primitives.call_plan import Planner
 from ..sharding.placement import check_live
 from ..trace.arguments import call_leaves, flat_arguments, statics_key
@@ -317,7 +318,8 @@ class Dispatcher:
         plan = self._planner.plan(args, kwargs)
         if plan.num_consts:
             return plan.bind(), None, False
-        executable = get_executable(plan.params)
+        executable, _ = get_executable(plan.params)
+        warn_unusable_donations(executable.lowered)  # each new function's first call, as jax.jit
         out, moved = run(executable, plan.args_flat, plan.out_tree, plan.where)
         if not moved and key is not None:
             with self._python_cache_lock:

@@ -208,9 +208,15 @@ class Binding:
     bind_keywords: bool = False
 
     def positional_names(self) -> list[str]:
-        """The names of the positional parameters, in order (empty without a signature)."""
+        """The names of the positional parameters, in order (empty without a signature);
+        arguments past them are named ``args[i]`` of the ``*args`` parameter, as jax does."""
         params = self.signature.parameters.values() if self.signature is not None else ()
         return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+    def varargs_name(self) -> str:
+        """The ``*args`` parameter's name (``args`` where there is none)."""
+        params = self.signature.parameters.values() if self.signature is not None else ()
+        return next((p.name for p in params if p.kind is p.VAR_POSITIONAL), "args")
 
     def donated_positions(self, n: int) -> tuple[int, ...]:
         """Positions of the donated arguments of a call passing ``n`` positionally."""
@@ -276,7 +282,9 @@ def bind_call(binding: Binding, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     )
     split = _split(args, kwargs, static, static_kw)
     _check_hashable(split.statics, binding.api)
-    flat = _flatten(split, [i for i in range(len(args)) if i not in static], names)
+    flat = _flatten(
+        split, [i for i in range(len(args)) if i not in static], names, binding.varargs_name()
+    )
     donated = tuple(
         path[0].idx in donate if i < flat.positional else path[0].key in donate_kw  # type: ignore[attr-defined]
         for i, path in enumerate(flat.paths)
@@ -322,7 +330,7 @@ def flat_arguments(
     split = split_call(binding, args, kwargs)
     statics = {i + len(args) if i < 0 else i for i in binding.static_argnums}
     dyn_idx = [i for i in range(len(args)) if i not in statics]
-    return _flatten(split, dyn_idx, binding.positional_names())
+    return _flatten(split, dyn_idx, binding.positional_names(), binding.varargs_name())
 
 
 def _select(
@@ -427,8 +435,10 @@ class FlatArguments:
     in_tree: PyTreeDef  # of (dynamic positional args, dynamic kwargs)
     paths: list[KeyPath]
     positional: int
-    # The function's positional parameter names (empty where it has no signature).
+    # The function's positional parameter names (empty where it has no signature),
+    # and its ``*args`` parameter's name (what names arguments passed past them).
     parameters: tuple[str, ...] = ()
+    varargs: str = "args"
 
     def where(self, i: int, api: str) -> str:
         """``"jit f: argument params['w']"``: leaf ``i`` named for a message."""
@@ -445,13 +455,14 @@ class FlatArguments:
         head, rest = self.paths[i][0], keystr(tuple(self.paths[i][1:]))
         if i < self.positional:
             index = head.idx  # type: ignore[attr-defined]
-            root = self.parameters[index] if index < len(self.parameters) else f"args[{index}]"
+            n = len(self.parameters)
+            root = self.parameters[index] if index < n else f"{self.varargs}[{index - n}]"
             return f"{root}{rest}"
         return f"{head.key}{rest}"  # type: ignore[attr-defined]
 
 
 def _flatten(
-    split: SplitCall, dyn_idx: Sequence[int], parameters: Sequence[str] = ()
+    split: SplitCall, dyn_idx: Sequence[int], parameters: Sequence[str] = (), varargs: str = "args"
 ) -> FlatArguments:
     """Flatten ``split``'s dynamic arguments with key paths (see :class:`FlatArguments`).
 
@@ -466,4 +477,6 @@ def _flatten(
         else path[1:]
         for i, (path, _) in enumerate(with_paths)
     ]
-    return FlatArguments([leaf for _, leaf in with_paths], in_tree, paths, n_pos, tuple(parameters))
+    return FlatArguments(
+        [leaf for _, leaf in with_paths], in_tree, paths, n_pos, tuple(parameters), varargs
+    )
