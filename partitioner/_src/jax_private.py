@@ -376,10 +376,10 @@ def report_intermediate_shardings(find: Callable[[Any], Iterable[tuple[Any, Any,
     _dispatch.get_intermediate_shardings = get_intermediate_shardings  # type: ignore[assignment]
 
 
-def body_shardings(jaxpr: Any) -> list[tuple[Any, str]]:
+def body_shardings(jaxpr: Any) -> list[tuple[Any, str, str]]:
     """The shardings a body names inside (constraints, ``device_put``, nested calls,
     ours included), each with what and where it is, as jax.jit finds them to
-    choose a call's devices: ``(sharding, "sharding_constraint inside jit at f.py:3")``."""
+    choose a call's devices: ``(sharding, "sharding_constraint", "f.py:3")``."""
     found = []
     for sharding, info in _dispatch.get_intermediate_shardings(jaxpr):
         if not isinstance(sharding, _jax_pkg.sharding.Sharding) or (
@@ -388,7 +388,7 @@ def body_shardings(jaxpr: Any) -> list[tuple[Any, str]]:
         ):
             continue  # unspecified, or over no devices yet: nothing to place the call on
         where = summarize_source_info(info.source_info) if info.source_info else "?"
-        found.append((sharding, f"{info.eqn_name} at {where}"))
+        found.append((sharding, info.eqn_name, where))
     return found
 
 

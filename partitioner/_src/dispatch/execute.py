@@ -194,8 +194,8 @@ def _placed_on_arguments(params: PjitParams, args: Sequence[Any]) -> PjitParams:
     """
     if params.committed or not any(is_committed(x) for x in args):
         return params
-    where = [f"{params.api} {params.name}: argument {i} (flat)" for i in range(len(args))]
-    placement = placement_from_arguments(f"{params.api} {params.name}", args, where)
+    labels = [f"{i} (flat)" for i in range(len(args))]
+    placement = placement_from_arguments(f"{params.api} {params.name}", args, labels)
     if placement.mesh == params.mesh:
         return params
     return params.replace(

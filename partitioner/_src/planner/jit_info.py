@@ -19,6 +19,7 @@ from jax.sharding import Mesh
 from jax.tree_util import tree_leaves
 
 from ..sharding.auto import AUTO
+from ..sharding.devices import INPUT_SHARDING, OUTPUT_SHARDING
 from ..sharding.tree import UNSPECIFIED, meshes_named_by, prepare_axis_resources
 from ..trace.arguments import (
     Binding,
@@ -67,7 +68,7 @@ class JitInfo:
         in_specs / out_specs: the parsed trees as ``none_rule`` reads them under a mesh.
         open_in_specs / open_out_specs: the same with ``None`` unspecified; the
             same objects when the rule is UNSPECIFIED.
-        named_meshes: ``(where, mesh)`` of every leaf that names devices.
+        named_meshes: ``(where, mesh, kind)`` of every leaf that names devices.
         needs_mesh: some leaf is a bare spec, which only a mesh gives a meaning.
         has_auto: some leaf is ``AUTO`` (the AUTO stage chooses it per signature).
         device: ``jit(device=...)`` (or ``backend``'s first device), else None.
@@ -87,7 +88,7 @@ class JitInfo:
     out_specs: Any
     open_in_specs: Any
     open_out_specs: Any
-    named_meshes: tuple[tuple[str, Mesh], ...]
+    named_meshes: tuple[tuple[str, Mesh, str], ...]
     needs_mesh: bool
     has_auto: bool
     device: jax.Device | None
@@ -163,8 +164,8 @@ def jit_info(
         open_in_specs=trees[2],
         open_out_specs=trees[3],
         named_meshes=tuple(
-            meshes_named_by(in_specs, f"{api} {names.inputs}")
-            + meshes_named_by(out_specs, f"{api} {names.outputs}")
+            meshes_named_by(in_specs, f"{api} {names.inputs}", INPUT_SHARDING)
+            + meshes_named_by(out_specs, f"{api} {names.outputs}", OUTPUT_SHARDING)
         ),
         needs_mesh=any(map(_has_bare_specs, trees[2:])),
         has_auto=any(leaf is AUTO for tree in trees[:2] for leaf in _spec_leaves(tree)),

@@ -25,7 +25,7 @@ from ..primitives.pjit_call import PjitParams
 from ..sharding.auto import AUTO
 from ..sharding.call_inputs import checked_inputs, input_specs
 from ..sharding.call_outputs import output_specs
-from ..sharding.mesh_env import maybe_current_mesh, resolve_mesh
+from ..sharding.mesh_env import maybe_current_mesh, resolve_call_mesh
 from ..sharding.parsed import REPLICATED
 from ..sharding.placement import (
     Placement,
@@ -67,6 +67,7 @@ def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPla
         arg_name=info.names.inputs,
         check_committed=not options.reshard_committed_enabled(),
         keyword_spec=_keyword_spec(info, in_tree, legacy),
+        origin=placement.source,
     )
     specs, in_avals = checked_inputs(
         specs, flat.leaves, flat.paths, mesh, where, info.label, info.binding.static_hint, info.fun
@@ -124,10 +125,11 @@ def _keyword_spec(info: JitInfo, in_tree: Any, legacy_mesh: bool) -> Any:
 def _placement(info: JitInfo, bound: BoundCall) -> Placement:
     """The mesh in context (or named by the specs), else the arguments' devices."""
     if info.named_meshes or info.needs_mesh or maybe_current_mesh() is not None:
-        return Placement(resolve_mesh(info.label, info.named_meshes))
+        mesh, source = resolve_call_mesh(info.label, info.named_meshes)
+        return Placement(mesh, source=source)
     flat = bound.flat
-    where = [flat.name(i) for i in range(len(flat.leaves))]
-    return placement_from_arguments(info.label, flat.leaves, where, info.device)
+    labels = [flat.label(i) for i in range(len(flat.leaves))]
+    return placement_from_arguments(info.label, flat.leaves, labels, info.device)
 
 
 def _debug_info(info: JitInfo, bound: BoundCall) -> Any:

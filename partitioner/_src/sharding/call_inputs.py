@@ -21,6 +21,7 @@ from jax.tree_util import KeyPath
 from .. import jax_private as jp
 from .auto import AUTO
 from .checks import check_specs
+from .devices import DeviceSource
 from .leaves import resolve_inputs
 from .mesh_env import has_explicit_axes
 from .parsed import REPLICATED
@@ -43,11 +44,13 @@ def input_specs(
     arg_name: str,
     check_committed: bool,
     keyword_spec: Any = REPLICATED,
+    origin: DeviceSource | None = None,
 ) -> list[LeafSpec]:
     """Broadcast the in-spec ``prefix`` over a call's positional arguments, one spec per leaf.
 
     Leaves past the positional ones (keyword arguments) get ``keyword_spec``
-    (``UNSPECIFIED``: each as it is laid out). ``check_committed`` (unless the user allows resharding committed arrays):
+    (``UNSPECIFIED``: each as it is laid out); ``origin``: what put the call on
+    ``mesh`` (jax's device messages name it). ``check_committed`` (unless the user allows resharding committed arrays):
     a committed argument must already be laid out as its given spec asks.
 
     Raises:
@@ -60,10 +63,10 @@ def input_specs(
     )
     specs: list[LeafSpec] = []
     for i, leaf in enumerate(leaves):
-        check_usable(leaf, mesh, where(i))
+        check_usable(leaf, mesh, where(i), origin)
         spec = arg_specs[i] if i < len(arg_specs) else keyword_spec
         if spec is UNSPECIFIED:
-            spec = unspecified_input_spec(leaf, mesh, where(i), api)
+            spec = unspecified_input_spec(leaf, mesh, where(i), api, origin)
         elif spec is not AUTO and check_committed:
             check_committed_layout(leaf, spec, mesh, where(i), api)
         specs.append(spec)

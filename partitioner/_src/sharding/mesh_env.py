@@ -15,6 +15,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh
 
 from .. import jax_private
+from .devices import CONTEXT_MESH, DeviceSource, incompatible_devices
 
 MSG_BAD_MESH = """\
 mesh(devices, axis_names): {detail}. Pass a numpy array of devices with one named axis per
@@ -172,35 +173,43 @@ def current_mesh(api: str) -> Mesh:
     return resolve_mesh(api, ())
 
 
-def resolve_mesh(api: str, named: Sequence[tuple[str, Any]]) -> Mesh:
-    """The mesh a call runs over: the one in context, else the one its NamedShardings name.
+def resolve_mesh(api: str, named: Sequence[tuple[str, Any, str]]) -> Mesh:
+    """The mesh a call runs over (see :func:`resolve_call_mesh`)."""
+    return resolve_call_mesh(api, named)[0]
+
+
+def resolve_call_mesh(api: str, named: Sequence[tuple[str, Any, str]]) -> tuple[Mesh, DeviceSource]:
+    """The mesh a call runs over: the one in context, else the one its NamedShardings name;
+    and what put the call there, for jax's device messages.
 
     Args:
         api: names the caller in messages.
-        named: ``(where, mesh)`` of every NamedSharding given as a spec.
+        named: ``(where, mesh, kind)`` of every NamedSharding given as a spec.
 
     Raises:
         RuntimeError: no mesh in context and no NamedSharding to take one from.
         ValueError: a NamedSharding's mesh differs from the mesh in context (or
-            from the other NamedShardings' mesh); names both meshes.
+            from the other NamedShardings' mesh); names both meshes (jax's
+            "Received incompatible devices" where their devices differ).
     """
     m = jax_private.ambient_mesh()
     if m is None and not named:
         raise RuntimeError(MSG_NO_MESH.format(api=api))
     mesh = as_call_mesh(m if m is not None else named[0][1])
     source = "the mesh in context" if m is not None else f"the mesh of {named[0][0]}"
-    for where, other in named:
+    origin = DeviceSource(tuple(mesh.devices.flat), CONTEXT_MESH if m is not None else named[0][2])
+    for where, other, kind in named:
         # A NamedSharding over the mesh with other axis types names the same devices.
-        if as_auto_mesh(other) != as_auto_mesh(mesh):
-            raise ValueError(
-                MSG_MESH_MISMATCH.format(
-                    where=where,
-                    mesh=_describe(other),
-                    source=source,
-                    expected=_describe(mesh),
-                )
+        if as_auto_mesh(other) == as_auto_mesh(mesh):
+            continue
+        if set(other.devices.flat) != set(mesh.devices.flat):
+            raise incompatible_devices(api, origin, DeviceSource(tuple(other.devices.flat), kind))
+        raise ValueError(
+            MSG_MESH_MISMATCH.format(
+                where=where, mesh=_describe(other), source=source, expected=_describe(mesh)
             )
-    return mesh
+        )
+    return mesh, origin
 
 
 def _describe(m: Mesh) -> str:

@@ -19,6 +19,7 @@ from jax.tree_util import KeyPath, keystr
 
 from .auto import AUTO
 from .checks import raise_all
+from .devices import INPUT_SHARDING
 from .leaves import SHARDING_LEAVES, leaf_mesh
 from .parsed import ParsedPartitionSpec
 from .partition_spec import is_spec
@@ -106,15 +107,20 @@ def prepare_axis_resources(
     return jax.tree_util.tree_unflatten(treedef, parsed)
 
 
-def meshes_named_by(tree: Any, arg_name: str) -> list[tuple[str, Any]]:
-    """``(where, mesh)`` of every leaf of a spec tree that names devices, in tree order.
+def meshes_named_by(
+    tree: Any, arg_name: str, kind: str = INPUT_SHARDING
+) -> list[tuple[str, Any, str]]:
+    """``(where, mesh, kind)`` of every leaf of a spec tree that names devices, in tree order.
+
+    ``kind`` says what the tree is, as jax's device messages name it (``explicit
+    input sharding``, ``explicit output sharding``).
 
     A NamedSharding (bare or in a ``Format``) names its mesh; a
     SingleDeviceSharding names a one-device mesh (``leaf_mesh``).
     """
     found = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_spec_leaf)[0]
     return [
-        (f"{arg_name}{keystr(path)}", mesh)
+        (f"{arg_name}{keystr(path)}", mesh, kind)
         for path, leaf in found
         if (mesh := leaf_mesh(leaf)) is not None
     ]
