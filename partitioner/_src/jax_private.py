@@ -275,6 +275,20 @@ def ambient_mesh() -> Any | None:
     return None
 
 
+def context_meshes() -> tuple[Any | None, Any | None]:
+    """(the classic ``with mesh:`` mesh, the ``jax.set_mesh`` mesh), each None when not set.
+
+    jax's two doors read different ones: its pjit the classic resource
+    environment, jax.jit the mesh ``jax.set_mesh`` sets (``planner/jit_info.py``).
+    """
+    physical = _mesh_lib.thread_resources.env.physical_mesh
+    concrete = _mesh_lib.get_concrete_mesh()
+    return (
+        None if physical.empty else physical,
+        None if concrete is None or concrete.empty else concrete,
+    )
+
+
 def legacy_mesh_active() -> bool:
     """Whether a classic ``with mesh:`` (or ``partitioner.mesh``) context is active.
 
@@ -328,6 +342,8 @@ def shaped_abstractify(x: Any) -> Any:
     one trace whatever their current layout.
     """
     a = _core.shaped_abstractify(x)
+    if isinstance(a, _core.AbstractToken):
+        return a
     return _core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type)
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from jax.sharding import Mesh
 from jax.tree_util import tree_flatten_with_path, tree_leaves, tree_unflatten
 
 from .. import jax_private as jp
@@ -25,7 +26,7 @@ from ..primitives.pjit_call import PjitParams
 from ..sharding.auto import AUTO
 from ..sharding.call_inputs import checked_inputs, input_specs
 from ..sharding.call_outputs import output_specs
-from ..sharding.mesh_env import maybe_current_mesh, resolve_call_mesh
+from ..sharding.mesh_env import resolve_call_mesh
 from ..sharding.parsed import REPLICATED
 from ..sharding.placement import (
     Placement,
@@ -70,7 +71,14 @@ def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPla
         origin=placement.source,
     )
     specs, in_avals = checked_inputs(
-        specs, flat.leaves, flat.paths, mesh, where, info.label, info.binding.static_hint, info.fun
+        specs,
+        flat.leaves,
+        [flat.label(i) for i in range(len(flat.leaves))],
+        mesh,
+        where,
+        info.label,
+        info.binding.static_hint,
+        info.fun,
     )
     traced = trace_body(
         info.fun, bound.rebuild, in_avals, mesh, bound.trace_key(), _debug_info(info, bound)
@@ -122,10 +130,41 @@ def _keyword_spec(info: JitInfo, in_tree: Any, legacy_mesh: bool) -> Any:
     return REPLICATED if replicated and in_tree is not UNSPECIFIED else UNSPECIFIED
 
 
+MSG_MESH_WITH_DEVICE = (
+    "Mesh context manager should not be used with jit when backend or device is also "
+    "specified as an argument to jit."
+)
+
+
+def _context_mesh(info: JitInfo) -> Mesh | None:
+    """The mesh in context this door reads (``JitInfo.use_resource_env``), or None.
+
+    Each door reads its own context as jax's does, the other one only to give
+    bare PartitionSpecs a mesh (where jax raises). A ``device``/``backend`` option
+    wins over the other door's context and is jax's error under the door's own.
+
+    Raises:
+        ValueError: ``device``/``backend`` given under the door's own mesh context.
+    """
+    classic, set_mesh = jp.context_meshes()
+    own, other = (classic, set_mesh) if info.use_resource_env else (set_mesh, classic)
+    if info.device is not None:
+        if own is not None:
+            raise ValueError(f"{MSG_MESH_WITH_DEVICE} ({info.label})")
+        return None
+    if own is not None:
+        return own
+    # The other door's context only gives bare PartitionSpecs a mesh, where jax raises.
+    return other if info.needs_mesh is not None else None
+
+
 def _placement(info: JitInfo, bound: BoundCall) -> Placement:
     """The mesh in context (or named by the specs), else the arguments' devices."""
-    if info.named_meshes or info.needs_mesh or maybe_current_mesh() is not None:
-        mesh, source = resolve_call_mesh(info.label, info.named_meshes)
+    context = _context_mesh(info)
+    if info.named_meshes or info.needs_mesh is not None or context is not None:
+        mesh, source = resolve_call_mesh(
+            info.label, info.named_meshes, context, info.needs_mesh or info.names.inputs
+        )
         return Placement(mesh, source=source)
     flat = bound.flat
     labels = [flat.label(i) for i in range(len(flat.leaves))]

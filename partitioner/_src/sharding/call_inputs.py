@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from jax.sharding import Mesh
-from jax.tree_util import KeyPath
 
 from .. import jax_private as jp
 from .auto import AUTO
@@ -76,7 +75,7 @@ def input_specs(
 def checked_inputs(
     specs: Sequence[LeafSpec],
     leaves: Sequence[Any],
-    paths: Sequence[KeyPath],
+    labels: Sequence[str],
     mesh: Mesh,
     where: Callable[[int], str],
     api: str,
@@ -84,7 +83,7 @@ def checked_inputs(
     fun: Any = None,
 ) -> tuple[tuple[LeafSpec, ...], tuple[Any, ...]]:
     """Each argument's aval; every given spec checked against the mesh and shapes; memory
-    kinds and layouts settled.
+    kinds and layouts settled. ``labels`` name the arguments as jax does (``x['w']``).
 
     Returns:
         ``(specs, avals)``: the avals in the memory kinds the arguments will live
@@ -102,10 +101,10 @@ def checked_inputs(
     ]
     given = [i for i, s in enumerate(specs) if s is not None and s is not AUTO]
     check_specs(
-        api,
-        "argument args",
+        f"{api} arguments",
         [specs[i] for i in given],
-        [paths[i] for i in given],
+        [where(i) for i in given],
+        [f"pjit arguments with pytree key path {labels[i]}" for i in given],
         [avals[i].shape for i in given],
         mesh,
     )

@@ -33,10 +33,10 @@ def output_specs(
     specs, paths = broadcast_prefix(prefix, outs, api=f"{api} {out_name}", what="outputs")
     given = [i for i, s in enumerate(specs) if s is not UNSPECIFIED and s is not AUTO]
     check_specs(
-        api,
-        "output",
+        f"{api} outputs",
         [specs[i] for i in given],
-        [paths[i] for i in given],
+        [f"{api} output{keystr(paths[i])}" for i in given],
+        [f"pjit outputs with pytree key path {keystr(paths[i])}" for i in given],
         [out_avals[i].shape for i in given],
         mesh,
     )
