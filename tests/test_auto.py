@@ -300,7 +300,9 @@ def test_bad_auto_input_is_a_clear_error():
     ):
         partitioner.with_sharding_constraint(jnp.ones(8), AUTO)
     f = partitioner.pjit(lambda x: x * 2, in_axis_resources=AUTO, out_axis_resources=AUTO)
-    with pytest.raises(RuntimeError, match="requires a non-empty mesh in context"):  # as for any spec
+    with pytest.raises(
+        RuntimeError, match="requires a non-empty mesh in context"
+    ):  # as for any spec
         f(jnp.ones(8))
 
 

@@ -81,7 +81,13 @@ def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPla
         info.fun,
     )
     traced = trace_body(
-        info.fun, bound.rebuild, in_avals, mesh, bound.trace_key(), _debug_info(info, bound)
+        info.fun,
+        bound.rebuild,
+        in_avals,
+        mesh,
+        bound.trace_key(),
+        _debug_info(info, bound),
+        source=placement.source,
     )
     moved = placement_in_body(info.label, jp.body_shardings(traced.jaxpr.jaxpr), placement)
     if moved is not None:

@@ -188,9 +188,11 @@ def unspecified_input_spec(
 ) -> ParsedPartitionSpec | None:
     """The spec an argument with an omitted spec gets: its own layout.
 
-    A committed array keeps its layout; an uncommitted one is replicated (jax's
-    rule); a tracer's layout is left to XLA (None); a ``ShapeDtypeStruct`` with a
-    sharding (for ``.lower``) takes it.
+    A committed array keeps its layout; an uncommitted one (a numpy array, a
+    Python scalar, an uncommitted jax.Array) and a tracer are left to XLA's
+    propagation (None), which may partition it as the body's constraints ask
+    (jax.jit's rule: the call then places the value as XLA chose); a
+    ``ShapeDtypeStruct`` with a sharding (for ``.lower``) takes it.
 
     Raises:
         ValueError: a committed array whose layout no spec over ``mesh`` expresses.
@@ -212,7 +214,7 @@ def unspecified_input_spec(
     sharding = getattr(x, "sharding", None)
     if isinstance(x, jax.ShapeDtypeStruct) and isinstance(sharding, NamedSharding):
         return ParsedPartitionSpec.coerce(sharding.spec, where)
-    return REPLICATED
+    return REPLICATED if mesh.size == 1 else None
 
 
 def check_committed_layout(
