@@ -342,9 +342,14 @@ def shaped_abstractify(x: Any) -> Any:
     one trace whatever their current layout.
     """
     a = _core.shaped_abstractify(x)
-    if isinstance(a, _core.AbstractToken):
-        return a
     return _core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type)
+
+
+def is_token(x: Any) -> bool:
+    """Whether ``x`` is an ordering token (``jax.lax.create_token()``), or its abstract value."""
+    return isinstance(x, (_core.Token, _core.AbstractToken)) or isinstance(
+        getattr(x, "aval", None), _core.AbstractToken
+    )
 
 
 def typed_abstractify(x: Any) -> Any:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import jax
 from jax.sharding import Mesh
 from jax.tree_util import tree_flatten_with_path, tree_leaves, tree_unflatten
 
@@ -31,6 +32,7 @@ from ..sharding.parsed import REPLICATED
 from ..sharding.placement import (
     Placement,
     check_committed_layout,
+    is_committed,
     placement_from_arguments,
     placement_in_body,
 )
@@ -69,6 +71,7 @@ def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPla
         check_committed=not options.reshard_committed_enabled(),
         keyword_spec=_keyword_spec(info, in_tree, legacy),
         origin=placement.source,
+        move_all=placement.moves_arguments,
     )
     specs, in_avals = checked_inputs(
         specs,
@@ -111,7 +114,7 @@ def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPla
     )
     return CallPlan(
         params=params,
-        args_flat=tuple(consts) + tuple(flat.leaves),
+        args_flat=tuple(consts) + tuple(_moved(placement, flat.leaves)),
         in_tree=flat.in_tree,
         out_tree=traced.out_tree,
         in_avals=in_avals,
@@ -119,6 +122,18 @@ def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPla
         arguments=flat,
         inline=info.inline and _unspecified(in_tree) and _unspecified(out_tree),
     )
+
+
+def _moved(placement: Placement, leaves: list[Any]) -> list[Any]:
+    """The arguments, committed ones moved onto the call's one device where
+    ``jit(device=...)`` placed it (jax.jit moves them; nothing else does)."""
+    if not placement.moves_arguments:
+        return leaves
+    device = placement.mesh.devices.flat[0]
+    return [
+        jax.device_put(x, device) if is_committed(x) and x.sharding.device_set != {device} else x
+        for x in leaves
+    ]
 
 
 def _unspecified(tree: Any) -> bool:

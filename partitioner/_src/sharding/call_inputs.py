@@ -24,12 +24,23 @@ from .devices import DeviceSource
 from .leaves import resolve_inputs
 from .mesh_env import has_explicit_axes
 from .parsed import REPLICATED
-from .placement import check_committed_layout, check_usable, unspecified_input_spec
+from .placement import (
+    check_committed_layout,
+    check_live,
+    check_usable,
+    unspecified_input_spec,
+)
 from .tree import UNSPECIFIED, broadcast_prefix
 
 #: One spec per leaf: None where XLA chooses the layout (a tracer's, an omitted
 #: output's), AUTO where the AUTO stage chooses it.
 LeafSpec = Any
+
+
+MSG_TOKEN = """\
+{where} is an ordering token (jax.lax.create_token()). A call of partitioner {what} \
+arrays only, at its boundary (jax.jit also passes tokens through; docs/api.md, differences \
+kept on purpose): create the token inside the function, and return what it orders."""
 
 
 def input_specs(
@@ -44,6 +55,7 @@ def input_specs(
     check_committed: bool,
     keyword_spec: Any = REPLICATED,
     origin: DeviceSource | None = None,
+    move_all: bool = False,
 ) -> list[LeafSpec]:
     """Broadcast the in-spec ``prefix`` over a call's positional arguments, one spec per leaf.
 
@@ -51,6 +63,8 @@ def input_specs(
     (``UNSPECIFIED``: each as it is laid out); ``origin``: what put the call on
     ``mesh`` (jax's device messages name it). ``check_committed`` (unless the user allows resharding committed arrays):
     a committed argument must already be laid out as its given spec asks.
+    ``move_all`` (``jit(device=...)``, a one-device ``mesh``): every argument is
+    moved there, as jax.jit moves them.
 
     Raises:
         ValueError: the tree is not a prefix of the arguments; an argument
@@ -62,6 +76,12 @@ def input_specs(
     )
     specs: list[LeafSpec] = []
     for i, leaf in enumerate(leaves):
+        if jp.is_token(leaf):
+            raise TypeError(MSG_TOKEN.format(where=where(i), what="takes"))
+        if move_all:
+            check_live(leaf, where(i))
+            specs.append(REPLICATED)
+            continue
         check_usable(leaf, mesh, where(i), origin)
         spec = arg_specs[i] if i < len(arg_specs) else keyword_spec
         if spec is UNSPECIFIED:

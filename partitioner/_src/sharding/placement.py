@@ -55,12 +55,15 @@ class Placement:
             the arguments (``None`` specs then read as unspecified, as in jax).
         source: what put the call on these devices, as jax's device messages name
             it (None: nothing did, the default device).
+        moves_arguments: ``jit(device=...)`` placed the call: as in jax.jit, every
+            argument is moved there, committed ones too.
     """
 
     mesh: Mesh
     committed: bool = True
     derived: bool = False
     source: DeviceSource | None = None
+    moves_arguments: bool = False
 
 
 def is_committed(x: Any) -> bool:
@@ -96,7 +99,9 @@ def placement_from_arguments(
     """
     if device is not None:  # jit(device=...) decides, whatever the arguments say
         source = DeviceSource((device,), OUTPUT_SHARDING)  # as jax.jit reads device=
-        return Placement(single_device_mesh(device), derived=True, source=source)
+        return Placement(
+            single_device_mesh(device), derived=True, source=source, moves_arguments=True
+        )
     fun_name = api.partition(" ")[2]
     first: tuple[DeviceSource, Any] | None = None
     for x, label in zip(leaves, labels, strict=True):
