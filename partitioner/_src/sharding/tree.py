@@ -232,7 +232,7 @@ def broadcast_prefix(
             return
         if f_data is None or p_data[0] is not f_data[0]:
             theirs = type(f).__name__ if f_data is None else f_data[0].__name__
-            leaf = " leaf" if f_data is None else ""
+            leaf = " leaf of type" if f_data is None else ""
             mismatches.append(
                 (
                     path,
