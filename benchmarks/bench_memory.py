@@ -9,7 +9,10 @@ jax.jit's nested-jit equivalent. The "offloaded optimizer state" row keeps the s
 momentum in ``pinned_host`` memory (NamedShardings with ``memory_kind``, moved to the
 device and back with ``jax.device_put`` inside the step): it counts the bytes device 0
 holds in *device* memory (its arguments and results that live there, plus XLA's temp),
-so a memory kind dropped anywhere would show up as extra device bytes. Memory
+so a memory kind dropped anywhere would show up as extra device bytes. The "donated step,
+no shardings" row is a flax + optax step wrapped as ``jit(step, donate_argnums=0)`` over
+a state committed FSDP-style: XLA chooses every layout, and the donated state must be
+consumed as under jax.jit (a step that kept it would hold two copies). Memory
 statistics are deterministic: one compile each.
 """
 
@@ -210,6 +213,71 @@ def measure_offload(mode: str) -> common.Row:
     )
 
 
+def _flax_state(mesh: Any) -> tuple[Any, Any, Any]:
+    """A flax linen MLP's params and adamw state, committed FSDP-style over "data", and a batch."""
+    import flax.linen as nn
+    import optax
+
+    class MLP(nn.Module):
+        @nn.compact
+        def __call__(self, x: Any) -> Any:
+            return nn.Dense(64)(nn.relu(nn.Dense(256)(x)))
+
+    model, tx = MLP(), optax.adamw(1e-3)
+    x = jax.numpy.linspace(-1, 1, 64 * 64, dtype=jax.numpy.float32).reshape(64, 64)
+    params = model.init(jax.random.key(0), x[:1])
+
+    def fsdp(leaf: Any) -> NamedSharding:
+        split = leaf.ndim and leaf.shape[0] % mesh.shape["data"] == 0
+        return NamedSharding(mesh, P("data") if split else P())
+
+    state = {"params": params, "opt": tx.init(params)}
+    state = jax.device_put(state, jax.tree.map(fsdp, state))
+    batch = jax.device_put((x, jax.numpy.cos(x)), NamedSharding(mesh, P("data")))
+
+    def step(state: Any, batch: Any) -> Any:
+        def loss(p: Any) -> Any:
+            return jax.numpy.mean((model.apply(p, batch[0]) - batch[1]) ** 2)
+
+        grads = jax.grad(loss)(state["params"])
+        updates, opt = tx.update(grads, state["opt"], state["params"])
+        return {"params": optax.apply_updates(state["params"], updates), "opt": opt}
+
+    return step, state, batch
+
+
+def measure_donated_no_shardings(mode: str) -> common.Row:
+    """A donated flax + optax step with no shardings given (``jit(step, donate_argnums=0)``),
+    its state committed sharded: per-device bytes, and whether the donated inputs are
+    consumed, as under jax.jit (a step that keeps them holds two copies of the state)."""
+    mesh = models.mesh_4x2()
+    figures = {}
+    with partitioner.partitioner(mode):
+        for who, make in (("partitioner", partitioner.jit), ("jax_jit", jax.jit)):
+            step, state, batch = _flax_state(mesh)
+            f = make(step, donate_argnums=0)
+            stats = f.lower(state, batch).compile().memory_analysis()
+            total, parts = per_device_bytes(stats)
+            consumed = []
+            for _ in range(3):
+                new = jax.block_until_ready(f(state, batch))
+                consumed.append(all(x.is_deleted() for x in jax.tree.leaves(state)))
+                state = new
+            figures[who] = {"bytes": total, "parts": parts, "consumed": consumed}
+    return common.compare(
+        f"{mode}/donated_step_no_shardings",
+        "KiB/device",
+        [figures["partitioner"]["bytes"]],
+        [figures["jax_jit"]["bytes"]],
+        TARGET,
+        1 / 1024,
+        partitioner_bytes=figures["partitioner"]["parts"],
+        jax_jit_bytes=figures["jax_jit"]["parts"],
+        partitioner_consumed=figures["partitioner"]["consumed"],
+        jax_jit_consumed=figures["jax_jit"]["consumed"],
+    )
+
+
 def main() -> None:
     args = common.parse_args(__doc__.splitlines()[0])
     # Quick: the nested variant alone (it runs every code path the plain one does).
@@ -223,6 +291,7 @@ def main() -> None:
             details[row.name] = info
         rows.append(measure_eager_vjp(mode))
         rows.append(measure_offload(mode))
+        rows.append(measure_donated_no_shardings(mode))
     common.print_rows("per-device memory of the train step", rows)
     for name, info in details.items():
         if info.get("residuals"):

@@ -62,7 +62,10 @@ def test_committed_argument_in_another_layout_is_an_error() -> None:
     x = jax.device_put(X, S)  # row-major
     with pytest.raises(ValueError, match="Layout passed to jit does not match"):
         theirs(x)
-    with pytest.raises(ValueError, match=r"args\[0\].*layout.*Format\(layout, sharding\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"(?s)^Layout passed to jit does not match.*argument x:.*Format\(layout, sharding\)",
+    ):
         ours(x)
 
 
@@ -94,7 +97,10 @@ def test_layout_of_the_wrong_rank_is_an_error() -> None:
     x = jax.device_put(X, S)
     with pytest.raises(ValueError, match="major_to_minor"):
         theirs(x)
-    with pytest.raises(ValueError, match=r"args\[0\].*orders 1 dimension.*\(8, 16\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"(?s)^Length of major_to_minor.*argument x:.*orders 1 dimension.*\(8, 16\)",
+    ):
         ours(x)
     out_bad = pjit(lambda x: x, in_shardings=S, out_shardings=bad)
     with pytest.raises(ValueError, match=r"output.*orders 1 dimension"):
@@ -139,7 +145,7 @@ def test_single_device_sharding_against_an_array_elsewhere() -> None:
     x = jax.device_put(X, S)
     with pytest.raises(ValueError):
         theirs(x)
-    with pytest.raises(ValueError, match=r"args\[0\]"):
+    with pytest.raises(ValueError, match=r"argument x\b"):
         ours(x)
 
 

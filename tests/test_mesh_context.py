@@ -24,7 +24,7 @@ def test_no_mesh() -> None:
     assert maybe_current_mesh() is None
     with pytest.raises(RuntimeError, match="mesh") as info:
         current_mesh("pjit")
-    assert info.value.args[0].startswith("pjit needs a mesh")
+    assert info.value.args[0].startswith("pjit requires a non-empty mesh in context")
 
 
 def test_mesh_yields_an_auto_jax_mesh() -> None:

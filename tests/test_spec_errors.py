@@ -35,12 +35,14 @@ def parse(spec) -> ParsedPartitionSpec:
     return ParsedPartitionSpec.from_user_input(spec, "test")
 
 
-def check_args(in_specs, args, mesh, **kw) -> None:
+def check_args(in_specs, args, mesh) -> None:
     """What pjit does with in_axis_resources: parse, broadcast over args, check."""
     parsed = prepare_axis_resources(in_specs, "in_axis_resources")
     specs, paths = broadcast_prefix(parsed, args, api="pjit", what="in_axis_resources")
     shapes = [np.shape(x) for x in jax.tree_util.tree_leaves(args)]
-    check_specs("pjit", "in_axis_resources", specs, paths, shapes, mesh, **kw)
+    wheres = [f"pjit in_axis_resources{jax.tree_util.keystr(p)}" for p in paths]
+    subjects = [f"pjit arguments with pytree key path {jax.tree_util.keystr(p)}" for p in paths]
+    check_specs("pjit in_axis_resources", specs, wheres, subjects, shapes, mesh)
 
 
 # --- undefined axis ---
@@ -57,7 +59,9 @@ def test_undefined_axis(mesh, spec) -> None:
     assert repr(axis) in msg
     assert "did you forget the mesh" in msg.lower()
     assert "('x', 'y')" in msg  # the axes that do exist
-    assert msg.startswith("pjit in_axis_resources[0]")
+    # jax's own sentence first, then which spec
+    assert msg.startswith(f"Resource axis: {axis} of ")
+    assert "\npjit in_axis_resources[0]:" in msg
 
 
 def test_undefined_axis_names_the_key_path(mesh) -> None:
@@ -204,5 +208,5 @@ def test_shape_checks_report_every_bad_leaf_at_once() -> None:
         pjit(lambda t: t, ({"a": PartitionSpec("a"), "b": PartitionSpec("a", "b")},), None)(x)
     message = str(info.value)
     assert "2 spec leaves are invalid" in message
-    assert "args[0]['a']" in message and "not divisible by" in message
-    assert "args[0]['b']" in message and "rank 1" in message
+    assert "argument t['a']" in message and "not divisible by" in message
+    assert "argument t['b']" in message and "rank 1" in message

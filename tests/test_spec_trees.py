@@ -283,8 +283,8 @@ def test_pjit_accepts_what_jax_jit_accepts(data: Any) -> None:
     assert ours[0] == theirs[0], (ours, theirs, in_specs, out_specs)
     if ours[0] == "error":
         assert isinstance(ours[1], ValueError), ours[1]
-        # Named by key path: "args[0]..." for an argument, "output..." for a result.
-        assert "args[0]" in str(ours[1]) or "output" in str(ours[1]), ours[1]
+        # Named by key path: "argument x..." (by parameter, as jax) or "output...".
+        assert "argument " in str(ours[1]) or "output" in str(ours[1]), ours[1]
         return
     got, want = ours[1], theirs[1]
     assert jax.tree.structure(got) == jax.tree.structure(want)

@@ -279,6 +279,20 @@ def ambient_mesh() -> Any | None:
     return None
 
 
+def context_meshes() -> tuple[Any | None, Any | None]:
+    """(the classic ``with mesh:`` mesh, the ``jax.set_mesh`` mesh), each None when not set.
+
+    jax's two doors read different ones: its pjit the classic resource
+    environment, jax.jit the mesh ``jax.set_mesh`` sets (``planner/jit_info.py``).
+    """
+    physical = _mesh_lib.thread_resources.env.physical_mesh
+    concrete = _mesh_lib.get_concrete_mesh()
+    return (
+        None if physical.empty else physical,
+        None if concrete is None or concrete.empty else concrete,
+    )
+
+
 def legacy_mesh_active() -> bool:
     """Whether a classic ``with mesh:`` (or ``partitioner.mesh``) context is active.
 
@@ -310,6 +324,16 @@ def shardy_config(enabled: bool) -> Any:
     return _config.use_shardy_partitioner(enabled)
 
 
+def no_tracing() -> bool:
+    """``jax.no_tracing()`` is on: a call that would trace must raise, as jax.jit's does."""
+    return bool(_config.no_tracing.value)
+
+
+def no_execution() -> bool:
+    """``jax.no_execution()`` is on: running a program must raise, as jax.jit's does."""
+    return bool(_config.no_execution.value)
+
+
 def jax_uses_shardy() -> bool:
     return bool(_config.use_shardy_partitioner.value)
 
@@ -323,6 +347,13 @@ def shaped_abstractify(x: Any) -> Any:
     """
     a = _core.shaped_abstractify(x)
     return _core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type)
+
+
+def is_token(x: Any) -> bool:
+    """Whether ``x`` is an ordering token (``jax.lax.create_token()``), or its abstract value."""
+    return isinstance(x, (_core.Token, _core.AbstractToken)) or isinstance(
+        getattr(x, "aval", None), _core.AbstractToken
+    )
 
 
 def typed_abstractify(x: Any) -> Any:
@@ -370,10 +401,10 @@ def report_intermediate_shardings(find: Callable[[Any], Iterable[tuple[Any, Any,
     _dispatch.get_intermediate_shardings = get_intermediate_shardings  # type: ignore[assignment]
 
 
-def body_shardings(jaxpr: Any) -> list[tuple[Any, str]]:
+def body_shardings(jaxpr: Any) -> list[tuple[Any, str, str]]:
     """The shardings a body names inside (constraints, ``device_put``, nested calls,
     ours included), each with what and where it is, as jax.jit finds them to
-    choose a call's devices: ``(sharding, "sharding_constraint inside jit at f.py:3")``."""
+    choose a call's devices: ``(sharding, "sharding_constraint", "f.py:3")``."""
     found = []
     for sharding, info in _dispatch.get_intermediate_shardings(jaxpr):
         if not isinstance(sharding, _jax_pkg.sharding.Sharding) or (
@@ -382,7 +413,7 @@ def body_shardings(jaxpr: Any) -> list[tuple[Any, str]]:
         ):
             continue  # unspecified, or over no devices yet: nothing to place the call on
         where = summarize_source_info(info.source_info) if info.source_info else "?"
-        found.append((sharding, f"{info.eqn_name} at {where}"))
+        found.append((sharding, info.eqn_name, where))
     return found
 
 

@@ -83,6 +83,7 @@ def jit(
         fun,
         api="jit",
         names=SpecNames("in_shardings", "out_shardings"),
+        use_resource_env=False,
         none_rule=NoneRule.UNSPECIFIED,
         in_specs=in_shardings,
         out_specs=out_shardings,
@@ -90,9 +91,12 @@ def jit(
         static_argnames=static_argnames,
         donate_argnums=donate_argnums,
         donate_argnames=donate_argnames,
-        device=device_option(device, backend, keep_unused, inline, "jit"),
+        device=device_option(
+            device, backend, keep_unused, inline, "jit", in_shardings, out_shardings
+        ),
         compiler_options=compiler_options,
         keep_unused=keep_unused,
+        inline=inline,
         auto_memory_limit=auto_memory_limit,
     )
     return JitWrapped.make(JitPlanner(info))

@@ -102,20 +102,24 @@ def pjit(
         if out_axis_resources is UNSPECIFIED and out_shardings is not UNSPECIFIED
         else "out_axis_resources"
     )
+    in_specs = _one_of("in_axis_resources", in_axis_resources, "in_shardings", in_shardings)
+    out_specs = _one_of("out_axis_resources", out_axis_resources, "out_shardings", out_shardings)
     info = jit_info(
         fun,
         api="pjit",
         names=SpecNames(in_name, out_name),
+        use_resource_env=True,
         none_rule=NoneRule.REPLICATED_UNDER_LEGACY_MESH,
-        in_specs=_one_of("in_axis_resources", in_axis_resources, "in_shardings", in_shardings),
-        out_specs=_one_of("out_axis_resources", out_axis_resources, "out_shardings", out_shardings),
+        in_specs=in_specs,
+        out_specs=out_specs,
         static_argnums=static_argnums,
         static_argnames=static_argnames,
         donate_argnums=donate_argnums,
         donate_argnames=donate_argnames,
-        device=device_option(device, backend, keep_unused, inline, "pjit"),
+        device=device_option(device, backend, keep_unused, inline, "pjit", in_specs, out_specs),
         compiler_options=compiler_options,
         keep_unused=keep_unused,
+        inline=inline,
         auto_memory_limit=auto_memory_limit,
     )
     return PjitWrapped.make(JitPlanner(info))

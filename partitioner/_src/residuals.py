@@ -69,7 +69,7 @@ def residuals(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Residu
     closed = jax.make_jaxpr(lambda *a: jax.vjp(lambda *b: fun(*b, **kwargs), *a))(*args)
     out: list[Residual] = []
     for params in _forward_eqns(closed.jaxpr):
-        executable = get_executable(params)
+        executable, _ = get_executable(params)
         for i, (requested, chosen, aval) in enumerate(
             zip(
                 params.out_axis_resources,

@@ -33,7 +33,7 @@ from . import options
 from .compiler.compile import CompilerOptions
 from .compiler.executable import Executable, finish, named_sharding, xla_layouts
 from .dispatch.execute import run
-from .lower.module import LoweredModule, lower_pjit_body
+from .lower.module import LoweredModule, lower_pjit_body, warn_unusable_donations
 from .lower.prune import prune_unused_inputs
 from .primitives.call_plan import CallPlan
 from .report.tables import Report
@@ -132,7 +132,9 @@ class Traced(_Stage):
                 "transformation (tracers); lower it outside jax transformations."
             )
         program, kept = prune_unused_inputs(plan.params)
-        return Lowered(lower_pjit_body(program, options.use_shardy()), plan, program.jaxpr, kept)
+        module = lower_pjit_body(program, options.use_shardy())
+        warn_unusable_donations(module)  # jax.jit warns when it lowers
+        return Lowered(module, plan, program.jaxpr, kept)
 
 
 def _shape_dtype_structs(plan: CallPlan, avals: Sequence[Any], specs: Sequence[Any]) -> Any:

@@ -108,7 +108,10 @@ class Wrapped:
 
     def __repr__(self) -> str:
         # jax.jit's own repr, so code and tests that print or compare it keep working.
-        return f"<PjitFunction of {self._planner.fun!r}>"
+        try:
+            return f"<PjitFunction of {self._planner.fun!r}>"
+        except Exception:  # the function's own repr failed: name it as jax does
+            return f"<PjitFunction of {self._planner.name}>"
 
 
 def clear_caches() -> None:

@@ -147,7 +147,13 @@ def check(
         def loss(f: Callable[..., Any]) -> Callable[..., Any]:
             return lambda *a: sum(jnp.sum(o) for o in jax.tree.leaves(f(*a)))
 
-        jax_f = jax.jit(functools.partial(body, []), static_argnums=static_argnums)
+        # The same shardings as ours are given (pjit's): a given spec is spelled as given.
+        given = (
+            {"in_shardings": tuple(_spec_of(a) for a in dyn), "out_shardings": out_specs}
+            if front == "pjit"
+            else {}
+        )
+        jax_f = jax.jit(functools.partial(body, []), static_argnums=static_argnums, **given)
         our_f = _ours(
             front,
             functools.partial(body, []),
@@ -1008,7 +1014,9 @@ def test_numpy_argument_is_typed_as_jax_types_it(front, mesh22) -> None:
 
     want_seen: list[Any] = []
     ours_seen: list[Any] = []
-    want = jax.jit(functools.partial(f, want_seen), in_shardings=P("x"))(inp(8, 2))
+    want = jax.jit(functools.partial(f, want_seen), in_shardings=P("x"), out_shardings=P())(
+        inp(8, 2)
+    )
     got = partitioner.pjit(functools.partial(f, ours_seen), P("x"), P())(inp(8, 2))
     _assert_same_results(got, want)
     _types_equal(ours_seen, want_seen)

@@ -198,7 +198,7 @@ def _search(
             plan, params=dataclasses.replace(params, in_axis_resources=ins, out_axis_resources=outs)
         )
         # Through the executable cache: the winner's is the one its first call runs.
-        report = build_report(trial, get_executable(trial.params), options.use_shardy())
+        report = build_report(trial, get_executable(trial.params)[0], options.use_shardy())
         collective = sum(c.bytes_per_device * c.count for c in report.collectives)
         memory = s.estimate.memory_bytes if report.memory is None else report.memory.total
         count = sum(c.count for c in report.collectives)

@@ -1,7 +1,8 @@
 """The executable cache: compile once per program and layout, even under threads.
 
 NOTE [executable cache]:
-- Key: (jaxpr, specs in/out, mesh, donation, partitioner choice). The jaxpr is
+- Key: (jaxpr, specs in/out, mesh, donation, partitioner choice, the user's
+  spelling of a spec where it is not its layout's own: ``spellings_key``). The jaxpr is
   held *weakly*: when the function that produced it is dropped (and with it
   the trace cache entry), its executables are freed.
 - Equal programs share: a jaxpr structurally equal to one already compiled for
@@ -30,7 +31,7 @@ from .. import options
 from ..events import emit
 from ..primitives.pjit_call import PjitParams
 from ..trace.equality import closed_jaxprs_equal
-from .executable import Executable, build
+from .executable import Executable, build, spellings_key
 
 
 @dataclass
@@ -179,8 +180,9 @@ def _program_shape(jaxpr: Any) -> Any:
 executables = ExecutableCache(same_program=closed_jaxprs_equal, shape_of=_program_shape)
 
 
-def get_executable(params: PjitParams) -> Executable:
-    """The compiled executable for these params (NOTE [executable cache])."""
+def get_executable(params: PjitParams) -> tuple[Executable, bool]:
+    """The compiled executable for these params (NOTE [executable cache]), and whether
+    this call built it."""
     shardy = options.use_shardy()
 
     def build_it() -> Executable:
@@ -196,6 +198,7 @@ def get_executable(params: PjitParams) -> Executable:
         params.committed,
         params.compiler_options,
         params.keep_unused,
+        spellings_key(params.in_axis_resources),
+        spellings_key(params.out_axis_resources),
     )
-    executable, _ = executables.get_or_compile(params.jaxpr, key, build_it)
-    return executable
+    return executables.get_or_compile(params.jaxpr, key, build_it)

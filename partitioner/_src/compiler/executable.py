@@ -155,13 +155,39 @@ def named_sharding(
             closed = PartitionSpec(*closed, *(None,) * (ndim - len(closed)))
     elif (
         asked is not None
+        and (written := user_spelling(asked)) is not None
+        and _cuts(asked, mesh) == _cuts(spec, mesh)
+    ):
+        closed = written
+    return NamedSharding(mesh, closed, memory_kind=memory_kind)
+
+
+def user_spelling(asked: Any) -> PartitionSpec | None:
+    """The PartitionSpec the user wrote for a given spec, where it still says the spec."""
+    if (
+        isinstance(asked, ParsedPartitionSpec)
         and asked.sync == SpecSync.IN_SYNC
         and isinstance(asked.unsafe_user_spec, PartitionSpec)
         and not asked.unconstrained_dims
-        and _cuts(asked, mesh) == _cuts(spec, mesh)
     ):
-        closed = asked.unsafe_user_spec
-    return NamedSharding(mesh, closed, memory_kind=memory_kind)
+        return asked.unsafe_user_spec
+    return None
+
+
+def spellings_key(specs: Sequence[Any]) -> tuple[PartitionSpec | None, ...]:
+    """Each given spec's spelling where it differs from its layout's own (``P('x', None)``
+    against ``P('x')``: distinct shardings to jax), else None: results and Compiled's
+    shardings keep the spelling, so it is part of an executable's key."""
+    out = []
+    for s in specs:
+        written = user_spelling(s)
+        if written is not None:
+            closed = list(s.to_closed_spec())
+            while closed and closed[-1] is None:
+                closed.pop()
+            written = None if written == PartitionSpec(*closed) else written
+        out.append(written)
+    return tuple(out)
 
 
 def _cuts(spec: ParsedPartitionSpec, mesh: Mesh) -> tuple[tuple[Any, ...], ...]:
@@ -180,16 +206,16 @@ def _result_sharding(
     asked: ParsedPartitionSpec | None,
     memory_kind: str | None,
 ) -> NamedSharding:
-    """A result's sharding; over Explicit axes, over its type's mesh, and spelled as its
-    type (one entry per dimension) where the type says it (as jax.jit's results are):
-    always on an all-Explicit mesh, and on a mixed one for an unspecified (``asked``
-    None) output whose type names an axis."""
+    """A result's sharding; over Explicit axes, over its type's mesh. As jax.jit's
+    results are spelled: a given out-sharding as given (``asked``), an unspecified
+    output as its type (one entry per dimension) on an all-Explicit mesh, or on a
+    mixed one where its type names an axis."""
     if not has_explicit_axes(mesh):
         return named_sharding(mesh, spec, memory_kind, asked)
     over = result_mesh(mesh, aval)  # NOTE [explicit axes]
     typed = getattr(getattr(aval, "sharding", None), "spec", None)
-    from_type = asked is None and typed is not None and any(e is not None for e in typed)
-    if over.are_all_axes_explicit or from_type:
+    from_type = typed is not None and any(e is not None for e in typed)
+    if asked is None and (over.are_all_axes_explicit or from_type):
         return named_sharding(over, spec, memory_kind, ndim=aval.ndim)
     return named_sharding(over, spec, memory_kind, asked)
 

@@ -22,6 +22,7 @@ from .. import jax_private as jp
 from .. import window
 from ..compiler.cache import get_executable
 from ..compiler.executable import Executable
+from ..lower.module import warn_unusable_donations
 from ..primitives.constraint import ConstraintParams
 from ..primitives.pjit_call import PjitParams
 from ..primitives.pmap_region import RegionParams, region_pjit
@@ -76,11 +77,23 @@ def place_args_reporting(
             check_usable(x, sharding.mesh, where(i))
             if strict and x.committed:
                 raise ValueError(
+                    "Computation was compiled for input shardings that disagree with the "
+                    "shardings of arguments passed to it. Here are the 1 mismatches:\n"
+                    f"Argument {where(i).rpartition('argument ')[2]} with shape "
+                    f"{x.aval.str_short()}:\n  Passed sharding: {x.sharding}\n"
+                    f"  Required sharding: {sharding}\n"
                     f"{where(i)} is committed to {x.sharding}, but the compiled computation "
                     f"takes it laid out as {sharding}. Pass it laid out so "
                     "(jax.device_put(x, compiled.input_shardings[...])), or lower again."
                 )
             moved_committed = moved_committed or x.committed
+        elif isinstance(x, jax.ShapeDtypeStruct):  # a placeholder: .lower() takes it, a call not
+            aval = jax.core.ShapedArray(x.shape, x.dtype)
+            raise TypeError(
+                f"Argument '{where(i).rpartition('argument ')[2]}' of shape {aval.str_short()} "
+                f"of type {type(x)} is not a valid JAX type.\n{where(i)}: a ShapeDtypeStruct "
+                "describes an argument for .lower() or .eval_shape(); call with an array."
+            )
         elif getattr(x, "dtype", None) == jax.dtypes.float0:
             # float0 (a tangent of an int) has no buffers: the program takes bools.
             x = np.zeros(np.shape(x), np.bool_)
@@ -90,6 +103,11 @@ def place_args_reporting(
 
 def execute_placed(executable: Executable, placed: Sequence[Any]) -> list[Any]:
     """Run on arguments already laid out as ``executable.in_shardings``."""
+    if jp.no_execution():
+        raise RuntimeError(
+            f"JAX tried to execute function {executable.lowered.module_name}, but the "
+            "no_execution config option is set"
+        )
     if executable.physical_inputs:
         placed = [jp.physical_array(x) for x in placed]
     if executable.windowed:
@@ -159,7 +177,9 @@ def pjit_impl(*args: Any, **kwargs: Any) -> list[Any]:
                 for s, x in zip(params.in_axis_resources, args, strict=True)
             )
         )
-    executable = get_executable(params)
+    executable, built = get_executable(params)
+    if built:  # as jax.jit's eager call warns when it lowers a program
+        warn_unusable_donations(executable.lowered)
     taken = executable.taken(args)
     return execute_placed(executable, place_args_reporting(taken, executable.in_placements())[0])
 
@@ -174,8 +194,8 @@ def _placed_on_arguments(params: PjitParams, args: Sequence[Any]) -> PjitParams:
     """
     if params.committed or not any(is_committed(x) for x in args):
         return params
-    where = [f"{params.api} {params.name}: argument {i} (flat)" for i in range(len(args))]
-    placement = placement_from_arguments(f"{params.api} {params.name}", args, where)
+    labels = [f"{i} (flat)" for i in range(len(args))]
+    placement = placement_from_arguments(f"{params.api} {params.name}", args, labels)
     if placement.mesh == params.mesh:
         return params
     return params.replace(

@@ -17,8 +17,6 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from jax.tree_util import DictKey, SequenceKey, keystr
-
 from .. import jax_private as jp
 from ..trace.arguments import FlatArguments
 
@@ -46,15 +44,6 @@ class ArgNames:
     def static(self, where: int | str) -> str:
         """A static argument, by position or keyword."""
         return self.positional(where) if isinstance(where, int) else where
-
-    def leaf(self, flat: FlatArguments, i: int) -> str:
-        """Flat leaf ``i`` of a call, by its parameter and path."""
-        head, rest = flat.paths[i][0], keystr(tuple(flat.paths[i][1:]))
-        if isinstance(head, SequenceKey):
-            return f"{self.positional(head.idx)}{rest}"
-        if isinstance(head, DictKey):
-            return f"{head.key}{rest}"
-        return f"args{keystr(tuple(flat.paths[i]))}"
 
 
 def _describe(sig: Any) -> str:
@@ -102,21 +91,23 @@ def _diff(
         return 0, len(diffs), "the jax configuration differs:\n" + "\n".join(diffs)
     if mesh != o_mesh:
         return 1, 1, f"the mesh in context differs: now {mesh} and before {o_mesh}"
-    if statics != o_statics:
+    if statics != o_statics:  # (position or keyword, HashableStatic) pairs
         diffs = [
-            f"  * at static argument {names.static(w)}, now {v!r} and before {ov!r}"
+            f"  * at static argument {names.static(w)}, now {v.value!r} and before {ov.value!r}"
             for (w, v), (_, ov) in zip(statics, o_statics, strict=False)
             if v != ov
         ]
         if len(statics) != len(o_statics):
-            diffs.append(f"  * static arguments now {statics!r} and before {o_statics!r}")
+            now = [(w, v.value) for w, v in statics]
+            before = [(w, v.value) for w, v in o_statics]
+            diffs.append(f"  * static arguments now {now!r} and before {before!r}")
         return 2, len(diffs), "different static arguments:\n" + "\n".join(diffs)
     if tree != o_tree:
         return 3, 1, f"different argument structure: now {tree} and before {o_tree}"
     diffs = [
         d
         for i, (n, o) in enumerate(zip(leaves, o_leaves, strict=True))
-        if (d := _diff_leaf(names.leaf(flat, i), n, o)) is not None
+        if (d := _diff_leaf(flat.label(i), n, o)) is not None
     ]
     return 4, len(diffs), "different argument types:\n" + "\n".join(diffs)
 

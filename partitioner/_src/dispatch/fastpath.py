@@ -52,9 +52,10 @@ from .. import options, window
 from ..compiler.cache import get_executable
 from ..compiler.executable import Executable
 from ..events import emit
+from ..lower.module import warn_unusable_donations
 from ..primitives.call_plan import Planner
 from ..sharding.placement import check_live
-from ..trace.arguments import call_leaves, flat_arguments
+from ..trace.arguments import call_leaves, flat_arguments, statics_key
 from . import explain
 from .execute import run
 
@@ -272,7 +273,7 @@ class Dispatcher:
         key = (
             tree,
             tuple(map(_leaf_signature, leaves)),
-            statics,
+            statics_key(statics),
             jp.ambient_mesh(),
             jp.trace_context(),
         )
@@ -306,13 +307,19 @@ class Dispatcher:
                 lambda i: flat_arguments(self._binding, args, kwargs).where(i, self._binding.api),
             )
             return out, hit.executable, not moved
+        if jp.no_tracing():
+            raise RuntimeError(
+                f"re-tracing function {self._planner.fun} for `{self._binding.api.partition(' ')[0]}`, "
+                "but 'no_tracing' is set"
+            )
         emit("dispatch_miss", name=self.name)
         if key is not None and explain.enabled():
             self._explain(key, args, kwargs)
         plan = self._planner.plan(args, kwargs)
         if plan.num_consts:
             return plan.bind(), None, False
-        executable = get_executable(plan.params)
+        executable, _ = get_executable(plan.params)
+        warn_unusable_donations(executable.lowered)  # each new function's first call, as jax.jit
         out, moved = run(executable, plan.args_flat, plan.out_tree, plan.where)
         if not moved and key is not None:
             with self._python_cache_lock:

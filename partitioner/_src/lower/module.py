@@ -53,6 +53,9 @@ class LoweredModule:
     host_callbacks: tuple[Any, ...]
     keepalive: Any
     memory: MemoryKinds | None = None  # None: every value in default memory
+    # jax.jit's "Some donated buffers were not usable" for this program, or None; said
+    # by whoever lowers or first calls it (warn_unusable_donations), as jax.jit does.
+    donation_warning: str | None = None
 
     def in_memory_kind(self, i: int) -> str | None:
         """Input ``i``'s memory kind (None: the devices' default)."""
@@ -119,7 +122,7 @@ def plan_donation(
     mesh: Mesh,
     api: str,
     memory: MemoryKinds | None = None,
-) -> tuple[tuple[bool, ...], tuple[int | None, ...], tuple[int, ...]]:
+) -> tuple[tuple[bool, ...], tuple[int | None, ...], tuple[int, ...], str | None]:
     """Pair each donated input with an output it can alias (``api`` names the call).
 
     An input is aliased to an output with the same per-device buffer: same
@@ -132,9 +135,9 @@ def plan_donation(
     alive (not deleted).
 
     Returns:
-        ``(usable, aliases, donors)``: which inputs are really donated, for each
-        input the index of the output it aliases (or None), and the inputs given
-        to XLA as buffer donors.
+        ``(usable, aliases, donors, warning)``: which inputs are really donated, for
+        each input the index of the output it aliases (or None), the inputs given to
+        XLA as buffer donors, and jax.jit's warning naming the others (or None).
     """
     in_kinds = memory.inputs if memory else (None,) * len(in_avals)
     out_kinds = memory.outputs if memory else (None,) * len(out_avals)
@@ -172,17 +175,24 @@ def plan_donation(
                 donors.append(i)
             else:
                 unusable.append(i)
+    warning = None
     if unusable:
         per_device = ", ".join(_per_device_aval(in_avals[i], in_specs[i], mesh) for i in unusable)
         inputs = ", ".join(f"input {i} {in_avals[i].str_short()}" for i in unusable)
-        warn(
+        warning = (
             f"Some donated buffers were not usable: {per_device}.\n"
             "See an explanation at https://docs.jax.dev/en/latest/faq.html#buffer-donation.\n"
             f"({api}: {inputs}: no output has the same shape, dtype and partitioning; "
             "these inputs are not consumed.)"
         )
     usable = tuple(a is not None or i in donors for i, a in enumerate(aliases))
-    return usable, tuple(aliases), tuple(donors)
+    return usable, tuple(aliases), tuple(donors), warning
+
+
+def warn_unusable_donations(lowered: LoweredModule) -> None:
+    """Say jax.jit's donation warning for ``lowered``'s program, if it has one."""
+    if lowered.donation_warning is not None:
+        warn(lowered.donation_warning)
 
 
 def ordered_effects_of(params: PjitParams) -> tuple[Any, ...]:
@@ -264,7 +274,7 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
     check_device_put_devices(jaxpr.jaxpr, [d.id for d in devices], params.api, params.name)
     default_kind = devices[0].default_memory().kind
     kinds = memory_kinds(in_avals, in_specs, out_avals, out_specs, jaxpr, default_kind)
-    aliased, aliases, donors = plan_donation(
+    aliased, aliases, donors, donation_warning = plan_donation(
         in_avals,
         in_specs,
         params.donated_invars,
@@ -315,6 +325,7 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
         host_callbacks=tuple(result.host_callbacks),
         keepalive=result.keepalive,
         memory=kinds,
+        donation_warning=donation_warning,
     )
 
 

@@ -95,7 +95,13 @@ def _constrain_all(
 def pjit_lowering(ctx: Any, *args: Any, **kwargs: Any) -> list[Any]:
     params = PjitParams.of(kwargs)
     mesh = params.mesh
-    where = placement(ctx, mesh, f"{params.api} {params.name}")
+    # A call nothing placed (on the default device: tracers, uncommitted values)
+    # runs wherever the enclosing computation does; it constrains nothing.
+    where = (
+        placement(ctx, mesh, f"{params.api} {params.name}")
+        if params.committed
+        else Placement(single_device=True)
+    )
     ins = _constrain_all(ctx, args, ctx.avals_in, params.in_axis_resources, mesh, where)
     effects = list(jp.ordered_effects.filter_in(params.jaxpr.effects))
     tokens_in = ctx.tokens_in.subset(effects)

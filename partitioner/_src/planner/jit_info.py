@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from jax.sharding import Mesh
 from jax.tree_util import tree_leaves
 
 from ..sharding.auto import AUTO
+from ..sharding.devices import INPUT_SHARDING, OUTPUT_SHARDING
 from ..sharding.tree import UNSPECIFIED, meshes_named_by, prepare_axis_resources
 from ..trace.arguments import (
     Binding,
@@ -67,12 +69,18 @@ class JitInfo:
         in_specs / out_specs: the parsed trees as ``none_rule`` reads them under a mesh.
         open_in_specs / open_out_specs: the same with ``None`` unspecified; the
             same objects when the rule is UNSPECIFIED.
-        named_meshes: ``(where, mesh)`` of every leaf that names devices.
-        needs_mesh: some leaf is a bare spec, which only a mesh gives a meaning.
+        named_meshes: ``(where, mesh, kind)`` of every leaf that names devices.
+        needs_mesh: the name of the spec tree holding a bare PartitionSpec (which
+            only a mesh gives a meaning), or None.
+        use_resource_env: which mesh in context the door reads, as jax's field of
+            that name: True (pjit) the classic ``with mesh:``, False (jit)
+            ``jax.set_mesh``'s; the other one only gives bare PartitionSpecs a mesh
+            (where jax raises).
         has_auto: some leaf is ``AUTO`` (the AUTO stage chooses it per signature).
         device: ``jit(device=...)`` (or ``backend``'s first device), else None.
         compiler_options: sorted ``(name, value)`` pairs (hashable: a cache key part).
         keep_unused: compile every input in; False prunes those the body does not use.
+        inline: inside another trace, the body's equations join it (with no specs given).
         auto_memory_limit: bytes per device AUTO layouts must fit, or None.
     """
 
@@ -86,12 +94,14 @@ class JitInfo:
     out_specs: Any
     open_in_specs: Any
     open_out_specs: Any
-    named_meshes: tuple[tuple[str, Mesh], ...]
-    needs_mesh: bool
+    named_meshes: tuple[tuple[str, Mesh, str], ...]
+    needs_mesh: str | None
+    use_resource_env: bool
     has_auto: bool
     device: jax.Device | None
     compiler_options: tuple[tuple[str, Any], ...]
     keep_unused: bool
+    inline: bool
     auto_memory_limit: int | None
 
     @property
@@ -112,6 +122,7 @@ def jit_info(
     api: str,
     names: SpecNames,
     none_rule: NoneRule,
+    use_resource_env: bool,
     in_specs: Any,
     out_specs: Any,
     static_argnums: int | Sequence[int] | None,
@@ -121,6 +132,7 @@ def jit_info(
     device: Any,
     compiler_options: dict[str, Any] | None,
     keep_unused: bool,
+    inline: bool,
     auto_memory_limit: int | None,
 ) -> JitInfo:
     """Parse and check a ``jit``/``pjit`` call's options (every bad spec leaf at once).
@@ -137,6 +149,7 @@ def jit_info(
         # as that tuple (as jax.jit reads in_shardings); lists deeper down match lists.
         in_specs = tuple(in_specs)
     trees = _parse_trees(api, names, none_rule, in_specs, out_specs)
+    names_of = (names.inputs, names.outputs)
     # As jax.jit: with in-specs given, keyword arguments take their positional
     # parameter's spec (jax refuses them there: docs/api.md says why we accept).
     specs_given = in_specs is not None and in_specs is not UNSPECIFIED
@@ -160,14 +173,18 @@ def jit_info(
         open_in_specs=trees[2],
         open_out_specs=trees[3],
         named_meshes=tuple(
-            meshes_named_by(in_specs, f"{api} {names.inputs}")
-            + meshes_named_by(out_specs, f"{api} {names.outputs}")
+            meshes_named_by(in_specs, f"{api} {names.inputs}", INPUT_SHARDING)
+            + meshes_named_by(out_specs, f"{api} {names.outputs}", OUTPUT_SHARDING)
         ),
-        needs_mesh=any(map(_has_bare_specs, trees[2:])),
+        needs_mesh=next(
+            (name for name, tree in zip(names_of, trees[2:]) if _has_bare_specs(tree)), None
+        ),
+        use_resource_env=use_resource_env,
         has_auto=any(leaf is AUTO for tree in trees[:2] for leaf in _spec_leaves(tree)),
         device=device,
         compiler_options=tuple(sorted((compiler_options or {}).items())),
         keep_unused=keep_unused,
+        inline=inline,
         auto_memory_limit=auto_memory_limit,
     )
 
@@ -240,6 +257,11 @@ def _binding(
         signature: inspect.Signature | None = inspect.signature(fun)
     except (TypeError, ValueError):
         signature = None
+    if signature is None and donate_argnames is not None:
+        raise ValueError(
+            f"Getting the signature of function {fun} failed. Pass donate_argnums instead of "
+            f"donate_argnames. ({label})"
+        )
     given = {
         "static_argnums": optional_index_tuple(static_argnums, "static_argnums", label),
         "static_argnames": optional_name_tuple(static_argnames, "static_argnames", label),
@@ -268,21 +290,48 @@ def _binding(
     return Binding(label, signature, *static, *donate, bind_keywords=bind_keywords)
 
 
-def device_option(device: Any, backend: str | None, keep_unused: Any, inline: Any, api: str) -> Any:
+def device_option(
+    device: Any,
+    backend: str | None,
+    keep_unused: Any,
+    inline: Any,
+    api: str,
+    in_specs: Any = UNSPECIFIED,
+    out_specs: Any = UNSPECIFIED,
+) -> Any:
     """Check jax.jit's placement options; the device a mesh-less call defaults to (or None).
 
     ``keep_unused`` and ``inline`` are checked as jax.jit's flags (``inline`` is a
     property of the caller's jaxpr; ``keep_unused`` goes into the options record).
+    ``device``/``backend`` are deprecated in jax.jit, which warns; they exclude
+    given shardings (a device *is* the sharding of every input and output).
 
     Raises:
         TypeError: ``device`` is not a jax.Device, or a flag is not a bool.
-        ValueError: both ``device`` and ``backend``, or an unknown backend.
+        ValueError: both ``device`` and ``backend``, either with given shardings,
+            or an unknown backend.
     """
     for name, flag in (("keep_unused", keep_unused), ("inline", inline)):
         if not isinstance(flag, bool):
             raise TypeError(f"{api}: {name} must be a bool, got {flag!r}")
+    if device is None and backend is None:
+        return None
+    warnings.warn(
+        "backend and device argument on jit is deprecated. You can use "
+        '`jax.device_put(..., jax.local_devices(backend="cpu")[0])` on the inputs to the '
+        "jitted function to get the same behavior.",
+        DeprecationWarning,
+        stacklevel=3,
+    )
     if device is not None and backend is not None:
-        raise ValueError(f"{api}: pass device or backend, not both (got {device}, {backend!r})")
+        raise ValueError(
+            f"can't specify both a device and a backend for jit, got {device=} and {backend=}"
+        )
+    for what, specs in (("in_shardings", in_specs), ("out_shardings", out_specs)):
+        if specs is not None and specs is not UNSPECIFIED:
+            raise ValueError(
+                f"If backend or device is specified on jit, then {what} should not be specified."
+            )
     if device is not None and not isinstance(device, jax.Device):
         raise TypeError(f"{api}: device must be a jax.Device, got {device!r}")
     if backend is not None:

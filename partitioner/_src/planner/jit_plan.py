@@ -15,7 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from jax.tree_util import tree_flatten_with_path, tree_unflatten
+import jax
+from jax.sharding import Mesh
+from jax.tree_util import tree_flatten_with_path, tree_leaves, tree_unflatten
 
 from .. import jax_private as jp
 from .. import options
@@ -25,11 +27,12 @@ from ..primitives.pjit_call import PjitParams
 from ..sharding.auto import AUTO
 from ..sharding.call_inputs import checked_inputs, input_specs
 from ..sharding.call_outputs import output_specs
-from ..sharding.mesh_env import maybe_current_mesh, resolve_mesh
+from ..sharding.mesh_env import resolve_call_mesh
 from ..sharding.parsed import REPLICATED
 from ..sharding.placement import (
     Placement,
     check_committed_layout,
+    is_committed,
     placement_from_arguments,
     placement_in_body,
 )
@@ -67,12 +70,27 @@ def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPla
         arg_name=info.names.inputs,
         check_committed=not options.reshard_committed_enabled(),
         keyword_spec=_keyword_spec(info, in_tree, legacy),
+        origin=placement.source,
+        move_all=placement.moves_arguments,
     )
     specs, in_avals = checked_inputs(
-        specs, flat.leaves, flat.paths, mesh, where, info.label, info.binding.static_hint
+        specs,
+        flat.leaves,
+        [flat.label(i) for i in range(len(flat.leaves))],
+        mesh,
+        where,
+        info.label,
+        info.binding.static_hint,
+        info.fun,
     )
     traced = trace_body(
-        info.fun, bound.rebuild, in_avals, mesh, bound.trace_key(), _debug_info(info, bound)
+        info.fun,
+        bound.rebuild,
+        in_avals,
+        mesh,
+        bound.trace_key(),
+        _debug_info(info, bound),
+        source=placement.source,
     )
     moved = placement_in_body(info.label, jp.body_shardings(traced.jaxpr.jaxpr), placement)
     if moved is not None:
@@ -96,12 +114,32 @@ def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPla
     )
     return CallPlan(
         params=params,
-        args_flat=tuple(consts) + tuple(flat.leaves),
+        args_flat=tuple(consts) + tuple(_moved(placement, flat.leaves)),
         in_tree=flat.in_tree,
         out_tree=traced.out_tree,
         in_avals=in_avals,
         num_consts=len(consts),
         arguments=flat,
+        inline=info.inline and _unspecified(in_tree) and _unspecified(out_tree),
+    )
+
+
+def _moved(placement: Placement, leaves: list[Any]) -> list[Any]:
+    """The arguments, committed ones moved onto the call's one device where
+    ``jit(device=...)`` placed it (jax.jit moves them; nothing else does)."""
+    if not placement.moves_arguments:
+        return leaves
+    device = placement.mesh.devices.flat[0]
+    return [
+        jax.device_put(x, device) if is_committed(x) and x.sharding.device_set != {device} else x
+        for x in leaves
+    ]
+
+
+def _unspecified(tree: Any) -> bool:
+    """Every leaf of a parsed spec tree is unspecified (none given)."""
+    return all(
+        leaf is UNSPECIFIED for leaf in tree_leaves(tree, is_leaf=lambda x: x is UNSPECIFIED)
     )
 
 
@@ -113,13 +151,45 @@ def _keyword_spec(info: JitInfo, in_tree: Any, legacy_mesh: bool) -> Any:
     return REPLICATED if replicated and in_tree is not UNSPECIFIED else UNSPECIFIED
 
 
+MSG_MESH_WITH_DEVICE = (
+    "Mesh context manager should not be used with jit when backend or device is also "
+    "specified as an argument to jit."
+)
+
+
+def _context_mesh(info: JitInfo) -> Mesh | None:
+    """The mesh in context this door reads (``JitInfo.use_resource_env``), or None.
+
+    Each door reads its own context as jax's does, the other one only to give
+    bare PartitionSpecs a mesh (where jax raises). A ``device``/``backend`` option
+    wins over the other door's context and is jax's error under the door's own.
+
+    Raises:
+        ValueError: ``device``/``backend`` given under the door's own mesh context.
+    """
+    classic, set_mesh = jp.context_meshes()
+    own, other = (classic, set_mesh) if info.use_resource_env else (set_mesh, classic)
+    if info.device is not None:
+        if own is not None:
+            raise ValueError(f"{MSG_MESH_WITH_DEVICE} ({info.label})")
+        return None
+    if own is not None:
+        return own
+    # The other door's context only gives bare PartitionSpecs a mesh, where jax raises.
+    return other if info.needs_mesh is not None else None
+
+
 def _placement(info: JitInfo, bound: BoundCall) -> Placement:
     """The mesh in context (or named by the specs), else the arguments' devices."""
-    if info.named_meshes or info.needs_mesh or maybe_current_mesh() is not None:
-        return Placement(resolve_mesh(info.label, info.named_meshes))
+    context = _context_mesh(info)
+    if info.named_meshes or info.needs_mesh is not None or context is not None:
+        mesh, source = resolve_call_mesh(
+            info.label, info.named_meshes, context, info.needs_mesh or info.names.inputs
+        )
+        return Placement(mesh, source=source)
     flat = bound.flat
-    where = [flat.name(i) for i in range(len(flat.leaves))]
-    return placement_from_arguments(info.label, flat.leaves, where, info.device)
+    labels = [flat.label(i) for i in range(len(flat.leaves))]
+    return placement_from_arguments(info.label, flat.leaves, labels, info.device)
 
 
 def _debug_info(info: JitInfo, bound: BoundCall) -> Any:

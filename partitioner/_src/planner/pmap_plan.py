@@ -38,7 +38,7 @@ def plan_pmap_call(info: PmapInfo, args: tuple[Any, ...], kwargs: dict[str, Any]
     bound = bind_call(info.binding, args, kwargs)
     flat = bound.flat
     avals = [
-        abstractify(leaf, flat.where(i, info.label), info.binding.static_hint)
+        abstractify(leaf, flat.where(i, info.label), info.binding.static_hint, fun=info.fun)
         for i, leaf in enumerate(flat.leaves)
     ]
     dims = [

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from jax.sharding import Mesh
 from jax.tree_util import PyTreeDef, tree_unflatten
 
+from .. import jax_private as jp
 from ..sharding.auto import AutoChoice
 from ..trace.arguments import Binding, FlatArguments
 from .pjit_call import PjitParams
@@ -37,6 +38,9 @@ class CallPlan:
     arguments: FlatArguments | None = None
     # How the AUTO leaves were resolved (``_src/auto/``), for the report; None without AUTO.
     auto: AutoChoice | None = None
+    # ``jit(inline=True)`` with no specs: inside another trace the body's equations
+    # join that trace instead of one ``pjit_p`` call (as jax.jit inlines).
+    inline: bool = False
 
     @property
     def mesh(self) -> Mesh:
@@ -56,6 +60,9 @@ class CallPlan:
 
     def bind(self) -> Any:
         """Bind ``pjit_p`` (staged under a trace, else run by its impl); the output pytree."""
+        if self.inline and not jp.at_top_level():
+            outs = jp.eval_closed_jaxpr(self.params.jaxpr, *self.args_flat)
+            return tree_unflatten(self.out_tree, outs)
         bind = self.nested_bind or self.params.bind
         return tree_unflatten(self.out_tree, bind(*self.args_flat))
 

@@ -117,7 +117,7 @@ def with_sharding_constraint(x: Any, axis_resources: Any) -> Any:
             "(jax.set_mesh) and pass a PartitionSpec."
         )
     mesh = resolve_mesh(_API, meshes_named_by(axis_resources, f"{_API} axis_resources"))
-    check_mesh_unchanged(mesh, _API)
+    check_mesh_unchanged(mesh, _API, "sharding_constraint inside jit")
     parsed = prepare_axis_resources(
         axis_resources, f"{_API} axis_resources", allow_unconstrained=True
     )

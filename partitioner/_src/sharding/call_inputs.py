@@ -16,20 +16,31 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from jax.sharding import Mesh
-from jax.tree_util import KeyPath
 
 from .. import jax_private as jp
 from .auto import AUTO
 from .checks import check_specs
+from .devices import DeviceSource
 from .leaves import resolve_inputs
 from .mesh_env import has_explicit_axes
 from .parsed import REPLICATED
-from .placement import check_committed_layout, check_usable, unspecified_input_spec
+from .placement import (
+    check_committed_layout,
+    check_live,
+    check_usable,
+    unspecified_input_spec,
+)
 from .tree import UNSPECIFIED, broadcast_prefix
 
 #: One spec per leaf: None where XLA chooses the layout (a tracer's, an omitted
 #: output's), AUTO where the AUTO stage chooses it.
 LeafSpec = Any
+
+
+MSG_TOKEN = """\
+{where} is an ordering token (jax.lax.create_token()). A call of partitioner {what} \
+arrays only, at its boundary (jax.jit also passes tokens through; docs/api.md, differences \
+kept on purpose): create the token inside the function, and return what it orders."""
 
 
 def input_specs(
@@ -43,12 +54,17 @@ def input_specs(
     arg_name: str,
     check_committed: bool,
     keyword_spec: Any = REPLICATED,
+    origin: DeviceSource | None = None,
+    move_all: bool = False,
 ) -> list[LeafSpec]:
     """Broadcast the in-spec ``prefix`` over a call's positional arguments, one spec per leaf.
 
     Leaves past the positional ones (keyword arguments) get ``keyword_spec``
-    (``UNSPECIFIED``: each as it is laid out). ``check_committed`` (unless the user allows resharding committed arrays):
+    (``UNSPECIFIED``: each as it is laid out); ``origin``: what put the call on
+    ``mesh`` (jax's device messages name it). ``check_committed`` (unless the user allows resharding committed arrays):
     a committed argument must already be laid out as its given spec asks.
+    ``move_all`` (``jit(device=...)``, a one-device ``mesh``): every argument is
+    moved there, as jax.jit moves them.
 
     Raises:
         ValueError: the tree is not a prefix of the arguments; an argument
@@ -60,10 +76,16 @@ def input_specs(
     )
     specs: list[LeafSpec] = []
     for i, leaf in enumerate(leaves):
-        check_usable(leaf, mesh, where(i))
+        if jp.is_token(leaf):
+            raise TypeError(MSG_TOKEN.format(where=where(i), what="takes"))
+        if move_all:
+            check_live(leaf, where(i))
+            specs.append(REPLICATED)
+            continue
+        check_usable(leaf, mesh, where(i), origin)
         spec = arg_specs[i] if i < len(arg_specs) else keyword_spec
         if spec is UNSPECIFIED:
-            spec = unspecified_input_spec(leaf, mesh, where(i), api)
+            spec = unspecified_input_spec(leaf, mesh, where(i), api, origin)
         elif spec is not AUTO and check_committed:
             check_committed_layout(leaf, spec, mesh, where(i), api)
         specs.append(spec)
@@ -73,14 +95,15 @@ def input_specs(
 def checked_inputs(
     specs: Sequence[LeafSpec],
     leaves: Sequence[Any],
-    paths: Sequence[KeyPath],
+    labels: Sequence[str],
     mesh: Mesh,
     where: Callable[[int], str],
     api: str,
     static_hint: str,
+    fun: Any = None,
 ) -> tuple[tuple[LeafSpec, ...], tuple[Any, ...]]:
     """Each argument's aval; every given spec checked against the mesh and shapes; memory
-    kinds and layouts settled.
+    kinds and layouts settled. ``labels`` name the arguments as jax does (``x['w']``).
 
     Returns:
         ``(specs, avals)``: the avals in the memory kinds the arguments will live
@@ -93,13 +116,15 @@ def checked_inputs(
             memory kind or layout the argument does not have.
     """
     typed = has_explicit_axes(mesh)
-    avals = [abstractify(x, where(i), static_hint, typed=typed) for i, x in enumerate(leaves)]
+    avals = [
+        abstractify(x, where(i), static_hint, typed=typed, fun=fun) for i, x in enumerate(leaves)
+    ]
     given = [i for i, s in enumerate(specs) if s is not None and s is not AUTO]
     check_specs(
-        api,
-        "argument args",
+        f"{api} arguments",
         [specs[i] for i in given],
-        [paths[i] for i in given],
+        [where(i) for i in given],
+        [f"pjit arguments with pytree key path {labels[i]}" for i in given],
         [avals[i].shape for i in given],
         mesh,
     )
@@ -117,21 +142,28 @@ def checked_inputs(
     return tuple(out_specs), tuple(out_avals)
 
 
-def abstractify(leaf: Any, where: str, static_hint: str, *, typed: bool = False) -> Any:
+def abstractify(
+    leaf: Any, where: str, static_hint: str, *, typed: bool = False, fun: Any = None
+) -> Any:
     """The abstract value of an argument leaf (with its sharding when ``typed``).
 
     ``typed`` is set for calls over a mesh with Explicit axes, where a value's
     sharding is part of its type (NOTE [explicit axes] in ``mesh_env.py``).
 
     Raises:
-        TypeError: not a JAX type, naming ``where`` (API and argument path) and how
-            to mark it static.
+        TypeError: not a JAX type: jax.jit's message (``fun`` and the argument's
+            path), then ``where`` (API and argument) and how to mark it static.
     """
     try:
         return jp.typed_abstractify(leaf) if typed else jp.shaped_abstractify(leaf)
     except TypeError:
         raise TypeError(
-            f"{where} of type {type(leaf).__name__} is not a valid JAX type (arrays, numpy "
-            f"arrays, Python scalars or jax.ShapeDtypeStruct). Mark it static with "
-            f"{static_hint} if it is configuration."
+            f"Error interpreting argument to {fun} as an abstract array. The problematic "
+            f"value is of type {type(leaf)} and was passed to the function at path "
+            f"{where.rpartition('argument ')[2]}.\nThis typically means that a jit-wrapped "
+            "function was called with a non-array argument, and this argument was not "
+            "marked as static using the static_argnums or static_argnames parameters of "
+            f"jax.jit.\n{where} of type {type(leaf).__name__} is not a valid JAX type "
+            "(arrays, numpy arrays, Python scalars or jax.ShapeDtypeStruct). Mark it "
+            f"static with {static_hint} if it is configuration."
         ) from None

@@ -13,7 +13,9 @@ from typing import Any
 from jax.sharding import Mesh
 from jax.tree_util import KeyPath, keystr
 
+from .. import jax_private as jp
 from .auto import AUTO
+from .call_inputs import MSG_TOKEN
 from .checks import check_specs
 from .leaves import check_layouts
 from .tree import UNSPECIFIED, broadcast_prefix
@@ -29,14 +31,18 @@ def output_specs(
 
     Raises:
         ValueError: the tree is not a prefix of the outputs; a bad spec or layout.
+        TypeError: an output is an ordering token (a difference kept on purpose).
     """
     specs, paths = broadcast_prefix(prefix, outs, api=f"{api} {out_name}", what="outputs")
+    for path, aval in zip(paths, out_avals, strict=True):
+        if jp.is_token(aval):
+            raise TypeError(MSG_TOKEN.format(where=f"{api} output{keystr(path)}", what="returns"))
     given = [i for i, s in enumerate(specs) if s is not UNSPECIFIED and s is not AUTO]
     check_specs(
-        api,
-        "output",
+        f"{api} outputs",
         [specs[i] for i in given],
-        [paths[i] for i in given],
+        [f"{api} output{keystr(paths[i])}" for i in given],
+        [f"pjit outputs with pytree key path {keystr(paths[i])}" for i in given],
         [out_avals[i].shape for i in given],
         mesh,
     )

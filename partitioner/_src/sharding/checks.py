@@ -10,28 +10,34 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from jax.sharding import Mesh
-from jax.tree_util import KeyPath, keystr
+from jax.sharding import Mesh, NamedSharding
 
 from .parsed import ParsedPartitionSpec
 
 MSG_NOT_DIVISIBLE = """\
+Sharding {sharding} implies that array axis {dim} is partitioned {divisor} times, but the \
+dimension size is {size} (full shape: {shape}, per-dimension tiling factors: {factors} \
+should evenly divide the shape).
 {where}: dimension {dim} of shape {shape} has size {size}, which is not divisible by \
 {divisor}, the product of the sizes of mesh axes {axes} it is split over ({sizes}). \
 Pad the dimension to a multiple of {divisor}, or partition it over fewer axes."""
 
 MSG_RANK = """\
+{subject}Sharding {sharding} is only valid for values of rank at least {spec_len}, but was applied \
+to a value of rank {ndim}.{scalar_hint}
 {where}: the spec {spec} has {spec_len} entries but the value has rank {ndim} \
 (shape {shape}). A spec can be at most as long as the value's rank (ndim); drop the \
 trailing entries, e.g. {suggestion}."""
 
 MSG_UNDEFINED_AXIS = """\
+Resource axis: {axis} of {spec} is not found in mesh: {mesh_axes}.
 {where}: the spec {spec} names mesh axis {axis!r}, which is not in the current mesh \
 (axes {mesh_axes}). Did you forget the mesh, or misspell the axis? Use one of {mesh_axes}."""
 
 
-def _where(api: str, what: str, path: KeyPath) -> str:
-    return f"{api} {what}{keystr(path)}"
+def _as_jax_sharding(spec: ParsedPartitionSpec, mesh: Mesh) -> NamedSharding:
+    """The sharding jax.jit's messages name for ``spec`` over ``mesh``."""
+    return NamedSharding(mesh, spec.to_partition_spec())
 
 
 def check_spec(
@@ -41,8 +47,12 @@ def check_spec(
     where: str,
     *,
     check_divisible: bool = True,
+    subject: str | None = None,
 ) -> None:
     """Check one spec against ``mesh`` and a value of ``shape``.
+
+    ``subject`` is how jax.jit names the value in the sentence it puts before a
+    rank error (``"pjit arguments with pytree key path x"``), where it has one.
 
     Raises:
         ValueError: an axis is not in the mesh, the spec is longer than the rank,
@@ -61,6 +71,12 @@ def check_spec(
         suggestion = spec.to_partition_spec().partitions[: len(shape)]
         raise ValueError(
             MSG_RANK.format(
+                subject=""
+                if subject is None
+                else f"One of {subject} is incompatible with its sharding annotation "
+                f"{_as_jax_sharding(spec, mesh)}: ",
+                sharding=_as_jax_sharding(spec, mesh),
+                scalar_hint=" For scalars the PartitionSpec should be P()" if not shape else "",
                 where=where,
                 spec=spec.describe(),
                 spec_len=len(spec.partitions),
@@ -77,6 +93,8 @@ def check_spec(
         if shape[dim] % divisor:
             raise ValueError(
                 MSG_NOT_DIVISIBLE.format(
+                    sharding=_as_jax_sharding(spec, mesh),
+                    factors=[*spec.shards_per_dim(mesh, len(shape))],
                     where=where,
                     dim=dim,
                     shape=tuple(shape),
@@ -89,27 +107,29 @@ def check_spec(
 
 
 def check_specs(
-    api: str,
-    what: str,
+    where: str,
     specs: Sequence[ParsedPartitionSpec],
-    paths: Sequence[KeyPath],
+    wheres: Sequence[str],
+    subjects: Sequence[str],
     shapes: Sequence[tuple[int, ...]],
     mesh: Mesh,
-    *,
-    check_divisible: bool = True,
 ) -> None:
-    """:func:`check_spec` for flat lists of specs, key paths and shapes.
+    """:func:`check_spec` for flat lists of specs, their values' names and shapes.
+
+    Args:
+        where: names the whole spec tree (``"jit f in_shardings"``) when several fail.
+        wheres / subjects: each value as ours / jax.jit's messages name it.
 
     Raises:
         ValueError: every bad leaf's problem at once (see :func:`raise_all`).
     """
     errors: list[Exception] = []
-    for spec, path, shape in zip(specs, paths, shapes, strict=True):
+    for spec, leaf_where, subject, shape in zip(specs, wheres, subjects, shapes, strict=True):
         try:
-            check_spec(spec, shape, mesh, _where(api, what, path), check_divisible=check_divisible)
+            check_spec(spec, shape, mesh, leaf_where, subject=subject)
         except ValueError as e:
             errors.append(e)
-    raise_all(errors, f"{api} {what}")
+    raise_all(errors, where)
 
 
 def raise_all(errors: Sequence[Exception], where: str) -> None:

@@ -30,10 +30,15 @@ SHARDING_LEAVES = (NamedSharding, SingleDeviceSharding, Format)
 SINGLE_DEVICE_AXIS = "_single_device"
 
 MSG_LAYOUT_RANK = """\
+Length of major_to_minor and the rank of the value should match. Got \
+major_to_minor={major_to_minor} and shape={shape}
 {where}: its layout {layout} orders {n} dimension(s), but the value has shape {shape}. \
 A Layout's major_to_minor lists every dimension once, e.g. Layout(major_to_minor={example})."""
 
 MSG_LAYOUT_MISMATCH = """\
+Layout passed to jit does not match the layout on the respective arg. Got jit layout: \
+{wanted},
+arg layout: {got} for arg type: {aval}.
 {where}: its spec asks for layout {wanted}, but the argument is laid out as {got}. {api} \
 does not relayout committed arrays implicitly, as jax.jit does not. Lay it out first \
 (jax.device_put(x, Format(layout, sharding))) or ask for the layout it has."""
@@ -100,6 +105,7 @@ def check_layouts(
         if isinstance(layout, Layout) and len(layout.major_to_minor) != len(shape):
             raise ValueError(
                 MSG_LAYOUT_RANK.format(
+                    major_to_minor=layout.major_to_minor,
                     where=where(i),
                     layout=layout,
                     n=len(layout.major_to_minor),
@@ -116,7 +122,11 @@ def check_layouts(
         if leaf.committed and not same_layout(layout, got):
             raise ValueError(
                 MSG_LAYOUT_MISMATCH.format(
-                    where=where(i), wanted=layout, got=got, api=api.split(" ")[0]
+                    where=where(i),
+                    wanted=layout,
+                    got=got,
+                    api=api.split(" ")[0],
+                    aval=jp.shaped_abstractify(leaf),
                 )
             )
 

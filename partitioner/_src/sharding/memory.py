@@ -20,6 +20,8 @@ from .. import jax_private as jp
 from .parsed import ParsedPartitionSpec
 
 MSG_MEMORY_KIND_MISMATCH = """\
+Memory kinds passed to jax.jit does not match memory kind on the respective arg. Got jit \
+memory kind: {wanted}, arg memory kind: {got} for arg type: {aval}
 {where}: its spec asks for memory kind {wanted!r}, but the argument lives in {got!r} \
 (its sharding: {sharding}). {api} does not move arguments between memories implicitly, as \
 jax.jit does not. Move it first (jax.device_put(x, sharding.with_memory_kind({wanted!r}))) \
@@ -69,6 +71,7 @@ def resolve_input_memory(
         elif got is not None and got != spec.memory_kind:
             raise ValueError(
                 MSG_MEMORY_KIND_MISMATCH.format(
+                    aval=jp.shaped_abstractify(leaf),
                     where=where(i),
                     wanted=spec.memory_kind,
                     got=got,

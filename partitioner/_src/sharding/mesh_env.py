@@ -15,6 +15,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh
 
 from .. import jax_private
+from .devices import CONTEXT_MESH, DeviceSource, incompatible_devices
 
 MSG_BAD_MESH = """\
 mesh(devices, axis_names): {detail}. Pass a numpy array of devices with one named axis per
@@ -26,13 +27,14 @@ MSG_MESH_MISMATCH = """\
 mesh, or pass its PartitionSpec alone (NamedSharding(mesh, spec).spec)."""
 
 MSG_NO_MESH = """\
-{api} needs a mesh in context, but none is active.
-Wrap the call in a mesh context:
+{api} requires a non-empty mesh in context if you are passing `PartitionSpec`s to {name}. \
+You can define a context mesh via `jax.set_mesh(mesh)`. Alternatively, provide `Sharding`s \
+to {name} and then the mesh context manager is not required. partitioner's own context works too:
 
-    with partitioner.mesh(devices, ("data", "model")):   # or: with jax.sharding.Mesh(...)
+    with partitioner.mesh(devices, ("data", "model")):
         y = f(x)
 
-The mesh is looked up when the function is called or lowered, not when pjit is applied."""
+The mesh is looked up when the function is called or lowered, not when it is wrapped."""
 
 
 def as_auto_mesh(m: Mesh) -> Mesh:
@@ -172,35 +174,47 @@ def current_mesh(api: str) -> Mesh:
     return resolve_mesh(api, ())
 
 
-def resolve_mesh(api: str, named: Sequence[tuple[str, Any]]) -> Mesh:
-    """The mesh a call runs over: the one in context, else the one its NamedShardings name.
+def resolve_mesh(api: str, named: Sequence[tuple[str, Any, str]]) -> Mesh:
+    """The mesh a constraint runs over: the innermost in context, else its NamedShardings'."""
+    return resolve_call_mesh(api, named, jax_private.ambient_mesh(), "its shardings")[0]
+
+
+def resolve_call_mesh(
+    api: str, named: Sequence[tuple[str, Any, str]], context: Mesh | None, spec_name: str
+) -> tuple[Mesh, DeviceSource]:
+    """The mesh a call runs over: ``context``, else the one its NamedShardings name;
+    and what put the call there, for jax's device messages.
 
     Args:
         api: names the caller in messages.
-        named: ``(where, mesh)`` of every NamedSharding given as a spec.
+        named: ``(where, mesh, kind)`` of every NamedSharding given as a spec.
+        context: the mesh in context the caller reads (jit and pjit read different ones).
+        spec_name: the spec argument a PartitionSpec without a mesh was given to.
 
     Raises:
         RuntimeError: no mesh in context and no NamedSharding to take one from.
         ValueError: a NamedSharding's mesh differs from the mesh in context (or
-            from the other NamedShardings' mesh); names both meshes.
+            from the other NamedShardings' mesh); names both meshes (jax's
+            "Received incompatible devices" where their devices differ).
     """
-    m = jax_private.ambient_mesh()
+    m = context
     if m is None and not named:
-        raise RuntimeError(MSG_NO_MESH.format(api=api))
+        raise RuntimeError(MSG_NO_MESH.format(api=api, name=spec_name))
     mesh = as_call_mesh(m if m is not None else named[0][1])
     source = "the mesh in context" if m is not None else f"the mesh of {named[0][0]}"
-    for where, other in named:
+    origin = DeviceSource(tuple(mesh.devices.flat), CONTEXT_MESH if m is not None else named[0][2])
+    for where, other, kind in named:
         # A NamedSharding over the mesh with other axis types names the same devices.
-        if as_auto_mesh(other) != as_auto_mesh(mesh):
-            raise ValueError(
-                MSG_MESH_MISMATCH.format(
-                    where=where,
-                    mesh=_describe(other),
-                    source=source,
-                    expected=_describe(mesh),
-                )
+        if as_auto_mesh(other) == as_auto_mesh(mesh):
+            continue
+        if set(other.devices.flat) != set(mesh.devices.flat):
+            raise incompatible_devices(api, origin, DeviceSource(tuple(other.devices.flat), kind))
+        raise ValueError(
+            MSG_MESH_MISMATCH.format(
+                where=where, mesh=_describe(other), source=source, expected=_describe(mesh)
             )
-    return mesh
+        )
+    return mesh, origin
 
 
 def _describe(m: Mesh) -> str:

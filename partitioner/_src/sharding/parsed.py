@@ -40,9 +40,9 @@ MSG_BARE_LAYOUT = """\
 layouts directly. Wrap it with its sharding: Format({value!r}, NamedSharding(mesh, spec))."""
 
 MSG_UNCONSTRAINED_IN_PJIT = """\
-{where}: the spec {spec} marks dimension {dim} UNCONSTRAINED, which only \
-with_sharding_constraint accepts. pjit needs a definite layout for its inputs and \
-outputs: use None (replicated) or a mesh axis name there."""
+Unconstrained dims are not allowed when passed to {where}: {spec}. Dimension {dim} is \
+UNCONSTRAINED, which only with_sharding_constraint accepts: a call's inputs and outputs \
+need a definite layout, so use None (replicated) or a mesh axis name there."""
 
 
 class SpecSync(enum.IntEnum):

@@ -18,6 +18,13 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
 from .. import jax_private as jp
+from .devices import (
+    CONTEXT_MESH,
+    OUTPUT_SHARDING,
+    DeviceSource,
+    argument_source,
+    incompatible_devices,
+)
 from .leaves import single_device_mesh
 from .mesh_env import as_auto_mesh, as_call_mesh
 from .op_sharding import parse_op_sharding_parsed
@@ -27,12 +34,10 @@ from .parsed import REPLICATED, ParsedPartitionSpec
 #: laid out by a sharding that names no mesh) decide it.
 DEVICES_AXIS = "_devices"
 
-MSG_INCOMPATIBLE_DEVICES = """\
-Received incompatible devices for {kind}ted computation. Got {first} with device ids \
-{first_ids} and {second} with device ids {second_ids}. ({api}: a call runs on one set of \
-devices; move them onto the same devices first, with jax.device_put(x, sharding).)"""
-
 MSG_SHARDING_MISMATCH = """\
+Sharding passed to jit does not match the sharding on the respective arg. Got jit \
+sharding: {expected},
+arg sharding: {actual} for arg type: {aval}
 {where} is committed to {actual}, but {api} was asked to lay it out as {expected}. \
 Committed arrays are never moved behind your back (a hidden transfer): pass it laid out \
 as asked (jax.device_put(x, {expected_short})), or leave its spec unspecified."""
@@ -48,11 +53,17 @@ class Placement:
             nothing committed the call: uncommitted arguments, no mesh).
         derived: no mesh was in context or named by a spec: the devices came from
             the arguments (``None`` specs then read as unspecified, as in jax).
+        source: what put the call on these devices, as jax's device messages name
+            it (None: nothing did, the default device).
+        moves_arguments: ``jit(device=...)`` placed the call: as in jax.jit, every
+            argument is moved there, committed ones too.
     """
 
     mesh: Mesh
     committed: bool = True
     derived: bool = False
+    source: DeviceSource | None = None
+    moves_arguments: bool = False
 
 
 def is_committed(x: Any) -> bool:
@@ -70,7 +81,7 @@ def _placed_sharding(x: Any) -> Any:
 
 
 def placement_from_arguments(
-    api: str, leaves: Sequence[Any], where: Sequence[str], device: Any = None
+    api: str, leaves: Sequence[Any], labels: Sequence[str], device: Any = None
 ) -> Placement:
     """Where a call with no mesh in context runs: its committed arguments' devices.
 
@@ -79,41 +90,42 @@ def placement_from_arguments(
     device, and with none committed the call runs on the default device with
     uncommitted results (as ``jax.jit`` does).
 
+    Args:
+        labels: each argument's name (``x['w']``), as jax's messages give it.
+
     Raises:
-        ValueError: committed arguments live on different device sets.
+        ValueError: committed arguments live on different device sets (jax's
+            "Received incompatible devices", naming both).
     """
     if device is not None:  # jit(device=...) decides, whatever the arguments say
-        return Placement(single_device_mesh(device), derived=True)
-    first: tuple[str, Any] | None = None
-    for x, w in zip(leaves, where, strict=True):
+        source = DeviceSource((device,), OUTPUT_SHARDING)  # as jax.jit reads device=
+        return Placement(
+            single_device_mesh(device), derived=True, source=source, moves_arguments=True
+        )
+    fun_name = api.partition(" ")[2]
+    first: tuple[DeviceSource, Any] | None = None
+    for x, label in zip(leaves, labels, strict=True):
         sharding = _placed_sharding(x)
         if sharding is None:
             continue
+        source = argument_source(label, fun_name, x, jp.device_assignment_of(sharding))
         if first is None:
-            first = (w, sharding)
+            first = (source, sharding)
         elif set(sharding.device_set) != set(first[1].device_set):
-            raise ValueError(
-                MSG_INCOMPATIBLE_DEVICES.format(
-                    kind=api.split(" ")[0],
-                    api=api,
-                    first=first[0],
-                    first_ids=sorted(d.id for d in first[1].device_set),
-                    second=w,
-                    second_ids=sorted(d.id for d in sharding.device_set),
-                )
-            )
-        if isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, Mesh):
-            return Placement(as_call_mesh(sharding.mesh), derived=True)
-    if first is not None:
-        devices = jp.device_assignment_of(first[1])
-        if len(devices) == 1:
-            return Placement(single_device_mesh(devices[0]), derived=True)
-        return Placement(Mesh(np.array(devices), (DEVICES_AXIS,)), derived=True)
-    return Placement(single_device_mesh(jp.default_device()), committed=False, derived=True)
+            raise incompatible_devices(api, first[0], source)
+    if first is None:
+        return Placement(single_device_mesh(jp.default_device()), committed=False, derived=True)
+    source, sharding = first
+    if isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, Mesh):
+        return Placement(as_call_mesh(sharding.mesh), derived=True, source=source)
+    devices = jp.device_assignment_of(sharding)
+    if len(devices) == 1:
+        return Placement(single_device_mesh(devices[0]), derived=True, source=source)
+    return Placement(Mesh(np.array(devices), (DEVICES_AXIS,)), derived=True, source=source)
 
 
 def placement_in_body(
-    api: str, found: Sequence[tuple[Any, str]], placement: Placement
+    api: str, found: Sequence[tuple[Any, str, str]], placement: Placement
 ) -> Placement | None:
     """Where the body's own shardings put the call (constraints, ``device_put``, nested calls).
 
@@ -123,7 +135,8 @@ def placement_in_body(
     devices.
 
     Args:
-        found: ``(sharding, what and where in the body)`` of each sharding in it.
+        found: ``(sharding, what it is, where in the user's code)`` of each sharding
+            in the body (``sharding_constraint``, ``"f.py:3"``).
 
     Returns:
         The placement the body asks for, or None when the call stays where it is.
@@ -134,30 +147,26 @@ def placement_in_body(
     """
     if not found:
         return None
-    first_sharding, first_where = found[0]
+    sources = [
+        DeviceSource(tuple(jp.device_assignment_of(s)), f"{eqn} inside jit", f" at {at}")
+        for s, eqn, at in found
+    ]
     adopt = placement.derived and not placement.committed
-    reference = (first_sharding, first_where) if adopt else (None, "the devices the call runs on")
-    expected = set(first_sharding.device_set) if adopt else {d for d in placement.mesh.devices.flat}
-    for sharding, where in found:
-        if set(sharding.device_set) != expected:
-            raise ValueError(
-                MSG_INCOMPATIBLE_DEVICES.format(
-                    kind=api.split(" ")[0],
-                    api=api,
-                    first=reference[1],
-                    first_ids=sorted(d.id for d in expected),
-                    second=where,
-                    second_ids=sorted(d.id for d in sharding.device_set),
-                )
-            )
+    reference = sources[0] if adopt else placement.source
+    if reference is None:  # placed by its own mesh with no other origin: name the mesh
+        reference = DeviceSource(tuple(placement.mesh.devices.flat), CONTEXT_MESH)
+    for source in sources:
+        if set(source.devices) != set(reference.devices):
+            raise incompatible_devices(api, reference, source)
     if not adopt:
         return None
-    if isinstance(first_sharding, NamedSharding) and isinstance(first_sharding.mesh, Mesh):
-        return Placement(as_call_mesh(first_sharding.mesh), derived=True)
-    devices = jp.device_assignment_of(first_sharding)
+    first = found[0][0]
+    if isinstance(first, NamedSharding) and isinstance(first.mesh, Mesh):
+        return Placement(as_call_mesh(first.mesh), derived=True, source=sources[0])
+    devices = sources[0].devices
     if len(devices) == 1:
-        return Placement(single_device_mesh(devices[0]), derived=True)
-    return Placement(Mesh(np.array(devices), (DEVICES_AXIS,)), derived=True)
+        return Placement(single_device_mesh(devices[0]), derived=True, source=sources[0])
+    return Placement(Mesh(np.array(devices), (DEVICES_AXIS,)), derived=True, source=sources[0])
 
 
 def layout_spec(x: Any, mesh: Mesh) -> ParsedPartitionSpec | None:
@@ -179,12 +188,16 @@ def layout_spec(x: Any, mesh: Mesh) -> ParsedPartitionSpec | None:
     return parsed if isinstance(parsed, ParsedPartitionSpec) else None
 
 
-def unspecified_input_spec(x: Any, mesh: Mesh, where: str, api: str) -> ParsedPartitionSpec | None:
+def unspecified_input_spec(
+    x: Any, mesh: Mesh, where: str, api: str, origin: DeviceSource | None = None
+) -> ParsedPartitionSpec | None:
     """The spec an argument with an omitted spec gets: its own layout.
 
-    A committed array keeps its layout; an uncommitted one is replicated (jax's
-    rule); a tracer's layout is left to XLA (None); a ``ShapeDtypeStruct`` with a
-    sharding (for ``.lower``) takes it.
+    A committed array keeps its layout; an uncommitted one (a numpy array, a
+    Python scalar, an uncommitted jax.Array) and a tracer are left to XLA's
+    propagation (None), which may partition it as the body's constraints ask
+    (jax.jit's rule: the call then places the value as XLA chose); a
+    ``ShapeDtypeStruct`` with a sharding (for ``.lower``) takes it.
 
     Raises:
         ValueError: a committed array whose layout no spec over ``mesh`` expresses.
@@ -193,6 +206,8 @@ def unspecified_input_spec(x: Any, mesh: Mesh, where: str, api: str) -> ParsedPa
         return None
     if is_committed(x):
         spec = layout_spec(x, mesh)
+        if spec is None and set(x.sharding.device_set) != set(mesh.devices.flat):
+            raise _elsewhere(x, mesh, where, origin)
         if spec is None:
             raise ValueError(
                 f"{where} is committed to {x.sharding}, which is not a layout over the mesh "
@@ -204,7 +219,7 @@ def unspecified_input_spec(x: Any, mesh: Mesh, where: str, api: str) -> ParsedPa
     sharding = getattr(x, "sharding", None)
     if isinstance(x, jax.ShapeDtypeStruct) and isinstance(sharding, NamedSharding):
         return ParsedPartitionSpec.coerce(sharding.spec, where)
-    return REPLICATED
+    return REPLICATED if mesh.size == 1 else None
 
 
 def check_committed_layout(
@@ -224,6 +239,7 @@ def check_committed_layout(
         return
     raise ValueError(
         MSG_SHARDING_MISMATCH.format(
+            aval=jp.shaped_abstractify(x),
             where=where,
             actual=x.sharding,
             api=api,
@@ -237,17 +253,22 @@ def check_live(x: Any, where: str) -> None:
     """Raise a RuntimeError naming ``where`` if ``x`` is a deleted (e.g. donated) array."""
     if isinstance(x, jax.Array) and not isinstance(x, jp.Tracer) and x.is_deleted():
         raise RuntimeError(
+            f"Array has been deleted with shape={x.aval.str_short()}.\n"
             f"{where} is an array that has been deleted, most likely donated to an earlier "
             "call (donate_argnums). Pass a live array, or stop donating it."
         )
 
 
-def check_usable(x: Any, mesh: Mesh, where: str) -> None:
+def check_usable(x: Any, mesh: Mesh, where: str, origin: DeviceSource | None = None) -> None:
     """Reject an argument pjit cannot run on: deleted, or committed to other devices.
 
     Arrays committed to some of the mesh's devices are moved onto the mesh as
     their spec asks; ``jax.jit`` raises for devices outside its computation, and
     so does pjit, rather than copying between device sets behind the user's back.
+
+    Args:
+        where: ``"jit f: argument x"``: the call and the argument, for messages.
+        origin: what put the call on ``mesh`` (jax's message names it).
 
     Raises:
         RuntimeError: ``x`` was deleted (most likely donated to an earlier call).
@@ -258,9 +279,18 @@ def check_usable(x: Any, mesh: Mesh, where: str) -> None:
         devices = {d.id for d in x.sharding.device_set}  # type: ignore[attr-defined]
         mesh_ids = {d.id for d in mesh.devices.flat}
         if not devices <= mesh_ids:
-            raise ValueError(
-                f"{where} is committed to devices {sorted(devices)}, but the mesh "
-                f"{dict(mesh.shape)} has devices {sorted(mesh_ids)}. Move it onto the mesh first "
-                "(jax.device_put(x, NamedSharding(mesh, spec))), or run under a mesh of its "
-                "devices."
-            )
+            raise _elsewhere(x, mesh, where, origin)
+
+
+def _elsewhere(x: Any, mesh: Mesh, where: str, origin: DeviceSource | None) -> ValueError:
+    """jax's "Received incompatible devices" for an argument committed off the call's mesh."""
+    api, _, label = where.partition(": argument ")
+    argument = argument_source(label, api.partition(" ")[2], x, jp.device_assignment_of(x.sharding))
+    call = origin or DeviceSource(tuple(mesh.devices.flat), CONTEXT_MESH)
+    error = incompatible_devices(api, argument, call)
+    return ValueError(
+        f"{error}\n{where} is committed to {x.sharding}, which is not on the mesh "
+        f"{dict(mesh.shape)} (devices {[d.id for d in mesh.devices.flat]}) the call runs over. "
+        "Move it onto the mesh first (jax.device_put(x, NamedSharding(mesh, spec))), or run "
+        "under a mesh of its devices."
+    )

@@ -19,6 +19,7 @@ from jax.tree_util import KeyPath, keystr
 
 from .auto import AUTO
 from .checks import raise_all
+from .devices import INPUT_SHARDING
 from .leaves import SHARDING_LEAVES, leaf_mesh
 from .parsed import ParsedPartitionSpec
 from .partition_spec import is_spec
@@ -26,8 +27,13 @@ from .partition_spec import is_spec
 MSG_NOT_A_PREFIX = """\
 {api}: the spec tree is not a pytree prefix of the {what} at {path}: {detail}.
 Specs must mirror the structure of the {what} (or a prefix of it, one spec standing for a
-whole subtree). For arguments, pass one spec per positional argument:
-in_axis_resources=(PartitionSpec('x'), None) for f(x, y)."""
+whole subtree). For arguments, pass one spec per positional argument: a tuple such as
+(PartitionSpec('x'), None) for f(x, y)."""
+
+MSG_ARGS_TUPLE = """\
+{api} specification must be a tree prefix of the positional arguments tuple. In particular, \
+{api} must either be a Sharding, a PartitionSpec, or a tuple of length equal to the number \
+of positional arguments. But {api} {problem}."""
 
 
 class _Unspecified:
@@ -106,15 +112,20 @@ def prepare_axis_resources(
     return jax.tree_util.tree_unflatten(treedef, parsed)
 
 
-def meshes_named_by(tree: Any, arg_name: str) -> list[tuple[str, Any]]:
-    """``(where, mesh)`` of every leaf of a spec tree that names devices, in tree order.
+def meshes_named_by(
+    tree: Any, arg_name: str, kind: str = INPUT_SHARDING
+) -> list[tuple[str, Any, str]]:
+    """``(where, mesh, kind)`` of every leaf of a spec tree that names devices, in tree order.
+
+    ``kind`` says what the tree is, as jax's device messages name it (``explicit
+    input sharding``, ``explicit output sharding``).
 
     A NamedSharding (bare or in a ``Format``) names its mesh; a
     SingleDeviceSharding names a one-device mesh (``leaf_mesh``).
     """
     found = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_spec_leaf)[0]
     return [
-        (f"{arg_name}{keystr(path)}", mesh)
+        (f"{arg_name}{keystr(path)}", mesh, kind)
         for path, leaf in found
         if (mesh := leaf_mesh(leaf)) is not None
     ]
@@ -134,6 +145,61 @@ def _one_level(x: Any, is_leaf: Callable[[Any], bool] | None) -> tuple[Any, list
     return data, [(path[0], child) for path, child in kids]
 
 
+def _args_tuple_problem(prefix: Any, args: tuple[Any, ...]) -> str | None:
+    """How an in-spec tree fails to stand for the arguments tuple at its top level
+    (jax's words), or None: a leaf, or a tuple of the right length."""
+    if is_spec_leaf(prefix):
+        return None
+    if type(prefix) is not tuple:
+        problem = f"is not a tuple: got {type(prefix)} instead"
+    elif len(prefix) != len(args):
+        return (
+            f"is the wrong length: got a tuple or list of length {len(prefix)} for an args "
+            f"tuple of length {len(args)}"
+        )
+    else:
+        return None
+    if len(args) == 1:
+        try:
+            broadcast_prefix((prefix,), args, api="", what="")
+        except ValueError:
+            return problem
+        problem += (
+            ". Given the corresponding argument being passed, it looks like the spec tree might "
+            "need to be wrapped in a singleton tuple"
+        )
+    return problem
+
+
+def _jax_mismatch(
+    kind: str,
+    api: str,
+    path: KeyPath,
+    ours: Any,
+    theirs: Any,
+    n_ours: int = 0,
+    n_theirs: int = 0,
+) -> str:
+    """One line of jax's "Mismatch details": how the two trees part at ``path``."""
+    at = f"pytree structure error: {{}} at key path\n    {api}{keystr(path)}\nAt that key path, "
+    if kind == "different types":
+        return at.format(kind) + (
+            f"the prefix pytree {api} has a subtree of type\n    {ours}\nbut at the same key "
+            f"path the full pytree has a subtree of different type\n    {theirs}."
+        )
+    node = ours[0].__name__
+    if kind == "different lengths":
+        return at.format(f"different lengths of {node}") + (
+            f"the prefix pytree {api} has a subtree of type {node} of length {n_ours}, but the "
+            f"full pytree has a subtree of the same type but of length {n_theirs}."
+        )
+    return at.format("different pytree metadata") + (
+        f"the prefix pytree {api} has a subtree of type\n    {ours[0]}\nwith metadata\n    "
+        f"{ours[1]}\nbut at the same key path the full pytree has a subtree of the same type "
+        f"but with metadata\n    {theirs[1]}"
+    )
+
+
 def broadcast_prefix(
     prefix: Any, full: Any, *, api: str, what: str
 ) -> tuple[list[Any], list[KeyPath]]:
@@ -149,11 +215,8 @@ def broadcast_prefix(
     """
     specs: list[Any] = []
     paths: list[KeyPath] = []
-
-    mismatches: list[tuple[KeyPath, str]] = []
-
-    def fail(path: KeyPath, detail: str) -> None:
-        mismatches.append((path, detail))
+    # (where they part, jax's description of how, ours)
+    mismatches: list[tuple[KeyPath, str, str]] = []
 
     def walk(p: Any, f: Any, path: KeyPath) -> None:
         if is_spec_leaf(p):
@@ -165,40 +228,58 @@ def broadcast_prefix(
         p_data, p_kids = _one_level(p, is_spec_leaf)
         f_data, f_kids = _one_level(f, None)
         if p_data is None:
-            return fail(path, f"{type(p).__name__} {p!r} is not a spec tree node")
-        if f_data is None:
-            return fail(
-                path,
-                f"the spec tree has a {type(p).__name__} where the {what} has a leaf of type {type(f).__name__}",
+            mismatches.append((path, "", f"{type(p).__name__} {p!r} is not a spec tree node"))
+            return
+        if f_data is None or p_data[0] is not f_data[0]:
+            theirs = type(f).__name__ if f_data is None else f_data[0].__name__
+            leaf = " leaf of type" if f_data is None else ""
+            mismatches.append(
+                (
+                    path,
+                    _jax_mismatch("different types", api, path, type(p), type(f)),
+                    f"the spec tree has a {p_data[0].__name__} where the {what} has a{leaf} "
+                    f"{theirs}",
+                )
             )
-        if p_data[0] is not f_data[0]:
-            return fail(
-                path,
-                f"the spec tree has a {p_data[0].__name__} where the {what} has a {f_data[0].__name__}",
-            )
+            return
         if p_data[1] != f_data[1] or len(p_kids) != len(f_kids):
             p_keys = [keystr((k,)) for k, _ in p_kids]
             f_keys = [keystr((k,)) for k, _ in f_kids]
             missing = sorted(set(f_keys) - set(p_keys))
             extra = sorted(set(p_keys) - set(f_keys))
-            return fail(
-                path,
-                f"the spec tree has children {p_keys} but the {what} has children {f_keys} "
-                f"(length {len(p_kids)} vs {len(f_kids)}; missing from the spec tree: "
-                f"{missing or 'none'}, not in the {what}: {extra or 'none'})",
+            mismatches.append(
+                (
+                    path,
+                    _jax_mismatch(
+                        "different lengths" if p_data[1] == f_data[1] else "different metadata",
+                        api,
+                        path,
+                        p_data,
+                        f_data,
+                        len(p_kids),
+                        len(f_kids),
+                    ),
+                    f"the spec tree has children {p_keys} but the {what} has children {f_keys} "
+                    f"(length {len(p_kids)} vs {len(f_kids)}; missing from the spec tree: "
+                    f"{missing or 'none'}, not in the {what}: {extra or 'none'})",
+                )
             )
+            return
         for (key, pc), (_, fc) in zip(p_kids, f_kids, strict=True):
             walk(pc, fc, path + (key,))
 
+    if what == "positional arguments" and (problem := _args_tuple_problem(prefix, full)):
+        raise ValueError(MSG_ARGS_TUPLE.format(api=api, problem=problem))
     walk(prefix, full, ())
     if mismatches:
-        (path, detail), rest = mismatches[0], mismatches[1:]
-        message = MSG_NOT_A_PREFIX.format(
-            api=api, what=what, path=keystr(path) or "the top level", detail=detail
+        details = "\n".join(theirs for _, theirs, _ in mismatches if theirs)
+        ours = "\n".join(
+            MSG_NOT_A_PREFIX.format(
+                api=api, what=what, path=keystr(path) or "the top level", detail=detail
+            ).split("\n")[0]
+            for path, _, detail in mismatches
         )
-        if rest:  # every place the trees part, not only the first
-            message += "\nThey also part at: " + "; ".join(
-                f"{keystr(p) or 'the top level'}: {d}" for p, d in rest
-            )
-        raise ValueError(message)
+        hint = MSG_NOT_A_PREFIX.split("\n", 1)[1].format(what=what)
+        head = f"Mismatch details ({len(mismatches)} found):\n{details}\n" if details else ""
+        raise ValueError(f"{head}{ours}\n{hint}")
     return specs, paths

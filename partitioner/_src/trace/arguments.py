@@ -93,12 +93,13 @@ def infer_argnums_and_argnames(
     signature; given both, use them as they are (they may disagree).
 
     Positions then apply to arguments passed positionally and names to arguments
-    passed by keyword, as in jax (and its C++ dispatcher). Negative positions count
-    from the end of the positional parameters.
+    passed by keyword, as in jax (and its C++ dispatcher). Positions stay as given:
+    a negative static position counts from the end of the arguments a call passes
+    (:func:`bind_call`), a negative donated one matches no argument (as jax.jit's).
     """
     params = list(signature.parameters.values()) if signature is not None else []
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    nums = tuple(sorted({i + len(positional) if i < 0 else i for i in argnums or ()}))
+    nums = tuple(dict.fromkeys(argnums or ()))
     names = tuple(argnames or ())
     if argnames is None and argnums is not None:
         names = tuple(
@@ -207,13 +208,19 @@ class Binding:
     bind_keywords: bool = False
 
     def positional_names(self) -> list[str]:
-        """The names of the positional parameters, in order (empty without a signature)."""
+        """The names of the positional parameters, in order (empty without a signature);
+        arguments past them are named ``args[i]`` of the ``*args`` parameter, as jax does."""
         params = self.signature.parameters.values() if self.signature is not None else ()
         return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
+    def varargs_name(self) -> str:
+        """The ``*args`` parameter's name (``args`` where there is none)."""
+        params = self.signature.parameters.values() if self.signature is not None else ()
+        return next((p.name for p in params if p.kind is p.VAR_POSITIONAL), "args")
+
     def donated_positions(self, n: int) -> tuple[int, ...]:
         """Positions of the donated arguments of a call passing ``n`` positionally."""
-        return tuple(i for i in self.donate_argnums if i < n)
+        return tuple(i for i in self.donate_argnums if 0 <= i < n)
 
 
 @dataclass(frozen=True)
@@ -268,15 +275,16 @@ def bind_call(binding: Binding, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     if binding.bind_keywords:
         args, kwargs = _bind_signature(binding.signature, args, kwargs)
     names = binding.positional_names()
-    static, static_kw = _select(
-        binding.static_argnums, binding.static_argnames, names, n_raw, args, kwargs
-    )
+    statics = tuple(i + n_raw if i < 0 else i for i in binding.static_argnums)
+    static, static_kw = _select(statics, binding.static_argnames, names, n_raw, args, kwargs)
     donate, donate_kw = _select(
         binding.donate_argnums, binding.donate_argnames, names, n_raw, args, kwargs
     )
     split = _split(args, kwargs, static, static_kw)
     _check_hashable(split.statics, binding.api)
-    flat = _flatten(split, [i for i in range(len(args)) if i not in static])
+    flat = _flatten(
+        split, [i for i in range(len(args)) if i not in static], names, binding.varargs_name()
+    )
     donated = tuple(
         path[0].idx in donate if i < flat.positional else path[0].key in donate_kw  # type: ignore[attr-defined]
         for i, path in enumerate(flat.paths)
@@ -298,7 +306,8 @@ def _bind_signature(
 
 def split_call(binding: Binding, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SplitCall:
     """A raw call's statics and dynamic arguments, without binding the signature (fast)."""
-    return _split(args, kwargs, binding.static_argnums, binding.static_argnames)
+    statics = [i + len(args) if i < 0 else i for i in binding.static_argnums]
+    return _split(args, kwargs, statics, binding.static_argnames)
 
 
 def call_leaves(
@@ -319,7 +328,9 @@ def flat_arguments(
 ) -> FlatArguments:
     """A raw call's dynamic leaves with their paths (what a message found while running names)."""
     split = split_call(binding, args, kwargs)
-    return _flatten(split, [i for i in range(len(args)) if i not in binding.static_argnums])
+    statics = {i + len(args) if i < 0 else i for i in binding.static_argnums}
+    dyn_idx = [i for i in range(len(args)) if i not in statics]
+    return _flatten(split, dyn_idx, binding.positional_names(), binding.varargs_name())
 
 
 def _select(
@@ -333,7 +344,7 @@ def _select(
     """Which bound positions and keywords ``nums``/``names`` pick: positions among the
     ``n_raw`` arguments passed positionally, names among those passed by keyword
     (bound to positions ``n_raw..`` or left in ``kwargs``)."""
-    picked = {i for i in nums if i < n_raw}
+    picked = {i for i in nums if 0 <= i < n_raw}
     picked |= {i for i in range(n_raw, len(args)) if i < len(params) and params[i] in names}
     return picked, {k for k in kwargs if k in names}
 
@@ -365,17 +376,21 @@ def _split(
 
 
 def _check_hashable(statics: Statics, api: str) -> None:
-    """Raise a TypeError naming the first static argument that cannot be a cache key."""
+    """Raise jax's ValueError naming the first static argument that cannot be a cache key."""
     for where, value in statics:
         if not isinstance(value, Hashable):
-            raise TypeError(
+            raise ValueError(
+                "Non-hashable static arguments are not supported, as this can lead to "
+                f"unexpected cache-misses. Static argument (index {where}) of type "
+                f"{type(value)} for function {api.partition(' ')[2]} is non-hashable.\n"
                 f"{api}: static argument {where!r} of type {type(value).__name__} is not "
                 "hashable; static arguments must be hashable (e.g. a tuple instead of a list)."
             )
 
 
 class HashableStatic:
-    """A static value in a trace cache key: equal values hash equal (jax arrays included)."""
+    """A static value in a cache key: equal values of the same type match (as jax.jit's keys:
+    ``1``, ``True`` and ``1.0`` are three signatures)."""
 
     __slots__ = ("value",)
 
@@ -388,10 +403,16 @@ class HashableStatic:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, HashableStatic):
             return NotImplemented
+        if type(self.value) is not type(other.value):
+            return False
         try:
-            return bool(type(self.value) is type(other.value) and self.value == other.value)
-        except Exception:
-            return self.value is other.value
+            return bool(self.value == other.value)
+        except Exception as e:
+            raise ValueError(
+                "static arguments should be comparable using __eq__. The following error was "
+                f"raised when comparing two objects of types {type(self.value)} and "
+                f"{type(other.value)}. The error was:\n{type(e).__name__}: {e}"
+            ) from e
 
 
 def statics_key(statics: Statics) -> tuple[tuple[int | str, HashableStatic], ...]:
@@ -414,17 +435,35 @@ class FlatArguments:
     in_tree: PyTreeDef  # of (dynamic positional args, dynamic kwargs)
     paths: list[KeyPath]
     positional: int
+    # The function's positional parameter names (empty where it has no signature),
+    # and its ``*args`` parameter's name (what names arguments passed past them).
+    parameters: tuple[str, ...] = ()
+    varargs: str = "args"
 
     def where(self, i: int, api: str) -> str:
-        """``"pjit f: argument args[0]['w']"``: leaf ``i`` named for a message."""
+        """``"jit f: argument params['w']"``: leaf ``i`` named for a message."""
         return f"{api}: {self.name(i)}"
 
     def name(self, i: int) -> str:
-        """``"argument args[0]['w']"`` (``args['x']`` for a keyword argument)."""
-        return f"argument args{keystr(self.paths[i])}"
+        """``"argument params['w']"``: leaf ``i`` named for a message."""
+        return f"argument {self.label(i)}"
+
+    def label(self, i: int) -> str:
+        """``"params['w']"``: leaf ``i`` as jax names it, by the parameter it was passed
+        as (``x[0]``, ``x['b']``; a keyword by its key; ``args[2]`` past the named
+        parameters)."""
+        head, rest = self.paths[i][0], keystr(tuple(self.paths[i][1:]))
+        if i < self.positional:
+            index = head.idx  # type: ignore[attr-defined]
+            n = len(self.parameters)
+            root = self.parameters[index] if index < n else f"{self.varargs}[{index - n}]"
+            return f"{root}{rest}"
+        return f"{head.key}{rest}"  # type: ignore[attr-defined]
 
 
-def _flatten(split: SplitCall, dyn_idx: Sequence[int]) -> FlatArguments:
+def _flatten(
+    split: SplitCall, dyn_idx: Sequence[int], parameters: Sequence[str] = (), varargs: str = "args"
+) -> FlatArguments:
     """Flatten ``split``'s dynamic arguments with key paths (see :class:`FlatArguments`).
 
     Args:
@@ -438,4 +477,6 @@ def _flatten(split: SplitCall, dyn_idx: Sequence[int]) -> FlatArguments:
         else path[1:]
         for i, (path, _) in enumerate(with_paths)
     ]
-    return FlatArguments([leaf for _, leaf in with_paths], in_tree, paths, n_pos)
+    return FlatArguments(
+        [leaf for _, leaf in with_paths], in_tree, paths, n_pos, tuple(parameters), varargs
+    )

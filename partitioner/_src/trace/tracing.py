@@ -21,6 +21,7 @@ from jax.tree_util import PyTreeDef, keystr, tree_flatten_with_path
 
 from .. import jax_private as jp
 from ..events import emit
+from ..sharding.devices import DeviceSource, incompatible_devices
 from ..sharding.mesh_env import typed_context
 
 
@@ -80,20 +81,16 @@ _tracing = threading.local()
 
 @dataclass(frozen=True)
 class _Frame:
-    """A body being traced: its mesh, and the pmap axis it maps over (None for a pjit)."""
+    """A body being traced: its mesh, the pmap axis it maps over (None for a pjit), and
+    what put its call on the mesh's devices (jax's device messages name it)."""
 
     mesh: Mesh
     axis_name: str | None
+    source: DeviceSource | None = None
 
 
 def _frames() -> tuple[_Frame, ...]:
     return getattr(_tracing, "stack", ())
-
-
-def tracing_mesh() -> Mesh | None:
-    """The mesh of the innermost body being traced in this thread, if any."""
-    stack = _frames()
-    return stack[-1].mesh if stack else None
 
 
 def enclosing_maps() -> tuple[str, ...]:
@@ -104,22 +101,32 @@ def enclosing_maps() -> tuple[str, ...]:
     return tuple(f.axis_name for f in _frames() if f.axis_name is not None)
 
 
-def check_mesh_unchanged(mesh: Mesh, api: str) -> None:
+def check_mesh_unchanged(mesh: Mesh, api: str, inner: str = "jit inside jit") -> None:
     """Reject a mesh entered inside a pjit body that differs from the body's mesh.
 
+    Args:
+        inner: what asks for ``mesh``, as jax's message names it (``"jit inside
+            jit"``, ``"sharding_constraint inside jit"``).
+
     Raises:
-        ValueError: the mesh in context is not the one the enclosing pjit runs over
-            (its devices are not the computation's, as jax.jit says for a constraint).
+        ValueError: the mesh in context is not the one the enclosing pjit runs over:
+            jax's "Received incompatible devices" where the devices differ.
     """
-    outer = tracing_mesh()
-    if outer is not None and outer is not mesh:
-        raise ValueError(
-            f"{api}: the mesh in context {dict(mesh.shape)} (devices "
-            f"{[d.id for d in mesh.devices.flat]}) differs from the mesh {dict(outer.shape)} "
-            f"(devices {[d.id for d in outer.devices.flat]}) of the enclosing pjit-ed function. "
-            "Changing the mesh inside a pjit-ed function is not allowed: enter the mesh "
-            "outside the outermost pjit call."
-        )
+    stack = _frames()
+    if not stack or stack[-1].mesh is mesh:
+        return
+    outer = stack[-1]
+    devices = tuple(mesh.devices.flat)
+    if set(devices) != set(outer.mesh.devices.flat):
+        origin = outer.source or DeviceSource(tuple(outer.mesh.devices.flat), "the enclosing jit")
+        raise incompatible_devices(api, origin, DeviceSource(devices, inner))
+    raise ValueError(
+        f"{api}: the mesh in context {dict(mesh.shape)} (devices "
+        f"{[d.id for d in mesh.devices.flat]}) differs from the mesh {dict(outer.mesh.shape)} "
+        f"(devices {[d.id for d in outer.mesh.devices.flat]}) of the enclosing pjit-ed function. "
+        "Changing the mesh inside a pjit-ed function is not allowed: enter the mesh "
+        "outside the outermost pjit call."
+    )
 
 
 @contextmanager
@@ -142,6 +149,7 @@ def trace_body(
     *,
     call: Callable[..., Any] | None = None,
     axis_name: str | None = None,
+    source: DeviceSource | None = None,
 ) -> TracedBody:
     """Trace ``fun`` on flat ``in_avals`` (cached, see NOTE [trace cache key]).
 
@@ -156,6 +164,7 @@ def trace_body(
         call: what is traced, if not ``fun`` itself (a front door's wrapper of it;
             whatever it adds must be in ``cache_key``).
         axis_name: the pmap axis the body maps over (None for a pjit body).
+        source: what put the call on ``mesh`` (for the messages of calls inside it).
     """
     key = (cache_key, in_avals, mesh, jp.trace_context())
     hit = trace_cache.get(fun, key)
@@ -176,7 +185,7 @@ def trace_body(
     name = getattr(fun, "__name__", repr(fun))
     emit("trace", name=name)
     with (
-        _tracing_under(_Frame(mesh, axis_name)),
+        _tracing_under(_Frame(mesh, axis_name, source)),
         typed_context(mesh),
         jp.log_elapsed_time(
             "Finished tracing + transforming {fun_name} for pjit in {elapsed_time:.9f} sec",
