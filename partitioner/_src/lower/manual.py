@@ -143,17 +143,7 @@ def _shardy(
     carried = tokens_lib.carried_inside(sub_ctx.axis_context)
     threaded, leave = tokens_lib.enter(ctx, [tokens.get(e) for e in effects], carried)
     if p.size == 1:
-        # A one-device axis needs no manual computation: a block is the whole value.
-        # Shardy's export keeps the custom calls of one over a one-device mesh
-        # (``xla.sdy.GlobalToLocalShape``), which no CPU client runs; jax's
-        # shard_map inlines the body here too.
-        with p.axis_env():
-            threaded_in = jp.TokenSet(dict(zip(effects, threaded, strict=True)))
-            outs, tokens_out = _body(ctx, sub_ctx, p, threaded_in, args)
-        if effects:
-            after = leave([tokens_out.get(e) for e in effects])
-            ctx.set_tokens_out(ctx.tokens_in.update_tokens(jp.TokenSet(dict(zip(effects, after)))))
-        return list(outs)
+        return _inlined(ctx, sub_ctx, p, args, effects, threaded, leave)
     symbol = annotate.ensure_sdy_mesh(ctx.module_context.module, p.mesh)
 
     # With axes left free (an outer pmap of a nested one), dims stay open to them.
@@ -193,6 +183,30 @@ def _shardy(
         out = dict(zip(effects, leave(results[: len(effects)]), strict=True))
         ctx.set_tokens_out(ctx.tokens_in.update_tokens(jp.TokenSet(out)))
     return results[len(effects) :]
+
+
+def _inlined(
+    ctx: Any,
+    sub_ctx: Any,
+    p: RegionParams,
+    args: Sequence[Any],
+    effects: list[Any],
+    threaded: Sequence[Any],
+    leave: Any,
+) -> list[Any]:
+    """A one-device axis under Shardy: the body inlined, no manual computation.
+
+    A block is the whole value. Shardy's export keeps the custom calls of a manual
+    computation over a one-device mesh (``xla.sdy.GlobalToLocalShape``), which no
+    CPU client runs; jax's shard_map inlines the body here too.
+    """
+    with p.axis_env():
+        threaded_in = jp.TokenSet(dict(zip(effects, threaded, strict=True)))
+        outs, tokens_out = _body(ctx, sub_ctx, p, threaded_in, args)
+    if effects:
+        after = leave([tokens_out.get(e) for e in effects])
+        ctx.set_tokens_out(ctx.tokens_in.update_tokens(jp.TokenSet(dict(zip(effects, after)))))
+    return list(outs)
 
 
 def _body(ctx: Any, sub_ctx: Any, p: RegionParams, tokens: Any, args: Sequence[Any]) -> Any:

@@ -149,7 +149,6 @@ def jit_info(
         # as that tuple (as jax.jit reads in_shardings); lists deeper down match lists.
         in_specs = tuple(in_specs)
     trees = _parse_trees(api, names, none_rule, in_specs, out_specs)
-    names_of = (names.inputs, names.outputs)
     # As jax.jit: with in-specs given, keyword arguments take their positional
     # parameter's spec (jax refuses them there: docs/api.md says why we accept).
     specs_given = in_specs is not None and in_specs is not UNSPECIFIED
@@ -176,9 +175,7 @@ def jit_info(
             meshes_named_by(in_specs, f"{api} {names.inputs}", INPUT_SHARDING)
             + meshes_named_by(out_specs, f"{api} {names.outputs}", OUTPUT_SHARDING)
         ),
-        needs_mesh=next(
-            (name for name, tree in zip(names_of, trees[2:]) if _has_bare_specs(tree)), None
-        ),
+        needs_mesh=_needs_mesh(names, trees[2], trees[3]),
         use_resource_env=use_resource_env,
         has_auto=any(leaf is AUTO for tree in trees[:2] for leaf in _spec_leaves(tree)),
         device=device,
@@ -230,6 +227,14 @@ def _parse_trees(
 
 def _spec_leaves(tree: Any) -> list[Any]:
     return tree_leaves(tree, is_leaf=lambda x: x is UNSPECIFIED or x is AUTO)
+
+
+def _needs_mesh(names: SpecNames, open_in: Any, open_out: Any) -> str | None:
+    """The name of the first spec tree with a bare PartitionSpec, or None."""
+    for spec_name, tree in ((names.inputs, open_in), (names.outputs, open_out)):
+        if _has_bare_specs(tree):
+            return spec_name
+    return None
 
 
 def _has_bare_specs(parsed_tree: Any) -> bool:

@@ -59,30 +59,7 @@ def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPla
     legacy = jp.legacy_mesh_active()
     in_tree, out_tree = info.spec_trees(legacy)
     flat = bound.flat
-    where = lambda i: flat.where(i, info.label)  # noqa: E731
-    specs = input_specs(
-        in_tree,
-        bound.dynamic_args,
-        flat.leaves,
-        mesh,
-        where,
-        api=info.label,
-        arg_name=info.names.inputs,
-        check_committed=not options.reshard_committed_enabled(),
-        keyword_spec=_keyword_spec(info, in_tree, legacy),
-        origin=placement.source,
-        move_all=placement.moves_arguments,
-    )
-    specs, in_avals = checked_inputs(
-        specs,
-        flat.leaves,
-        [flat.label(i) for i in range(len(flat.leaves))],
-        mesh,
-        where,
-        info.label,
-        info.binding.static_hint,
-        info.fun,
-    )
+    specs, in_avals = _input_specs(info, bound, placement, in_tree, legacy)
     traced = trace_body(
         info.fun,
         bound.rebuild,
@@ -121,6 +98,37 @@ def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPla
         num_consts=len(consts),
         arguments=flat,
         inline=info.inline and _unspecified(in_tree) and _unspecified(out_tree),
+    )
+
+
+def _input_specs(
+    info: JitInfo, bound: BoundCall, placement: Placement, in_tree: Any, legacy: bool
+) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """One checked spec and aval per dynamic leaf (``sharding/call_inputs.py``)."""
+    flat = bound.flat
+    where = lambda i: flat.where(i, info.label)  # noqa: E731
+    specs = input_specs(
+        in_tree,
+        bound.dynamic_args,
+        flat.leaves,
+        placement.mesh,
+        where,
+        api=info.label,
+        arg_name=info.names.inputs,
+        check_committed=not options.reshard_committed_enabled(),
+        keyword_spec=_keyword_spec(info, in_tree, legacy),
+        origin=placement.source,
+        move_all=placement.moves_arguments,
+    )
+    return checked_inputs(
+        specs,
+        flat.leaves,
+        [flat.label(i) for i in range(len(flat.leaves))],
+        placement.mesh,
+        where,
+        info.label,
+        info.binding.static_hint,
+        info.fun,
     )
 
 

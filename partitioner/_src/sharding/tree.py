@@ -200,6 +200,62 @@ def _jax_mismatch(
     )
 
 
+#: Where a spec tree and a value tree part: the key path, jax's account (empty where
+#: jax has none), ours.
+_Mismatch = tuple[KeyPath, str, str]
+
+
+def _node_mismatch(
+    p: Any,
+    f: Any,
+    prefix_level: tuple[Any, list[tuple[Any, Any]]],
+    full_level: tuple[Any, list[tuple[Any, Any]]],
+    path: KeyPath,
+    api: str,
+    what: str,
+) -> _Mismatch | None:
+    """How the spec node ``p`` fails to match the value node ``f`` at ``path``, or None."""
+    (p_data, p_kids), (f_data, f_kids) = prefix_level, full_level
+    if p_data is None:
+        return path, "", f"{type(p).__name__} {p!r} is not a spec tree node"
+    if f_data is None or p_data[0] is not f_data[0]:
+        theirs = type(f).__name__ if f_data is None else f_data[0].__name__
+        leaf = " leaf of type" if f_data is None else ""
+        return (
+            path,
+            _jax_mismatch("different types", api, path, type(p), type(f)),
+            f"the spec tree has a {p_data[0].__name__} where the {what} has a{leaf} {theirs}",
+        )
+    if p_data[1] == f_data[1] and len(p_kids) == len(f_kids):
+        return None
+    p_keys = [keystr((k,)) for k, _ in p_kids]
+    f_keys = [keystr((k,)) for k, _ in f_kids]
+    missing = sorted(set(f_keys) - set(p_keys))
+    extra = sorted(set(p_keys) - set(f_keys))
+    kind = "different lengths" if p_data[1] == f_data[1] else "different metadata"
+    return (
+        path,
+        _jax_mismatch(kind, api, path, p_data, f_data, len(p_kids), len(f_kids)),
+        f"the spec tree has children {p_keys} but the {what} has children {f_keys} "
+        f"(length {len(p_kids)} vs {len(f_kids)}; missing from the spec tree: "
+        f"{missing or 'none'}, not in the {what}: {extra or 'none'})",
+    )
+
+
+def _not_a_prefix(mismatches: list[_Mismatch], api: str, what: str) -> str:
+    """jax's "Mismatch details" (every place the trees part), then ours and the hint."""
+    details = "\n".join(theirs for _, theirs, _ in mismatches if theirs)
+    ours = "\n".join(
+        MSG_NOT_A_PREFIX.format(
+            api=api, what=what, path=keystr(path) or "the top level", detail=detail
+        ).split("\n")[0]
+        for path, _, detail in mismatches
+    )
+    hint = MSG_NOT_A_PREFIX.split("\n", 1)[1].format(what=what)
+    head = f"Mismatch details ({len(mismatches)} found):\n{details}\n" if details else ""
+    return f"{head}{ours}\n{hint}"
+
+
 def broadcast_prefix(
     prefix: Any, full: Any, *, api: str, what: str
 ) -> tuple[list[Any], list[KeyPath]]:
@@ -210,60 +266,24 @@ def broadcast_prefix(
         in ``jax.tree_util`` flattening order.
 
     Raises:
-        ValueError: ``prefix`` is not a pytree prefix of ``full``; the message names
-            the key path where they differ and both node kinds.
+        ValueError: ``prefix`` is not a pytree prefix of ``full``: jax's account of
+            every place the trees part, then ours (the key path and both node kinds).
     """
     specs: list[Any] = []
     paths: list[KeyPath] = []
-    # (where they part, jax's description of how, ours)
-    mismatches: list[tuple[KeyPath, str, str]] = []
+    mismatches: list[_Mismatch] = []
 
     def walk(p: Any, f: Any, path: KeyPath) -> None:
         if is_spec_leaf(p):
-            leaves = jax.tree_util.tree_flatten_with_path(f)[0]
-            for sub_path, _ in leaves:
+            for sub_path, _ in jax.tree_util.tree_flatten_with_path(f)[0]:
                 specs.append(p)
                 paths.append(path + sub_path)
             return
         p_data, p_kids = _one_level(p, is_spec_leaf)
         f_data, f_kids = _one_level(f, None)
-        if p_data is None:
-            mismatches.append((path, "", f"{type(p).__name__} {p!r} is not a spec tree node"))
-            return
-        if f_data is None or p_data[0] is not f_data[0]:
-            theirs = type(f).__name__ if f_data is None else f_data[0].__name__
-            leaf = " leaf of type" if f_data is None else ""
-            mismatches.append(
-                (
-                    path,
-                    _jax_mismatch("different types", api, path, type(p), type(f)),
-                    f"the spec tree has a {p_data[0].__name__} where the {what} has a{leaf} "
-                    f"{theirs}",
-                )
-            )
-            return
-        if p_data[1] != f_data[1] or len(p_kids) != len(f_kids):
-            p_keys = [keystr((k,)) for k, _ in p_kids]
-            f_keys = [keystr((k,)) for k, _ in f_kids]
-            missing = sorted(set(f_keys) - set(p_keys))
-            extra = sorted(set(p_keys) - set(f_keys))
-            mismatches.append(
-                (
-                    path,
-                    _jax_mismatch(
-                        "different lengths" if p_data[1] == f_data[1] else "different metadata",
-                        api,
-                        path,
-                        p_data,
-                        f_data,
-                        len(p_kids),
-                        len(f_kids),
-                    ),
-                    f"the spec tree has children {p_keys} but the {what} has children {f_keys} "
-                    f"(length {len(p_kids)} vs {len(f_kids)}; missing from the spec tree: "
-                    f"{missing or 'none'}, not in the {what}: {extra or 'none'})",
-                )
-            )
+        found = _node_mismatch(p, f, (p_data, p_kids), (f_data, f_kids), path, api, what)
+        if found is not None:
+            mismatches.append(found)
             return
         for (key, pc), (_, fc) in zip(p_kids, f_kids, strict=True):
             walk(pc, fc, path + (key,))
@@ -272,14 +292,5 @@ def broadcast_prefix(
         raise ValueError(MSG_ARGS_TUPLE.format(api=api, problem=problem))
     walk(prefix, full, ())
     if mismatches:
-        details = "\n".join(theirs for _, theirs, _ in mismatches if theirs)
-        ours = "\n".join(
-            MSG_NOT_A_PREFIX.format(
-                api=api, what=what, path=keystr(path) or "the top level", detail=detail
-            ).split("\n")[0]
-            for path, _, detail in mismatches
-        )
-        hint = MSG_NOT_A_PREFIX.split("\n", 1)[1].format(what=what)
-        head = f"Mismatch details ({len(mismatches)} found):\n{details}\n" if details else ""
-        raise ValueError(f"{head}{ours}\n{hint}")
+        raise ValueError(_not_a_prefix(mismatches, api, what))
     return specs, paths
