@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..sharding.auto import Estimate
-from . import strategies as _strategies  # noqa: F401  (registers the per-primitive strategies)
-from .cost import BYTES_PER_S, LATENCY_S, Estimator
+from .cost import BYTES_PER_S, LATENCY_S
 from .layouts import Layout, candidates, local_elements
+from .walk import Estimator
 
 #: Finalists compiled to confirm the model's ranking (more only to meet a memory limit).
 FINALISTS = 3
