@@ -1,18 +1,18 @@
-"""The search over AUTO leaves: the cost model ranks assignments, XLA confirms finalists.
+"""The search over AUTO leaves: the cost model ranks assignments of layouts.
 
-NOTE [auto search]: every AUTO input leaf is a variable whose values are the
-layouts of its shape that split evenly (``layouts.candidates``). Coordinate
-descent walks them, largest leaf first: for each leaf in turn, every candidate
-is scored with the others held (one pass of the cost model each, memoized by
-assignment), and the best kept; sweeps repeat until one changes nothing. Two
-starts, everything replicated and every leaf split as finely as it allows,
-keep it from settling in the nearest local minimum. The objective is estimated
-step time subject to the memory limit, ties to less memory (``rank``). The best
-few distinct assignments are the finalists: each is lowered and compiled, and
-XLA's own figures decide (``confirm``): measured collective bytes for the
-communication term, measured memory for the limit. With a limit, the model's
-memory is first calibrated against XLA on the unconstrained winner, since XLA
-fuses what the model counts as temporaries.
+NOTE [auto search]: AUTO input leaves are tied into groups that share a layout
+(NOTE [auto repeats] in ``structure.py``: the same parameter of equal layers);
+each group is a variable whose values are the layouts of its leaves' shape that
+split evenly (``layouts.candidates``). Coordinate descent walks them, largest
+first: for each group in turn, every candidate is scored with the others held
+(one pass of the cost model each, memoized by assignment; the pass itself
+replays what an assignment did not change, NOTE [auto walk memo]), and the best
+kept; sweeps repeat until one changes nothing. Two starts, everything
+replicated and every leaf split as finely as it allows, keep it from settling in
+the nearest local minimum. The objective is estimated step time subject to the
+memory limit, ties to less memory (``rank``). The best few distinct assignments
+are the finalists, confirmed by XLA beside the baselines (NOTE [auto floor] in
+``confirm.py``).
 
 An AUTO output takes the layout of the AUTO or given input at the same path
 (``out[0]['w']`` and ``args[0]['w']``): a step's updated state comes back laid
@@ -26,23 +26,18 @@ Other AUTO outputs keep the layout they arrive in.
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..sharding.auto import Estimate
-from .cost import BYTES_PER_S, LATENCY_S
-from .layouts import Layout, candidates, local_elements
+from .layouts import Layout, candidates, canonical, local_elements, replicated, shards
+from .structure import tie
 from .walk import Estimator
 
-#: Finalists compiled to confirm the model's ranking (more only to meet a memory limit).
-FINALISTS = 3
-#: At most this many more compiles looking for a layout under the memory limit.
-EXTRA_FOR_LIMIT = 3
 _MAX_SWEEPS = 4
 
-Assignment = tuple[int, ...]  # a candidate index per AUTO input leaf
+Assignment = tuple[int, ...]  # a candidate index per group of tied AUTO input leaves
 
 
 @dataclass(frozen=True)
@@ -53,6 +48,9 @@ class Problem:
     ``out_ties``: for an AUTO output, the input at the same path (or None).
     ``free_axes``: the mesh axes an AUTO leaf may be split over (the Auto ones: an
     Explicit axis is part of the traced types, which the search cannot change).
+    ``in_families``: per input, its path with the layer left out (NOTE [auto
+    repeats]; None: never tied). ``in_forced``: per input, the layout a given output
+    spec at the same path asks for (the data-parallel baseline keeps it).
     """
 
     jaxpr: Any
@@ -62,6 +60,8 @@ class Problem:
     out_layouts: tuple[Layout | None, ...]
     out_ties: tuple[int | None, ...]
     donated: tuple[bool, ...]
+    in_families: tuple[str | None, ...] = ()
+    in_forced: tuple[Layout | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -73,27 +73,19 @@ class Scored:
     axes_used: int  # (leaf, mesh axis) pairs the AUTO inputs split
 
 
-@dataclass(frozen=True)
-class Measured:
-    """XLA's figures for a compiled finalist."""
-
-    collective_bytes: float
-    memory_bytes: float
-    collectives: float  # executions of collectives per run
-
-
 class Search:
     """One search (NOTE [auto search]); ``evaluations`` counts cost-model passes."""
 
     def __init__(self, problem: Problem) -> None:
         self.problem = problem
         self.estimator = Estimator(problem.jaxpr, problem.mesh_shape)
+        auto = [i for i, lay in enumerate(problem.in_layouts) if lay is None]
+        families = problem.in_families or (None,) * len(problem.in_layouts)
+        self.groups = tie(problem.jaxpr, auto, families, self.estimator.structures)
         order = tuple(problem.mesh_shape)
-        avals = problem.jaxpr.in_avals
-        self.variables = [i for i, lay in enumerate(problem.in_layouts) if lay is None]
         self.options: list[list[Layout]] = [
-            candidates(tuple(avals[i].shape), order, problem.mesh_shape, problem.free_axes)
-            for i in self.variables
+            candidates(self.shape(g), order, problem.mesh_shape, problem.free_axes)
+            for g in self.groups
         ]
         self.scored: dict[Assignment, Scored] = {}
 
@@ -101,24 +93,23 @@ class Search:
     def evaluations(self) -> int:
         return len(self.scored)
 
+    def shape(self, group: Sequence[int]) -> tuple[int, ...]:
+        return tuple(self.problem.jaxpr.in_avals[group[0]].shape)
+
     def score(self, assignment: Assignment) -> Scored:
         found = self.scored.get(assignment)
         if found is not None:
             return found
         ins = list(self.problem.in_layouts)
-        for var, (i, opts) in zip(
-            assignment, zip(self.variables, self.options, strict=True), strict=True
-        ):
-            ins[i] = opts[var]
+        for var, group, opts in zip(assignment, self.groups, self.options, strict=True):
+            for i in group:
+                ins[i] = opts[var]
         in_layouts: tuple[Layout, ...] = tuple(ins)  # type: ignore[arg-type]
         targets: list[Layout | None] = []
-        for fixed, tie in zip(self.problem.out_layouts, self.problem.out_ties, strict=True):
-            if fixed is not None:
-                targets.append(fixed)
-            else:
-                targets.append(None if tie is None else in_layouts[tie])
+        for fixed, tie_ in zip(self.problem.out_layouts, self.problem.out_ties, strict=True):
+            targets.append(fixed if fixed is not None or tie_ is None else in_layouts[tie_])
         estimate, outs = self.estimator.run(in_layouts, targets, self.problem.donated)
-        used = sum(len(d) for i in self.variables for d in in_layouts[i])
+        used = sum(len(d) for g in self.groups for i in g for d in in_layouts[i])
         found = self.scored[assignment] = Scored(
             assignment, in_layouts, tuple(outs), estimate, used
         )
@@ -127,38 +118,76 @@ class Search:
     def descend(self, limit: float | None) -> Scored:
         """Coordinate descent from each start; the best assignment found."""
         sizes = self.problem.mesh_shape
-        avals = self.problem.jaxpr.in_avals
 
-        def finest(i: int, opts: list[Layout]) -> int:
-            blocks = [local_elements(tuple(avals[i].shape), o, sizes) for o in opts]
+        def finest(g: Sequence[int], opts: list[Layout]) -> int:
+            blocks = [local_elements(self.shape(g), o, sizes) for o in opts]
             return blocks.index(min(blocks))
 
-        smallest = tuple(finest(i, o) for i, o in zip(self.variables, self.options, strict=True))
+        smallest = tuple(finest(g, o) for g, o in zip(self.groups, self.options, strict=True))
         by_size = sorted(
-            range(len(self.variables)),
-            key=lambda k: -math.prod(avals[self.variables[k]].shape),
+            range(len(self.groups)),
+            key=lambda k: -math.prod(self.shape(self.groups[k])) * len(self.groups[k]),
         )
         best: Scored | None = None
-        for start in dict.fromkeys(((0,) * len(self.variables), smallest)):
-            current = self.score(start)
-            for _ in range(_MAX_SWEEPS):
-                changed = False
-                for k in by_size:
-                    for option in range(len(self.options[k])):
-                        trial = current.assignment[:k] + (option,) + current.assignment[k + 1 :]
-                        scored = self.score(trial)
-                        if rank(scored, limit) < rank(current, limit):
-                            current, changed = scored, True
-                if not changed:
-                    break
+        for start in dict.fromkeys(((0,) * len(self.groups), smallest)):
+            current = self._settle(self.score(start), by_size, limit)
             if best is None or rank(current, limit) < rank(best, limit):
                 best = current
         assert best is not None
         return best
 
+    def _settle(self, current: Scored, order: Sequence[int], limit: float | None) -> Scored:
+        """Sweeps of coordinate descent from ``current`` until one changes nothing."""
+        for _ in range(_MAX_SWEEPS):
+            changed = False
+            for k in order:
+                for option in range(len(self.options[k])):
+                    trial = current.assignment[:k] + (option,) + current.assignment[k + 1 :]
+                    scored = self.score(trial)
+                    if rank(scored, limit) < rank(current, limit):
+                        current, changed = scored, True
+            if not changed:
+                break
+        return current
+
     def ranked(self, limit: float | None) -> list[Scored]:
         """Everything scored so far, best first."""
         return sorted(self.scored.values(), key=lambda s: rank(s, limit))
+
+    # --- the baselines (NOTE [auto floor] in confirm.py) ---
+
+    def baselines(self) -> list[tuple[str, Scored]]:
+        """The replicated layout, and plain data parallelism where it differs."""
+        replicated_ = self.score((0,) * len(self.groups))
+        parallel = self.score(tuple(self._option(k, self._parallel(g))
+                                    for k, g in enumerate(self.groups)))  # fmt: skip
+        if parallel.in_layouts == replicated_.in_layouts:
+            return [("replicated = data-parallel", replicated_)]
+        return [("replicated", replicated_), ("data-parallel", parallel)]
+
+    def _parallel(self, group: Sequence[int]) -> Layout:
+        """A leaf's data-parallel layout: as a given output spec at its path forces it;
+        state (a leaf an output updates) replicated; in a step with state, another
+        leaf (a batch) split along its leading dimension over every free axis it takes."""
+        p = self.problem
+        i = group[0]
+        forced = p.in_forced[i] if p.in_forced else None
+        if forced is not None:
+            return forced
+        shape = self.shape(group)
+        state = {t for t in p.out_ties if t is not None}
+        if not shape or not state or i in state:
+            return replicated(len(shape))
+        axes: list[str] = []
+        for a in p.mesh_shape:
+            if a in p.free_axes and shape[0] % (shards(axes, p.mesh_shape) * p.mesh_shape[a]) == 0:
+                axes.append(a)
+        return canonical([axes] + [[] for _ in shape[1:]], tuple(p.mesh_shape))
+
+    def _option(self, k: int, layout: Layout) -> int:
+        if layout not in self.options[k]:
+            self.options[k].append(layout)
+        return self.options[k].index(layout)
 
 
 #: Estimates closer than this (relative) are ties: the model is not more precise.
@@ -179,94 +208,7 @@ def rank(s: Scored, limit: float | None) -> tuple[float, ...]:
     return (0.0, _bucket(e.time_s), _bucket(e.memory_bytes), s.axes_used, e.time_s, e.memory_bytes)
 
 
-def measured_time(s: Scored, m: Measured) -> float:
-    """The model's compute with XLA's collectives."""
-    return s.estimate.compute_s + m.collective_bytes / BYTES_PER_S + m.collectives * LATENCY_S
-
-
-@dataclass(frozen=True)
-class Outcome:
-    chosen: Scored
-    chosen_measured: Measured
-    others: list[tuple[Scored, Measured | None]]
-    evaluations: int
-    compiles: int
-    search_s: float
-
-
-class NoLayoutFits(ValueError):
-    """No layout found fits ``auto_memory_limit``; names the smallest measured."""
-
-
-def solve(
-    problem: Problem,
-    measure: Callable[[Scored], Measured],
-    memory_limit: int | None,
-    describe: Callable[[Scored], str],
-    api: str,
-) -> Outcome:
-    """Search, then confirm finalists with XLA (NOTE [auto search])."""
-    t0 = time.perf_counter()
-    search = Search(problem)
-    measured: dict[Assignment, Measured] = {}
-
-    def confirm(s: Scored) -> Measured:
-        if s.assignment not in measured:
-            measured[s.assignment] = measure(s)
-        return measured[s.assignment]
-
-    search.descend(None)
-    finalists = _distinct(search.ranked(None), FINALISTS)
-    est_limit: float | None = None
-    if memory_limit is not None:
-        first = confirm(finalists[0])
-        scale = first.memory_bytes / max(finalists[0].estimate.memory_bytes, 1.0)
-        est_limit = memory_limit / scale
-        search.descend(est_limit)
-        fitting = [s for s in search.ranked(est_limit) if s.estimate.memory_bytes <= est_limit]
-        smallest = sorted(search.scored.values(), key=lambda s: s.estimate.memory_bytes)
-        finalists = _distinct(fitting, FINALISTS) + _distinct(smallest, EXTRA_FOR_LIMIT)
-        finalists = list({s.assignment: s for s in finalists}.values())
-    for s in finalists:
-        confirm(s)
-    pool = [s for s in finalists if s.assignment in measured]
-    if memory_limit is not None:
-        fits = [s for s in pool if measured[s.assignment].memory_bytes <= memory_limit]
-        if not fits:
-            every = [s for a, s in search.scored.items() if a in measured]
-            small = min(every, key=lambda s: measured[s.assignment].memory_bytes)
-            raise NoLayoutFits(
-                f"{api}: no layout found fits auto_memory_limit={memory_limit:,} bytes per "
-                f"device; the smallest found, {describe(small)}, needs "
-                f"{measured[small.assignment].memory_bytes:,.0f} bytes per device (XLA's memory "
-                "analysis). Raise the limit, use a larger mesh, or give some specs by hand."
-            )
-        pool = fits
-    # XLA's figures decide exactly: time, then memory, then the model's order.
-    chosen = min(
-        pool,
-        key=lambda s: (
-            round(measured_time(s, measured[s.assignment]), 12),
-            measured[s.assignment].memory_bytes,
-            rank(s, est_limit),
-        ),
-    )
-    others: list[tuple[Scored, Measured | None]] = [
-        (s, measured.get(s.assignment))
-        for s in _distinct(search.ranked(est_limit), FINALISTS + 1)
-        if s.assignment != chosen.assignment
-    ][:FINALISTS]
-    return Outcome(
-        chosen=chosen,
-        chosen_measured=measured[chosen.assignment],
-        others=others,
-        evaluations=search.evaluations,
-        compiles=len(measured),
-        search_s=time.perf_counter() - t0,
-    )
-
-
-def _distinct(ranked: Sequence[Scored], n: int) -> list[Scored]:
+def distinct(ranked: Sequence[Scored], n: int) -> list[Scored]:
     """The first ``n`` with distinct layouts (two assignments can mean the same program)."""
     seen: set[tuple[tuple[Layout, ...], tuple[Layout, ...]]] = set()
     out: list[Scored] = []

@@ -149,16 +149,9 @@ HANDLERS["dot_general"] = no_peak(_dot_general)
 
 # Linear in each operand marked True: a partial sum may pass through (NOTE [auto cost model]).
 _LINEAR: dict[str, tuple[bool, ...] | None] = {
-    "add": None,  # None: every operand must carry the same partial axes
-    "sub": None,
-    "add_any": None,
-    "neg": (True,),
     "convert_element_type": (True,),
     "copy": (True,),
     "copy_p": (True,),
-    "mul": (True, True),  # one operand partial, the other not
-    "div": (True, False),
-    "select_n": (False, True),  # the predicate whole, the cases alike
 }
 
 

@@ -46,6 +46,7 @@ from .cost import (
 )
 from .layouts import NO_AXES, Layout, canonical, replicated
 from .strategies import elementwise, is_elementwise
+from .structure import Structures
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,7 @@ class Estimator(Values):
         top = jaxpr.jaxpr
         self._top = _top_plan(top, _last_uses(top), _materialized(top))
         self._eqns: dict[int, tuple[int, Rule, tuple[Any, ...]]] = {}  # by id(eqn)
-        self._structures: dict[Any, int] = {}
-        self._texts: dict[int, tuple[Any, str]] = {}  # id(jaxpr) -> (jaxpr, its text)
+        self.structures = Structures()
         self._memo: dict[Any, Effect] = {}
         self.applied = 0
         self.replayed = 0
@@ -154,7 +154,7 @@ class Estimator(Values):
         found = self._eqns.get(id(eqn))
         if found is None:  # what kind of equation it is depends on the jaxpr alone
             operands = tuple(v for v in eqn.invars if not isinstance(v, jp.Literal))
-            found = self._eqns[id(eqn)] = (self._structure(eqn), self._rule(eqn), operands)
+            found = self._eqns[id(eqn)] = (self.structures.of(eqn), self._rule(eqn), operands)
         structure, rule, operands = found
         env, moved = frame.env, frame.moved
         key = (
@@ -187,30 +187,6 @@ class Estimator(Values):
                 peak=peak,
             )
         return peak
-
-    def _structure(self, eqn: Any) -> int:
-        """A small int naming the equation's structure: equal for equal layers."""
-        params = tuple(sorted((k, self._param_key(v)) for k, v in eqn.params.items()))
-        ins = tuple((isinstance(v, jp.Literal), v.aval) for v in eqn.invars)
-        outs = tuple((isinstance(v, jp.DropVar), v.aval) for v in eqn.outvars)
-        key = (eqn.primitive, params, ins, outs)
-        return self._structures.setdefault(key, len(self._structures))
-
-    def _param_key(self, value: Any) -> Any:
-        if isinstance(value, (jp.ClosedJaxpr, jp.Jaxpr)):
-            known = self._texts.get(id(value))
-            if known is None:  # the jaxpr is kept so that its id is not reused
-                known = self._texts[id(value)] = (value, str(value))
-            return ("jaxpr", known[1])
-        if isinstance(value, (tuple, list)):
-            return tuple(self._param_key(x) for x in value)
-        if callable(value) and not isinstance(value, type):
-            return "fn"  # rules never call a param (jvp and transpose thunks)
-        try:
-            hash(value)
-        except TypeError:
-            return ("id", id(value))
-        return value
 
     def _rule(self, eqn: Any) -> Rule:
         """How :meth:`_eqn` applies ``eqn`` (NOTE [auto cost model])."""

@@ -1,0 +1,204 @@
+"""XLA confirms the search's finalists beside the baselines, and decides.
+
+NOTE [auto floor]: the cost model ranks; XLA decides among a few. The best few
+distinct assignments the search scored are the finalists; beside them XLA always
+compiles the *baselines*, the layouts any user tries first: every AUTO leaf
+replicated, and plain data parallelism (state replicated, a batch split along its
+leading dimension, a leaf whose output spec is given laid out as it says; the
+same program as the replicated one when the batch is given). Each is lowered and
+compiled, and XLA's own figures decide (``measure``): the model's compute plus
+measured collective bytes and count, then measured memory. Then the floor: a
+baseline that beats the choice on both collective bytes and memory (one of them
+strictly) is chosen instead, so AUTO never returns a layout the obvious ones
+beat. With ``auto_memory_limit`` the model's memory is first calibrated against
+XLA on the unconstrained winner, since XLA fuses what the model counts as
+temporaries; only layouts XLA measures under the limit can win, a baseline among
+them.
+
+Compiling costs more than the search on a deep unrolled program (XLA's compile
+time grows faster than its size): from :data:`LARGE_PROGRAM` equations on (a
+scan body counted once, as XLA compiles it), the search's first choice alone is
+compiled beside the baselines.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .cost import BYTES_PER_S, LATENCY_S
+from .search import Assignment, Problem, Scored, Search, distinct, rank
+
+#: Finalists compiled to confirm the model's ranking (more only to meet a memory limit).
+FINALISTS = 3
+#: From this many equations on, one finalist (NOTE [auto floor]).
+LARGE_PROGRAM = 1200
+#: At most this many more compiles looking for a layout under the memory limit.
+EXTRA_FOR_LIMIT = 3
+
+
+@dataclass(frozen=True)
+class Measured:
+    """XLA's figures for a compiled finalist."""
+
+    collective_bytes: float
+    memory_bytes: float
+    collectives: float  # executions of collectives per run
+
+
+@dataclass(frozen=True)
+class Outcome:
+    chosen: Scored
+    chosen_measured: Measured
+    others: list[tuple[Scored, Measured | None]]
+    baselines: list[tuple[str, Scored, Measured]]
+    evaluations: int
+    compiles: int
+    search_s: float
+
+
+class NoLayoutFits(ValueError):
+    """No layout found fits ``auto_memory_limit``; names the smallest measured."""
+
+
+def measured_time(s: Scored, m: Measured) -> float:
+    """The model's compute with XLA's collectives."""
+    return s.estimate.compute_s + m.collective_bytes / BYTES_PER_S + m.collectives * LATENCY_S
+
+
+def equations(jaxpr: Any) -> int:
+    """Equations XLA compiles: every body once (a scan's body is one loop)."""
+    seen: set[int] = set()
+
+    def count(j: Any) -> int:
+        j = getattr(j, "jaxpr", j)
+        if id(j) in seen:
+            return 0
+        seen.add(id(j))
+        return len(j.eqns) + sum(count(v) for e in j.eqns for v in _bodies(e.params.values()))
+
+    return count(jaxpr)
+
+
+def _bodies(values: Any) -> list[Any]:
+    found = []
+    for v in values:
+        if hasattr(v, "eqns") or hasattr(getattr(v, "jaxpr", None), "eqns"):
+            found.append(v)
+        elif isinstance(v, (tuple, list)):
+            found += _bodies(v)
+    return found
+
+
+class _Judge:
+    """XLA's figures, each assignment compiled once."""
+
+    def __init__(self, measure: Callable[[Scored], Measured]) -> None:
+        self.measure = measure
+        self.measured: dict[Assignment, Measured] = {}
+
+    def __call__(self, s: Scored) -> Measured:
+        if s.assignment not in self.measured:
+            self.measured[s.assignment] = self.measure(s)
+        return self.measured[s.assignment]
+
+    def key(self, s: Scored, limit: float | None) -> tuple[float, ...]:
+        """XLA's figures decide exactly: time, then memory, then the model's order."""
+        m = self.measured[s.assignment]
+        return (round(measured_time(s, m), 12), m.memory_bytes, *rank(s, limit))
+
+
+def solve(
+    problem: Problem,
+    measure: Callable[[Scored], Measured],
+    memory_limit: int | None,
+    describe: Callable[[Scored], str],
+    api: str,
+) -> Outcome:
+    """Search, then confirm finalists and baselines with XLA (NOTE [auto floor])."""
+    t0 = time.perf_counter()
+    search = Search(problem)
+    judge = _Judge(measure)
+    search.descend(None)
+    many = FINALISTS if equations(problem.jaxpr) < LARGE_PROGRAM else 1
+    finalists = distinct(search.ranked(None), many)
+    est_limit: float | None = None
+    if memory_limit is not None:
+        est_limit = _calibrated(judge, finalists[0], memory_limit)
+        finalists = _under_limit(search, est_limit, many)
+    baselines = search.baselines()
+    pool = [*finalists, *(s for _, s in baselines)]
+    for s in pool:
+        judge(s)
+    if memory_limit is not None:
+        pool = [s for s in pool if judge(s).memory_bytes <= memory_limit]
+        if not pool:
+            raise _no_fit(search, judge, memory_limit, describe, api)
+    chosen = _floor(min(pool, key=lambda s: judge.key(s, est_limit)), baselines, judge, pool)
+    others: list[tuple[Scored, Measured | None]] = [
+        (s, judge.measured.get(s.assignment))
+        for s in distinct(search.ranked(est_limit), FINALISTS + 1)
+        if s.assignment != chosen.assignment
+    ][:FINALISTS]
+    return Outcome(
+        chosen=chosen,
+        chosen_measured=judge(chosen),
+        others=others,
+        baselines=[(name, s, judge(s)) for name, s in baselines],
+        evaluations=search.evaluations,
+        compiles=len(judge.measured),
+        search_s=time.perf_counter() - t0,
+    )
+
+
+def _calibrated(judge: _Judge, first: Scored, memory_limit: int) -> float:
+    """The limit in the model's memory: scaled by XLA's memory over the model's for the
+    unconstrained winner."""
+    scale = judge(first).memory_bytes / max(first.estimate.memory_bytes, 1.0)
+    return memory_limit / scale
+
+
+def _under_limit(search: Search, est_limit: float, many: int) -> list[Scored]:
+    """Search again under the (calibrated) limit: the best that fit, and the smallest."""
+    search.descend(est_limit)
+    fitting = [s for s in search.ranked(est_limit) if s.estimate.memory_bytes <= est_limit]
+    smallest = sorted(search.scored.values(), key=lambda s: s.estimate.memory_bytes)
+    finalists = distinct(fitting, many) + distinct(smallest, EXTRA_FOR_LIMIT)
+    return list({s.assignment: s for s in finalists}.values())
+
+
+def _floor(
+    chosen: Scored, baselines: list[tuple[str, Scored]], judge: _Judge, pool: list[Scored]
+) -> Scored:
+    """``chosen``, unless a baseline (that the limit allows) beats it on both XLA's
+    collective bytes and memory: then the best such baseline (NOTE [auto floor])."""
+    allowed = {s.assignment for s in pool}
+    while True:
+        mine = judge(chosen)
+        better = [s for _, s in baselines if s.assignment in allowed and _beats(judge(s), mine)]
+        if not better:
+            return chosen
+        chosen = min(better, key=lambda s: judge.key(s, None))
+
+
+def _beats(a: Measured, b: Measured) -> bool:
+    return (
+        a.collective_bytes <= b.collective_bytes
+        and a.memory_bytes <= b.memory_bytes
+        and (a.collective_bytes < b.collective_bytes or a.memory_bytes < b.memory_bytes)
+    )
+
+
+def _no_fit(
+    search: Search, judge: _Judge, limit: int, describe: Callable[[Scored], str], api: str
+) -> NoLayoutFits:
+    every = [s for a, s in search.scored.items() if a in judge.measured]
+    small = min(every, key=lambda s: judge.measured[s.assignment].memory_bytes)
+    return NoLayoutFits(
+        f"{api}: no layout found fits auto_memory_limit={limit:,} bytes per "
+        f"device; the smallest found, {describe(small)}, needs "
+        f"{judge.measured[small.assignment].memory_bytes:,.0f} bytes per device (XLA's memory "
+        "analysis). Raise the limit, use a larger mesh, or give some specs by hand."
+    )
