@@ -128,3 +128,82 @@ def test_a_scan_body_counts_once_per_iteration(w_spec, w_layout):
     )
     assert estimate.collectives == sum(c.count for c in in_loop) == 4
     assert estimate.collective_bytes == sum(c.bytes_per_device * c.count for c in in_loop)
+
+
+# --- the layers' strategies against XLA (issue 35) ---
+
+
+def _conv(x, k):
+    return jax.lax.conv_general_dilated(
+        x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+    )
+
+
+def _pool(x):
+    return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+
+
+_EMB, _IDS, _UPD = jnp.ones((128, 16)), jnp.zeros((8, 6), jnp.int32), jnp.ones((8, 6, 16))
+_IMG, _KER, _X = jnp.ones((8, 16, 16, 8)), jnp.ones((3, 3, 8, 16)), jnp.ones((16, 64))
+
+
+def _scatter_add(e, i, g):
+    return jnp.zeros_like(e).at[i].add(g)
+
+
+@pytest.mark.parametrize(
+    ("fun", "args", "in_specs", "out_spec"),
+    [
+        # an embedding lookup from a table split over the vocabulary: a partial sum
+        (lambda e, i: e[i], (_EMB, _IDS), (P("model"), P("data")), P("data")),
+        # ... over its features: the lookup's features split alike, nothing moves
+        (lambda e, i: e[i], (_EMB, _IDS), (P(None, "model"), P("data")), P("data", None, "model")),
+        # its gradient, updates split over the batch: a partial sum of the whole table
+        (_scatter_add, (_EMB, _IDS, _UPD), (P(), P("data"), P("data")), P()),
+        # ... the table split over the vocabulary, updates whole: each device its rows
+        (_scatter_add, (_EMB, _IDS, _UPD), (P("model"), P(), P()), P("model")),
+        # ... over the features
+        (_scatter_add, (_EMB, _IDS, _UPD), (P(None, "model"), P("data"), P("data", None, "model")),
+         P(None, "model")),
+        # a dynamic slice of a split dimension gathers it; a dynamic update leaves it split
+        (lambda x, i: jax.lax.dynamic_slice_in_dim(x, i, 4, 1), (_X, jnp.int32(3)),
+         (P(None, "model"), P()), P()),
+        (lambda x, i: jax.lax.dynamic_update_slice_in_dim(x, jnp.ones((16, 1)), i, 1),
+         (_X, jnp.int32(3)), (P(None, "model"), P()), P(None, "model")),
+        # convolutions: batch, output-feature and input-feature (a partial sum) splits
+        (_conv, (_IMG, _KER), (P("data"), P()), P("data")),
+        (_conv, (_IMG, _KER), (P("data"), P(None, None, None, "model")),
+         P("data", None, None, "model")),
+        (_conv, (_IMG, _KER), (P("data", None, None, "model"), P(None, None, "model")), P("data")),
+        # the kernel's gradient under data parallelism: an all-reduce over "data"
+        (jax.grad(lambda k, x: _conv(x, k).sum()), (_KER, _IMG), (P(), P("data")), P()),
+        # pooling windows that tile each block keep it split
+        (_pool, (_IMG,), (P("data"),), P("data")),
+        (_pool, (_IMG,), (P(None, "model"),), P(None, "model")),
+        # a cumulative sum along a split dimension gathers it
+        (lambda x: jnp.cumsum(x, 1), (_X,), (P(None, "model"),), P(None, "model")),
+        # a sort moves the axis to another dimension and back (two all-to-alls)
+        (lambda x: jnp.sort(x, 1), (_X,), (P(None, "model"),), P(None, "model")),
+        # top-k gathers its operand whole, whichever dimension is split
+        (lambda x: jax.lax.top_k(x, 4)[0], (_X,), (P("data"),), P("data")),
+    ],
+    ids=[
+        "gather-vocab", "gather-features", "scatter-add-batch", "scatter-add-vocab",
+        "scatter-add-features", "dynamic-slice", "dynamic-update-slice", "conv-batch",
+        "conv-out-features", "conv-in-features", "conv-kernel-grad", "pool-batch",
+        "pool-height", "cumsum", "sort", "top-k",
+    ],
+)  # fmt: skip
+def test_layer_strategies_move_the_bytes_xla_moves(fun, args, in_specs, out_spec):
+    """Where XLA's choice is unambiguous the model's collectives are XLA's: no layer
+    the model knows falls back to gathering its operands."""
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ORDER)
+    f = partitioner.pjit(fun, in_axis_resources=in_specs, out_axis_resources=out_spec)
+    with jax.set_mesh(mesh):
+        report = f.lower(*args).report()
+    measured = sum(c.bytes_per_device * c.count for c in report.collectives)
+    jaxpr = jax.make_jaxpr(fun)(*args)
+    ins = [_layout(s, jnp.ndim(a)) for s, a in zip(in_specs, args, strict=True)]
+    out = _layout(out_spec, len(jaxpr.out_avals[0].shape))
+    estimate, _ = AutoEstimator(jaxpr, SIZES).run(ins, [out], [False] * len(args))
+    assert estimate.collective_bytes == measured, str(report)

@@ -15,6 +15,11 @@ XLA on the unconstrained winner, since XLA fuses what the model counts as
 temporaries; only layouts XLA measures under the limit can win, a baseline among
 them.
 
+The first finalist compiles as the call will run it (if it wins, its executable
+is the one the first call runs); the others compile without optimizing the
+machine code (``xla_backend_optimization_level=0``), which leaves XLA's
+partitioned program and its memory analysis as they are and halves the compile.
+
 Compiling costs more than the search on a deep unrolled program (XLA's compile
 time grows faster than its size): from :data:`LARGE_PROGRAM` equations on (a
 scan body counted once, as XLA compiles it), the search's first choice alone is
@@ -93,15 +98,17 @@ def _bodies(values: Any) -> list[Any]:
 
 
 class _Judge:
-    """XLA's figures, each assignment compiled once."""
+    """XLA's figures, each assignment compiled once: the first as the call will run it
+    (its executable is the one the first call runs if it wins), the others quickly
+    (``measure(s, quick=True)``: XLA's figures without optimizing the machine code)."""
 
-    def __init__(self, measure: Callable[[Scored], Measured]) -> None:
+    def __init__(self, measure: Callable[[Scored, bool], Measured]) -> None:
         self.measure = measure
         self.measured: dict[Assignment, Measured] = {}
 
     def __call__(self, s: Scored) -> Measured:
         if s.assignment not in self.measured:
-            self.measured[s.assignment] = self.measure(s)
+            self.measured[s.assignment] = self.measure(s, bool(self.measured))
         return self.measured[s.assignment]
 
     def key(self, s: Scored, limit: float | None) -> tuple[float, ...]:
@@ -112,7 +119,7 @@ class _Judge:
 
 def solve(
     problem: Problem,
-    measure: Callable[[Scored], Measured],
+    measure: Callable[[Scored, bool], Measured],
     memory_limit: int | None,
     describe: Callable[[Scored], str],
     api: str,
@@ -121,9 +128,9 @@ def solve(
     t0 = time.perf_counter()
     search = Search(problem)
     judge = _Judge(measure)
-    search.descend(None)
+    best = search.descend(None)
     many = FINALISTS if equations(problem.jaxpr) < LARGE_PROGRAM else 1
-    finalists = distinct(search.ranked(None), many)
+    finalists = distinct([best, *search.ranked(None)], many)
     est_limit: float | None = None
     if memory_limit is not None:
         est_limit = _calibrated(judge, finalists[0], memory_limit)
@@ -162,8 +169,9 @@ def _calibrated(judge: _Judge, first: Scored, memory_limit: int) -> float:
 
 def _under_limit(search: Search, est_limit: float, many: int) -> list[Scored]:
     """Search again under the (calibrated) limit: the best that fit, and the smallest."""
-    search.descend(est_limit)
-    fitting = [s for s in search.ranked(est_limit) if s.estimate.memory_bytes <= est_limit]
+    best = search.descend(est_limit)
+    ranked = [best, *search.ranked(est_limit)]
+    fitting = [s for s in ranked if s.estimate.memory_bytes <= est_limit]
     smallest = sorted(search.scored.values(), key=lambda s: s.estimate.memory_bytes)
     finalists = distinct(fitting, many) + distinct(smallest, EXTRA_FOR_LIMIT)
     return list({s.assignment: s for s in finalists}.values())

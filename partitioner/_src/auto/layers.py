@@ -21,7 +21,7 @@ from typing import Any
 
 from .. import jax_private as jp
 from .cost import HANDLERS, Frame, Tally, Values, no_peak, shape_of
-from .layouts import NO_AXES, Layout, replicated, shards
+from .layouts import NO_AXES, Layout, canonical, replicated, shards
 from .strategies import Contraction, Role, contract, roles_from
 
 # --- convolutions ---
@@ -248,22 +248,33 @@ HANDLERS["dynamic_update_slice"] = no_peak(_dynamic_update_slice)
 
 
 def _along_axis(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> None:
-    """Operations along dimensions (cumulative ops, sort, top_k, reverse, split): those
-    whole, the others as the first operand has them; every output alike."""
+    """Operations along dimensions (cumulative ops, reverse, split): those whole (XLA
+    gathers them), the others as the first operand has them; every output alike. A sort
+    instead moves the axes of its dimension to another one that takes them (XLA's
+    all-to-all), when one does."""
     v = eqn.invars[0]
     p = eqn.params
-    axes = p.get("dimensions") or (p.get("axis", p.get("dimension", len(shape_of(v)) - 1)),)
-    axes = tuple(a % max(len(shape_of(v)), 1) for a in axes)
+    shape = shape_of(v)
+    axes = p.get("dimensions") or (p.get("axis", p.get("dimension", len(shape) - 1)),)
+    axes = tuple(a % max(len(shape), 1) for a in axes)
     layout = model.settled(v, frame, tally, mult)[0]
-    keep = tuple(() if d in axes else x for d, x in enumerate(layout))
+    keep = [() if d in axes else x for d, x in enumerate(layout)]
+    moved = [a for d in axes for a in layout[d]]
+    if moved and eqn.primitive.name == "sort":
+        for d, x in enumerate(keep):
+            if d not in axes and shape[d] % shards([*x, *moved], model.sizes) == 0:
+                keep[d] = canonical([[*x, *moved]], model.order)[0]
+                break
+    lay = tuple(keep)
     for w in eqn.invars:
-        if len(shape_of(w)) == len(keep):
-            model.move(w, keep, frame, tally, mult)
-    model.work(v, keep, tally, mult)
+        if len(shape_of(w)) == len(lay):
+            model.move(w, lay, frame, tally, mult)
+    model.work(v, lay, tally, mult)
     for w in eqn.outvars:
-        same_rank = len(shape_of(w)) == len(keep)
-        model.set(frame, w, (keep if same_rank else replicated(len(shape_of(w))), NO_AXES))
+        same_rank = len(shape_of(w)) == len(lay)
+        model.set(frame, w, (lay if same_rank else replicated(len(shape_of(w))), NO_AXES))
 
 
-_ALONG = ("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp", "sort", "rev", "top_k", "split")
+_ALONG = ("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp", "sort", "rev", "split")
 HANDLERS.update({n: no_peak(_along_axis) for n in _ALONG})
+# top_k: XLA gathers its operand whole, whichever dimension is split (the default rule).

@@ -221,17 +221,25 @@ def _specs_of(plan: CallPlan, s: Scored) -> tuple[tuple[Any, ...], tuple[Any, ..
     return ins, outs
 
 
-def _measure(plan: CallPlan, s: Scored) -> Measured:
-    """XLA's figures for ``plan`` laid out as ``s`` says, from its report."""
+#: Compiler options of a quick trial compile (NOTE [auto floor] in ``confirm.py``).
+QUICK = {"xla_backend_optimization_level": 0}
+
+
+def _measure(plan: CallPlan, s: Scored, quick: bool) -> Measured:
+    """XLA's figures for ``plan`` laid out as ``s`` says, from its report; ``quick``:
+    compiled without optimizing the machine code (the figures are the same)."""
     if plan.num_consts:  # a body closing over tracers cannot be lowered alone
         return Measured(
             s.estimate.collective_bytes, s.estimate.memory_bytes, s.estimate.collectives
         )
     ins, outs = _specs_of(plan, s)
-    trial = dataclasses.replace(
-        plan,
-        params=dataclasses.replace(plan.params, in_axis_resources=ins, out_axis_resources=outs),
+    compiler = plan.params.compiler_options
+    if quick:
+        compiler = tuple(sorted({**dict(compiler), **QUICK}.items()))
+    new_params = dataclasses.replace(
+        plan.params, in_axis_resources=ins, out_axis_resources=outs, compiler_options=compiler
     )
+    trial = dataclasses.replace(plan, params=new_params)
     # Through the executable cache: the winner's is the one its first call runs.
     report = build_report(trial, get_executable(trial.params), options.use_shardy())
     collective = sum(c.bytes_per_device * c.count for c in report.collectives)

@@ -131,7 +131,7 @@ class Search:
         best: Scored | None = None
         for start in dict.fromkeys(((0,) * len(self.groups), smallest)):
             current = self._settle(self.score(start), by_size, limit)
-            if best is None or rank(current, limit) < rank(best, limit):
+            if best is None or improves(current, best, limit):
                 best = current
         assert best is not None
         return best
@@ -144,7 +144,7 @@ class Search:
                 for option in range(len(self.options[k])):
                     trial = current.assignment[:k] + (option,) + current.assignment[k + 1 :]
                     scored = self.score(trial)
-                    if rank(scored, limit) < rank(current, limit):
+                    if improves(scored, current, limit):
                         current, changed = scored, True
             if not changed:
                 break
@@ -190,22 +190,48 @@ class Search:
         return self.options[k].index(layout)
 
 
-#: Estimates closer than this (relative) are ties: the model is not more precise.
+#: Times closer than this (relative) are ties: the model is not more precise.
 TIE = 0.001
+#: Memories closer than this (relative) are ties: the model's memory is off from XLA's
+#: by a few percent (it cannot see XLA's fusion and buffer reuse).
+MEMORY_TIE = 0.01
 
 
-def _bucket(x: float) -> int:
-    return math.floor(math.log(x) / math.log1p(TIE)) if x > 0 else -(10**9)
+def _bucket(x: float, tie: float = TIE) -> int:
+    return math.floor(math.log(x) / math.log1p(tie)) if x > 0 else -(10**9)
+
+
+def improves(a: Scored, b: Scored, limit: float | None) -> bool:
+    """Whether the search moves from ``b`` to ``a``: under the limit first (else less
+    memory); then less time, by more than :data:`TIE`; then less memory, by more than
+    :data:`MEMORY_TIE`; then fewer mesh axes used; then exactly. Tolerances, not
+    buckets: two estimates a hair apart never fall on two sides of a boundary."""
+    ea, eb = a.estimate, b.estimate
+    if limit is not None and (ea.memory_bytes > limit or eb.memory_bytes > limit):
+        if (ea.memory_bytes > limit) != (eb.memory_bytes > limit):
+            return ea.memory_bytes <= limit
+        return ea.memory_bytes < eb.memory_bytes
+    for x, y, tolerance in (
+        (ea.time_s, eb.time_s, TIE),
+        (ea.memory_bytes, eb.memory_bytes, MEMORY_TIE),
+    ):
+        if x < y * (1 - tolerance):
+            return True
+        if x > y * (1 + tolerance):
+            return False
+    return (a.axes_used, ea.time_s, ea.memory_bytes) < (b.axes_used, eb.time_s, eb.memory_bytes)
 
 
 def rank(s: Scored, limit: float | None) -> tuple[float, ...]:
-    """Smaller is better: fitting the limit first; then time, then memory, each to
-    :data:`TIE`; then fewer mesh axes used by AUTO leaves (the model cannot tell a
-    tiny vector split from whole, XLA can: NOTE [auto search]); then exactly."""
+    """Smaller is better: fitting the limit first; then time to :data:`TIE`, memory to
+    :data:`MEMORY_TIE`; then fewer mesh axes used by AUTO leaves (the model cannot
+    tell a tiny vector split from whole, nor a layout that saves a few bytes from one
+    that XLA lays out no better, XLA can: NOTE [auto search]); then exactly."""
     e = s.estimate
     if limit is not None and e.memory_bytes > limit:
         return (1.0, e.memory_bytes, e.time_s)
-    return (0.0, _bucket(e.time_s), _bucket(e.memory_bytes), s.axes_used, e.time_s, e.memory_bytes)
+    memory = _bucket(e.memory_bytes, MEMORY_TIE)
+    return (0.0, _bucket(e.time_s), memory, s.axes_used, e.time_s, e.memory_bytes)
 
 
 def distinct(ranked: Sequence[Scored], n: int) -> list[Scored]:

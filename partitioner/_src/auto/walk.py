@@ -40,6 +40,7 @@ from .cost import (
     Values,
     aliased,
     call_body,
+    itemsize_of,
     no_peak,
     shape_of,
     spec_layout,
@@ -120,16 +121,27 @@ class Estimator(Values):
         live = 0.0
         peak = 0.0
         env, extra = frame.env, frame.extra_bytes
+        block = self._block_bytes
         for eqn, (counted, last, freed) in zip(jaxpr.eqns, self._top, strict=True):
             inner = self._eqn(eqn, frame, tally, 1.0)
-            produced = sum(self.nbytes(v, env[v][0]) for v in counted if v in env)
+            produced = 0.0
+            for v, shape, item in counted:
+                state = env.get(v)
+                if state is not None:
+                    produced += block(shape, item, state[0])
             peak = max(peak, live + frame.extra_live + produced + inner)
             live += produced
             for v in last:
                 frame.extra_live -= extra.pop(v, 0.0)
-            for v in freed:
-                live -= self.nbytes(v, env[v][0])
+            for v, shape, item in freed:
+                live -= block(shape, item, env[v][0])
         return peak
+
+    def _block_bytes(self, shape: tuple[int, ...], itemsize: int, layout: Layout) -> float:
+        found = self._locals.get((shape, layout))
+        if found is None:
+            found = self.local(shape, layout)
+        return float(found * itemsize)
 
     def walk(
         self, jaxpr: Any, in_states: Sequence[State], tally: Tally, mult: float
@@ -157,12 +169,16 @@ class Estimator(Values):
             found = self._eqns[id(eqn)] = (self.structures.of(eqn), self._rule(eqn), operands)
         structure, rule, operands = found
         env, moved = frame.env, frame.moved
-        key = (
-            structure,
-            mult,
-            tuple([env.get(v) for v in operands]),
-            tuple([moved.get(v, ()) for v in operands]),
-        )
+        if len(operands) == 1:
+            (v,) = operands
+            key: tuple[Any, ...] = (structure, mult, env.get(v), moved.get(v))
+        else:
+            key = (
+                structure,
+                mult,
+                tuple([env.get(v) for v in operands]),
+                tuple([moved.get(v) for v in operands]),
+            )
         effect = self._memo.get(key)
         if effect is not None:
             self.replayed += 1
@@ -282,15 +298,19 @@ def _top_plan(
     jaxpr: Any, last_use: dict[Any, int], materialized: set[Any]
 ) -> list[tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]]:
     """Per top-level equation: the results it adds to the live temporaries, the
-    operands it reads last, and those of them that leave the live temporaries."""
+    operands it reads last, and those of them that leave the live temporaries (each
+    counted one with its shape and item size)."""
     pinned = {v for v in jaxpr.outvars if not isinstance(v, jp.Literal)}
     pinned |= set(jaxpr.invars) | set(jaxpr.constvars)  # counted as arguments/outputs
+
+    def sized(vs: Any) -> tuple[Any, ...]:
+        kept = (v for v in vs if v not in pinned and v in materialized)
+        return tuple((v, shape_of(v), itemsize_of(v)) for v in kept)
+
     plan = []
     for i, eqn in enumerate(jaxpr.eqns):
-        counted = tuple(v for v in eqn.outvars if v not in pinned and v in materialized)
         last = tuple(dict.fromkeys(
             v for v in eqn.invars if not isinstance(v, jp.Literal) and last_use.get(v) == i
         ))  # fmt: skip
-        freed = tuple(v for v in last if v not in pinned and v in materialized)
-        plan.append((counted, last, freed))
+        plan.append((sized(eqn.outvars), last, sized(last)))
     return plan
