@@ -5,12 +5,15 @@ distinct assignments the search scored are the finalists; beside them XLA always
 compiles the *baselines*, the layouts any user tries first: every AUTO leaf
 replicated, and plain data parallelism (state replicated, a batch split along its
 leading dimension, a leaf whose output spec is given laid out as it says; the
-same program as the replicated one when the batch is given). Each is lowered and
-compiled, and XLA's own figures decide (``measure``): the model's compute plus
-measured collective bytes and count, then measured memory. Then the floor: a
-baseline that beats the choice on both collective bytes and memory (one of them
-strictly) is chosen instead, so AUTO never returns a layout the obvious ones
-beat. With ``auto_memory_limit`` the model's memory is first calibrated against
+same program as the replicated one when the batch is given). The finalists are
+the search's best and, beside it, the layouts it scored on the front of
+estimated collective bytes and memory within :data:`FRONT` of its time (a
+layout with a collective more but fewer bytes and less memory is XLA's to judge).
+Each is lowered and compiled, and XLA's own figures decide (``measure``): among
+the measured layouts that no other one beats on both collective bytes and memory
+(one of them strictly), the least time (the model's compute plus measured
+collective bytes and count), then memory. The baselines are among them, so AUTO
+never returns a layout the obvious ones beat. With ``auto_memory_limit`` the model's memory is first calibrated against
 XLA on the unconstrained winner, since XLA fuses what the model counts as
 temporaries; only layouts XLA measures under the limit can win, a baseline among
 them.
@@ -40,6 +43,8 @@ from .search import Assignment, Problem, Scored, Search, distinct, rank
 FINALISTS = 3
 #: From this many equations on, one finalist (NOTE [auto floor]).
 LARGE_PROGRAM = 1200
+#: Finalists beside the best come from the layouts within this of its estimated time.
+FRONT = 0.05
 #: At most this many more compiles looking for a layout under the memory limit.
 EXTRA_FOR_LIMIT = 3
 
@@ -130,7 +135,7 @@ def solve(
     judge = _Judge(measure)
     best = search.descend(None)
     many = FINALISTS if equations(problem.jaxpr) < LARGE_PROGRAM else 1
-    finalists = distinct([best, *search.ranked(None)], many)
+    finalists = distinct([best, *search.front(best, FRONT), *search.ranked(None)], many)
     est_limit: float | None = None
     if memory_limit is not None:
         est_limit = _calibrated(judge, finalists[0], memory_limit)
@@ -143,7 +148,7 @@ def solve(
         pool = [s for s in pool if judge(s).memory_bytes <= memory_limit]
         if not pool:
             raise _no_fit(search, judge, memory_limit, describe, api)
-    chosen = _floor(min(pool, key=lambda s: judge.key(s, est_limit)), baselines, judge, pool)
+    chosen = min(_undominated(pool, judge), key=lambda s: judge.key(s, est_limit))
     others: list[tuple[Scored, Measured | None]] = [
         (s, judge.measured.get(s.assignment))
         for s in distinct(search.ranked(est_limit), FINALISTS + 1)
@@ -177,18 +182,11 @@ def _under_limit(search: Search, est_limit: float, many: int) -> list[Scored]:
     return list({s.assignment: s for s in finalists}.values())
 
 
-def _floor(
-    chosen: Scored, baselines: list[tuple[str, Scored]], judge: _Judge, pool: list[Scored]
-) -> Scored:
-    """``chosen``, unless a baseline (that the limit allows) beats it on both XLA's
-    collective bytes and memory: then the best such baseline (NOTE [auto floor])."""
-    allowed = {s.assignment for s in pool}
-    while True:
-        mine = judge(chosen)
-        better = [s for _, s in baselines if s.assignment in allowed and _beats(judge(s), mine)]
-        if not better:
-            return chosen
-        chosen = min(better, key=lambda s: judge.key(s, None))
+def _undominated(pool: list[Scored], judge: _Judge) -> list[Scored]:
+    """The measured layouts no other one beats on both XLA's collective bytes and memory
+    (NOTE [auto floor]): the baselines among the others, so none of them beats the
+    choice."""
+    return [s for s in pool if not any(_beats(judge(o), judge(s)) for o in pool)]
 
 
 def _beats(a: Measured, b: Measured) -> bool:

@@ -116,7 +116,9 @@ class Search:
         return found
 
     def descend(self, limit: float | None) -> Scored:
-        """Coordinate descent from each start; the best assignment found."""
+        """Coordinate descent from each start, first over the layers' families (every
+        layer of a stack alike, as a scan's stacked parameters are), then over the
+        groups (the layers at the ends of a stack free to differ); the best found."""
         sizes = self.problem.mesh_shape
 
         def finest(g: Sequence[int], opts: list[Layout]) -> int:
@@ -124,31 +126,68 @@ class Search:
             return blocks.index(min(blocks))
 
         smallest = tuple(finest(g, o) for g, o in zip(self.groups, self.options, strict=True))
-        by_size = sorted(
-            range(len(self.groups)),
-            key=lambda k: -math.prod(self.shape(self.groups[k])) * len(self.groups[k]),
-        )
         best: Scored | None = None
         for start in dict.fromkeys(((0,) * len(self.groups), smallest)):
-            current = self._settle(self.score(start), by_size, limit)
+            current = self.score(start)
+            for blocks in (self._families(), [[k] for k in range(len(self.groups))]):
+                current = self._settle(current, self._largest_first(blocks), limit)
             if best is None or improves(current, best, limit):
                 best = current
         assert best is not None
         return best
 
-    def _settle(self, current: Scored, order: Sequence[int], limit: float | None) -> Scored:
-        """Sweeps of coordinate descent from ``current`` until one changes nothing."""
+    def _families(self) -> list[list[int]]:
+        """Groups whose leaves share a family and a type, together (NOTE [auto repeats])."""
+        merged: dict[Any, list[int]] = {}
+        families = self.problem.in_families or (None,) * len(self.problem.in_layouts)
+        for k, g in enumerate(self.groups):
+            key = (k,) if families[g[0]] is None else (families[g[0]], self.shape(g))
+            merged.setdefault(key, []).append(k)
+        return list(merged.values())
+
+    def _largest_first(self, blocks: list[list[int]]) -> list[list[int]]:
+        def size(block: list[int]) -> int:
+            return sum(math.prod(self.shape(self.groups[k])) * len(self.groups[k]) for k in block)
+
+        return sorted(blocks, key=lambda b: -size(b))
+
+    def _settle(self, current: Scored, blocks: Sequence[list[int]], limit: float | None) -> Scored:
+        """Sweeps of coordinate descent from ``current``, each block of groups taking one
+        option together, until a sweep changes nothing."""
         for _ in range(_MAX_SWEEPS):
             changed = False
-            for k in order:
-                for option in range(len(self.options[k])):
-                    trial = current.assignment[:k] + (option,) + current.assignment[k + 1 :]
-                    scored = self.score(trial)
+            for block in blocks:
+                for option in range(len(self.options[block[0]])):
+                    trial = list(current.assignment)
+                    for k in block:
+                        trial[k] = option
+                    scored = self.score(tuple(trial))
                     if improves(scored, current, limit):
                         current, changed = scored, True
             if not changed:
                 break
         return current
+
+    def front(self, best: Scored, slack: float = 0.05) -> list[Scored]:
+        """The scored assignments within ``slack`` of ``best``'s estimated time that no
+        other beats on both estimated collective bytes and memory, fastest first."""
+        near = [
+            s
+            for s in self.scored.values()
+            if s.estimate.time_s <= best.estimate.time_s * (1 + slack)
+        ]
+
+        def beaten(s: Scored) -> bool:
+            e = s.estimate
+            return any(
+                o.estimate.collective_bytes <= e.collective_bytes
+                and o.estimate.memory_bytes <= e.memory_bytes
+                and (o.estimate.collective_bytes, o.estimate.memory_bytes)
+                != (e.collective_bytes, e.memory_bytes)
+                for o in near
+            )
+
+        return sorted((s for s in near if not beaten(s)), key=lambda s: s.estimate.time_s)
 
     def ranked(self, limit: float | None) -> list[Scored]:
         """Everything scored so far, best first."""

@@ -291,58 +291,79 @@ HANDLERS["transpose"] = no_peak(_transpose)
 
 
 def _reshape(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> None:
-    """reshape, and squeeze / expand_dims (reshapes that only drop or add size-1 dims)."""
+    """reshape, and squeeze / expand_dims (reshapes that only drop or add size-1 dims):
+    each group of dimensions that merge or split carries its axes to its major
+    dimension where it can; a group that cannot is gathered first, the others kept."""
     v, out = eqn.invars[0], eqn.outvars[0]
     layout, partial = model.read(frame, v)
     mapped = _reshape_layout(shape_of(v), shape_of(out), layout, model.sizes)
-    if mapped is None:  # axes a reshape cannot carry: gathered first
+    if mapped is None:  # shapes this rule does not follow: gathered first
         model.move(v, replicated(len(shape_of(v))), frame, tally, mult)
         model.set(frame, out, (replicated(len(shape_of(out))), NO_AXES))
         return
-    model.set(frame, out, (canonical(mapped, model.order), partial))
+    needed, carried = mapped
+    if needed != layout:
+        model.move(v, needed, frame, tally, mult)
+        partial = NO_AXES
+    model.set(frame, out, (canonical(carried, model.order), partial))
 
 
 HANDLERS["reshape"] = HANDLERS["squeeze"] = HANDLERS["expand_dims"] = no_peak(_reshape)
 
 
-def _reshape_layout(
-    src: Sequence[int], dst: Sequence[int], layout: Layout, sizes: Mapping[str, int]
-) -> list[tuple[str, ...]] | None:
-    """Carry each split dimension's axes to the major dimension of its group, or None."""
-    out: list[tuple[str, ...]] = [()] * len(dst)
+def _reshape_groups(
+    src: Sequence[int], dst: Sequence[int]
+) -> list[tuple[list[int], list[int]]] | None:
+    """The groups of dimensions a reshape merges or splits: (source dims, result dims)
+    of equal sizes in order; size-1 dimensions at the end join no group. None: the
+    shapes do not line up so."""
+    groups = []
     i = j = 0
-    while i < len(src) or j < len(dst):
+    while i < len(src) and j < len(dst):
         gi, gj = [i], [j]
-        if i >= len(src) or j >= len(dst):
-            if any(n != 1 for n in src[i:]) or any(n != 1 for n in dst[j:]):
-                return None
-            if any(layout[k] for k in range(i, len(src))):
-                return None
-            break
         a, b = src[i], dst[j]
         while a != b:
-            if a < b:
+            if a < b and i + 1 < len(src):
                 i += 1
-                if i >= len(src):
-                    return None
                 gi.append(i)
                 a *= src[i]
-            else:
+            elif a > b and j + 1 < len(dst):
                 j += 1
-                if j >= len(dst):
-                    return None
                 gj.append(j)
                 b *= dst[j]
-        axes = [x for k in gi for x in layout[k]]
-        if axes:
-            major = next((k for k in gj if dst[k] > 1), gj[0])
-            sharded = [k for k in gi if layout[k]]
-            if sharded != [next(k for k in gi if src[k] > 1)] or dst[major] % shards(axes, sizes):
+            else:
                 return None
-            out[major] = tuple(axes)
+        groups.append((gi, gj))
         i += 1
         j += 1
-    return out
+    if any(n != 1 for n in src[i:]) or any(n != 1 for n in dst[j:]):
+        return None
+    return groups
+
+
+def _reshape_layout(
+    src: Sequence[int], dst: Sequence[int], layout: Layout, sizes: Mapping[str, int]
+) -> tuple[Layout, list[tuple[str, ...]]] | None:
+    """The operand's layout the reshape needs and the result's: a group's axes go to
+    its major dimension when only its first non-trivial dimension is split (and the
+    major dimension takes them); otherwise the group is whole. None: see
+    :func:`_reshape_groups`."""
+    groups = _reshape_groups(src, dst)
+    if groups is None:
+        return None
+    needed = [() for _ in src]
+    out: list[tuple[str, ...]] = [()] * len(dst)
+    for gi, gj in groups:
+        axes = [x for k in gi for x in layout[k]]
+        if not axes:
+            continue
+        major = next((k for k in gj if dst[k] > 1), gj[0])
+        sharded = [k for k in gi if layout[k]]
+        first = next((k for k in gi if src[k] > 1), gi[0])
+        if sharded == [first] and dst[major] % shards(axes, sizes) == 0:
+            out[major] = tuple(axes)
+            needed[first] = layout[first]
+    return tuple(needed), out
 
 
 def _no_operands(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> None:
