@@ -6,9 +6,12 @@ compiles the *baselines*, the layouts any user tries first: every AUTO leaf
 replicated, and plain data parallelism (state replicated, a batch split along its
 leading dimension, a leaf whose output spec is given laid out as it says; the
 same program as the replicated one when the batch is given). The finalists are
-the search's best and, beside it, the layouts it scored on the front of
-estimated collective bytes and memory within :data:`FRONT` of its time (a
-layout with a collective more but fewer bytes and less memory is XLA's to judge).
+the search's best; the same with its small leaves replicated (:data:`SMALL`: the
+model cannot tell a small split from whole); the best of each other start of the
+descent; and the layouts it scored on the front of estimated collective bytes
+and memory within :data:`FRONT` of its time (a layout with a collective more but
+fewer bytes and less memory is XLA's to judge). XLA's winner with its small leaves
+replicated is judged too.
 Each is lowered and compiled, and XLA's own figures decide (``measure``): among
 the measured layouts that no other one beats on both collective bytes and memory
 (one of them strictly), the least time (the model's compute plus measured
@@ -45,6 +48,9 @@ FINALISTS = 3
 LARGE_PROGRAM = 1200
 #: Finalists beside the best come from the layouts within this of its estimated time.
 FRONT = 0.05
+#: A leaf under this share of the AUTO leaves' bytes is small: the best with its small
+#: leaves replicated is a finalist (the model cannot tell a small split from whole).
+SMALL = 0.02
 #: At most this many more compiles looking for a layout under the memory limit.
 EXTRA_FOR_LIMIT = 3
 
@@ -67,6 +73,7 @@ class Outcome:
     evaluations: int
     compiles: int
     search_s: float
+    confirm_s: float
 
 
 class NoLayoutFits(ValueError):
@@ -110,10 +117,13 @@ class _Judge:
     def __init__(self, measure: Callable[[Scored, bool], Measured]) -> None:
         self.measure = measure
         self.measured: dict[Assignment, Measured] = {}
+        self.seconds = 0.0
 
     def __call__(self, s: Scored) -> Measured:
         if s.assignment not in self.measured:
+            t0 = time.perf_counter()
             self.measured[s.assignment] = self.measure(s, bool(self.measured))
+            self.seconds += time.perf_counter() - t0
         return self.measured[s.assignment]
 
     def key(self, s: Scored, limit: float | None) -> tuple[float, ...]:
@@ -133,22 +143,22 @@ def solve(
     t0 = time.perf_counter()
     search = Search(problem)
     judge = _Judge(measure)
-    best = search.descend(None)
     many = FINALISTS if equations(problem.jaxpr) < LARGE_PROGRAM else 1
-    finalists = distinct([best, *search.front(best, FRONT), *search.ranked(None)], many)
-    est_limit: float | None = None
-    if memory_limit is not None:
-        est_limit = _calibrated(judge, finalists[0], memory_limit)
-        finalists = _under_limit(search, est_limit, many)
+    finalists, est_limit = _finalists(search, judge, memory_limit, many)
     baselines = search.baselines()
     pool = [*finalists, *(s for _, s in baselines)]
-    for s in pool:
-        judge(s)
-    if memory_limit is not None:
-        pool = [s for s in pool if judge(s).memory_bytes <= memory_limit]
-        if not pool:
-            raise _no_fit(search, judge, memory_limit, describe, api)
+
+    def allowed(s: Scored) -> bool:
+        return memory_limit is None or judge(s).memory_bytes <= memory_limit
+
+    pool = [s for s in pool if allowed(s)]
+    if not pool:
+        raise _no_fit(search, judge, memory_limit or 0, describe, api)
     chosen = min(_undominated(pool, judge), key=lambda s: judge.key(s, est_limit))
+    simpler = search.simplified(chosen, SMALL)
+    if many > 1 and simpler.assignment not in judge.measured and allowed(simpler):
+        pool.append(simpler)  # XLA's winner with its small leaves whole, judged too
+        chosen = min(_undominated(pool, judge), key=lambda s: judge.key(s, est_limit))
     others: list[tuple[Scored, Measured | None]] = [
         (s, judge.measured.get(s.assignment))
         for s in distinct(search.ranked(est_limit), FINALISTS + 1)
@@ -162,7 +172,25 @@ def solve(
         evaluations=search.evaluations,
         compiles=len(judge.measured),
         search_s=time.perf_counter() - t0,
+        confirm_s=judge.seconds,
     )
+
+
+def _finalists(
+    search: Search, judge: _Judge, memory_limit: int | None, many: int
+) -> tuple[list[Scored], float | None]:
+    """The finalists (NOTE [auto floor]) and, with a limit, the limit calibrated to the
+    model's memory (the finalists are then searched again under it)."""
+    descents = search.descents(None)
+    best = descents[0]
+    simpler = search.simplified(best, SMALL)
+    finalists = distinct(
+        [best, simpler, *descents[1:], *search.front(best, FRONT), *search.ranked(None)], many
+    )
+    if memory_limit is None:
+        return finalists, None
+    est_limit = _calibrated(judge, finalists[0], memory_limit)
+    return _under_limit(search, est_limit, many), est_limit
 
 
 def _calibrated(judge: _Judge, first: Scored, memory_limit: int) -> float:

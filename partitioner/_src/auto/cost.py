@@ -203,11 +203,15 @@ class Values:
             frame.log.append((v, dst, copy))
         return cost
 
-    def move_cost(self, v: Any, dst: Layout, frame: Frame) -> float:
-        """The seconds :meth:`move` would cost, without paying them."""
+    def move_cost(self, v: Any, dst: Layout, frame: Frame, partial: Axes | None = None) -> float:
+        """The seconds :meth:`move` would cost, without paying them; ``partial``: those of
+        ``v`` laid out as ``dst`` and a partial sum over these axes, reduced in place."""
         if isinstance(v, jp.Literal):
             return 0.0
-        src, partial = self.read(frame, v)
+        if partial is not None:
+            src = dst
+        else:
+            src, partial = self.read(frame, v)
         if (src == dst and not partial) or dst in frame.moved.get(v, ()):
             return 0.0
         key = (shape_of(v), itemsize_of(v), src, partial, dst)

@@ -200,7 +200,18 @@ def _search(
 
     outcome = solve(problem, functools.partial(_measure, plan), memory_limit, describe, plan.api)
     compiles = 0 if n_consts else outcome.compiles  # the model stood in for XLA
-    emit("auto_search", name=plan.params.name, evaluations=outcome.evaluations, compiles=compiles)
+    measured = outcome.chosen_measured
+    emit(
+        "auto_search",
+        name=plan.params.name,
+        leaves=len(auto_in),
+        evaluations=outcome.evaluations,
+        compiles=compiles,
+        search_s=outcome.search_s,
+        confirm_s=outcome.confirm_s,
+        collective_bytes=measured.collective_bytes,
+        memory_bytes=measured.memory_bytes,
+    )
     return (
         *_specs_of(plan, outcome.chosen),
         _record(plan, outcome, names, out_paths, compiles, memory_limit),
@@ -279,6 +290,7 @@ def _record(
         evaluations=outcome.evaluations,
         compiles=compiles,
         search_s=outcome.search_s,
+        confirm_s=outcome.confirm_s,
         baselines=tuple(Baseline(n, candidate(s, m)) for n, s, m in outcome.baselines),
         shapes=tuple(tuple(plan.params.jaxpr.in_avals[i].shape) for i in auto_in),
         layouts=tuple(chosen.in_layouts[i] for i in auto_in),

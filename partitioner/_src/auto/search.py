@@ -25,6 +25,7 @@ Other AUTO outputs keep the layout they arrive in.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,10 +33,11 @@ from typing import Any
 
 from ..sharding.auto import Estimate
 from .layouts import Layout, candidates, canonical, local_elements, replicated, shards
-from .structure import tie
+from .structure import couplings, tie
 from .walk import Estimator
 
 _MAX_SWEEPS = 4
+PAIRS = False
 
 Assignment = tuple[int, ...]  # a candidate index per group of tied AUTO input leaves
 
@@ -116,25 +118,72 @@ class Search:
         return found
 
     def descend(self, limit: float | None) -> Scored:
-        """Coordinate descent from each start, first over the layers' families (every
-        layer of a stack alike, as a scan's stacked parameters are), then over the
-        groups (the layers at the ends of a stack free to differ); the best found."""
+        """Coordinate descent from each start (:meth:`starts`), first over the layers'
+        families (every layer of a stack alike, as a scan's stacked parameters are),
+        then over coupled pairs of families, then over the groups (the layers at the
+        ends of a stack free to differ); the best found."""
+        return self.descents(limit)[0]
+
+    def descents(self, limit: float | None) -> list[Scored]:
+        """The result of the descent from each start (:meth:`descend`), best first."""
+        families = self._largest_first(self._families())
+        groups = self._largest_first([[k] for k in range(len(self.groups))])
+        found: list[Scored] = []
+        for start in self.starts():
+            current = self._settle(self.score(start), families, limit)
+            if PAIRS:
+                current = self._pairs(current, families, limit)
+            found.append(self._settle(current, groups, limit))
+        best = found[0]
+        for s in found[1:]:
+            if improves(s, best, limit):
+                best = s
+        return [best, *(s for s in found if s is not best)]
+
+    def starts(self) -> list[Assignment]:
+        """Everything replicated; everything split as finely as it allows; and every leaf
+        split over the last free mesh axis (a tensor-parallel axis, by convention) along
+        its largest dimension that takes it: coordinate descent from each."""
         sizes = self.problem.mesh_shape
+        free = [a for a in sizes if a in self.problem.free_axes and sizes[a] > 1]
+        finest, parallel = [], []
+        for g, opts in zip(self.groups, self.options, strict=True):
+            shape = self.shape(g)
+            blocks = [local_elements(shape, o, sizes) for o in opts]
+            finest.append(blocks.index(min(blocks)))
+            split = [
+                k for k, o in enumerate(opts) if free and [a for d in o for a in d] == [free[-1]]
+            ]
+            dims = [next(d for d, axes in enumerate(opts[k]) if axes) for k in split]
+            pick = max(split, key=lambda k: shape[dims[split.index(k)]], default=0)
+            parallel.append(pick)
+        replicated_ = (0,) * len(self.groups)
+        return list(dict.fromkeys((replicated_, tuple(finest), tuple(parallel))))
 
-        def finest(g: Sequence[int], opts: list[Layout]) -> int:
-            blocks = [local_elements(self.shape(g), o, sizes) for o in opts]
-            return blocks.index(min(blocks))
-
-        smallest = tuple(finest(g, o) for g, o in zip(self.groups, self.options, strict=True))
-        best: Scored | None = None
-        for start in dict.fromkeys(((0,) * len(self.groups), smallest)):
-            current = self.score(start)
-            for blocks in (self._families(), [[k] for k in range(len(self.groups))]):
-                current = self._settle(current, self._largest_first(blocks), limit)
-            if best is None or improves(current, best, limit):
-                best = current
-        assert best is not None
-        return best
+    def _pairs(self, current: Scored, families: list[list[int]], limit: float | None) -> Scored:
+        """Every layout pair of two coupled families (``structure.couplings``) tried, the
+        best taken, settled again; until no pair improves."""
+        leaves = [[i for k in f for i in self.groups[k]] for f in families]
+        pairs = couplings(self.problem.jaxpr, leaves)
+        for _ in range(_MAX_SWEEPS):
+            start = current
+            for a, b in pairs:
+                for oa, ob in itertools.product(
+                    range(len(self.options[families[a][0]])),
+                    range(len(self.options[families[b][0]])),
+                ):
+                    trial = list(current.assignment)
+                    for k in families[a]:
+                        trial[k] = oa
+                    for k in families[b]:
+                        trial[k] = ob
+                    scored = self.score(tuple(trial))
+                    if improves(scored, current, limit):
+                        current = scored
+            if current is start:
+                break
+            current = self._settle(current, families, limit)
+        return current
 
     def _families(self) -> list[list[int]]:
         """Groups whose leaves share a family and a type, together (NOTE [auto repeats])."""
@@ -167,6 +216,15 @@ class Search:
             if not changed:
                 break
         return current
+
+    def simplified(self, s: Scored, small: float) -> Scored:
+        """``s`` with every group whose leaves hold less than ``small`` of the AUTO
+        leaves' bytes replicated."""
+        size = [math.prod(self.shape(g)) * len(g) for g in self.groups]
+        total = sum(size) or 1
+        return self.score(
+            tuple(0 if n < small * total else o for n, o in zip(size, s.assignment, strict=True))
+        )
 
     def front(self, best: Scored, slack: float = 0.05) -> list[Scored]:
         """The scored assignments within ``slack`` of ``best``'s estimated time that no

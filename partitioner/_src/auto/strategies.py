@@ -100,12 +100,16 @@ def contract(
     roles: Mapping[str, Sequence[Role]],
 ) -> None:
     """Apply a contraction with the cheapest combination of roles: operands move to
-    their layouts, the result is split as the roles say (NOTE [auto cost model])."""
+    their layouts, the result is split as the roles say (NOTE [auto cost model]). A
+    combination leaving a partial sum counts its reduction too: the result's block
+    all-reduced (a reduce-scatter moves the same operand bytes), as XLA does next.
+    Equal times go to the smaller copies (moving tokens to their experts rather than
+    gathering the experts' weights), then to more axes used."""
     out = eqn.outvars[0]
     shapes = tuple(shape_of(v) for v in c.operands) + (shape_of(out),)
     none = (-1,) * len(shapes)
     axes = list(roles)
-    best: tuple[float, int, tuple[Layout, ...], Axes] | None = None
+    best: tuple[float, float, int, tuple[Layout, ...], Axes] | None = None
     for combo in itertools.product(*(roles[a] for a in axes)):
         dims: list[list[list[str]]] = [[[] for _ in s] for s in shapes]
         for a, role in zip(axes, combo, strict=True):
@@ -116,14 +120,21 @@ def contract(
         if not all(fits(s, x, model.sizes) for s, x in zip(shapes[:-1], lay, strict=False)):
             continue
         used = [a for a, role in zip(axes, combo, strict=True) if role[0] != "none"]
-        comm = sum(model.move_cost(v, x, frame) for v, x in zip(c.operands, lay, strict=False))
+        costs = [model.move_cost(v, x, frame) for v, x in zip(c.operands, lay, strict=False)]
+        copies = sum(
+            model.nbytes(v, x) for v, x, t in zip(c.operands, lay, costs, strict=False) if t
+        )
         work = math.prod(shapes[-1]) * c.flops_per_out / shards(used, model.sizes)
         partial = frozenset(a for a, r in zip(axes, combo, strict=True) if r in c.summed)
-        if best is None or (comm + work / FLOPS_PER_S, -len(used)) < best[:2]:
-            best = (comm + work / FLOPS_PER_S, -len(used), lay, partial)
+        comm = sum(costs)
+        if partial:  # reduced later (an all-reduce or a reduce-scatter of the result)
+            comm += model.move_cost(out, lay[-1], frame, partial)
+        score = (comm + work / FLOPS_PER_S, copies, -len(used))
+        if best is None or score < best[:3]:
+            best = (*score, lay, partial)
     if best is None:  # nothing splits evenly: compute replicated
-        best = (0.0, 0, tuple(replicated(len(s)) for s in shapes), NO_AXES)
-    _, _, lay, partial = best
+        best = (0.0, 0.0, 0, tuple(replicated(len(s)) for s in shapes), NO_AXES)
+    *_, lay, partial = best
     for v, x in zip(c.operands, lay, strict=False):
         model.move(v, x, frame, tally, mult)
     local = model.local(shapes[-1], lay[-1]) * c.flops_per_out

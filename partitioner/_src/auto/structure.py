@@ -135,3 +135,66 @@ def tie(
         key = ("alone", i) if families[i] is None else (families[i], v.aval, found[v])
         groups.setdefault(key, []).append(i)
     return list(groups.values())
+
+
+#: Equations that couple the layouts of what they read: a split of one operand's
+#: dimension asks the same of the other's (Megatron's column- then row-split pair).
+CONTRACTIONS = ("dot_general", "conv_general_dilated")
+#: How far (equations) a coupling is looked for downstream of a contraction.
+REACH = 64
+
+
+def couplings(jaxpr: Any, blocks: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
+    """Pairs of blocks of AUTO inputs (positions in ``jaxpr``'s inputs) whose layouts are
+    coupled: a contraction reading one feeds, through other operations and contractions
+    of activations alone, a contraction reading the other; or one call (a scan over
+    layers) reads both. The search tries such pairs' layouts together (NOTE [auto
+    search] in ``search.py``), as coordinate descent alone stops short of them."""
+    top = jaxpr.jaxpr
+    block_of = {top.invars[i]: b for b, leaves in enumerate(blocks) for i in leaves}
+    readers: dict[Any, list[int]] = {}
+    for k, e in enumerate(top.eqns):
+        for v in e.invars:
+            if not isinstance(v, jp.Literal):
+                readers.setdefault(v, []).append(k)
+
+    def read(e: Any) -> set[int]:
+        return {block_of[v] for v in e.invars if not isinstance(v, jp.Literal) and v in block_of}
+
+    pairs: set[tuple[int, int]] = set()
+    for k, e in enumerate(top.eqns):
+        mine = read(e)
+        if not mine:
+            continue
+        if e.primitive.name not in CONTRACTIONS:
+            if any(isinstance(p, (jp.ClosedJaxpr, jp.Jaxpr)) for p in e.params.values()):
+                pairs |= {(a, b) for a in mine for b in mine if a < b}  # a call reads both
+            continue
+        for other in _downstream(top.eqns, readers, k, read):
+            pairs |= {(min(a, b), max(a, b)) for a in mine for b in other if a != b}
+    return sorted(pairs)
+
+
+def _downstream(
+    eqns: Sequence[Any], readers: dict[Any, list[int]], start: int, read: Any
+) -> list[set[int]]:
+    """The AUTO blocks read by the first contractions reading parameters downstream of
+    equation ``start`` (within :data:`REACH` equations)."""
+    found: list[set[int]] = []
+    seen = {start}
+    frontier = [start]
+    while frontier and len(seen) < REACH:
+        nxt = []
+        for k in frontier:
+            for v in eqns[k].outvars:
+                for r in readers.get(v, ()):
+                    if r in seen:
+                        continue
+                    seen.add(r)
+                    blocks = read(eqns[r])
+                    if eqns[r].primitive.name in CONTRACTIONS and blocks:
+                        found.append(blocks)
+                    else:
+                        nxt.append(r)
+        frontier = nxt
+    return found

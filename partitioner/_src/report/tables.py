@@ -204,7 +204,8 @@ def _auto_lines(t: AutoTable) -> list[str]:
     limit = "" if c.memory_limit is None else f", memory limit {c.memory_limit:,} bytes"
     lines = [
         f"auto: {len(c.paths)} AUTO inputs chosen ({c.evaluations} assignments scored by the "
-        f"cost model, {c.compiles} compiled by XLA, {c.search_s:.2f} s{limit})"
+        f"cost model, {c.compiles} compiled by XLA in {c.confirm_s:.2f} s, {c.search_s:.2f} s in "
+        f"all{limit})"
     ]
     same = [b.name for b in c.baselines if b.candidate.specs == c.chosen.specs]
     chosen = "chosen" + (f" (= {same[0]})" if same else "")

@@ -98,7 +98,8 @@ class AutoChoice:
         memory_limit: ``auto_memory_limit`` (bytes per device) or ``None``.
         evaluations: assignments the cost model scored; ``compiles``: XLA compiles
             spent confirming finalists.
-        search_s: wall time of the whole search, confirmations included.
+        search_s: wall time of the whole search, confirmations included;
+            ``confirm_s`` the part of it XLA spent compiling finalists and baselines.
         baselines: the replicated and data-parallel layouts, as XLA measured them;
             the chosen layout is never beaten by one of them on both collective
             bytes and memory.
@@ -116,5 +117,6 @@ class AutoChoice:
     compiles: int
     search_s: float
     baselines: tuple[Baseline, ...] = ()
+    confirm_s: float = 0.0
     shapes: tuple[tuple[int, ...], ...] = ()
     layouts: tuple[tuple[tuple[str, ...], ...], ...] = ()
