@@ -207,3 +207,38 @@ def test_layer_strategies_move_the_bytes_xla_moves(fun, args, in_specs, out_spec
     out = _layout(out_spec, len(jaxpr.out_avals[0].shape))
     estimate, _ = AutoEstimator(jaxpr, SIZES).run(ins, [out], [False] * len(args))
     assert estimate.collective_bytes == measured, str(report)
+
+
+def _stacked_mlp_step(layers, x):
+    def loss(layers):
+        h = x
+        for p in layers:
+            h = jnp.tanh(h @ p["w1"]) @ p["w2"]
+        return jnp.mean(h**2)
+
+    return jax.tree.map(lambda a, g: a - 0.1 * g, layers, jax.grad(loss)(layers))
+
+
+def test_the_walk_replays_what_an_assignment_does_not_change():
+    """NOTE [auto walk memo]: one estimator scoring many assignments gives each the
+    estimate a fresh one gives it, and works out one layer for its equal copies."""
+    k = jax.random.split(jax.random.key(0), 8)
+    layers = [{"w1": jax.random.normal(k[i], (32, 64)), "w2": jax.random.normal(k[i + 4], (64, 32))}
+              for i in range(4)]  # fmt: skip
+    x = jax.random.normal(k[0], (16, 32))
+    jaxpr = jax.make_jaxpr(_stacked_mlp_step)(layers, x)
+    options = {2: auto_candidates((32, 64), ORDER, SIZES, ORDER),
+               3: auto_candidates((64, 32), ORDER, SIZES, ORDER)}  # fmt: skip
+    rng = np.random.default_rng(0)
+    shared = AutoEstimator(jaxpr, SIZES)
+    for _ in range(12):
+        ins = [options[2][rng.integers(len(options[2]))] if i % 2 == 0
+               else options[3][rng.integers(len(options[3]))] for i in range(8)]  # fmt: skip
+        ins.append((("data",), ()))
+        args = (ins, ins[:8], [False] * 9)
+        assert shared.run(*args) == AutoEstimator(jaxpr, SIZES).run(*args)
+    one = AutoEstimator(jaxpr, SIZES)
+    same = [options[2][1], options[3][1]] * 4 + [(("data",), ())]
+    one.run(same, same[:8], [False] * 9)
+    # four equal layers: the rules ran for about one of them
+    assert one.applied < len(jaxpr.jaxpr.eqns) / 2

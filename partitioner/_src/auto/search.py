@@ -125,7 +125,8 @@ class Search:
         return self.descents(limit)[0]
 
     def descents(self, limit: float | None) -> list[Scored]:
-        """The result of the descent from each start (:meth:`descend`), best first."""
+        """The result of the descent from each start (:meth:`descend`), best first: every
+        start settled over the families, the best of them then over the groups."""
         families = self._largest_first(self._families())
         groups = self._largest_first([[k] for k in range(len(self.groups))])
         found: list[Scored] = []
@@ -133,12 +134,13 @@ class Search:
             current = self._settle(self.score(start), families, limit)
             if PAIRS:
                 current = self._pairs(current, families, limit)
-            found.append(self._settle(current, groups, limit))
+            found.append(current)
         best = found[0]
         for s in found[1:]:
             if improves(s, best, limit):
                 best = s
-        return [best, *(s for s in found if s is not best)]
+        rest = [s for s in found if s is not best]
+        return [self._settle(best, groups, limit), *rest]
 
     def starts(self) -> list[Assignment]:
         """Everything replicated; everything split as finely as it allows; and every leaf

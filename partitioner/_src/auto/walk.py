@@ -64,19 +64,26 @@ class Effect:
 
 class Estimator(Values):
     """Scores assignments of input layouts for one jaxpr over one mesh (NOTE [auto cost
-    model], NOTE [auto walk memo]). ``applied`` / ``replayed`` count equations worked
-    out by their rule and replayed from the memo."""
+    model], NOTE [auto walk memo]). ``applied`` counts equations worked out by their
+    rule (the others were replayed)."""
 
     def __init__(self, jaxpr: Any, mesh_shape: Any) -> None:
         super().__init__(mesh_shape)
         self.jaxpr = jaxpr  # a ClosedJaxpr
         top = jaxpr.jaxpr
-        self._top = _top_plan(top, _last_uses(top), _materialized(top))
         self._eqns: dict[int, tuple[int, Rule, tuple[Any, ...]]] = {}  # by id(eqn)
         self.structures = Structures()
         self._memo: dict[Any, Effect] = {}
         self.applied = 0
-        self.replayed = 0
+        plan = _top_plan(top, _last_uses(top), _materialized(top))
+        self._top = [
+            (
+                self.structures.of(eqn),
+                tuple(v for v in eqn.invars if not isinstance(v, jp.Literal)),
+                *memory,
+            )
+            for eqn, memory in zip(top.eqns, plan, strict=True)
+        ]
 
     def run(
         self,
@@ -117,19 +124,51 @@ class Estimator(Values):
         return estimate, outs
 
     def _walk_top(self, jaxpr: Any, frame: Frame, tally: Tally) -> float:
-        """Walk the top-level equations, tracking live temporaries; their peak in bytes."""
+        """Walk the top-level equations, tracking live temporaries; their peak in bytes.
+
+        The hot loop of the search: an equation whose key recurs (NOTE [auto walk
+        memo]) is replayed here inline, without a call."""
         live = 0.0
         peak = 0.0
-        env, extra = frame.env, frame.extra_bytes
+        env, moved, extra = frame.env, frame.moved, frame.extra_bytes
         block = self._block_bytes
-        for eqn, (counted, last, freed) in zip(jaxpr.eqns, self._top, strict=True):
-            inner = self._eqn(eqn, frame, tally, 1.0)
+        memo = self._memo
+        for eqn, (structure, operands, counted, last, freed) in zip(
+            jaxpr.eqns, self._top, strict=True
+        ):
+            if len(operands) == 1:
+                v = operands[0]
+                key: tuple[Any, ...] = (structure, 1.0, env.get(v), moved.get(v))
+            else:
+                key = (
+                    structure,
+                    1.0,
+                    tuple([env.get(v) for v in operands]),
+                    tuple([moved.get(v) for v in operands]),
+                )
+            effect = memo.get(key)
+            if effect is None:
+                inner = self._apply(eqn, frame, tally, 1.0, key)
+            else:
+                inner = effect.peak
+                if effect.moves:
+                    for pos, dst, copy in effect.moves:
+                        frame.note_move(eqn.invars[pos], dst, copy)
+                flops, collective_bytes, collectives = effect.tally
+                tally.flops += flops
+                tally.collective_bytes += collective_bytes
+                tally.collectives += collectives
+                for v, state in zip(eqn.outvars, effect.outs, strict=True):
+                    if state is not None:
+                        env[v] = state
             produced = 0.0
             for v, shape, item in counted:
                 state = env.get(v)
                 if state is not None:
                     produced += block(shape, item, state[0])
-            peak = max(peak, live + frame.extra_live + produced + inner)
+            here = live + frame.extra_live + produced + inner
+            if here > peak:
+                peak = here
             live += produced
             for v in last:
                 frame.extra_live -= extra.pop(v, 0.0)
@@ -163,11 +202,7 @@ class Estimator(Values):
     def _eqn(self, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
         """Apply one equation (replayed where its structure and inputs recur); the peak
         bytes of its inner temporaries (calls only)."""
-        found = self._eqns.get(id(eqn))
-        if found is None:  # what kind of equation it is depends on the jaxpr alone
-            operands = tuple(v for v in eqn.invars if not isinstance(v, jp.Literal))
-            found = self._eqns[id(eqn)] = (self.structures.of(eqn), self._rule(eqn), operands)
-        structure, rule, operands = found
+        structure, _, operands = self._kind(eqn)
         env, moved = frame.env, frame.moved
         if len(operands) == 1:
             (v,) = operands
@@ -180,10 +215,23 @@ class Estimator(Values):
                 tuple([moved.get(v) for v in operands]),
             )
         effect = self._memo.get(key)
-        if effect is not None:
-            self.replayed += 1
-            return _replay(effect, eqn, frame, tally)
+        if effect is None:
+            return self._apply(eqn, frame, tally, mult, key)
+        return _replay(effect, eqn, frame, tally)
+
+    def _kind(self, eqn: Any) -> tuple[int, Rule, tuple[Any, ...]]:
+        """What kind of equation it is (it depends on the jaxpr alone): its structure,
+        its rule and its operands that are not literals."""
+        found = self._eqns.get(id(eqn))
+        if found is None:
+            operands = tuple(v for v in eqn.invars if not isinstance(v, jp.Literal))
+            found = self._eqns[id(eqn)] = (self.structures.of(eqn), self._rule(eqn), operands)
+        return found
+
+    def _apply(self, eqn: Any, frame: Frame, tally: Tally, mult: float, key: Any) -> float:
+        """Work ``eqn`` out by its rule and remember its effect under ``key``."""
         self.applied += 1
+        rule = self._kind(eqn)[1]
         t = Tally()
         frame.log = log = []
         try:
@@ -194,10 +242,11 @@ class Estimator(Values):
         position = {v: i for i, v in reversed(list(enumerate(eqn.invars)))
                     if not isinstance(v, jp.Literal)}  # fmt: skip
         if all(v in position for v, _, _ in log):
+            env = frame.env
             self._memo[key] = Effect(
                 outs=tuple(
                     env.get(v) if not isinstance(v, jp.DropVar) else None for v in eqn.outvars
-                ),  # fmt: skip
+                ),
                 moves=tuple((position[v], dst, copy) for v, dst, copy in log),
                 tally=(t.flops, t.collective_bytes, t.collectives),
                 peak=peak,
@@ -237,6 +286,7 @@ class Estimator(Values):
 
 
 def _replay(effect: Effect, eqn: Any, frame: Frame, tally: Tally) -> float:
+    """An equation's remembered effect, applied (inline in ``_walk_top``, for speed)."""
     invars = eqn.invars
     for pos, dst, copy in effect.moves:
         frame.note_move(invars[pos], dst, copy)
