@@ -7,11 +7,17 @@ split evenly (``layouts.candidates``). Coordinate descent walks them, largest
 first: for each group in turn, every candidate is scored with the others held
 (one pass of the cost model each, memoized by assignment; the pass itself
 replays what an assignment did not change, NOTE [auto walk memo]), and the best
-kept; sweeps repeat until one changes nothing. Two starts, everything
-replicated and every leaf split as finely as it allows, keep it from settling in
-the nearest local minimum. The objective is estimated step time subject to the
-memory limit, ties to less memory (``rank``). The best few distinct assignments
-are the finalists, confirmed by XLA beside the baselines (NOTE [auto floor] in
+kept (``improves``: time to a tolerance, then memory, then fewer axes); sweeps
+repeat until one changes nothing. It first moves whole families (every layer of
+a stack alike, as a scan's stacked parameters must be), so an unrolled stack
+reaches what its scanned twin reaches, then the groups (the layers at the ends
+of a stack may differ). Three starts, everything replicated, every leaf split as
+finely as it allows, and every leaf split over the last mesh axis along its
+largest dimension (where Megatron-style pairs of column- and row-split weights
+are one move away, which coordinate descent from the others may not reach), keep
+it from settling in the nearest local minimum. The objective is estimated step
+time subject to the memory limit. The best of each start and a few more are the
+finalists, confirmed by XLA beside the baselines (NOTE [auto floor] in
 ``confirm.py``).
 
 An AUTO output takes the layout of the AUTO or given input at the same path
@@ -25,7 +31,6 @@ Other AUTO outputs keep the layout they arrive in.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,11 +38,10 @@ from typing import Any
 
 from ..sharding.auto import Estimate
 from .layouts import Layout, candidates, canonical, local_elements, replicated, shards
-from .structure import couplings, tie
+from .structure import tie
 from .walk import Estimator
 
 _MAX_SWEEPS = 4
-PAIRS = False
 
 Assignment = tuple[int, ...]  # a candidate index per group of tied AUTO input leaves
 
@@ -120,8 +124,8 @@ class Search:
     def descend(self, limit: float | None) -> Scored:
         """Coordinate descent from each start (:meth:`starts`), first over the layers'
         families (every layer of a stack alike, as a scan's stacked parameters are),
-        then over coupled pairs of families, then over the groups (the layers at the
-        ends of a stack free to differ); the best found."""
+        then over the groups (the layers at the ends of a stack free to differ); the
+        best found."""
         return self.descents(limit)[0]
 
     def descents(self, limit: float | None) -> list[Scored]:
@@ -131,10 +135,7 @@ class Search:
         groups = self._largest_first([[k] for k in range(len(self.groups))])
         found: list[Scored] = []
         for start in self.starts():
-            current = self._settle(self.score(start), families, limit)
-            if PAIRS:
-                current = self._pairs(current, families, limit)
-            found.append(current)
+            found.append(self._settle(self.score(start), families, limit))
         best = found[0]
         for s in found[1:]:
             if improves(s, best, limit):
@@ -161,31 +162,6 @@ class Search:
             parallel.append(pick)
         replicated_ = (0,) * len(self.groups)
         return list(dict.fromkeys((replicated_, tuple(finest), tuple(parallel))))
-
-    def _pairs(self, current: Scored, families: list[list[int]], limit: float | None) -> Scored:
-        """Every layout pair of two coupled families (``structure.couplings``) tried, the
-        best taken, settled again; until no pair improves."""
-        leaves = [[i for k in f for i in self.groups[k]] for f in families]
-        pairs = couplings(self.problem.jaxpr, leaves)
-        for _ in range(_MAX_SWEEPS):
-            start = current
-            for a, b in pairs:
-                for oa, ob in itertools.product(
-                    range(len(self.options[families[a][0]])),
-                    range(len(self.options[families[b][0]])),
-                ):
-                    trial = list(current.assignment)
-                    for k in families[a]:
-                        trial[k] = oa
-                    for k in families[b]:
-                        trial[k] = ob
-                    scored = self.score(tuple(trial))
-                    if improves(scored, current, limit):
-                        current = scored
-            if current is start:
-                break
-            current = self._settle(current, families, limit)
-        return current
 
     def _families(self) -> list[list[int]]:
         """Groups whose leaves share a family and a type, together (NOTE [auto repeats])."""

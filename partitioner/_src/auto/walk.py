@@ -225,7 +225,7 @@ class Estimator(Values):
         found = self._eqns.get(id(eqn))
         if found is None:
             operands = tuple(v for v in eqn.invars if not isinstance(v, jp.Literal))
-            found = self._eqns[id(eqn)] = (self.structures.of(eqn), self._rule(eqn), operands)
+            found = self._eqns[id(eqn)] = (self.structures.of(eqn), rule_for(eqn, self), operands)
         return found
 
     def _apply(self, eqn: Any, frame: Frame, tally: Tally, mult: float, key: Any) -> float:
@@ -253,36 +253,36 @@ class Estimator(Values):
             )
         return peak
 
-    def _rule(self, eqn: Any) -> Rule:
-        """How :meth:`_eqn` applies ``eqn`` (NOTE [auto cost model])."""
-        prim = eqn.primitive
-        name = prim.name
-        ndim = len(shape_of(eqn.outvars[0])) if eqn.outvars else 0
-        if prim is pjit_p:
-            return pinned_call
-        if prim is sharding_constraint_p:
-            layout = spec_layout(eqn.params["axis_resources"], ndim, self.order)
-            return functools.partial(_fixed, layout=layout)
-        if name == "sharding_constraint" and "sharding" in eqn.params:  # jax's own
-            return functools.partial(
-                _fixed, layout=self._named_layout(eqn.params["sharding"], ndim)
-            )
-        handler = HANDLERS.get(name)
-        if handler is not None:
-            return handler
-        body = call_body(eqn)
-        if body is not None:
-            return functools.partial(call, body=body)
-        return no_peak(elementwise if is_elementwise(eqn) else Values.gather_all)
 
-    def _named_layout(self, sharding: Any, ndim: int) -> Layout:
-        """A jax sharding's layout over this mesh (replicated where it names other axes)."""
-        spec = list(getattr(sharding, "spec", ()) or ())
-        dims = [[] if p is None else [p] if isinstance(p, str) else list(p) for p in spec]
-        dims = (dims + [[] for _ in range(ndim)])[:ndim]
-        if any(a not in self.sizes for d in dims for a in d):
-            return replicated(ndim)
-        return canonical(dims, self.order)
+def rule_for(eqn: Any, model: Values) -> Rule:
+    """How the walk applies ``eqn`` (NOTE [auto cost model])."""
+    prim = eqn.primitive
+    name = prim.name
+    ndim = len(shape_of(eqn.outvars[0])) if eqn.outvars else 0
+    if prim is pjit_p:
+        return pinned_call
+    if prim is sharding_constraint_p:
+        layout = spec_layout(eqn.params["axis_resources"], ndim, model.order)
+        return functools.partial(_fixed, layout=layout)
+    if name == "sharding_constraint" and "sharding" in eqn.params:  # jax's own
+        return functools.partial(_fixed, layout=_named_layout(model, eqn.params["sharding"], ndim))
+    handler = HANDLERS.get(name)
+    if handler is not None:
+        return handler
+    body = call_body(eqn)
+    if body is not None:
+        return functools.partial(call, body=body)
+    return no_peak(elementwise if is_elementwise(eqn) else Values.gather_all)
+
+
+def _named_layout(model: Values, sharding: Any, ndim: int) -> Layout:
+    """A jax sharding's layout over this mesh (replicated where it names other axes)."""
+    spec = list(getattr(sharding, "spec", ()) or ())
+    dims = [[] if p is None else [p] if isinstance(p, str) else list(p) for p in spec]
+    dims = (dims + [[] for _ in range(ndim)])[:ndim]
+    if any(a not in model.sizes for d in dims for a in d):
+        return replicated(ndim)
+    return canonical(dims, model.order)
 
 
 def _replay(effect: Effect, eqn: Any, frame: Frame, tally: Tally) -> float:
