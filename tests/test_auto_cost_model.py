@@ -242,3 +242,29 @@ def test_the_walk_replays_what_an_assignment_does_not_change():
     one.run(same, same[:8], [False] * 9)
     # four equal layers: the rules ran for about one of them
     assert one.applied < len(jaxpr.jaxpr.eqns) / 2
+
+
+def test_a_while_counting_to_a_literal_bound_counts_its_trips():
+    """A ``while`` counting ``i`` from a literal to a literal bound runs its body that many
+    times, in the model as in XLA's program (``known_trip_count``)."""
+
+    def body(w, x):
+        def step(c):
+            i, x = c
+            return i + 1, jnp.tanh(x @ w)
+
+        return jax.lax.while_loop(lambda c: c[0] < 3, step, (0, x))[1]
+
+    w, x = jnp.ones((64, 64)) / 64, jnp.ones((32, 64))
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ORDER)
+    f = partitioner.pjit(
+        body, in_axis_resources=(P("model", None), P("data")), out_axis_resources=P("data")
+    )
+    with jax.set_mesh(mesh):
+        report = f.lower(w, x).report()
+    in_loop = [c for c in report.collectives if c.count == 3]
+    estimate, _ = AutoEstimator(jax.make_jaxpr(body)(w, x), SIZES).run(
+        [(("model",), ()), (("data",), ())], [(("data",), ())], [False, False]
+    )
+    assert estimate.collectives == sum(c.count for c in in_loop) == 3
+    assert estimate.collective_bytes == sum(c.bytes_per_device * c.count for c in in_loop)
