@@ -1,34 +1,33 @@
 """XLA confirms the search's finalists beside the baselines, and decides.
 
-NOTE [auto floor]: the cost model ranks; XLA decides among a few. The best few
-distinct assignments the search scored are the finalists; beside them XLA always
-compiles the *baselines*, the layouts any user tries first: every AUTO leaf
-replicated, and plain data parallelism (state replicated, a batch split along its
-leading dimension, a leaf whose output spec is given laid out as it says; the
-same program as the replicated one when the batch is given). The finalists are
-the search's best; the same with its small leaves replicated (:data:`SMALL`: the
-model cannot tell a small split from whole); the best of each other start of the
-descent; and the layouts it scored on the front of estimated collective bytes
-and memory within :data:`FRONT` of its time (a layout with a collective more but
-fewer bytes and less memory is XLA's to judge). XLA's winner with its small leaves
-replicated is judged too.
+NOTE [auto floor]: the cost model ranks; XLA decides among a few. Beside the
+finalists XLA always compiles the *baselines*, the layouts any user tries first:
+every AUTO leaf replicated, and plain data parallelism (state replicated, a batch
+split along its leading dimension, a leaf whose output spec is given laid out as
+it says; the same program as the replicated one when the batch is given). The
+finalists are the search's best; the same with its small leaves replicated
+(:data:`SMALL`: the model cannot tell a small split from whole); the best of
+each other start of the descent; and the layouts it scored on the front of
+estimated collective bytes and memory within :data:`FRONT` of its time (a layout
+with a collective more but fewer bytes and less memory is XLA's to judge).
+
 Each is lowered and compiled, and XLA's own figures decide (``measure``): among
 the measured layouts that no other one beats on both collective bytes and memory
 (one of them strictly), the least time (the model's compute plus measured
-collective bytes and count), then memory. The baselines are among them, so AUTO
-never returns a layout the obvious ones beat. With ``auto_memory_limit`` the model's memory is first calibrated against
-XLA on the unconstrained winner, since XLA fuses what the model counts as
-temporaries; only layouts XLA measures under the limit can win, a baseline among
-them.
+collective bytes and count), then memory; XLA's winner with its small leaves
+replicated is judged too. The baselines are among the measured, so AUTO never
+returns a layout the obvious ones beat. With ``auto_memory_limit`` the model's
+memory is first calibrated against XLA on the unconstrained winner, since XLA
+fuses what the model counts as temporaries; only layouts XLA measures under the
+limit can win, a baseline among them.
 
 The first finalist compiles as the call will run it (if it wins, its executable
 is the one the first call runs); the others compile without optimizing the
 machine code (``xla_backend_optimization_level=0``), which leaves XLA's
 partitioned program and its memory analysis as they are and halves the compile.
-
 Compiling costs more than the search on a deep unrolled program (XLA's compile
 time grows faster than its size): from :data:`LARGE_PROGRAM` equations on (a
-scan body counted once, as XLA compiles it), the search's first choice alone is
+scan body counted once, as XLA compiles it), the search's best alone is
 compiled beside the baselines.
 """
 
@@ -39,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import jax_private as jp
 from .cost import BYTES_PER_S, LATENCY_S
 from .search import Assignment, Problem, Scored, Search, distinct, rank
 
@@ -102,7 +102,7 @@ def equations(jaxpr: Any) -> int:
 def _bodies(values: Any) -> list[Any]:
     found = []
     for v in values:
-        if hasattr(v, "eqns") or hasattr(getattr(v, "jaxpr", None), "eqns"):
+        if isinstance(v, (jp.ClosedJaxpr, jp.Jaxpr)):
             found.append(v)
         elif isinstance(v, (tuple, list)):
             found += _bodies(v)
