@@ -28,7 +28,8 @@ partitioned program and its memory analysis as they are and halves the compile.
 Compiling costs more than the search on a deep unrolled program (XLA's compile
 time grows faster than its size): from :data:`LARGE_PROGRAM` equations on (a
 scan body counted once, as XLA compiles it), the search's best alone is
-compiled beside the baselines.
+compiled beside the baselines, and the layers at the ends of a stack keep their
+family's layout (NOTE [auto search]).
 """
 
 from __future__ import annotations
@@ -141,9 +142,10 @@ def solve(
 ) -> Outcome:
     """Search, then confirm finalists and baselines with XLA (NOTE [auto floor])."""
     t0 = time.perf_counter()
-    search = Search(problem)
+    small = equations(problem.jaxpr) < LARGE_PROGRAM
+    search = Search(problem, refine=small)
     judge = _Judge(measure)
-    many = FINALISTS if equations(problem.jaxpr) < LARGE_PROGRAM else 1
+    many = FINALISTS if small else 1
     finalists, est_limit = _finalists(search, judge, memory_limit, many)
     baselines = search.baselines()
     pool = [*finalists, *(s for _, s in baselines)]

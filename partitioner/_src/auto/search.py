@@ -82,8 +82,9 @@ class Scored:
 class Search:
     """One search (NOTE [auto search]); ``evaluations`` counts cost-model passes."""
 
-    def __init__(self, problem: Problem) -> None:
+    def __init__(self, problem: Problem, refine: bool = True) -> None:
         self.problem = problem
+        self.refine = refine  # the groups settled after the families (small programs)
         self.estimator = Estimator(problem.jaxpr, problem.mesh_shape)
         auto = [i for i, lay in enumerate(problem.in_layouts) if lay is None]
         families = problem.in_families or (None,) * len(problem.in_layouts)
@@ -130,7 +131,9 @@ class Search:
 
     def descents(self, limit: float | None) -> list[Scored]:
         """The result of the descent from each start (:meth:`descend`), best first: every
-        start settled over the families, the best of them then over the groups."""
+        start settled over the families, the best of them then over the groups (unless
+        ``refine`` is off: on a large program the model's tolerances, relative to the
+        whole, are too coarse to judge one layer at the end of a stack)."""
         families = self._largest_first(self._families())
         groups = self._largest_first([[k] for k in range(len(self.groups))])
         found: list[Scored] = []
@@ -141,7 +144,7 @@ class Search:
             if improves(s, best, limit):
                 best = s
         rest = [s for s in found if s is not best]
-        return [self._settle(best, groups, limit), *rest]
+        return [self._settle(best, groups, limit) if self.refine else best, *rest]
 
     def starts(self) -> list[Assignment]:
         """Everything replicated; everything split as finely as it allows; and every leaf
