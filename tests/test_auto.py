@@ -431,3 +431,23 @@ def test_with_an_auto_batch_data_parallelism_is_a_baseline_of_its_own():
     for b in by_name.values():
         theirs = (b.measured_collective_bytes, b.measured_memory_bytes)
         assert not (theirs[0] <= mine[0] and theirs[1] <= mine[1] and theirs != mine), str(report)
+
+
+def test_the_choice_is_drawn(tmp_path):
+    """``report.auto.visualize``: a line per AUTO input naming the mesh axes that split
+    each dimension, and a picture with a panel per input."""
+    params, batch = mlp_params(), batch_of((512, 128))
+    _, _, report = figures(sgd_step(mlp_loss), params, batch, AUTO)
+    choice = report.auto.choice
+    picture = tmp_path / "auto.png"
+    text = report.auto.visualize(png=str(picture), show=False)
+    lines = text.splitlines()
+    assert [line.split(" ")[0] for line in lines] == list(choice.paths)
+    for line, spec, shape, layout in zip(
+        lines, choice.chosen.specs, choice.shapes, choice.layouts, strict=True
+    ):
+        assert f"{list(shape)} {spec}:" in line
+        for d, axes in enumerate(layout):
+            said = "split over " + " x ".join(f"'{a}' ({report.mesh[a]})" for a in axes)
+            assert f"dim {d} ({shape[d]}): {said if axes else 'not split'}" in line
+    assert picture.stat().st_size > 0
