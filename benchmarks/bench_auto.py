@@ -497,7 +497,7 @@ def _draw(fig: Any, details: dict[str, Any]) -> None:
             vals = [(details[n]["figures"][who][key] or 0) / 1024 for n in names]
             ax.bar(xs, vals, width, label=who)
         ax.set_xticks(range(len(names)))
-        ax.set_xticklabels(names, fontsize=7)
+        ax.set_xticklabels(names, fontsize=7, rotation=30, ha="right")
         ax.set_ylabel(label)
         ax.legend(fontsize=7)
     fig.suptitle("AUTO layouts on a 4x2 mesh, XLA's figures (lower is better)")
