@@ -22,8 +22,8 @@ import jax.numpy as jnp  # noqa: E402
 import matplotlib  # noqa: E402
 import numpy as np  # noqa: E402
 
-from partitioner import PartitionSpec as P  # noqa: E402
 from partitioner import AUTO, inspect, pjit  # noqa: E402
+from partitioner import PartitionSpec as P  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
