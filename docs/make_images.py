@@ -3,8 +3,10 @@
 python docs/make_images.py
 
 The layout pictures of the tutorial (``inspect.visualize``: one colour per device
-set, the mesh axes on the axes), and the reports page's picture of what the
-tutorial's training step communicates per mesh axis (its report's collectives).
+set, the mesh axes on the axes), the reports page's picture of what the
+tutorial's training step communicates per mesh axis (its report's collectives),
+and the AUTO how-to's picture of the layouts chosen for its example
+(``report.auto.visualize``).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import jax.numpy as jnp  # noqa: E402
 import matplotlib  # noqa: E402
 import numpy as np  # noqa: E402
 
+from partitioner import AUTO, inspect, pjit  # noqa: E402
 from partitioner import PartitionSpec as P  # noqa: E402
-from partitioner import inspect, pjit  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -107,11 +109,37 @@ def collectives_picture(report: inspect.Report, path: Path) -> None:
     plt.close(fig)
 
 
+def auto_layouts(mesh: jax.sharding.Mesh, path: Path) -> None:
+    """The layouts AUTO chooses for the how-to's example (docs/howto/auto.md)."""
+
+    def loss(params: dict[str, jax.Array], batch: tuple) -> jax.Array:
+        x, y = batch
+        h = jax.nn.gelu(x @ params["w1"] + params["b1"])
+        return jnp.mean((h @ params["w2"] - y) ** 2)
+
+    def step(params: dict[str, jax.Array], batch: tuple) -> dict[str, jax.Array]:
+        grads = jax.grad(loss)(params, batch)
+        return jax.tree.map(lambda p, g: p - 0.01 * g, params, grads)
+
+    rng = np.random.default_rng(0)
+    params = {
+        "w1": rng.normal(size=(128, 512)).astype(np.float32) / 11,
+        "b1": np.zeros(512, np.float32),
+        "w2": rng.normal(size=(512, 128)).astype(np.float32) / 22,
+    }
+    batch = (rng.normal(size=(512, 128)).astype(np.float32),) * 2
+    f = pjit(step, in_axis_resources=(AUTO, (P("data"), P("data"))), out_axis_resources=AUTO)
+    with jax.set_mesh(mesh):
+        report = f.lower(params, batch).report()
+    report.auto.visualize(png=str(path), show=False)
+
+
 def main() -> None:
     IMAGES.mkdir(exist_ok=True)
     mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
     layouts(mesh)
     collectives_picture(training_step_report(mesh), IMAGES / "step_collectives.png")
+    auto_layouts(mesh, IMAGES / "auto_layouts.png")
 
 
 if __name__ == "__main__":

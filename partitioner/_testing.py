@@ -48,10 +48,9 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from ._src.auto import strategies as _strategies  # noqa: F401  (the model's strategies)
-from ._src.auto.cost import Estimator as AutoEstimator
 from ._src.auto.layouts import candidates as auto_candidates
 from ._src.auto.layouts import moves as auto_moves
+from ._src.auto.walk import Estimator as AutoEstimator
 from ._src.colocated import runtime as colocated_runtime
 from ._src.compiler.cache import ExecutableCache
 from ._src.compiler.cache import executables as executable_cache

@@ -410,3 +410,46 @@ def test_a_pjit_with_auto_inside_another():
         y = outer(w, x)
     assert events["auto_search"] == 2
     np.testing.assert_allclose(y, 2 * jnp.tanh(x @ w), rtol=1e-5, atol=1e-5)
+
+
+def test_with_an_auto_batch_data_parallelism_is_a_baseline_of_its_own():
+    """NOTE [auto floor]: the batch chosen too, plain data parallelism (parameters
+    replicated, the batch split along its leading dimension over every axis it takes)
+    is a program of its own beside the replicated one; XLA measures both and neither
+    beats the choice on both figures."""
+    params, batch = mlp_params(), batch_of((512, 128))
+    f = partitioner.pjit(
+        sgd_step(mlp_loss), in_axis_resources=(AUTO, AUTO), out_axis_resources=(AUTO, P())
+    )
+    with jax.set_mesh(mesh_4x2()):
+        report = f.lower(params, batch).report()
+    choice = report.auto.choice
+    by_name = {b.name: b.candidate for b in choice.baselines}
+    assert set(by_name) == {"replicated", "data-parallel"}
+    paths = dict(zip(choice.paths, by_name["data-parallel"].specs, strict=True))
+    assert paths["args[1][0]"] == "P(('data', 'model'),)" and paths["args[0]['w1']"] == "P()"
+    assert all(s == "P()" for s in by_name["replicated"].specs)
+    mine = (report.auto.collective_bytes, report.auto.memory_bytes)
+    for b in by_name.values():
+        theirs = (b.measured_collective_bytes, b.measured_memory_bytes)
+        assert not (theirs[0] <= mine[0] and theirs[1] <= mine[1] and theirs != mine), str(report)
+
+
+def test_the_choice_is_drawn(tmp_path):
+    """``report.auto.visualize``: a line per AUTO input naming the mesh axes that split
+    each dimension, and a picture with a panel per input."""
+    params, batch = mlp_params(), batch_of((512, 128))
+    _, _, report = figures(sgd_step(mlp_loss), params, batch, AUTO)
+    choice = report.auto.choice
+    picture = tmp_path / "auto.png"
+    text = report.auto.visualize(png=str(picture), show=False)
+    lines = text.splitlines()
+    assert [line.split(" ")[0] for line in lines] == list(choice.paths)
+    for line, spec, shape, layout in zip(
+        lines, choice.chosen.specs, choice.shapes, choice.layouts, strict=True
+    ):
+        assert f"{list(shape)} {spec}:" in line
+        for d, axes in enumerate(layout):
+            said = "split over " + " x ".join(f"'{a}' ({report.mesh[a]})" for a in axes)
+            assert f"dim {d} ({shape[d]}): {said if axes else 'not split'}" in line
+    assert picture.stat().st_size > 0

@@ -68,6 +68,88 @@ def test_collectives_in_a_loop_count_once_per_iteration() -> None:
     assert (c.kind, c.axes, c.count) == ("all-reduce", ("data",), 3)
 
 
+# --- loops against their unrolled twins: XLA marks each loop's trip count ---
+
+LAYERS = 3
+_LAYER_SPECS = {"w1": P(None, None, "model"), "b1": P(None, "model"), "w2": P(None, "model", None)}
+
+
+def _layer(p: Any, x: Any) -> Any:
+    return jnp.tanh(jnp.tanh(x @ p["w1"] + p["b1"]) @ p["w2"])
+
+
+def _scanned(ps: Any, x: Any) -> Any:
+    return jnp.sum(jax.lax.scan(lambda x, p: (_layer(p, x), None), x, ps)[0] ** 2)
+
+
+def _unrolled(ps: Any, x: Any, repeat: int = 1) -> Any:
+    for i in range(LAYERS):
+        layer = {k: a[i] for k, a in ps.items()}
+        for _ in range(repeat):
+            x = _layer(layer, x)
+    return jnp.sum(x**2)
+
+
+def _nested(ps: Any, x: Any) -> Any:  # a fori_loop of 2 inside a scan: loops multiply
+    def outer(x: Any, p: Any) -> Any:
+        return jax.lax.fori_loop(0, 2, lambda i, x: _layer(p, x), x), None
+
+    return jnp.sum(jax.lax.scan(outer, x, ps)[0] ** 2)
+
+
+def _while(ps: Any, x: Any) -> Any:  # forward only: a while loop has no reverse mode
+    def body(c: Any) -> Any:
+        i, x = c
+        return i + 1, _layer({k: a[i] for k, a in ps.items()}, x)
+
+    return jnp.sum(jax.lax.while_loop(lambda c: c[0] < LAYERS, body, (0, x))[1] ** 2)
+
+
+def _loop_total(fun: Any, grad: bool) -> tuple[int, int]:
+    """Collective bytes per device, and the largest count, of ``fun``'s partitioned program."""
+    k = jax.random.split(jax.random.key(0), 3)
+    ps = {
+        "w1": jax.random.normal(k[0], (LAYERS, 16, 32)),
+        "b1": jnp.zeros((LAYERS, 32)),
+        "w2": jax.random.normal(k[1], (LAYERS, 32, 16)),
+    }
+    x = jax.random.normal(k[2], (32, 16))
+    if grad:  # both arguments differentiated: neither twin can drop a cotangent
+        f = pjit(
+            jax.grad(fun, argnums=(0, 1)), (_LAYER_SPECS, P("data")), (_LAYER_SPECS, P("data"))
+        )
+    else:
+        f = pjit(fun, (_LAYER_SPECS, P("data")), P())
+    found = inspect.report(f, ps, x).collectives
+    return sum(c.bytes_per_device * c.count for c in found), max(c.count for c in found)
+
+
+@pytest.mark.usefixtures("mesh_4x2")
+@pytest.mark.parametrize(
+    ("looped", "twin", "grad", "trips"),
+    [
+        (_scanned, _unrolled, True, LAYERS),
+        (_nested, lambda ps, x: _unrolled(ps, x, repeat=2), True, 2 * LAYERS),
+        (_while, _unrolled, False, LAYERS),
+    ],
+    ids=["scan", "fori-in-scan", "while"],
+)
+def test_collectives_in_loops_total_as_their_unrolled_twin(
+    looped: Any, twin: Any, grad: bool, trips: int
+) -> None:
+    """Loop bodies whose parameters are tuples (headers with ``/*index=5*/`` comments)
+    are read as computations, so their collectives count once per trip, nested loops
+    multiplying: the same layers looped and unrolled move the same bytes.
+
+    Under Shardy (the default) XLA partitions both twins alike; GSPMD's propagation
+    lays out the scan's stacked residuals otherwise and reshards them (collective
+    permutes the unrolled twin does not have), so the twins differ there for real.
+    """
+    looped_bytes, most = _loop_total(looped, grad)
+    assert most == trips
+    assert looped_bytes == _loop_total(twin, grad)[0]
+
+
 @pytest.mark.usefixtures("partitioner_mode", "mesh_4x2")
 def test_a_reshard_is_an_all_to_all_or_an_all_gather_over_the_moved_axis() -> None:
     f = pjit(lambda x: x * 2, P("data", None), P(None, "data"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -24,11 +25,13 @@ from ..compiler.cache import get_executable
 from ..events import emit
 from ..primitives.call_plan import CallPlan
 from ..report.tables import build as build_report
-from ..sharding.auto import AUTO, AutoChoice, Candidate
+from ..sharding.auto import AUTO, AutoChoice, Baseline, Candidate
 from ..sharding.parsed import ParsedPartitionSpec
+from .confirm import Measured, Outcome, solve
 from .cost import spec_layout
 from .layouts import Layout
-from .search import Measured, Outcome, Problem, Scored, solve
+from .search import Problem, Scored
+from .structure import family
 
 _CACHE_SIZE = 64
 _cache: collections.OrderedDict[Any, tuple[tuple[Any, ...], tuple[Any, ...], AutoChoice]] = (
@@ -101,48 +104,14 @@ def resolve(
         ValueError: no layout fits ``memory_limit`` (the message names the smallest).
     """
     params = plan.params
-    mesh: Mesh = params.mesh
-    order = tuple(str(a) for a in mesh.axis_names)
-    jaxpr = params.jaxpr
-    n_consts = plan.num_consts
-    in_specs, out_specs = params.in_axis_resources, params.out_axis_resources
-
-    def fixed(spec: Any, aval: Any) -> Layout | None:
-        if spec is AUTO:
-            return None
-        if spec is None:  # a tracer's layout, left to XLA: the model reads it as whole
-            return ((),) * len(aval.shape)
-        return spec_layout(spec, len(aval.shape), order)
-
-    in_layouts = tuple(fixed(s, a) for s, a in zip(in_specs, jaxpr.in_avals, strict=True))
-    out_fixed = tuple(
-        None if s is None or s is AUTO else spec_layout(s, len(a.shape), order)
-        for s, a in zip(out_specs, jaxpr.out_avals, strict=True)
-    )
-    user_avals = jaxpr.in_avals[n_consts:]
-    tie_of = ties(in_paths, user_avals, out_paths, jaxpr.out_avals)
-    out_ties = tuple(
-        None if (s is not AUTO or t is None) else t + n_consts
-        for s, t in zip(out_specs, tie_of, strict=True)
-    )
-    problem = Problem(
-        jaxpr=jaxpr,
-        mesh_shape={str(a): int(n) for a, n in mesh.shape.items()},
-        free_axes=tuple(
-            str(a)
-            for a, t in zip(mesh.axis_names, mesh.axis_types, strict=True)
-            if t == AxisType.Auto
-        ),
-        in_layouts=in_layouts,
-        out_layouts=out_fixed,
-        out_ties=out_ties,
-        donated=tuple(params.donated_invars),
-    )
+    problem = _problem(plan, in_paths, out_paths)
     # The program's text, not the jaxpr object: two threads tracing one signature at
     # once get two equal jaxprs, and the choice depends on the program alone.
     key = (
-        str(jaxpr.jaxpr), tuple(jaxpr.in_avals), mesh, tuple(in_specs), tuple(out_specs), out_ties, problem.donated,
-        memory_limit, options.use_shardy(), params.compiler_options,
+        str(params.jaxpr.jaxpr), tuple(params.jaxpr.in_avals), params.mesh,
+        tuple(params.in_axis_resources), tuple(params.out_axis_resources), problem.out_ties,
+        problem.in_families, problem.donated, memory_limit, options.use_shardy(),
+        params.compiler_options,
     )  # fmt: skip
     with _lock:
         hit = _cache.get(key)
@@ -158,10 +127,58 @@ def resolve(
     return dataclasses.replace(plan, params=new_params, auto=choice)
 
 
+def _problem(plan: CallPlan, in_paths: Sequence[KeyPath], out_paths: Sequence[KeyPath]) -> Problem:
+    """The search's view of ``plan``: fixed layouts, AUTO leaves, ties and families."""
+    params = plan.params
+    mesh: Mesh = params.mesh
+    order = tuple(str(a) for a in mesh.axis_names)
+    jaxpr = params.jaxpr
+    n_consts = plan.num_consts
+    in_specs, out_specs = params.in_axis_resources, params.out_axis_resources
+
+    def fixed(spec: Any, aval: Any) -> Layout | None:
+        if spec is AUTO:
+            return None
+        if spec is None:  # a tracer's layout, left to XLA: the model reads it as whole
+            return ((),) * len(aval.shape)
+        return spec_layout(spec, len(aval.shape), order)
+
+    out_fixed = tuple(
+        None if s is None or s is AUTO else spec_layout(s, len(a.shape), order)
+        for s, a in zip(out_specs, jaxpr.out_avals, strict=True)
+    )
+    tie_of = ties(in_paths, jaxpr.in_avals[n_consts:], out_paths, jaxpr.out_avals)
+    forced: list[Layout | None] = [None] * len(in_specs)
+    for j, t in enumerate(tie_of):
+        if t is not None and out_fixed[j] is not None:
+            forced[t + n_consts] = out_fixed[j]
+    return Problem(
+        jaxpr=jaxpr,
+        mesh_shape={str(a): int(n) for a, n in mesh.shape.items()},
+        free_axes=tuple(
+            str(a)
+            for a, t in zip(mesh.axis_names, mesh.axis_types, strict=True)
+            if t == AxisType.Auto
+        ),
+        in_layouts=tuple(fixed(s, a) for s, a in zip(in_specs, jaxpr.in_avals, strict=True)),
+        out_layouts=out_fixed,
+        out_ties=tuple(
+            None if (s is not AUTO or t is None) else t + n_consts
+            for s, t in zip(out_specs, tie_of, strict=True)
+        ),
+        donated=tuple(params.donated_invars),
+        in_families=(None,) * n_consts + tuple(family(p) for p in in_paths),
+        in_forced=tuple(forced),
+    )
+
+
 def clear() -> None:
     """Forget every resolved signature."""
     with _lock:
         _cache.clear()
+
+
+Choice = tuple[tuple[Any, ...], tuple[Any, ...], AutoChoice]
 
 
 def _search(
@@ -170,48 +187,89 @@ def _search(
     in_paths: Sequence[KeyPath],
     out_paths: Sequence[KeyPath],
     memory_limit: int | None,
-) -> tuple[tuple[Any, ...], tuple[Any, ...], AutoChoice]:
-    params = plan.params
+) -> Choice:
+    """Search, confirm with XLA (NOTE [auto floor]); the specs and the record."""
     n_consts = plan.num_consts
     auto_in = [i for i, lay in enumerate(problem.in_layouts) if lay is None]
-    auto_out = [j for j, s in enumerate(params.out_axis_resources) if s is AUTO]
     names = [f"args{keystr(in_paths[i - n_consts])}" for i in auto_in]
-
-    def specs_of(s: Scored) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        ins = tuple(
-            to_spec(s.in_layouts[i]) if spec is AUTO else spec
-            for i, spec in enumerate(params.in_axis_resources)
-        )
-        outs = tuple(
-            to_spec(s.out_layouts[j]) if spec is AUTO else spec
-            for j, spec in enumerate(params.out_axis_resources)
-        )
-        return ins, outs
-
-    def measure(s: Scored) -> Measured:
-        if plan.num_consts:  # a body closing over tracers cannot be lowered alone
-            return Measured(
-                s.estimate.collective_bytes, s.estimate.memory_bytes, s.estimate.collectives
-            )
-        ins, outs = specs_of(s)
-        trial = dataclasses.replace(
-            plan, params=dataclasses.replace(params, in_axis_resources=ins, out_axis_resources=outs)
-        )
-        # Through the executable cache: the winner's is the one its first call runs.
-        report = build_report(trial, get_executable(trial.params)[0], options.use_shardy())
-        collective = sum(c.bytes_per_device * c.count for c in report.collectives)
-        memory = s.estimate.memory_bytes if report.memory is None else report.memory.total
-        count = sum(c.count for c in report.collectives)
-        return Measured(float(collective), float(memory), float(count))
 
     def describe(s: Scored) -> str:
         return ", ".join(
             f"{n}: {_describe(s.in_layouts[i])}" for n, i in zip(names, auto_in, strict=True)
         )
 
-    outcome: Outcome = solve(problem, measure, memory_limit, describe, plan.api)
-    compiles = 0 if plan.num_consts else outcome.compiles  # the model stood in for XLA
-    emit("auto_search", name=params.name, evaluations=outcome.evaluations, compiles=compiles)
+    outcome = solve(problem, functools.partial(_measure, plan), memory_limit, describe, plan.api)
+    compiles = 0 if n_consts else outcome.compiles  # the model stood in for XLA
+    measured = outcome.chosen_measured
+    emit(
+        "auto_search",
+        name=plan.params.name,
+        leaves=len(auto_in),
+        evaluations=outcome.evaluations,
+        compiles=compiles,
+        search_s=outcome.search_s,
+        confirm_s=outcome.confirm_s,
+        collective_bytes=measured.collective_bytes,
+        memory_bytes=measured.memory_bytes,
+    )
+    return (
+        *_specs_of(plan, outcome.chosen),
+        _record(plan, outcome, names, out_paths, compiles, memory_limit),
+    )
+
+
+def _specs_of(plan: CallPlan, s: Scored) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The call's specs with its AUTO leaves laid out as ``s`` says."""
+    params = plan.params
+    ins = tuple(
+        to_spec(s.in_layouts[i]) if spec is AUTO else spec
+        for i, spec in enumerate(params.in_axis_resources)
+    )
+    outs = tuple(
+        to_spec(s.out_layouts[j]) if spec is AUTO else spec
+        for j, spec in enumerate(params.out_axis_resources)
+    )
+    return ins, outs
+
+
+#: Compiler options of a quick trial compile (NOTE [auto floor] in ``confirm.py``).
+QUICK = {"xla_backend_optimization_level": 0}
+
+
+def _measure(plan: CallPlan, s: Scored, quick: bool) -> Measured:
+    """XLA's figures for ``plan`` laid out as ``s`` says, from its report; ``quick``:
+    compiled without optimizing the machine code (the figures are the same)."""
+    if plan.num_consts:  # a body closing over tracers cannot be lowered alone
+        return Measured(
+            s.estimate.collective_bytes, s.estimate.memory_bytes, s.estimate.collectives
+        )
+    ins, outs = _specs_of(plan, s)
+    compiler = plan.params.compiler_options
+    if quick:
+        compiler = tuple(sorted({**dict(compiler), **QUICK}.items()))
+    new_params = dataclasses.replace(
+        plan.params, in_axis_resources=ins, out_axis_resources=outs, compiler_options=compiler
+    )
+    trial = dataclasses.replace(plan, params=new_params)
+    # Through the executable cache: the winner's is the one its first call runs.
+    report = build_report(trial, get_executable(trial.params)[0], options.use_shardy())
+    collective = sum(c.bytes_per_device * c.count for c in report.collectives)
+    memory = s.estimate.memory_bytes if report.memory is None else report.memory.total
+    count = sum(c.count for c in report.collectives)
+    return Measured(float(collective), float(memory), float(count))
+
+
+def _record(
+    plan: CallPlan,
+    outcome: Outcome,
+    names: Sequence[str],
+    out_paths: Sequence[KeyPath],
+    compiles: int,
+    memory_limit: int | None,
+) -> AutoChoice:
+    """The report's record of the choice (``AutoChoice``)."""
+    auto_in = [i for i, s in enumerate(plan.params.in_axis_resources) if s is AUTO]
+    auto_out = [j for j, s in enumerate(plan.params.out_axis_resources) if s is AUTO]
 
     def candidate(s: Scored, m: Measured | None) -> Candidate:
         return Candidate(
@@ -221,16 +279,19 @@ def _search(
             measured_memory_bytes=None if m is None else m.memory_bytes,
         )
 
-    choice = AutoChoice(
+    chosen = outcome.chosen
+    return AutoChoice(
         paths=tuple(names),
         out_paths=tuple(f"out{keystr(out_paths[j])}" for j in auto_out),
-        out_specs=tuple(_describe(outcome.chosen.out_layouts[j]) for j in auto_out),
-        chosen=candidate(outcome.chosen, outcome.chosen_measured),
+        out_specs=tuple(_describe(chosen.out_layouts[j]) for j in auto_out),
+        chosen=candidate(chosen, outcome.chosen_measured),
         runners_up=tuple(candidate(s, m) for s, m in outcome.others),
         memory_limit=memory_limit,
         evaluations=outcome.evaluations,
         compiles=compiles,
         search_s=outcome.search_s,
+        confirm_s=outcome.confirm_s,
+        baselines=tuple(Baseline(n, candidate(s, m)) for n, s, m in outcome.baselines),
+        shapes=tuple(tuple(plan.params.jaxpr.in_avals[i].shape) for i in auto_in),
+        layouts=tuple(chosen.in_layouts[i] for i in auto_in),
     )
-    ins, outs = specs_of(outcome.chosen)
-    return ins, outs, choice

@@ -1,18 +1,24 @@
-"""The search over AUTO leaves: the cost model ranks assignments, XLA confirms finalists.
+"""The search over AUTO leaves: the cost model ranks assignments of layouts.
 
-NOTE [auto search]: every AUTO input leaf is a variable whose values are the
-layouts of its shape that split evenly (``layouts.candidates``). Coordinate
-descent walks them, largest leaf first: for each leaf in turn, every candidate
-is scored with the others held (one pass of the cost model each, memoized by
-assignment), and the best kept; sweeps repeat until one changes nothing. Two
-starts, everything replicated and every leaf split as finely as it allows,
-keep it from settling in the nearest local minimum. The objective is estimated
-step time subject to the memory limit, ties to less memory (``rank``). The best
-few distinct assignments are the finalists: each is lowered and compiled, and
-XLA's own figures decide (``confirm``): measured collective bytes for the
-communication term, measured memory for the limit. With a limit, the model's
-memory is first calibrated against XLA on the unconstrained winner, since XLA
-fuses what the model counts as temporaries.
+NOTE [auto search]: AUTO input leaves are tied into groups that share a layout
+(NOTE [auto repeats] in ``structure.py``: the same parameter of equal layers);
+each group is a variable whose values are the layouts of its leaves' shape that
+split evenly (``layouts.candidates``). Coordinate descent walks them, largest
+first: for each group in turn, every candidate is scored with the others held
+(one pass of the cost model each, memoized by assignment; the pass itself
+replays what an assignment did not change, NOTE [auto walk memo]), and the best
+kept (``improves``: time to a tolerance, then memory, then fewer axes); sweeps
+repeat until one changes nothing. It first moves whole families (every layer of
+a stack alike, as a scan's stacked parameters must be), so an unrolled stack
+reaches what its scanned twin reaches, then the groups (the layers at the ends
+of a stack may differ). Three starts, everything replicated, every leaf split as
+finely as it allows, and every leaf split over the last mesh axis along its
+largest dimension (where Megatron-style pairs of column- and row-split weights
+are one move away, which coordinate descent from the others may not reach), keep
+it from settling in the nearest local minimum. The objective is estimated step
+time subject to the memory limit. The best of each start and a few more are the
+finalists, confirmed by XLA beside the baselines (NOTE [auto floor] in
+``confirm.py``).
 
 An AUTO output takes the layout of the AUTO or given input at the same path
 (``out[0]['w']`` and ``args[0]['w']``): a step's updated state comes back laid
@@ -26,23 +32,18 @@ Other AUTO outputs keep the layout they arrive in.
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..sharding.auto import Estimate
-from . import strategies as _strategies  # noqa: F401  (registers the per-primitive strategies)
-from .cost import BYTES_PER_S, LATENCY_S, Estimator
-from .layouts import Layout, candidates, local_elements
+from .layouts import Layout, candidates, canonical, local_elements, replicated, shards
+from .structure import tie
+from .walk import Estimator
 
-#: Finalists compiled to confirm the model's ranking (more only to meet a memory limit).
-FINALISTS = 3
-#: At most this many more compiles looking for a layout under the memory limit.
-EXTRA_FOR_LIMIT = 3
 _MAX_SWEEPS = 4
 
-Assignment = tuple[int, ...]  # a candidate index per AUTO input leaf
+Assignment = tuple[int, ...]  # a candidate index per group of tied AUTO input leaves
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,9 @@ class Problem:
     ``out_ties``: for an AUTO output, the input at the same path (or None).
     ``free_axes``: the mesh axes an AUTO leaf may be split over (the Auto ones: an
     Explicit axis is part of the traced types, which the search cannot change).
+    ``in_families``: per input, its path with the layer left out (NOTE [auto
+    repeats]; None: never tied). ``in_forced``: per input, the layout a given output
+    spec at the same path asks for (the data-parallel baseline keeps it).
     """
 
     jaxpr: Any
@@ -62,6 +66,8 @@ class Problem:
     out_layouts: tuple[Layout | None, ...]
     out_ties: tuple[int | None, ...]
     donated: tuple[bool, ...]
+    in_families: tuple[str | None, ...] = ()
+    in_forced: tuple[Layout | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -73,27 +79,20 @@ class Scored:
     axes_used: int  # (leaf, mesh axis) pairs the AUTO inputs split
 
 
-@dataclass(frozen=True)
-class Measured:
-    """XLA's figures for a compiled finalist."""
-
-    collective_bytes: float
-    memory_bytes: float
-    collectives: float  # executions of collectives per run
-
-
 class Search:
     """One search (NOTE [auto search]); ``evaluations`` counts cost-model passes."""
 
-    def __init__(self, problem: Problem) -> None:
+    def __init__(self, problem: Problem, refine: bool = True) -> None:
         self.problem = problem
+        self.refine = refine  # the groups settled after the families (small programs)
         self.estimator = Estimator(problem.jaxpr, problem.mesh_shape)
+        auto = [i for i, lay in enumerate(problem.in_layouts) if lay is None]
+        families = problem.in_families or (None,) * len(problem.in_layouts)
+        self.groups = tie(problem.jaxpr, auto, families, self.estimator.structures)
         order = tuple(problem.mesh_shape)
-        avals = problem.jaxpr.in_avals
-        self.variables = [i for i, lay in enumerate(problem.in_layouts) if lay is None]
         self.options: list[list[Layout]] = [
-            candidates(tuple(avals[i].shape), order, problem.mesh_shape, problem.free_axes)
-            for i in self.variables
+            candidates(self.shape(g), order, problem.mesh_shape, problem.free_axes)
+            for g in self.groups
         ]
         self.scored: dict[Assignment, Scored] = {}
 
@@ -101,172 +100,219 @@ class Search:
     def evaluations(self) -> int:
         return len(self.scored)
 
+    def shape(self, group: Sequence[int]) -> tuple[int, ...]:
+        return tuple(self.problem.jaxpr.in_avals[group[0]].shape)
+
     def score(self, assignment: Assignment) -> Scored:
         found = self.scored.get(assignment)
         if found is not None:
             return found
         ins = list(self.problem.in_layouts)
-        for var, (i, opts) in zip(
-            assignment, zip(self.variables, self.options, strict=True), strict=True
-        ):
-            ins[i] = opts[var]
+        for var, group, opts in zip(assignment, self.groups, self.options, strict=True):
+            for i in group:
+                ins[i] = opts[var]
         in_layouts: tuple[Layout, ...] = tuple(ins)  # type: ignore[arg-type]
         targets: list[Layout | None] = []
-        for fixed, tie in zip(self.problem.out_layouts, self.problem.out_ties, strict=True):
-            if fixed is not None:
-                targets.append(fixed)
-            else:
-                targets.append(None if tie is None else in_layouts[tie])
+        for fixed, tie_ in zip(self.problem.out_layouts, self.problem.out_ties, strict=True):
+            targets.append(fixed if fixed is not None or tie_ is None else in_layouts[tie_])
         estimate, outs = self.estimator.run(in_layouts, targets, self.problem.donated)
-        used = sum(len(d) for i in self.variables for d in in_layouts[i])
+        used = sum(len(d) for g in self.groups for i in g for d in in_layouts[i])
         found = self.scored[assignment] = Scored(
             assignment, in_layouts, tuple(outs), estimate, used
         )
         return found
 
     def descend(self, limit: float | None) -> Scored:
-        """Coordinate descent from each start; the best assignment found."""
+        """Coordinate descent from each start (:meth:`starts`), first over the layers'
+        families (every layer of a stack alike, as a scan's stacked parameters are),
+        then over the groups (the layers at the ends of a stack free to differ); the
+        best found."""
+        return self.descents(limit)[0]
+
+    def descents(self, limit: float | None) -> list[Scored]:
+        """The result of the descent from each start (:meth:`descend`), best first: every
+        start settled over the families, the best of them then over the groups (unless
+        ``refine`` is off: on a large program the model's tolerances, relative to the
+        whole, are too coarse to judge one layer at the end of a stack)."""
+        families = self._largest_first(self._families())
+        groups = self._largest_first([[k] for k in range(len(self.groups))])
+        found: list[Scored] = []
+        for start in self.starts():
+            found.append(self._settle(self.score(start), families, limit))
+        best = found[0]
+        for s in found[1:]:
+            if improves(s, best, limit):
+                best = s
+        rest = [s for s in found if s is not best]
+        return [self._settle(best, groups, limit) if self.refine else best, *rest]
+
+    def starts(self) -> list[Assignment]:
+        """Everything replicated; everything split as finely as it allows; and every leaf
+        split over the last free mesh axis (a tensor-parallel axis, by convention) along
+        its largest dimension that takes it: coordinate descent from each."""
         sizes = self.problem.mesh_shape
-        avals = self.problem.jaxpr.in_avals
+        free = [a for a in sizes if a in self.problem.free_axes and sizes[a] > 1]
+        finest, parallel = [], []
+        for g, opts in zip(self.groups, self.options, strict=True):
+            shape = self.shape(g)
+            blocks = [local_elements(shape, o, sizes) for o in opts]
+            finest.append(blocks.index(min(blocks)))
+            split = [
+                k for k, o in enumerate(opts) if free and [a for d in o for a in d] == [free[-1]]
+            ]
+            dims = [next(d for d, axes in enumerate(opts[k]) if axes) for k in split]
+            pick = max(split, key=lambda k: shape[dims[split.index(k)]], default=0)
+            parallel.append(pick)
+        replicated_ = (0,) * len(self.groups)
+        return list(dict.fromkeys((replicated_, tuple(finest), tuple(parallel))))
 
-        def finest(i: int, opts: list[Layout]) -> int:
-            blocks = [local_elements(tuple(avals[i].shape), o, sizes) for o in opts]
-            return blocks.index(min(blocks))
+    def _families(self) -> list[list[int]]:
+        """Groups whose leaves share a family and a type, together (NOTE [auto repeats])."""
+        merged: dict[Any, list[int]] = {}
+        families = self.problem.in_families or (None,) * len(self.problem.in_layouts)
+        for k, g in enumerate(self.groups):
+            key = (k,) if families[g[0]] is None else (families[g[0]], self.shape(g))
+            merged.setdefault(key, []).append(k)
+        return list(merged.values())
 
-        smallest = tuple(finest(i, o) for i, o in zip(self.variables, self.options, strict=True))
-        by_size = sorted(
-            range(len(self.variables)),
-            key=lambda k: -math.prod(avals[self.variables[k]].shape),
+    def _largest_first(self, blocks: list[list[int]]) -> list[list[int]]:
+        def size(block: list[int]) -> int:
+            return sum(math.prod(self.shape(self.groups[k])) * len(self.groups[k]) for k in block)
+
+        return sorted(blocks, key=lambda b: -size(b))
+
+    def _settle(self, current: Scored, blocks: Sequence[list[int]], limit: float | None) -> Scored:
+        """Sweeps of coordinate descent from ``current``, each block of groups taking one
+        option together, until a sweep changes nothing."""
+        for _ in range(_MAX_SWEEPS):
+            changed = False
+            for block in blocks:
+                for option in range(len(self.options[block[0]])):
+                    trial = list(current.assignment)
+                    for k in block:
+                        trial[k] = option
+                    scored = self.score(tuple(trial))
+                    if improves(scored, current, limit):
+                        current, changed = scored, True
+            if not changed:
+                break
+        return current
+
+    def simplified(self, s: Scored, small: float) -> Scored:
+        """``s`` with every group whose leaves hold less than ``small`` of the AUTO
+        leaves' bytes replicated."""
+        size = [math.prod(self.shape(g)) * len(g) for g in self.groups]
+        total = sum(size) or 1
+        return self.score(
+            tuple(0 if n < small * total else o for n, o in zip(size, s.assignment, strict=True))
         )
-        best: Scored | None = None
-        for start in dict.fromkeys(((0,) * len(self.variables), smallest)):
-            current = self.score(start)
-            for _ in range(_MAX_SWEEPS):
-                changed = False
-                for k in by_size:
-                    for option in range(len(self.options[k])):
-                        trial = current.assignment[:k] + (option,) + current.assignment[k + 1 :]
-                        scored = self.score(trial)
-                        if rank(scored, limit) < rank(current, limit):
-                            current, changed = scored, True
-                if not changed:
-                    break
-            if best is None or rank(current, limit) < rank(best, limit):
-                best = current
-        assert best is not None
-        return best
+
+    def front(self, best: Scored, slack: float = 0.05) -> list[Scored]:
+        """The scored assignments within ``slack`` of ``best``'s estimated time that no
+        other beats on both estimated collective bytes and memory, fastest first."""
+        near = [
+            s
+            for s in self.scored.values()
+            if s.estimate.time_s <= best.estimate.time_s * (1 + slack)
+        ]
+
+        def beaten(s: Scored) -> bool:
+            e = s.estimate
+            return any(
+                o.estimate.collective_bytes <= e.collective_bytes
+                and o.estimate.memory_bytes <= e.memory_bytes
+                and (o.estimate.collective_bytes, o.estimate.memory_bytes)
+                != (e.collective_bytes, e.memory_bytes)
+                for o in near
+            )
+
+        return sorted((s for s in near if not beaten(s)), key=lambda s: s.estimate.time_s)
 
     def ranked(self, limit: float | None) -> list[Scored]:
         """Everything scored so far, best first."""
         return sorted(self.scored.values(), key=lambda s: rank(s, limit))
 
+    # --- the baselines (NOTE [auto floor] in confirm.py) ---
 
-#: Estimates closer than this (relative) are ties: the model is not more precise.
+    def baselines(self) -> list[tuple[str, Scored]]:
+        """The replicated layout, and plain data parallelism where it differs."""
+        replicated_ = self.score((0,) * len(self.groups))
+        parallel = self.score(tuple(self._option(k, self._parallel(g))
+                                    for k, g in enumerate(self.groups)))  # fmt: skip
+        if parallel.in_layouts == replicated_.in_layouts:
+            return [("replicated = data-parallel", replicated_)]
+        return [("replicated", replicated_), ("data-parallel", parallel)]
+
+    def _parallel(self, group: Sequence[int]) -> Layout:
+        """A leaf's data-parallel layout: as a given output spec at its path forces it;
+        state (a leaf an output updates) replicated; in a step with state, another
+        leaf (a batch) split along its leading dimension over every free axis it takes."""
+        p = self.problem
+        i = group[0]
+        forced = p.in_forced[i] if p.in_forced else None
+        if forced is not None:
+            return forced
+        shape = self.shape(group)
+        state = {t for t in p.out_ties if t is not None}
+        if not shape or not state or i in state:
+            return replicated(len(shape))
+        axes: list[str] = []
+        for a in p.mesh_shape:
+            if a in p.free_axes and shape[0] % (shards(axes, p.mesh_shape) * p.mesh_shape[a]) == 0:
+                axes.append(a)
+        return canonical([axes] + [[] for _ in shape[1:]], tuple(p.mesh_shape))
+
+    def _option(self, k: int, layout: Layout) -> int:
+        if layout not in self.options[k]:
+            self.options[k].append(layout)
+        return self.options[k].index(layout)
+
+
+#: Times closer than this (relative) are ties: the model is not more precise.
 TIE = 0.001
+#: Memories closer than this (relative) are ties: the model's memory is off from XLA's
+#: by a few percent (it cannot see XLA's fusion and buffer reuse).
+MEMORY_TIE = 0.01
 
 
-def _bucket(x: float) -> int:
-    return math.floor(math.log(x) / math.log1p(TIE)) if x > 0 else -(10**9)
+def _bucket(x: float, tie: float = TIE) -> int:
+    return math.floor(math.log(x) / math.log1p(tie)) if x > 0 else -(10**9)
+
+
+def improves(a: Scored, b: Scored, limit: float | None) -> bool:
+    """Whether the search moves from ``b`` to ``a``: under the limit first (else less
+    memory); then less time, by more than :data:`TIE`; then less memory, by more than
+    :data:`MEMORY_TIE`; then fewer mesh axes used; then exactly. Tolerances, not
+    buckets: two estimates a hair apart never fall on two sides of a boundary."""
+    ea, eb = a.estimate, b.estimate
+    if limit is not None and (ea.memory_bytes > limit or eb.memory_bytes > limit):
+        if (ea.memory_bytes > limit) != (eb.memory_bytes > limit):
+            return ea.memory_bytes <= limit
+        return ea.memory_bytes < eb.memory_bytes
+    for x, y, tolerance in (
+        (ea.time_s, eb.time_s, TIE),
+        (ea.memory_bytes, eb.memory_bytes, MEMORY_TIE),
+    ):
+        if x < y * (1 - tolerance):
+            return True
+        if x > y * (1 + tolerance):
+            return False
+    return (a.axes_used, ea.time_s, ea.memory_bytes) < (b.axes_used, eb.time_s, eb.memory_bytes)
 
 
 def rank(s: Scored, limit: float | None) -> tuple[float, ...]:
-    """Smaller is better: fitting the limit first; then time, then memory, each to
-    :data:`TIE`; then fewer mesh axes used by AUTO leaves (the model cannot tell a
-    tiny vector split from whole, XLA can: NOTE [auto search]); then exactly."""
+    """Smaller is better: fitting the limit first; then time to :data:`TIE`, memory to
+    :data:`MEMORY_TIE`; then fewer mesh axes used by AUTO leaves (the model cannot
+    tell a tiny vector split from whole, nor a layout that saves a few bytes from one
+    that XLA lays out no better, XLA can: NOTE [auto search]); then exactly."""
     e = s.estimate
     if limit is not None and e.memory_bytes > limit:
         return (1.0, e.memory_bytes, e.time_s)
-    return (0.0, _bucket(e.time_s), _bucket(e.memory_bytes), s.axes_used, e.time_s, e.memory_bytes)
+    memory = _bucket(e.memory_bytes, MEMORY_TIE)
+    return (0.0, _bucket(e.time_s), memory, s.axes_used, e.time_s, e.memory_bytes)
 
 
-def measured_time(s: Scored, m: Measured) -> float:
-    """The model's compute with XLA's collectives."""
-    return s.estimate.compute_s + m.collective_bytes / BYTES_PER_S + m.collectives * LATENCY_S
-
-
-@dataclass(frozen=True)
-class Outcome:
-    chosen: Scored
-    chosen_measured: Measured
-    others: list[tuple[Scored, Measured | None]]
-    evaluations: int
-    compiles: int
-    search_s: float
-
-
-class NoLayoutFits(ValueError):
-    """No layout found fits ``auto_memory_limit``; names the smallest measured."""
-
-
-def solve(
-    problem: Problem,
-    measure: Callable[[Scored], Measured],
-    memory_limit: int | None,
-    describe: Callable[[Scored], str],
-    api: str,
-) -> Outcome:
-    """Search, then confirm finalists with XLA (NOTE [auto search])."""
-    t0 = time.perf_counter()
-    search = Search(problem)
-    measured: dict[Assignment, Measured] = {}
-
-    def confirm(s: Scored) -> Measured:
-        if s.assignment not in measured:
-            measured[s.assignment] = measure(s)
-        return measured[s.assignment]
-
-    search.descend(None)
-    finalists = _distinct(search.ranked(None), FINALISTS)
-    est_limit: float | None = None
-    if memory_limit is not None:
-        first = confirm(finalists[0])
-        scale = first.memory_bytes / max(finalists[0].estimate.memory_bytes, 1.0)
-        est_limit = memory_limit / scale
-        search.descend(est_limit)
-        fitting = [s for s in search.ranked(est_limit) if s.estimate.memory_bytes <= est_limit]
-        smallest = sorted(search.scored.values(), key=lambda s: s.estimate.memory_bytes)
-        finalists = _distinct(fitting, FINALISTS) + _distinct(smallest, EXTRA_FOR_LIMIT)
-        finalists = list({s.assignment: s for s in finalists}.values())
-    for s in finalists:
-        confirm(s)
-    pool = [s for s in finalists if s.assignment in measured]
-    if memory_limit is not None:
-        fits = [s for s in pool if measured[s.assignment].memory_bytes <= memory_limit]
-        if not fits:
-            every = [s for a, s in search.scored.items() if a in measured]
-            small = min(every, key=lambda s: measured[s.assignment].memory_bytes)
-            raise NoLayoutFits(
-                f"{api}: no layout found fits auto_memory_limit={memory_limit:,} bytes per "
-                f"device; the smallest found, {describe(small)}, needs "
-                f"{measured[small.assignment].memory_bytes:,.0f} bytes per device (XLA's memory "
-                "analysis). Raise the limit, use a larger mesh, or give some specs by hand."
-            )
-        pool = fits
-    # XLA's figures decide exactly: time, then memory, then the model's order.
-    chosen = min(
-        pool,
-        key=lambda s: (
-            round(measured_time(s, measured[s.assignment]), 12),
-            measured[s.assignment].memory_bytes,
-            rank(s, est_limit),
-        ),
-    )
-    others: list[tuple[Scored, Measured | None]] = [
-        (s, measured.get(s.assignment))
-        for s in _distinct(search.ranked(est_limit), FINALISTS + 1)
-        if s.assignment != chosen.assignment
-    ][:FINALISTS]
-    return Outcome(
-        chosen=chosen,
-        chosen_measured=measured[chosen.assignment],
-        others=others,
-        evaluations=search.evaluations,
-        compiles=len(measured),
-        search_s=time.perf_counter() - t0,
-    )
-
-
-def _distinct(ranked: Sequence[Scored], n: int) -> list[Scored]:
+def distinct(ranked: Sequence[Scored], n: int) -> list[Scored]:
     """The first ``n`` with distinct layouts (two assignments can mean the same program)."""
     seen: set[tuple[tuple[Layout, ...], tuple[Layout, ...]]] = set()
     out: list[Scored] = []

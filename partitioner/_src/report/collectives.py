@@ -39,7 +39,9 @@ _INSTRUCTION = re.compile(
     r"(?P<op>all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute)"
     r"(?:-start)?\("
 )
-_COMPUTATION = re.compile(r"^\s*(?:ENTRY\s+)?%(?P<name>[\w.\-]+)\s.*\{\s*$")
+# A computation's header: its name, then its parameters in parentheses (an instruction's
+# name is followed by ``=``). Parameter lists may hold ``/*index=5*/`` comments.
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%(?P<name>[\w.\-]+)\s+\(.*\{\s*$")
 _SOURCE = re.compile(r'source_file="(?P<file>[^"]+)"\s+source_line=(?P<line>\d+)')
 _FRAME = re.compile(r"stack_frame_id=(\d+)")
 _OP_NAME = re.compile(r'op_name="(?P<op>[^"]+)"')
@@ -164,7 +166,7 @@ def _trip_counts(lines: Sequence[str]) -> dict[str, int]:
     entry, current = None, None
     for line in lines:
         head = _COMPUTATION.match(line)
-        if head and "=" not in line.split("{")[0]:
+        if head:
             current = head.group("name")
             calls.setdefault(current, [])
             if line.lstrip().startswith("ENTRY"):
@@ -249,7 +251,7 @@ def collectives(hlo_texts: Iterable[str], mesh: Mesh) -> list[Collective]:
         current = None
         for line in lines:
             head = _COMPUTATION.match(line)
-            if head and "=" not in line.split("{")[0]:
+            if head:
                 current = head.group("name")
                 continue
             match = _INSTRUCTION.match(line)

@@ -26,6 +26,7 @@ from ..primitives.constraint import sharding_constraint_p
 from ..sharding.auto import AutoChoice, Candidate
 from ..sharding.parsed import ParsedPartitionSpec
 from .collectives import Collective, collectives
+from .visualize import visualize_choice
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,11 +91,31 @@ class AutoTable:
         collective_bytes: this program's collective operand bytes per device, as the
             collectives table adds them up (counts included).
         memory_bytes: XLA's arguments + outputs + temporaries - aliased per device.
+        mesh: the mesh's axis sizes, and ``device_ids`` its devices in mesh order
+            (what :meth:`visualize` draws over).
     """
 
     choice: AutoChoice
     collective_bytes: int
     memory_bytes: int | None
+    mesh: dict[str, int] = dataclasses.field(default_factory=dict)
+    device_ids: tuple[int, ...] = ()
+
+    def visualize(self, png: str | None = None, show: bool = True) -> str:
+        """Which mesh axes split which dimension of each AUTO input, as chosen.
+
+        Returns one line per input (also printed unless ``show=False``); ``png=path``
+        also saves a picture with a panel per input (up to 12), each block coloured
+        by the devices holding it, as ``inspect.visualize`` colours an array's
+        (needs matplotlib).
+        """
+        c = self.choice
+        text = visualize_choice(
+            c.paths, c.shapes, c.layouts, c.chosen.specs, self.mesh, self.device_ids, png
+        )
+        if show:
+            print(text)
+        return text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,20 +198,23 @@ class Report:
 
 
 def _auto_lines(t: AutoTable) -> list[str]:
-    """The auto table: chosen specs beside the runners-up, then their costs."""
+    """The auto table: chosen specs beside the runners-up and the baselines, then their
+    costs (NOTE [auto floor])."""
     c = t.choice
     limit = "" if c.memory_limit is None else f", memory limit {c.memory_limit:,} bytes"
     lines = [
         f"auto: {len(c.paths)} AUTO inputs chosen ({c.evaluations} assignments scored by the "
-        f"cost model, {c.compiles} compiled by XLA, {c.search_s:.2f} s{limit})"
+        f"cost model, {c.compiles} compiled by XLA in {c.confirm_s:.2f} s, {c.search_s:.2f} s in "
+        f"all{limit})"
     ]
-    names = ["chosen"] + [f"runner-up {k}" for k in range(1, len(c.runners_up) + 1)]
+    same = [b.name for b in c.baselines if b.candidate.specs == c.chosen.specs]
+    chosen = "chosen" + (f" (= {same[0]})" if same else "")
+    named = [(chosen, c.chosen)]
+    named += [(f"runner-up {k}", r) for k, r in enumerate(c.runners_up, start=1)]
+    named += [(b.name, b.candidate) for b in c.baselines]
     lines += _table(
-        ("input", *names),
-        [
-            (path, *(cand.specs[i] for cand in (c.chosen, *c.runners_up)))
-            for i, path in enumerate(c.paths)
-        ],
+        ("input", *(n for n, _ in named)),
+        [(path, *(cand.specs[i] for _, cand in named)) for i, path in enumerate(c.paths)],
     )
     if c.out_paths:
         lines += ["", "  AUTO outputs"]
@@ -217,7 +241,7 @@ def _auto_lines(t: AutoTable) -> list[str]:
             "est. memory",
             "XLA memory",
         ),
-        [row(n, cand) for n, cand in zip(names, (c.chosen, *c.runners_up), strict=True)],
+        [row(n, cand) for n, cand in named],
     )
     memory = "-" if t.memory_bytes is None else f"{t.memory_bytes:,}"
     lines.append(
@@ -326,6 +350,8 @@ def build(plan: CallPlan, executable: Executable, shardy: bool) -> Report:
             choice=plan.auto,
             collective_bytes=sum(c.bytes_per_device * c.count for c in found),
             memory_bytes=None if memory is None else memory.total,
+            mesh={str(a): int(n) for a, n in mesh.shape.items()},
+            device_ids=tuple(int(d.id) for d in mesh.devices.flat),
         )
     return Report(
         name=params.name,

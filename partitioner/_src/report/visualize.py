@@ -7,6 +7,7 @@ the dimensions past the second, replicas listed in their cell.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -143,6 +144,15 @@ def _save_png(
     """The first grid (dims 0 and 1) as rectangles, one colour per device set (as
     ``jax.debug.visualize_array_sharding`` colours them), each labelled with its devices,
     the axes labelled with the mesh axes that split them."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    _draw_blocks(ax, _blocks(index_map, shape), shape, labels, title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _pyplot() -> Any:
     try:
         import matplotlib  # optional: only for pictures
     except ImportError:
@@ -151,19 +161,31 @@ def _save_png(
         ) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _draw_blocks(
+    ax: Any,
+    blocks: Mapping[Any, list[int]],
+    shape: Sequence[int],
+    labels: Sequence[str],
+    title: str,
+    fontsize: float,
+) -> None:
+    """Draw the blocks of dims 0 and 1 (the first block of dims 2+) on ``ax``."""
+    from matplotlib.patches import Rectangle
     from matplotlib.ticker import MaxNLocator
 
-    blocks = _blocks(index_map, shape)
     rank = len(shape)
     first_rest = tuple(sorted({b[2:] for b in blocks}))[0] if rank > 2 else ()
     shown = [(k, v) for k, v in blocks.items() if rank <= 2 or k[2:] == first_rest]
-    colours = plt.get_cmap("tab20" if len(shown) > 10 else "tab10")
-    fig, ax = plt.subplots(figsize=(6, 4.5))
+    colours = _colours(len(shown))
     for i, (key, devices) in enumerate(shown):
         (r0, r1) = key[0] if rank else (0, 1)
         (c0, c1) = key[1] if rank > 1 else (0, 1)
         colour = colours(i % colours.N)
-        ax.add_patch(plt.Rectangle((c0, r0), c1 - c0, r1 - r0, fc=colour, alpha=0.55, ec="black"))
+        ax.add_patch(Rectangle((c0, r0), c1 - c0, r1 - r0, fc=colour, alpha=0.55, ec="black"))
         name = "device" if len(devices) == 1 else "devices"
         ax.text(
             (c0 + c1) / 2,
@@ -171,17 +193,125 @@ def _save_png(
             f"{name}\n" + ",".join(map(str, devices)),
             ha="center",
             va="center",
-            fontsize=9,
+            fontsize=fontsize,
         )
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlim(0, shape[1] if rank > 1 else 1)
     ax.set_ylim(shape[0] if rank else 1, 0)
-    ax.set_ylabel(labels[0] if rank else "")
-    ax.set_xlabel(labels[1] if rank > 1 else "")
+    ax.set_ylabel(labels[0] if rank else "", fontsize=fontsize)
+    ax.set_xlabel(labels[1] if rank > 1 else "", fontsize=fontsize)
     if rank > 2:
         title += "\nthe first block of dims 2+: " + ", ".join(f"[{a}:{b}]" for a, b in first_rest)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=fontsize + 1)
+
+
+def _colours(n: int) -> Any:
+    import matplotlib.pyplot as plt
+
+    return plt.get_cmap("tab20" if n > 10 else "tab10")
+
+
+# --- the picture of an AUTO choice ---
+
+#: Panels drawn at most in a choice's picture (the text lists every input).
+MAX_PANELS = 12
+
+
+def choice_index_map(
+    shape: Sequence[int], layout: Sequence[Sequence[str]], mesh: Mapping[str, int]
+) -> dict[int, tuple[slice, ...]]:
+    """Device position -> its block of ``shape`` laid out as ``layout`` over ``mesh``
+    (each dimension's axes major to minor, as a ``NamedSharding`` reads a spec)."""
+    names, sizes = list(mesh), list(mesh.values())
+    out: dict[int, tuple[slice, ...]] = {}
+    for p in range(math.prod(sizes)):
+        coords = dict(zip(names, _unravel(p, sizes), strict=True))
+        index = []
+        for n, axes in zip(shape, layout, strict=True):
+            parts = math.prod(mesh[a] for a in axes)
+            k = 0
+            for a in axes:
+                k = k * mesh[a] + coords[a]
+            index.append(slice(k * n // parts, (k + 1) * n // parts))
+        out[p] = tuple(index)
+    return out
+
+
+def _unravel(p: int, sizes: Sequence[int]) -> list[int]:
+    coords = []
+    for n in reversed(sizes):
+        coords.append(p % n)
+        p //= n
+    return coords[::-1]
+
+
+def _dim_labels(
+    shape: Sequence[int], layout: Sequence[Sequence[str]], mesh: Mapping[str, int]
+) -> list[str]:
+    return [
+        f"dim {d} ({n}): "
+        + ("split over " + " x ".join(f"'{a}' ({mesh[a]})" for a in axes) if axes else "not split")
+        for d, (n, axes) in enumerate(zip(shape, layout, strict=True))
+    ]
+
+
+def visualize_choice(
+    paths: Sequence[str],
+    shapes: Sequence[Sequence[int]],
+    layouts: Sequence[Sequence[Sequence[str]]],
+    specs: Sequence[str],
+    mesh: Mapping[str, int],
+    device_ids: Sequence[int],
+    png: str | None = None,
+) -> str:
+    """Per AUTO input, which mesh axes split which dimension: a line each, and with
+    ``png`` a picture with a panel each (up to :data:`MAX_PANELS`), blocks coloured by
+    the devices holding them as :func:`visualize` colours them."""
+    lines = []
+    for path, shape, layout, spec in zip(paths, shapes, layouts, specs, strict=True):
+        labels = "; ".join(_dim_labels(shape, layout, mesh))
+        lines.append(f"{path} {list(shape)} {spec}: {labels}")
+    if png is not None:
+        _choice_png(paths, shapes, layouts, specs, mesh, device_ids, png)
+    return "\n".join(lines)
+
+
+def _choice_png(
+    paths: Sequence[str],
+    shapes: Sequence[Sequence[int]],
+    layouts: Sequence[Sequence[Sequence[str]]],
+    specs: Sequence[str],
+    mesh: Mapping[str, int],
+    device_ids: Sequence[int],
+    png: str,
+) -> None:
+    plt = _pyplot()
+    n = min(len(paths), MAX_PANELS)
+    cols = min(n, 4)
+    rows = max(1, -(-n // cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.2 * rows), squeeze=False)
+    for k, ax in enumerate(axes.flat):
+        if k >= n:
+            ax.axis("off")
+            continue
+        shape, layout = tuple(shapes[k]), layouts[k]
+        where = choice_index_map(shape, layout, mesh)
+        blocks = _blocks({_Device(device_ids[p]): s for p, s in where.items()}, shape)
+        labels = _dim_labels(shape, layout, mesh)
+        _draw_blocks(ax, blocks, shape, labels, f"{paths[k]}\n{specs[k]}", fontsize=7)
+    more = len(paths) - n
+    mesh_text = " x ".join(f"{a}={s}" for a, s in mesh.items())
+    fig.suptitle(
+        f"AUTO layouts over mesh {mesh_text}" + (f" (and {more} more inputs)" if more else "")
+    )
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(png, dpi=100)
     plt.close(fig)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Device:
+    """A device as :func:`_blocks` reads one (by its id)."""
+
+    id: int

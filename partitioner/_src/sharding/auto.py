@@ -74,6 +74,20 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class Baseline:
+    """A layout XLA always measures beside the choice (NOTE [auto floor]).
+
+    Attributes:
+        name: ``"replicated"``, ``"data-parallel"``, or ``"replicated =
+            data-parallel"`` where the two are one program (the batch is given).
+        candidate: its specs and figures, XLA's included.
+    """
+
+    name: str
+    candidate: Candidate
+
+
+@dataclass(frozen=True)
 class AutoChoice:
     """How the AUTO leaves of one signature were resolved.
 
@@ -84,7 +98,13 @@ class AutoChoice:
         memory_limit: ``auto_memory_limit`` (bytes per device) or ``None``.
         evaluations: assignments the cost model scored; ``compiles``: XLA compiles
             spent confirming finalists.
-        search_s: wall time of the whole search, confirmations included.
+        search_s: wall time of the whole search, confirmations included;
+            ``confirm_s`` the part of it XLA spent compiling finalists and baselines.
+        baselines: the replicated and data-parallel layouts, as XLA measured them;
+            the chosen layout is never beaten by one of them on both collective
+            bytes and memory.
+        shapes: each AUTO input's shape, and ``layouts`` its chosen layout (per
+            dimension, the mesh axes splitting it): what the report's picture draws.
     """
 
     paths: tuple[str, ...]
@@ -96,3 +116,7 @@ class AutoChoice:
     evaluations: int
     compiles: int
     search_s: float
+    baselines: tuple[Baseline, ...] = ()
+    confirm_s: float = 0.0
+    shapes: tuple[tuple[int, ...], ...] = ()
+    layouts: tuple[tuple[tuple[str, ...], ...], ...] = ()

@@ -1,0 +1,240 @@
+"""XLA confirms the search's finalists beside the baselines, and decides.
+
+NOTE [auto floor]: the cost model ranks; XLA decides among a few. Beside the
+finalists XLA always compiles the *baselines*, the layouts any user tries first:
+every AUTO leaf replicated, and plain data parallelism (state replicated, a batch
+split along its leading dimension, a leaf whose output spec is given laid out as
+it says; the same program as the replicated one when the batch is given). The
+finalists are the search's best; the same with its small leaves replicated
+(:data:`SMALL`: the model cannot tell a small split from whole); the best of
+each other start of the descent; and the layouts it scored on the front of
+estimated collective bytes and memory within :data:`FRONT` of its time (a layout
+with a collective more but fewer bytes and less memory is XLA's to judge).
+
+Each is lowered and compiled, and XLA's own figures decide (``measure``): among
+the measured layouts that no other one beats on both collective bytes and memory
+(one of them strictly), the least time (the model's compute plus measured
+collective bytes and count), then memory; XLA's winner with its small leaves
+replicated is judged too. The baselines are among the measured, so AUTO never
+returns a layout the obvious ones beat. With ``auto_memory_limit`` the model's
+memory is first calibrated against XLA on the unconstrained winner, since XLA
+fuses what the model counts as temporaries; only layouts XLA measures under the
+limit can win, a baseline among them.
+
+The first finalist compiles as the call will run it (if it wins, its executable
+is the one the first call runs); the others compile without optimizing the
+machine code (``xla_backend_optimization_level=0``), which leaves XLA's
+partitioned program and its memory analysis as they are and halves the compile.
+Compiling costs more than the search on a deep unrolled program (XLA's compile
+time grows faster than its size): from :data:`LARGE_PROGRAM` equations on (a
+scan body counted once, as XLA compiles it), the search's best alone is
+compiled beside the baselines, and the layers at the ends of a stack keep their
+family's layout (NOTE [auto search]).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .. import jax_private as jp
+from .cost import BYTES_PER_S, LATENCY_S
+from .search import Assignment, Problem, Scored, Search, distinct, rank
+
+#: Finalists compiled to confirm the model's ranking (more only to meet a memory limit).
+FINALISTS = 3
+#: From this many equations on, one finalist (NOTE [auto floor]).
+LARGE_PROGRAM = 1200
+#: Finalists beside the best come from the layouts within this of its estimated time.
+FRONT = 0.05
+#: A leaf under this share of the AUTO leaves' bytes is small: the best with its small
+#: leaves replicated is a finalist (the model cannot tell a small split from whole).
+SMALL = 0.02
+#: At most this many more compiles looking for a layout under the memory limit.
+EXTRA_FOR_LIMIT = 3
+
+
+@dataclass(frozen=True)
+class Measured:
+    """XLA's figures for a compiled finalist."""
+
+    collective_bytes: float
+    memory_bytes: float
+    collectives: float  # executions of collectives per run
+
+
+@dataclass(frozen=True)
+class Outcome:
+    chosen: Scored
+    chosen_measured: Measured
+    others: list[tuple[Scored, Measured | None]]
+    baselines: list[tuple[str, Scored, Measured]]
+    evaluations: int
+    compiles: int
+    search_s: float
+    confirm_s: float
+
+
+class NoLayoutFits(ValueError):
+    """No layout found fits ``auto_memory_limit``; names the smallest measured."""
+
+
+def measured_time(s: Scored, m: Measured) -> float:
+    """The model's compute with XLA's collectives."""
+    return s.estimate.compute_s + m.collective_bytes / BYTES_PER_S + m.collectives * LATENCY_S
+
+
+def equations(jaxpr: Any) -> int:
+    """Equations XLA compiles: every body once (a scan's body is one loop)."""
+    seen: set[int] = set()
+
+    def count(j: Any) -> int:
+        j = getattr(j, "jaxpr", j)
+        if id(j) in seen:
+            return 0
+        seen.add(id(j))
+        return len(j.eqns) + sum(count(v) for e in j.eqns for v in _bodies(e.params.values()))
+
+    return count(jaxpr)
+
+
+def _bodies(values: Any) -> list[Any]:
+    found = []
+    for v in values:
+        if isinstance(v, (jp.ClosedJaxpr, jp.Jaxpr)):
+            found.append(v)
+        elif isinstance(v, (tuple, list)):
+            found += _bodies(v)
+    return found
+
+
+class _Judge:
+    """XLA's figures, each assignment compiled once: the first as the call will run it
+    (its executable is the one the first call runs if it wins), the others quickly
+    (``measure(s, quick=True)``: XLA's figures without optimizing the machine code)."""
+
+    def __init__(self, measure: Callable[[Scored, bool], Measured]) -> None:
+        self.measure = measure
+        self.measured: dict[Assignment, Measured] = {}
+        self.seconds = 0.0
+
+    def __call__(self, s: Scored) -> Measured:
+        if s.assignment not in self.measured:
+            t0 = time.perf_counter()
+            self.measured[s.assignment] = self.measure(s, bool(self.measured))
+            self.seconds += time.perf_counter() - t0
+        return self.measured[s.assignment]
+
+    def key(self, s: Scored, limit: float | None) -> tuple[float, ...]:
+        """XLA's figures decide exactly: time, then memory, then the model's order."""
+        m = self.measured[s.assignment]
+        return (round(measured_time(s, m), 12), m.memory_bytes, *rank(s, limit))
+
+
+def solve(
+    problem: Problem,
+    measure: Callable[[Scored, bool], Measured],
+    memory_limit: int | None,
+    describe: Callable[[Scored], str],
+    api: str,
+) -> Outcome:
+    """Search, then confirm finalists and baselines with XLA (NOTE [auto floor])."""
+    t0 = time.perf_counter()
+    small = equations(problem.jaxpr) < LARGE_PROGRAM
+    search = Search(problem, refine=small)
+    judge = _Judge(measure)
+    many = FINALISTS if small else 1
+    finalists, est_limit = _finalists(search, judge, memory_limit, many)
+    baselines = search.baselines()
+    pool = [*finalists, *(s for _, s in baselines)]
+
+    def allowed(s: Scored) -> bool:
+        return memory_limit is None or judge(s).memory_bytes <= memory_limit
+
+    pool = [s for s in pool if allowed(s)]
+    if not pool:
+        raise _no_fit(search, judge, memory_limit or 0, describe, api)
+    chosen = min(_undominated(pool, judge), key=lambda s: judge.key(s, est_limit))
+    simpler = search.simplified(chosen, SMALL)
+    if many > 1 and simpler.assignment not in judge.measured and allowed(simpler):
+        pool.append(simpler)  # XLA's winner with its small leaves whole, judged too
+        chosen = min(_undominated(pool, judge), key=lambda s: judge.key(s, est_limit))
+    others: list[tuple[Scored, Measured | None]] = [
+        (s, judge.measured.get(s.assignment))
+        for s in distinct(search.ranked(est_limit), FINALISTS + 1)
+        if s.assignment != chosen.assignment
+    ][:FINALISTS]
+    return Outcome(
+        chosen=chosen,
+        chosen_measured=judge(chosen),
+        others=others,
+        baselines=[(name, s, judge(s)) for name, s in baselines],
+        evaluations=search.evaluations,
+        compiles=len(judge.measured),
+        search_s=time.perf_counter() - t0,
+        confirm_s=judge.seconds,
+    )
+
+
+def _finalists(
+    search: Search, judge: _Judge, memory_limit: int | None, many: int
+) -> tuple[list[Scored], float | None]:
+    """The finalists (NOTE [auto floor]) and, with a limit, the limit calibrated to the
+    model's memory (the finalists are then searched again under it)."""
+    descents = search.descents(None)
+    best = descents[0]
+    simpler = search.simplified(best, SMALL)
+    finalists = distinct(
+        [best, simpler, *descents[1:], *search.front(best, FRONT), *search.ranked(None)], many
+    )
+    if memory_limit is None:
+        return finalists, None
+    est_limit = _calibrated(judge, finalists[0], memory_limit)
+    return _under_limit(search, est_limit, many), est_limit
+
+
+def _calibrated(judge: _Judge, first: Scored, memory_limit: int) -> float:
+    """The limit in the model's memory: scaled by XLA's memory over the model's for the
+    unconstrained winner."""
+    scale = judge(first).memory_bytes / max(first.estimate.memory_bytes, 1.0)
+    return memory_limit / scale
+
+
+def _under_limit(search: Search, est_limit: float, many: int) -> list[Scored]:
+    """Search again under the (calibrated) limit: the best that fit, and the smallest."""
+    best = search.descend(est_limit)
+    ranked = [best, *search.ranked(est_limit)]
+    fitting = [s for s in ranked if s.estimate.memory_bytes <= est_limit]
+    smallest = sorted(search.scored.values(), key=lambda s: s.estimate.memory_bytes)
+    finalists = distinct(fitting, many) + distinct(smallest, EXTRA_FOR_LIMIT)
+    return list({s.assignment: s for s in finalists}.values())
+
+
+def _undominated(pool: list[Scored], judge: _Judge) -> list[Scored]:
+    """The measured layouts no other one beats on both XLA's collective bytes and memory
+    (NOTE [auto floor]): the baselines among the others, so none of them beats the
+    choice."""
+    return [s for s in pool if not any(_beats(judge(o), judge(s)) for o in pool)]
+
+
+def _beats(a: Measured, b: Measured) -> bool:
+    return (
+        a.collective_bytes <= b.collective_bytes
+        and a.memory_bytes <= b.memory_bytes
+        and (a.collective_bytes < b.collective_bytes or a.memory_bytes < b.memory_bytes)
+    )
+
+
+def _no_fit(
+    search: Search, judge: _Judge, limit: int, describe: Callable[[Scored], str], api: str
+) -> NoLayoutFits:
+    every = [s for a, s in search.scored.items() if a in judge.measured]
+    small = min(every, key=lambda s: judge.measured[s.assignment].memory_bytes)
+    return NoLayoutFits(
+        f"{api}: no layout found fits auto_memory_limit={limit:,} bytes per "
+        f"device; the smallest found, {describe(small)}, needs "
+        f"{judge.measured[small.assignment].memory_bytes:,.0f} bytes per device (XLA's memory "
+        "analysis). Raise the limit, use a larger mesh, or give some specs by hand."
+    )

@@ -1,0 +1,140 @@
+"""Rules for calls and control flow: nested pjits, call-like equations, scan, while, cond.
+
+Each walks its body with the states its operands arrive in (NOTE [auto cost
+model] in ``cost.py``), through ``Values.walk``: a ``scan`` body counts
+``length`` times, its carried values settled (a partial sum reduced) and its
+sliced inputs whole along the scanned dimension (XLA gathers a stack split over
+it before the loop); a ``while`` body counts its trip count where the loop counts
+a literal bound from a literal start (``i < n``, ``i + 1``), else once; a
+``cond`` its dearest branch. They register in ``cost.HANDLERS`` by primitive name;
+the walk picks :func:`pinned_call` for our own pjit and :func:`call` for other
+call-like equations (``cost.call_body``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import jax_private as jp
+from .cost import HANDLERS, Frame, State, Tally, Values, shape_of, spec_layout
+from .layouts import NO_AXES
+
+
+def call(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float, body: Any) -> float:
+    """A call-like equation (remat, custom derivatives, jax's own jit): its body inline."""
+    jaxpr = body.jaxpr if isinstance(body, jp.ClosedJaxpr) else body
+    states = [model.read(frame, v) for v in eqn.invars]
+    outs, peak = model.walk(jaxpr, states, tally, mult)
+    for v, s in zip(eqn.outvars, outs, strict=True):
+        model.set(frame, v, s)
+    return peak
+
+
+def pinned_call(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
+    """A nested pjit: its operands move to its input specs, its results are laid out as
+    its output specs say (or as propagated where it leaves them open)."""
+    params = eqn.params
+    states = []
+    for v, spec in zip(eqn.invars, params["in_axis_resources"], strict=True):
+        if spec is None:
+            states.append(model.read(frame, v))
+            continue
+        layout = spec_layout(spec, len(shape_of(v)), model.order)
+        model.move(v, layout, frame, tally, mult)
+        states.append((layout, NO_AXES))
+    outs, peak = model.walk(params["jaxpr"].jaxpr, states, tally, mult)
+    for v, s, spec in zip(eqn.outvars, outs, params["out_axis_resources"], strict=True):
+        if spec is not None:
+            layout = spec_layout(spec, len(shape_of(v)), model.order)
+            tally.pay(model.steps(v, s[0], s[1], layout), mult)
+            s = (layout, NO_AXES)
+        model.set(frame, v, s)
+    return peak
+
+
+def _scan(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
+    p = eqn.params
+    n_consts, n_carry, length = p["num_consts"], p["num_carry"], p["length"]
+    states: list[State] = []
+    for i, v in enumerate(eqn.invars):
+        if i < n_consts + n_carry:
+            states.append(model.settled(v, frame, tally, mult))
+        else:  # a slice of xs per iteration: the leading dimension must be whole
+            layout = ((),) + model.read(frame, v)[0][1:]
+            model.move(v, layout, frame, tally, mult)
+            states.append((layout[1:], NO_AXES))
+    body = p["jaxpr"].jaxpr
+    outs, peak = model.walk(body, states, tally, mult * length)
+    carry_in = states[n_consts : n_consts + n_carry]
+    for v, s, want in zip(body.outvars, outs[:n_carry], carry_in, strict=False):
+        tally.pay(model.steps(v, s[0], s[1], want[0]), mult * length)
+    for v, s in zip(eqn.outvars[:n_carry], carry_in, strict=True):
+        model.set(frame, v, s)
+    for v, s in zip(eqn.outvars[n_carry:], outs[n_carry:], strict=True):
+        model.set(frame, v, (((),) + s[0], s[1]))
+    return peak
+
+
+HANDLERS["scan"] = _scan
+
+
+def trip_count(eqn: Any) -> int:
+    """The trips of a ``while`` that counts ``i`` from a literal up to a literal bound by
+    one (``fori_loop`` with a traced body), else 1 (unknown: counted once)."""
+    p = eqn.params
+    nc, nb = p["cond_nconsts"], p["body_nconsts"]
+    cond, body = p["cond_jaxpr"].jaxpr, p["body_jaxpr"].jaxpr
+    if len(cond.eqns) != 1 or cond.eqns[0].primitive.name != "lt":
+        return 1
+    counter, bound = cond.eqns[0].invars
+    if not isinstance(bound, jp.Literal) or counter not in cond.invars[nc:]:
+        return 1
+    k = cond.invars[nc:].index(counter)
+    start = eqn.invars[nc + nb + k]
+    if not isinstance(start, jp.Literal):
+        return 1
+    carried = body.invars[nb + k]
+    for e in body.eqns:
+        if e.outvars and e.outvars[0] is body.outvars[k] and e.primitive.name == "add":
+            one = [v for v in e.invars if v is not carried]
+            if len(one) == 1 and isinstance(one[0], jp.Literal) and int(one[0].val) == 1:
+                return max(int(bound.val) - int(start.val), 0)
+    return 1
+
+
+def _while(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
+    p = eqn.params
+    nc, nb = p["cond_nconsts"], p["body_nconsts"]
+    trips = trip_count(eqn)
+    states = [model.settled(v, frame, tally, mult) for v in eqn.invars]
+    carry = states[nc + nb :]
+    outs, peak = model.walk(
+        p["body_jaxpr"].jaxpr, states[nc : nc + nb] + carry, tally, mult * trips
+    )
+    _, cond_peak = model.walk(p["cond_jaxpr"].jaxpr, states[:nc] + carry, tally, mult * trips)
+    for v, s, want in zip(p["body_jaxpr"].jaxpr.outvars, outs, carry, strict=True):
+        tally.pay(model.steps(v, s[0], s[1], want[0]), mult * trips)
+    for v, s in zip(eqn.outvars, carry, strict=True):
+        model.set(frame, v, s)
+    return max(peak, cond_peak)
+
+
+HANDLERS["while"] = _while
+
+
+def _cond(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
+    states = [model.settled(v, frame, tally, mult) for v in eqn.invars[1:]]
+    best: tuple[Tally, list[State], float] | None = None
+    for branch in eqn.params["branches"]:
+        t = Tally()
+        outs, peak = model.walk(branch.jaxpr, states, t, mult)
+        if best is None or t.seconds() > best[0].seconds():
+            best = (t, outs, peak)
+    assert best is not None
+    tally.add(best[0])
+    for v, s in zip(eqn.outvars, best[1], strict=True):
+        model.set(frame, v, s)
+    return best[2]
+
+
+HANDLERS["cond"] = _cond

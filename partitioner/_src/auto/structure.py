@@ -1,0 +1,137 @@
+"""Equations named by their structure, and AUTO leaves grouped by the layers they sit in.
+
+NOTE [auto repeats]: deep models are stacks of one layer, unrolled (a Python loop
+over a list of parameter dicts, flax's ``Block_0``, ``Block_1``...) or scanned. A
+scan over stacked parameters has one AUTO leaf per kind of parameter already;
+unrolled, every layer has its own. Two AUTO leaves are *tied* (one variable of the
+search, so a stack of N layers is searched as one layer) when
+
+- their paths are equal once the layer is left out: sequence indices, keys that
+  are numbers and numbers after an underscore in names become ``#``
+  (``args[0][3]['wq']`` and ``args[0][5]['wq']``, ``['Block_0']`` and
+  ``['Block_1']``; ``'ln1'`` and ``'ln2'`` stay apart, and the argument's position
+  is kept, so two positional arguments never tie);
+- they have the same type;
+- they play the same part in the program: equal labels after a few rounds of
+  Weisfeiler-Lehman refinement over the jaxpr (each value's label takes in the
+  structure of the equations that make and read it, and their other operands'
+  labels, :data:`ROUNDS` equations deep). Layers at the ends of a stack (the
+  first, whose input is the batch; the last, feeding the loss) differ within
+  that depth and form groups of their own; the layers between tie.
+
+So a 2-layer MLP written as a list of two weights of one shape (whose best
+layouts differ: one column-split, one row-split) keeps two variables, and the
+search over a deep stack costs a few distinct layers' worth of variables,
+whatever its depth.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from jax.tree_util import DictKey, FlattenedIndexKey, GetAttrKey, KeyPath, SequenceKey, keystr
+
+from .. import jax_private as jp
+
+#: Refinement rounds: a label takes in the program this many equations around a value.
+ROUNDS = 4
+
+
+class Structures:
+    """Small ints naming equations' structures: the primitive, its params (bodies by
+    their text, which names variables canonically) and its operands' and results'
+    types; equal for the equations of equal layers (NOTE [auto walk memo])."""
+
+    def __init__(self) -> None:
+        self._ids: dict[Any, int] = {}
+        self._texts: dict[int, tuple[Any, str]] = {}  # id(jaxpr) -> (jaxpr, its text)
+
+    def of(self, eqn: Any) -> int:
+        params = tuple(sorted((k, self._param(v)) for k, v in eqn.params.items()))
+        ins = tuple((isinstance(v, jp.Literal), v.aval) for v in eqn.invars)
+        outs = tuple((isinstance(v, jp.DropVar), v.aval) for v in eqn.outvars)
+        return self._ids.setdefault((eqn.primitive, params, ins, outs), len(self._ids))
+
+    def _param(self, value: Any) -> Any:
+        if isinstance(value, (jp.ClosedJaxpr, jp.Jaxpr)):
+            known = self._texts.get(id(value))
+            if known is None:  # the jaxpr is kept so that its id is not reused
+                known = self._texts[id(value)] = (value, str(value))
+            return ("jaxpr", known[1])
+        if isinstance(value, (tuple, list)):
+            return tuple(self._param(x) for x in value)
+        if callable(value) and not isinstance(value, type):
+            return "fn"  # the model never calls a param (jvp and transpose thunks)
+        try:
+            hash(value)
+        except TypeError:
+            return ("id", id(value))
+        return value
+
+
+def family(path: KeyPath) -> str:
+    """``path`` with the layer left out (NOTE [auto repeats])."""
+    parts = [keystr(tuple(path[:1]))]
+    for k in path[1:]:
+        if isinstance(k, (SequenceKey, FlattenedIndexKey)):
+            parts.append("[#]")
+        elif isinstance(k, DictKey):
+            parts.append(f"[{_layer_free(k.key)!r}]" if isinstance(k.key, str) else "[#]")
+        elif isinstance(k, GetAttrKey):
+            parts.append("." + _layer_free(k.name))
+        else:
+            parts.append(keystr((k,)))
+    return "".join(parts)
+
+
+def _layer_free(name: str) -> str:
+    """``Block_3`` -> ``Block_#``, ``3`` -> ``#``; ``w1`` stays ``w1`` (a role, not a layer)."""
+    return "#" if name.isdigit() else re.sub(r"_\d+\b", "_#", name)
+
+
+def labels(jaxpr: Any, structures: Structures, rounds: int = ROUNDS) -> dict[Any, int]:
+    """Each top-level value's label after ``rounds`` of refinement (NOTE [auto repeats])."""
+    eqns = jaxpr.eqns
+    sid = [structures.of(e) for e in eqns]
+    label: dict[Any, Any] = {v: ("in", v.aval) for v in jaxpr.invars}
+    label.update({v: ("const", v.aval) for v in jaxpr.constvars})
+    made: dict[Any, tuple[int, int]] = {}
+    read: dict[Any, list[tuple[int, int]]] = {}
+    for i, e in enumerate(eqns):
+        for k, v in enumerate(e.outvars):
+            label[v], made[v] = ("val", v.aval), (i, k)
+        for k, v in enumerate(e.invars):
+            if not isinstance(v, jp.Literal):
+                read.setdefault(v, []).append((i, k))
+    outs = {v for v in jaxpr.outvars if not isinstance(v, jp.Literal)}
+    for _ in range(rounds):
+        at = [
+            hash((sid[i], tuple(None if isinstance(v, jp.Literal) else label[v] for v in e.invars)))
+            for i, e in enumerate(eqns)
+        ]
+        label = {
+            v: hash((
+                old,
+                (at[made[v][0]], made[v][1]) if v in made else None,
+                tuple(sorted((at[i], k) for i, k in read.get(v, ()))),
+                v in outs,
+            ))
+            for v, old in label.items()
+        }  # fmt: skip
+    return label
+
+
+def tie(
+    jaxpr: Any, leaves: Sequence[int], families: Sequence[str | None], structures: Structures
+) -> list[list[int]]:
+    """The AUTO inputs ``leaves`` (positions in ``jaxpr``'s inputs) in groups that share
+    a layout (NOTE [auto repeats]), in first-member order."""
+    found = labels(jaxpr.jaxpr, structures)
+    groups: dict[Any, list[int]] = {}
+    for i in leaves:
+        v = jaxpr.jaxpr.invars[i]
+        key = ("alone", i) if families[i] is None else (families[i], v.aval, found[v])
+        groups.setdefault(key, []).append(i)
+    return list(groups.values())

@@ -1,0 +1,366 @@
+"""One pass of the cost model over a jaxpr, for one assignment of input layouts.
+
+NOTE [auto walk memo]: an equation's effect on the walk (its results' states, the
+moves it pays, its tally, its inner peak) is a function of its structure (the
+primitive, its params, its operands' and results' types) and of what it reads:
+its operands' states and the layouts each operand was already moved to. The walk
+keys that effect by both and replays it when they recur. So re-scoring an
+assignment that changes one leaf recomputes only the equations whose operands'
+states that leaf changes, and equal layers (unrolled copies of one block, the
+body of a scan walked again) are worked out once and replayed for the others:
+a pass over an N-layer program costs one layer's rules plus N cheap lookups.
+Bodies are keyed by their text (``str(jaxpr)`` names variables canonically), so
+two traces of one layer share their effects.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import jax_private as jp
+from ..primitives.constraint import sharding_constraint_p
+from ..primitives.pjit_call import pjit_p
+from ..sharding.auto import Estimate
+from . import layers as _layers  # noqa: F401  (registers the layer strategies)
+from .control import call, pinned_call
+from .cost import (
+    BYTES_PER_S,
+    FLOPS_PER_S,
+    HANDLERS,
+    LATENCY_S,
+    REDUCE_BY_SUM,
+    REDUCE_OTHER,
+    Frame,
+    Rule,
+    State,
+    Tally,
+    Values,
+    aliased,
+    call_body,
+    itemsize_of,
+    no_peak,
+    shape_of,
+    spec_layout,
+)
+from .layouts import NO_AXES, Layout, canonical, replicated
+from .strategies import elementwise, is_elementwise
+from .structure import Structures
+
+
+@dataclass(frozen=True)
+class Effect:
+    """What one equation did to the walk (NOTE [auto walk memo]): each result's state
+    (None: not set), each move as (operand position, layout, copy bytes), the tally
+    (flops, collective bytes, collectives) and the inner peak."""
+
+    outs: tuple[State | None, ...]
+    moves: tuple[tuple[int, Layout, float], ...]
+    tally: tuple[float, float, float]
+    peak: float
+
+
+class Estimator(Values):
+    """Scores assignments of input layouts for one jaxpr over one mesh (NOTE [auto cost
+    model], NOTE [auto walk memo]). ``applied`` counts equations worked out by their
+    rule (the others were replayed)."""
+
+    def __init__(self, jaxpr: Any, mesh_shape: Any) -> None:
+        super().__init__(mesh_shape)
+        self.jaxpr = jaxpr  # a ClosedJaxpr
+        top = jaxpr.jaxpr
+        self._eqns: dict[int, tuple[int, Rule, tuple[Any, ...]]] = {}  # by id(eqn)
+        self.structures = Structures()
+        self._memo: dict[Any, Effect] = {}
+        self.applied = 0
+        plan = _top_plan(top, _last_uses(top), _materialized(top))
+        self._top = [
+            (
+                self.structures.of(eqn),
+                tuple(v for v in eqn.invars if not isinstance(v, jp.Literal)),
+                *memory,
+            )
+            for eqn, memory in zip(top.eqns, plan, strict=True)
+        ]
+
+    def run(
+        self,
+        in_layouts: Sequence[Layout],
+        out_targets: Sequence[Layout | None],
+        donated: Sequence[bool],
+    ) -> tuple[Estimate, list[Layout]]:
+        """Estimate the program with these input layouts.
+
+        ``out_targets``: per output, the layout it must end in, or None (the
+        propagated layout, partial sums reduced). Returns the estimate and each
+        output's final layout.
+        """
+        tally = Tally()
+        frame = Frame()
+        jaxpr = self.jaxpr.jaxpr
+        for v in jaxpr.constvars:
+            frame.env[v] = (replicated(len(shape_of(v))), NO_AXES)
+        for v, layout in zip(jaxpr.invars, in_layouts, strict=True):
+            frame.env[v] = (layout, NO_AXES)
+        peak = self._walk_top(jaxpr, frame, tally)
+        outs: list[Layout] = []
+        for v, target in zip(jaxpr.outvars, out_targets, strict=True):
+            outs.append(self.settle(v, self.read(frame, v), target, frame, tally, 1.0))
+        arg_bytes = [self.nbytes(v, lay) for v, lay in zip(jaxpr.invars, in_layouts, strict=True)]
+        out_bytes = [self.nbytes(v, lay) for v, lay in zip(jaxpr.outvars, outs, strict=True)]
+        memory = sum(arg_bytes) + sum(out_bytes) + peak - aliased(arg_bytes, donated, out_bytes)
+        compute = tally.flops / FLOPS_PER_S
+        comm = tally.collective_bytes / BYTES_PER_S + tally.collectives * LATENCY_S
+        estimate = Estimate(
+            time_s=compute + comm,
+            compute_s=compute,
+            comm_s=comm,
+            collective_bytes=tally.collective_bytes,
+            collectives=tally.collectives,
+            memory_bytes=memory,
+        )
+        return estimate, outs
+
+    def _walk_top(self, jaxpr: Any, frame: Frame, tally: Tally) -> float:
+        """Walk the top-level equations, tracking live temporaries; their peak in bytes.
+
+        The hot loop of the search: an equation whose key recurs (NOTE [auto walk
+        memo]) is replayed here inline, without a call."""
+        live = 0.0
+        peak = 0.0
+        env, moved, extra = frame.env, frame.moved, frame.extra_bytes
+        block = self._block_bytes
+        memo = self._memo
+        for eqn, (structure, operands, counted, last, freed) in zip(
+            jaxpr.eqns, self._top, strict=True
+        ):
+            if len(operands) == 1:
+                v = operands[0]
+                key: tuple[Any, ...] = (structure, 1.0, env.get(v), moved.get(v))
+            else:
+                key = (
+                    structure,
+                    1.0,
+                    tuple([env.get(v) for v in operands]),
+                    tuple([moved.get(v) for v in operands]),
+                )
+            effect = memo.get(key)
+            if effect is None:
+                inner = self._apply(eqn, frame, tally, 1.0, key)
+            else:
+                inner = effect.peak
+                if effect.moves:
+                    for pos, dst, copy in effect.moves:
+                        frame.note_move(eqn.invars[pos], dst, copy)
+                flops, collective_bytes, collectives = effect.tally
+                tally.flops += flops
+                tally.collective_bytes += collective_bytes
+                tally.collectives += collectives
+                for v, state in zip(eqn.outvars, effect.outs, strict=True):
+                    if state is not None:
+                        env[v] = state
+            produced = 0.0
+            for v, shape, item in counted:
+                state = env.get(v)
+                if state is not None:
+                    produced += block(shape, item, state[0])
+            here = live + frame.extra_live + produced + inner
+            if here > peak:
+                peak = here
+            live += produced
+            for v in last:
+                frame.extra_live -= extra.pop(v, 0.0)
+            for v, shape, item in freed:
+                live -= block(shape, item, env[v][0])
+        return peak
+
+    def _block_bytes(self, shape: tuple[int, ...], itemsize: int, layout: Layout) -> float:
+        found = self._locals.get((shape, layout))
+        if found is None:
+            found = self.local(shape, layout)
+        return float(found * itemsize)
+
+    def walk(
+        self, jaxpr: Any, in_states: Sequence[State], tally: Tally, mult: float
+    ) -> tuple[list[State], float]:
+        frame = Frame()
+        for v in jaxpr.constvars:
+            frame.env[v] = (replicated(len(shape_of(v))), NO_AXES)
+        for v, s in zip(jaxpr.invars, in_states, strict=True):
+            frame.env[v] = s
+        peak = 0.0
+        for eqn in jaxpr.eqns:
+            inner = self._eqn(eqn, frame, tally, mult)
+            made = sum(self.nbytes(v, frame.env[v][0]) for v in eqn.outvars if v in frame.env)
+            peak = max(peak, inner + made)
+        return [self.read(frame, v) for v in jaxpr.outvars], peak
+
+    # --- equations, remembered (NOTE [auto walk memo]) ---
+
+    def _eqn(self, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
+        """Apply one equation (replayed where its structure and inputs recur); the peak
+        bytes of its inner temporaries (calls only)."""
+        structure, _, operands = self._kind(eqn)
+        env, moved = frame.env, frame.moved
+        if len(operands) == 1:
+            (v,) = operands
+            key: tuple[Any, ...] = (structure, mult, env.get(v), moved.get(v))
+        else:
+            key = (
+                structure,
+                mult,
+                tuple([env.get(v) for v in operands]),
+                tuple([moved.get(v) for v in operands]),
+            )
+        effect = self._memo.get(key)
+        if effect is None:
+            return self._apply(eqn, frame, tally, mult, key)
+        return _replay(effect, eqn, frame, tally)
+
+    def _kind(self, eqn: Any) -> tuple[int, Rule, tuple[Any, ...]]:
+        """What kind of equation it is (it depends on the jaxpr alone): its structure,
+        its rule and its operands that are not literals."""
+        found = self._eqns.get(id(eqn))
+        if found is None:
+            operands = tuple(v for v in eqn.invars if not isinstance(v, jp.Literal))
+            found = self._eqns[id(eqn)] = (self.structures.of(eqn), rule_for(eqn, self), operands)
+        return found
+
+    def _apply(self, eqn: Any, frame: Frame, tally: Tally, mult: float, key: Any) -> float:
+        """Work ``eqn`` out by its rule and remember its effect under ``key``."""
+        self.applied += 1
+        rule = self._kind(eqn)[1]
+        t = Tally()
+        frame.log = log = []
+        try:
+            peak = rule(self, eqn, frame, t, mult)
+        finally:
+            frame.log = None
+        tally.add(t)
+        position = {v: i for i, v in reversed(list(enumerate(eqn.invars)))
+                    if not isinstance(v, jp.Literal)}  # fmt: skip
+        if all(v in position for v, _, _ in log):
+            env = frame.env
+            self._memo[key] = Effect(
+                outs=tuple(
+                    env.get(v) if not isinstance(v, jp.DropVar) else None for v in eqn.outvars
+                ),
+                moves=tuple((position[v], dst, copy) for v, dst, copy in log),
+                tally=(t.flops, t.collective_bytes, t.collectives),
+                peak=peak,
+            )
+        return peak
+
+
+def rule_for(eqn: Any, model: Values) -> Rule:
+    """How the walk applies ``eqn`` (NOTE [auto cost model])."""
+    prim = eqn.primitive
+    name = prim.name
+    ndim = len(shape_of(eqn.outvars[0])) if eqn.outvars else 0
+    if prim is pjit_p:
+        return pinned_call
+    if prim is sharding_constraint_p:
+        layout = spec_layout(eqn.params["axis_resources"], ndim, model.order)
+        return functools.partial(_fixed, layout=layout)
+    if name == "sharding_constraint" and "sharding" in eqn.params:  # jax's own
+        return functools.partial(_fixed, layout=_named_layout(model, eqn.params["sharding"], ndim))
+    handler = HANDLERS.get(name)
+    if handler is not None:
+        return handler
+    body = call_body(eqn)
+    if body is not None:
+        return functools.partial(call, body=body)
+    return no_peak(elementwise if is_elementwise(eqn) else Values.gather_all)
+
+
+def _named_layout(model: Values, sharding: Any, ndim: int) -> Layout:
+    """A jax sharding's layout over this mesh (replicated where it names other axes)."""
+    spec = list(getattr(sharding, "spec", ()) or ())
+    dims = [[] if p is None else [p] if isinstance(p, str) else list(p) for p in spec]
+    dims = (dims + [[] for _ in range(ndim)])[:ndim]
+    if any(a not in model.sizes for d in dims for a in d):
+        return replicated(ndim)
+    return canonical(dims, model.order)
+
+
+def _replay(effect: Effect, eqn: Any, frame: Frame, tally: Tally) -> float:
+    """An equation's remembered effect, applied (inline in ``_walk_top``, for speed)."""
+    invars = eqn.invars
+    for pos, dst, copy in effect.moves:
+        frame.note_move(invars[pos], dst, copy)
+    tally.flops += effect.tally[0]
+    tally.collective_bytes += effect.tally[1]
+    tally.collectives += effect.tally[2]
+    env = frame.env
+    for v, s in zip(eqn.outvars, effect.outs, strict=True):
+        if s is not None:
+            env[v] = s
+    return effect.peak
+
+
+def _fixed(
+    model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float, layout: Layout
+) -> float:
+    """A sharding constraint: its operand moves to ``layout``."""
+    model.move(eqn.invars[0], layout, frame, tally, mult)
+    model.set(frame, eqn.outvars[0], (layout, NO_AXES))
+    return 0.0
+
+
+# --- what the top-level walk counts as memory (NOTE [auto cost model]) ---
+
+
+def _last_uses(jaxpr: Any) -> dict[Any, int]:
+    last: dict[Any, int] = {}
+    for i, eqn in enumerate(jaxpr.eqns):
+        for v in eqn.invars:
+            if not isinstance(v, jp.Literal):
+                last[v] = i
+    for v in jaxpr.outvars:
+        if not isinstance(v, jp.Literal):
+            last[v] = len(jaxpr.eqns)
+    return last
+
+
+def _fusible(eqn: Any) -> bool:
+    """Whether XLA fuses this equation into its consumers (elementwise and layout ops)."""
+    name = eqn.primitive.name
+    return name in ("broadcast_in_dim", "reshape", "transpose", "squeeze", "expand_dims") or (
+        name not in HANDLERS and call_body(eqn) is None and is_elementwise(eqn)
+    )
+
+
+def _materialized(jaxpr: Any) -> set[Any]:
+    """The values XLA keeps in memory: results of unfusible equations, and fused
+    results an unfusible equation (a dot, a call) reads."""
+    kept: set[Any] = set()
+    for eqn in jaxpr.eqns:
+        if not _fusible(eqn):
+            kept.update(eqn.outvars)
+            if eqn.primitive.name not in REDUCE_BY_SUM | REDUCE_OTHER:
+                kept.update(v for v in eqn.invars if not isinstance(v, jp.Literal))
+    return kept
+
+
+def _top_plan(
+    jaxpr: Any, last_use: dict[Any, int], materialized: set[Any]
+) -> list[tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]]:
+    """Per top-level equation: the results it adds to the live temporaries, the
+    operands it reads last, and those of them that leave the live temporaries (each
+    counted one with its shape and item size)."""
+    pinned = {v for v in jaxpr.outvars if not isinstance(v, jp.Literal)}
+    pinned |= set(jaxpr.invars) | set(jaxpr.constvars)  # counted as arguments/outputs
+
+    def sized(vs: Any) -> tuple[Any, ...]:
+        kept = (v for v in vs if v not in pinned and v in materialized)
+        return tuple((v, shape_of(v), itemsize_of(v)) for v in kept)
+
+    plan = []
+    for i, eqn in enumerate(jaxpr.eqns):
+        last = tuple(dict.fromkeys(
+            v for v in eqn.invars if not isinstance(v, jp.Literal) and last_use.get(v) == i
+        ))  # fmt: skip
+        plan.append((sized(eqn.outvars), last, sized(last)))
+    return plan
