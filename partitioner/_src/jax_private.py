@@ -346,6 +346,8 @@ def shaped_abstractify(x: Any) -> Any:
     one trace whatever their current layout.
     """
     a = _core.shaped_abstractify(x)
+    if isinstance(a, _core.AbstractToken):
+        return a
     return _core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type)
 
 

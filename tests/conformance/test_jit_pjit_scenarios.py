@@ -340,6 +340,23 @@ def test_jit_with_sharding_constraint_committed_inp_error(door: Any) -> None:
     )
 
 
+@pytest.mark.parametrize("committed", [True, False], ids=["committed", "uncommitted"])
+def test_jit_inside_jit_runs_where_the_enclosing_call_runs(
+    door: Any, partitioner_mode: Any, committed: bool
+) -> None:
+    # No mesh in context: the inner call, given the outer body's values, runs on the
+    # outer call's devices (the committed arguments' mesh), as jax.jit's does.
+    mesh = make_mesh((4, 2), ("x", "y"))
+    data = jnp.arange(32.0).reshape(8, 4)
+    x = jax.device_put(data, NamedSharding(mesh, P("x", "y"))) if committed else data
+
+    def outer(wrap: Any) -> Any:
+        inner = wrap(lambda a: jnp.sin(a) * 2)
+        return wrap(lambda a: inner(a) + inner(a.T).T)
+
+    same(outer(door)(x), outer(jax.jit)(x), equal_shardings=True)
+
+
 def test_nested_jit_with_committed_inp_error(door: Any) -> None:
     s = NamedSharding(make_mesh((2, 2), ("x", "y")), P("x", "y"))
 

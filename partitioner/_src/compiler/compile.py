@@ -110,7 +110,10 @@ def _chosen_specs(shardings: Any, avals: Any, mesh: Any) -> list[ParsedPartition
         parsed.extend(p if isinstance(p, list) else [p])
     if len(parsed) == 1 and n != 1:  # XLA may report one sharding for all values
         parsed = parsed * n
-    return [_logical(p, a) for p, a in zip(parsed, avals, strict=True)]
+    return [
+        REPLICATED if jp.is_token(a) else _logical(p, a)  # a token: no data, no layout
+        for p, a in zip(parsed, avals, strict=True)
+    ]
 
 
 def _log_compile(lowered: LoweredModule) -> None:

@@ -221,7 +221,9 @@ def _result_sharding(
 
 
 def bytes_per_device(aval: Any, spec: ParsedPartitionSpec, mesh: Mesh) -> int:
-    """Bytes one device holds of a value of ``aval`` laid out with ``spec``."""
+    """Bytes one device holds of a value of ``aval`` laid out with ``spec`` (a token: 0)."""
+    if jp.is_token(aval):
+        return 0
     shard = spec.shard_shape(tuple(aval.shape), mesh)
     physical = jp.physical_aval(aval)  # typed PRNG keys: the trailing key dims
     per_element = math.prod(physical.shape[len(shard) :]) * physical.dtype.itemsize

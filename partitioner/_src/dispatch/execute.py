@@ -94,6 +94,11 @@ def place_args_reporting(
                 f"of type {type(x)} is not a valid JAX type.\n{where(i)}: a ShapeDtypeStruct "
                 "describes an argument for .lower() or .eval_shape(); call with an array."
             )
+        elif jp.is_token(x):
+            # An ordering token: what it orders is done once it is ready; the program
+            # takes an empty buffer in its place, as jax.jit passes it.
+            x.block_until_ready()
+            x = np.zeros((0,), np.bool_)
         elif getattr(x, "dtype", None) == jax.dtypes.float0:
             # float0 (a tangent of an int) has no buffers: the program takes bools.
             x = np.zeros(np.shape(x), np.bool_)

@@ -141,7 +141,7 @@ def set_main_shardings(
             [(None, None)] * n_tokens + list(zip(avals, specs, strict=True))
         ):
             entries = {} if old is None else {n.name: n.attr for n in jp.DictAttr(old[i])}  # type: ignore[attr-defined]
-            if spec is not None:
+            if spec is not None and not jp.is_token(aval):  # a token carries no sharding
                 entries[key] = attr(aval, spec)
             dicts.append(jp.DictAttr.get(entries))
         return jp.ArrayAttr.get(dicts)

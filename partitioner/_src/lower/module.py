@@ -93,9 +93,15 @@ def module_name(api: str, name: str) -> str:
     return f"{'jit' if api == 'jit' else 'pjit'}_{name}"
 
 
+def _shape(aval: Any) -> tuple[int, ...]:
+    """An aval's shape; an ordering token's is ``()`` (it holds no data)."""
+    return tuple(getattr(aval, "shape", ()))
+
+
 def _sharded_shape(aval: Any, spec: ParsedPartitionSpec | None, mesh: Mesh) -> Any:
-    """What decides whether two buffers can alias: per-device shape, dtype, layout."""
-    if spec is None:
+    """What decides whether two buffers can alias: per-device shape, dtype, layout
+    (None: nothing aliases it, an unspecified layout or an ordering token)."""
+    if spec is None or jp.is_token(aval):
         return None
     return (spec.shard_shape(tuple(aval.shape), mesh), aval.dtype, spec.to_partition_spec())
 
@@ -104,7 +110,7 @@ def _elements_per_device(aval: Any, spec: ParsedPartitionSpec | None, mesh: Mesh
     """Elements of one device's buffer (the global count where XLA chooses the layout)."""
     if spec is None:
         return int(aval.size)
-    return math.prod(spec.shard_shape(tuple(aval.shape), mesh))
+    return math.prod(spec.shard_shape(_shape(aval), mesh))
 
 
 def _per_device_aval(aval: Any, spec: ParsedPartitionSpec | None, mesh: Mesh) -> str:
@@ -145,11 +151,11 @@ def plan_donation(
     for j, (aval, spec) in enumerate(zip(out_avals, out_specs, strict=True)):
         key = _sharded_shape(aval, spec, mesh)
         if key is not None:
-            free.setdefault((tuple(aval.shape), key, out_kinds[j]), []).append(j)
+            free.setdefault((_shape(aval), key, out_kinds[j]), []).append(j)
     aliases: list[int | None] = []
     unusable: list[int] = []
     for i, (aval, spec, d) in enumerate(zip(in_avals, in_specs, donated, strict=True)):
-        key = (tuple(aval.shape), _sharded_shape(aval, spec, mesh), in_kinds[i])
+        key = (_shape(aval), _sharded_shape(aval, spec, mesh), in_kinds[i])
         outs = free.get(key) if d else None
         where = f"{api} input {i}"
         if outs and same_donated_layout(in_specs[i], out_specs[outs[0]], len(aval.shape), where):

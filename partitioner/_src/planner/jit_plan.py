@@ -38,7 +38,7 @@ from ..sharding.placement import (
 )
 from ..sharding.tree import UNSPECIFIED
 from ..trace.arguments import Binding, BoundCall, bind_call
-from ..trace.tracing import check_mesh_unchanged, trace_body
+from ..trace.tracing import check_mesh_unchanged, enclosing_body, trace_body
 from .jit_info import JitInfo, NoneRule
 
 
@@ -197,7 +197,13 @@ def _placement(info: JitInfo, bound: BoundCall) -> Placement:
         return Placement(mesh, source=source)
     flat = bound.flat
     labels = [flat.label(i) for i in range(len(flat.leaves))]
-    return placement_from_arguments(info.label, flat.leaves, labels, info.device)
+    placement = placement_from_arguments(info.label, flat.leaves, labels, info.device)
+    if not placement.committed and (enclosing := enclosing_body()) is not None:
+        # Called inside another call's body on its values, nothing placing it: it
+        # runs where the enclosing computation runs, as a jit inside jax.jit does.
+        mesh, source = enclosing
+        return Placement(mesh, committed=False, derived=True, source=source)
+    return placement
 
 
 def _debug_info(info: JitInfo, bound: BoundCall) -> Any:

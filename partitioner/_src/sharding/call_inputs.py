@@ -37,12 +37,6 @@ from .tree import UNSPECIFIED, broadcast_prefix
 LeafSpec = Any
 
 
-MSG_TOKEN = """\
-{where} is an ordering token (jax.lax.create_token()). A call of partitioner {what} \
-arrays only, at its boundary (jax.jit also passes tokens through; docs/api.md, differences \
-kept on purpose): create the token inside the function, and return what it orders."""
-
-
 def input_specs(
     prefix: Any,
     dynamic_args: tuple[Any, ...],
@@ -76,8 +70,9 @@ def input_specs(
     )
     specs: list[LeafSpec] = []
     for i, leaf in enumerate(leaves):
-        if jp.is_token(leaf):
-            raise TypeError(MSG_TOKEN.format(where=where(i), what="takes"))
+        if jp.is_token(leaf):  # an ordering token holds no data: replicated, as jax's
+            specs.append(REPLICATED)
+            continue
         if move_all:
             check_live(leaf, where(i))
             specs.append(REPLICATED)
@@ -119,7 +114,11 @@ def checked_inputs(
     avals = [
         abstractify(x, where(i), static_hint, typed=typed, fun=fun) for i, x in enumerate(leaves)
     ]
-    given = [i for i, s in enumerate(specs) if s is not None and s is not AUTO]
+    given = [
+        i
+        for i, s in enumerate(specs)
+        if s is not None and s is not AUTO and not jp.is_token(avals[i])
+    ]
     check_specs(
         f"{api} arguments",
         [specs[i] for i in given],

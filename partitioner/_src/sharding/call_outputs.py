@@ -15,9 +15,9 @@ from jax.tree_util import KeyPath, keystr
 
 from .. import jax_private as jp
 from .auto import AUTO
-from .call_inputs import MSG_TOKEN
 from .checks import check_specs
 from .leaves import check_layouts
+from .parsed import REPLICATED
 from .tree import UNSPECIFIED, broadcast_prefix
 
 
@@ -31,13 +31,15 @@ def output_specs(
 
     Raises:
         ValueError: the tree is not a prefix of the outputs; a bad spec or layout.
-        TypeError: an output is an ordering token (a difference kept on purpose).
     """
     specs, paths = broadcast_prefix(prefix, outs, api=f"{api} {out_name}", what="outputs")
-    for path, aval in zip(paths, out_avals, strict=True):
-        if jp.is_token(aval):
-            raise TypeError(MSG_TOKEN.format(where=f"{api} output{keystr(path)}", what="returns"))
-    given = [i for i, s in enumerate(specs) if s is not UNSPECIFIED and s is not AUTO]
+    # An ordering token holds no data: replicated, whatever the tree says (as jax's).
+    specs = [REPLICATED if jp.is_token(a) else s for s, a in zip(specs, out_avals, strict=True)]
+    given = [
+        i
+        for i, s in enumerate(specs)
+        if s is not UNSPECIFIED and s is not AUTO and not jp.is_token(out_avals[i])
+    ]
     check_specs(
         f"{api} outputs",
         [specs[i] for i in given],

@@ -93,6 +93,15 @@ def _frames() -> tuple[_Frame, ...]:
     return getattr(_tracing, "stack", ())
 
 
+def enclosing_body() -> tuple[Mesh, DeviceSource | None] | None:
+    """The mesh of the innermost jit/pjit body this thread is tracing, and what placed
+    its call; None outside any (or directly inside a pmap body)."""
+    stack = _frames()
+    if not stack or stack[-1].axis_name is not None:
+        return None
+    return stack[-1].mesh, stack[-1].source
+
+
 def enclosing_maps() -> tuple[str, ...]:
     """The axis names of the pmap bodies this thread is tracing, outermost first.
 
