@@ -58,7 +58,7 @@ class Wrapped:
         wrap = planner.wrap_call
 
         def install_call(owner: type, make_call: Callable[[Any], Callable[..., Any]]) -> None:
-            owner.__call__ = staticmethod(wrap(make_call(cpp)))  # type: ignore[attr-defined]
+            owner.__call__ = staticmethod(wrap(make_call(cpp)))  # type: ignore[attr-defined,method-assign]
 
         sub = type(
             f"{cls.kind}[{planner.name}]",

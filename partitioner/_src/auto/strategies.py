@@ -362,7 +362,7 @@ def _reshape_layout(
     groups = _reshape_groups(src, dst)
     if groups is None:
         return None
-    needed = [() for _ in src]
+    needed: list[tuple[str, ...]] = [() for _ in src]
     out: list[tuple[str, ...]] = [()] * len(dst)
     for gi, gj in groups:
         axes = [x for k in gi for x in layout[k]]

@@ -233,7 +233,8 @@ class Estimator(Values):
         self.applied += 1
         rule = self._kind(eqn)[1]
         t = Tally()
-        frame.log = log = []
+        log: list[Any] = []
+        frame.log = log
         try:
             peak = rule(self, eqn, frame, t, mult)
         finally:

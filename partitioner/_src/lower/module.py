@@ -359,7 +359,7 @@ def _lower_main(
         # Aliases are decided by plan_donation; jax's own matching would add
         # buffer donors on top, which XLA rejects.
         donated_args=[False] * n_in,
-        input_output_aliases=aliases,
+        input_output_aliases=tuple(aliases),
         num_partitions=len(devices),
         arg_names=arg_names,
         result_names=result_names,

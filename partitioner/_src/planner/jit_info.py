@@ -267,21 +267,19 @@ def _binding(
             f"Getting the signature of function {fun} failed. Pass donate_argnums instead of "
             f"donate_argnames. ({label})"
         )
-    given = {
-        "static_argnums": optional_index_tuple(static_argnums, "static_argnums", label),
-        "static_argnames": optional_name_tuple(static_argnames, "static_argnames", label),
-        "donate_argnums": optional_index_tuple(donate_argnums, "donate_argnums", label),
-        "donate_argnames": optional_name_tuple(donate_argnames, "donate_argnames", label),
+    nums = {
+        "static": optional_index_tuple(static_argnums, "static_argnums", label),
+        "donate": optional_index_tuple(donate_argnums, "donate_argnums", label),
     }
-    static = infer_argnums_and_argnames(
-        signature, given["static_argnums"], given["static_argnames"]
-    )
-    donate = infer_argnums_and_argnames(
-        signature, given["donate_argnums"], given["donate_argnames"]
-    )
-    for what, nums, names in (("static", *static), ("donate", *donate)):
-        validate_argnums(signature, given[f"{what}_argnums"] or nums, f"{what}_argnums", label)
-        validate_argnames(signature, names, f"{what}_argnames", label)
+    names = {
+        "static": optional_name_tuple(static_argnames, "static_argnames", label),
+        "donate": optional_name_tuple(donate_argnames, "donate_argnames", label),
+    }
+    static = infer_argnums_and_argnames(signature, nums["static"], names["static"])
+    donate = infer_argnums_and_argnames(signature, nums["donate"], names["donate"])
+    for what, (inferred_nums, inferred_names) in (("static", static), ("donate", donate)):
+        validate_argnums(signature, nums[what] or inferred_nums, f"{what}_argnums", label)
+        validate_argnames(signature, inferred_names, f"{what}_argnames", label)
     if both := set(static[1]) & set(donate[1]):
         raise ValueError(
             "static_argnames and donate_argnames cannot intersect. Argument names "

@@ -22,7 +22,7 @@ from jax.tree_util import tree_flatten_with_path, tree_leaves, tree_unflatten
 from .. import jax_private as jp
 from .. import options
 from ..auto.resolve import has_auto, resolve
-from ..primitives.call_plan import CallPlan
+from ..primitives.call_plan import CallPlan, OverRecord
 from ..primitives.pjit_call import PjitParams
 from ..sharding.auto import AUTO
 from ..sharding.call_inputs import checked_inputs, input_specs
@@ -37,7 +37,7 @@ from ..sharding.placement import (
     placement_in_body,
 )
 from ..sharding.tree import UNSPECIFIED
-from ..trace.arguments import Binding, BoundCall, bind_call
+from ..trace.arguments import BoundCall, bind_call
 from ..trace.tracing import check_mesh_unchanged, enclosing_body, trace_body
 from .jit_info import JitInfo, NoneRule
 
@@ -201,8 +201,8 @@ def _placement(info: JitInfo, bound: BoundCall) -> Placement:
     if not placement.committed and (enclosing := enclosing_body()) is not None:
         # Called inside another call's body on its values, nothing placing it: it
         # runs where the enclosing computation runs, as a jit inside jax.jit does.
-        mesh, source = enclosing
-        return Placement(mesh, committed=False, derived=True, source=source)
+        mesh, outer = enclosing
+        return Placement(mesh, committed=False, derived=True, source=outer)
     return placement
 
 
@@ -227,37 +227,24 @@ def resolve_auto(info: JitInfo, plan: CallPlan) -> CallPlan:
     was_auto = [s is AUTO for s in params.in_axis_resources[n:]]
     out_avals = tree_unflatten(plan.out_tree, list(params.jaxpr.out_avals))
     out_paths = [path for path, _ in tree_flatten_with_path(out_avals)[0]]
-    assert plan.arguments is not None  # a jit plan always names its arguments
-    plan = resolve(plan, plan.arguments.paths, out_paths, info.auto_memory_limit)
+    arguments = plan.arguments
+    assert arguments is not None  # a jit plan always names its arguments
+    plan = resolve(plan, arguments.paths, out_paths, info.auto_memory_limit)
     if not options.reshard_committed_enabled():
         for i, auto in enumerate(was_auto):
             if auto:
                 chosen = plan.params.in_axis_resources[n + i]
                 assert chosen is not None  # resolve() chose a spec for every AUTO leaf
-                where = plan.arguments.where(i, info.label)
-                check_committed_layout(
-                    plan.arguments.leaves[i], chosen, plan.mesh, where, info.label
-                )
+                where = arguments.where(i, info.label)
+                check_committed_layout(arguments.leaves[i], chosen, plan.mesh, where, info.label)
     return plan
 
 
 @dataclass(frozen=True)
-class JitPlanner:
+class JitPlanner(OverRecord):
     """The :class:`Planner` of a ``jit``/``pjit``-ed function: its record and the functions above."""
 
     info: JitInfo
-
-    @property
-    def name(self) -> str:
-        return self.info.name
-
-    @property
-    def fun(self) -> Callable[..., Any]:
-        return self.info.fun
-
-    @property
-    def binding(self) -> Binding:
-        return self.info.binding
 
     @property
     def eager(self) -> Callable[..., Any]:

@@ -22,10 +22,10 @@ from jax.tree_util import PyTreeDef, keystr, tree_unflatten
 
 from .. import jax_private as jp
 from ..distributed.local_map import LocalSlices
-from ..primitives.call_plan import CallPlan
+from ..primitives.call_plan import CallPlan, OverRecord
 from ..primitives.pmap_region import RegionParams, block_aval, nested_chain, placed_on, region_pjit
 from ..sharding.call_inputs import abstractify
-from ..trace.arguments import Binding, BoundCall, bind_call
+from ..trace.arguments import BoundCall, bind_call
 from ..trace.memo import cache_per_jaxpr
 from ..trace.tracing import enclosing_maps, trace_body
 from .pmap_devices import axis_mesh, check_devices, grid_mesh, map_devices
@@ -313,22 +313,10 @@ def local_leaves(info: PmapInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) 
 
 
 @dataclass(frozen=True)
-class PmapPlanner:
+class PmapPlanner(OverRecord):
     """The :class:`Planner` of a pmap-ed function: its record and the functions above."""
 
     info: PmapInfo
-
-    @property
-    def name(self) -> str:
-        return self.info.name
-
-    @property
-    def fun(self) -> Callable[..., Any]:
-        return self.info.fun
-
-    @property
-    def binding(self) -> Binding:
-        return self.info.binding
 
     @property
     def eager(self) -> Callable[..., Any]:

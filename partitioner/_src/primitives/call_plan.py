@@ -92,3 +92,23 @@ class Planner(Protocol):
     def plan(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallPlan: ...
 
     def wrap_call(self, call: Callable[..., Any]) -> Callable[..., Any]: ...
+
+
+class OverRecord:
+    """A :class:`Planner`'s naming part, read from its options record (``self.info``,
+    which has ``name``, ``fun`` and ``binding``): every front door's planner is a
+    frozen record plus free functions, so this part is the same for all."""
+
+    info: Any
+
+    @property
+    def name(self) -> str:
+        return str(self.info.name)
+
+    @property
+    def fun(self) -> Callable[..., Any]:
+        return self.info.fun  # type: ignore[no-any-return]
+
+    @property
+    def binding(self) -> Binding:
+        return self.info.binding  # type: ignore[no-any-return]
