@@ -21,7 +21,7 @@ difference (docs/api.md): the lowered module names every argument
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 from jax.experimental.layout import Format
@@ -29,18 +29,23 @@ from jax.stages import ArgInfo
 from jax.tree_util import PyTreeDef, keystr, tree_unflatten
 
 from . import jax_private as jp
-from . import options
+from . import lazy, options
 from .compiler.compile import CompilerOptions
 from .compiler.executable import Executable, finish, named_sharding, xla_layouts
 from .dispatch.execute import run
 from .lower.module import LoweredModule, lower_pjit_body, warn_unusable_donations
 from .lower.prune import prune_unused_inputs
 from .primitives.call_plan import CallPlan
-from .report.tables import Report
-from .report.tables import build as build_report
 from .sharding.leaves import as_reported, check_compiled_layouts
 from .sharding.partition_spec import Spec
 from .trace.arguments import Binding, call_leaves
+
+# The report tables load with the first report, not with ``import partitioner``.
+if TYPE_CHECKING:
+    from .report import tables
+    from .report.tables import Report
+else:
+    tables = lazy.module("partitioner._src.report.tables")
 
 _DIALECTS = ("stablehlo", "hlo")
 
@@ -403,7 +408,7 @@ class Compiled(_Stage):
         NOTE [partitioning report] in ``report/tables.py``; ``print`` it, or read its
         ``values`` / ``collectives`` / ``memory`` / ``cost``, or ``to_json()``.
         """
-        return build_report(self._plan, self._executable, self._executable.lowered.shardy)
+        return tables.build(self._plan, self._executable, self._executable.lowered.shardy)
 
     def _per_input(self, values: list[Any]) -> list[Any]:
         """One value per input the program takes -> one per dynamic argument (None where
