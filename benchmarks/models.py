@@ -18,7 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from partitioner import PartitionSpec as P
+# jax's own spec type: partitioner.PartitionSpec builds these very objects, and a
+# jax.jit-only process (bench_startup.py) can then use this module without
+# importing partitioner.
+from jax.sharding import PartitionSpec as P
 
 Params = dict[str, jax.Array]
 Batch = tuple[jax.Array, jax.Array]

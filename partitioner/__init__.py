@@ -4,18 +4,21 @@ The public surface, and only it. The pipeline lives in the private package
 ``partitioner._src`` (see docs/architecture.md); ``partitioner.testing`` (imported
 on its own) helps users property-test their sharding code, and
 ``partitioner._testing`` exposes the few internals partitioner's own tests look at.
+
+``import partitioner`` loads what ``pjit``, ``jit`` and the specs need; the other
+systems (``pmap``, host callbacks, multi-process jobs, ``colocated_python``, reports)
+load on first use, so a short job, a test process or a CLI does not pay for them.
 """
 
-from . import distributed, host_callback, inspect, options, sharding_spec
-from ._src.colocated.api import colocated_cpu_devices, colocated_python
-from ._src.colocated.objects import colocated_python_class
+from typing import TYPE_CHECKING
+
+from . import options
+from ._src import lazy
 from ._src.events import add_listener, recording
 from ._src.jit import JitWrapped, jit
 from ._src.options import partitioner, set_partitioner
 from ._src.pjit import PjitWrapped, pjit
-from ._src.pmap import PmapWrapped, pmap
 from ._src.primitives.constraint import with_sharding_constraint
-from ._src.residuals import Residual, residuals
 from ._src.sharding import (
     REPLICATED,
     UNCONSTRAINED,
@@ -28,9 +31,34 @@ from ._src.sharding import (
     prepare_axis_resources,
 )
 from ._src.sharding.auto import AUTO
-from ._src.sharding.sharding_spec import sharding_spec_of
 from ._src.stages import Compiled, Lowered, Traced
 from ._src.wrapped import clear_caches
+
+# Loaded on first use (``partitioner.pmap``, ``import partitioner.host_callback``):
+# the systems a pjit/jit user never touches (see ``_src/lazy.py``). Type checkers
+# and the API reference read the imports below.
+if TYPE_CHECKING:
+    from . import distributed, host_callback, inspect, sharding_spec
+    from ._src.colocated.api import colocated_cpu_devices, colocated_python
+    from ._src.colocated.objects import colocated_python_class
+    from ._src.pmap import PmapWrapped, pmap
+    from ._src.residuals import Residual, residuals
+    from ._src.sharding.sharding_spec import sharding_spec_of
+else:
+    __getattr__, __dir__ = lazy.attach(
+        __name__,
+        {
+            "colocated_cpu_devices": "partitioner._src.colocated.api",
+            "colocated_python": "partitioner._src.colocated.api",
+            "colocated_python_class": "partitioner._src.colocated.objects",
+            "PmapWrapped": "partitioner._src.pmap",
+            "pmap": "partitioner._src.pmap",
+            "Residual": "partitioner._src.residuals",
+            "residuals": "partitioner._src.residuals",
+            "sharding_spec_of": "partitioner._src.sharding.sharding_spec",
+        },
+        submodules=("distributed", "host_callback", "inspect", "sharding_spec"),
+    )
 
 __all__ = [
     "AUTO",

@@ -26,7 +26,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "partitioner"
 #: The pipeline, bottom to top; a module may import only from its own layer's
 #: package or from layers below (docs/architecture.md).
 LAYERS: list[tuple[str, ...]] = [
-    ("_src.jax_private", "_src.events", "_src.options", "_src.warn", "_src.window"),
+    ("_src.jax_private", "_src.events", "_src.options", "_src.warn", "_src.window", "_src.lazy"),
     ("_src.sharding",),
     ("_src.trace",),
     ("_src.primitives",),  # one module per primitive: definition, params, abstract eval, rules
@@ -100,7 +100,41 @@ def _imports(name: str, path: Path) -> list[tuple[str, ast.AST, bool]]:
                     found.append(
                         (alias.name.removeprefix("partitioner."), node, id(node) in top_level)
                     )
+    found += _deferred_imports(name, tree)
     return [(t or "__init__", n, top) for t, n, top in found if (t or "__init__") in _modules()]
+
+
+#: The helpers of ``_src/lazy.py`` that declare a deferred import.
+DEFERRED = ("lazy.module", "lazy.attach")
+
+
+def _deferred_imports(name: str, tree: ast.Module) -> list[tuple[str, ast.AST, bool]]:
+    """``(module, node, declared at module level)`` for each module that a
+    ``lazy.module("partitioner.x")`` or ``lazy.attach(__name__, {name: "partitioner.x"},
+    submodules=(...))`` declaration in module ``name`` loads on first use: imports,
+    only later."""
+    in_function = {
+        id(n)
+        for f in ast.walk(tree)
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef))
+        for n in ast.walk(f)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and ast.unparse(node.func) in DEFERRED):
+            continue
+        if ast.unparse(node.func) == "lazy.module":
+            targets = [ast.literal_eval(node.args[0])]
+        else:
+            targets = list(ast.literal_eval(node.args[1]).values())
+            for keyword in node.keywords:  # submodules=(...) of this package
+                package = "" if name == "__init__" else f".{name}"
+                targets += [f"partitioner{package}.{s}" for s in ast.literal_eval(keyword.value)]
+        for target in targets:
+            if not target.startswith("partitioner."):
+                raise AssertionError(f"{name}: {target!r}: name a deferred module in full")
+            found.append((target.removeprefix("partitioner."), node, id(node) not in in_function))
+    return found
 
 
 def _layer(name: str) -> int:
@@ -153,6 +187,53 @@ def test_imports_point_down_the_pipeline() -> None:
             ):
                 wrong.append(f"{name}:{node.lineno} imports {target}")
     assert not wrong, "imports up (or across) the pipeline:\n" + "\n".join(wrong)
+
+
+def test_deferred_imports_are_read_as_imports() -> None:
+    """``lazy.module`` / ``lazy.attach`` declarations are edges of the graph above (so
+    layers and cycles are checked for them) and name modules that exist."""
+    source = (
+        "from .. import lazy\n"
+        "tables = lazy.module('partitioner._src.report.tables')\n"
+        "__getattr__, __dir__ = lazy.attach(__name__, {'pmap': 'partitioner._src.pmap'},"
+        " submodules=('inspect',))\n"
+        "def f():\n    return lazy.module('partitioner._src.auto.resolve')\n"
+    )
+    found = {(t, top) for t, _, top in _deferred_imports("__init__", ast.parse(source))}
+    assert found == {
+        ("_src.report.tables", True),
+        ("_src.pmap", True),
+        ("inspect", True),
+        ("_src.auto.resolve", False),
+    }, found
+    declared = [
+        (name, target)
+        for name, path in _modules().items()
+        for target, _, _ in _deferred_imports(name, ast.parse(path.read_text()))
+    ]
+    assert ("__init__", "_src.pmap") in declared
+    assert ("_src.wrapped", "_src.auto.resolve") in declared
+    missing = [f"{n} defers {t}" for n, t in declared if t not in _modules()]
+    assert not missing, missing
+
+
+#: Modules that import by name: the lazy loader, and the shell's ``module:function``
+#: (the user's module, never one of ours).
+IMPORTS_BY_NAME = {"_src.lazy", "_src.inspect_cli"}
+
+
+def test_only_the_lazy_loader_imports_by_name() -> None:
+    """``importlib.import_module`` / ``__import__`` would be an import the checks above
+    cannot see: only ``_src/lazy.py`` calls them, for the declarations they read."""
+    bad = [
+        f"{name}:{node.lineno} {ast.unparse(node.func)}"
+        for name, path in _modules().items()
+        if name not in IMPORTS_BY_NAME
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and ast.unparse(node.func).split(".")[-1] in ("import_module", "__import__")
+    ]
+    assert not bad, "imports by name outside _src/lazy.py:\n" + "\n".join(bad)
 
 
 def test_no_import_hidden_in_a_function() -> None:

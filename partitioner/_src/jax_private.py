@@ -13,6 +13,7 @@ Elsewhere, code reads ``jp.ClosedJaxpr``, never ``jp.core.ClosedJaxpr``
 
 from __future__ import annotations
 
+import operator as _operator
 import os as _os
 import re as _re
 from collections.abc import Callable, Iterable, Sequence
@@ -783,6 +784,63 @@ get_compile_options = _compiler.get_compile_options
 # The compile call itself (jax's XLA error handlers included), for when no cache is in play.
 backend_compile_and_load = _compiler.backend_compile_and_load
 dump_module_to_file = _mlir.dump_module_to_file
+
+
+#: Trace-context entries that say where a call is made (the ambient mesh, the axis
+#: environment) or what partitioner keys on itself (the partitioner choice, taken
+#: from the program): left out of :func:`lowering_settings`.
+_CALL_SITE_CONTEXT = frozenset(
+    {
+        "mesh_context_manager",
+        "abstract_mesh_context_manager",
+        "axis_env_state",
+        "jax_use_shardy_partitioner",
+    }
+)
+_lowering_entries = _operator.itemgetter(
+    *(i for i, name in enumerate(_config.trace_context_names()) if name not in _CALL_SITE_CONTEXT)
+)
+
+
+def lowering_settings() -> tuple[Any, ...]:
+    """The jax settings a jaxpr is lowered under (``jax_default_matmul_precision``, x64,
+    the threefry implementation, ...), for the executable cache's key.
+
+    jax.jit's own compile caches key on its whole trace context (they are jax's
+    ``weakref_lru_cache``s); this is that context less the entries that name where a
+    call is made, which the program's own mesh already says.
+    """
+    return _lowering_entries(_config.trace_context())
+
+
+#: The names of the :func:`compile_settings` entries, in order (for cache-miss explanations).
+COMPILE_SETTING_NAMES = (
+    "jax_exec_time_optimization_effort",
+    "jax_memory_fitting_effort",
+    "jax_optimization_level",
+    "jax_memory_fitting_level",
+    "jax_compiler_enable_remat_pass",
+    "jax_disable_most_optimizations",
+)
+
+
+def compile_settings() -> tuple[Any, ...]:
+    """The jax settings ``compiler.get_compile_options`` builds a program's XLA options
+    from (optimization effort and levels, memory fitting, remat, jax's
+    ``jax_disable_most_optimizations``), for the executable cache's key.
+
+    jax.jit keys its persistent cache on them (the serialized options) but not its
+    in-memory one, so changing ``jax_optimization_level`` mid-process keeps serving
+    the program compiled before; partitioner compiles again.
+    """
+    return (
+        _config.exec_time_optimization_effort.value,
+        _config.memory_fitting_effort.value,
+        _config.optimization_level.value,
+        _config.memory_fitting_level.value,
+        _config.enable_remat_opt_pass.value,
+        _compiler._DISABLE_MOST_OPTIMIZATIONS.value,
+    )
 
 
 def persistent_cache_in_play() -> bool:

@@ -21,7 +21,7 @@ difference (docs/api.md): the lowered module names every argument
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 from jax.experimental.layout import Format
@@ -29,18 +29,24 @@ from jax.stages import ArgInfo
 from jax.tree_util import PyTreeDef, keystr, tree_unflatten
 
 from . import jax_private as jp
-from . import options
+from . import lazy, options
+from .compiler.cache import get_lowered_executable
 from .compiler.compile import CompilerOptions
-from .compiler.executable import Executable, finish, named_sharding, xla_layouts
+from .compiler.executable import Executable, named_sharding, xla_layouts
 from .dispatch.execute import run
 from .lower.module import LoweredModule, lower_pjit_body, warn_unusable_donations
 from .lower.prune import prune_unused_inputs
 from .primitives.call_plan import CallPlan
-from .report.tables import Report
-from .report.tables import build as build_report
 from .sharding.leaves import as_reported, check_compiled_layouts
 from .sharding.partition_spec import Spec
 from .trace.arguments import Binding, call_leaves
+
+# The report tables load with the first report, not with ``import partitioner``.
+if TYPE_CHECKING:
+    from .report import tables
+    from .report.tables import Report
+else:
+    tables = lazy.module("partitioner._src.report.tables")
 
 _DIALECTS = ("stablehlo", "hlo")
 
@@ -132,9 +138,10 @@ class Traced(_Stage):
                 "transformation (tracers); lower it outside jax transformations."
             )
         program, kept = prune_unused_inputs(plan.params)
+        settings = jp.lowering_settings()
         module = lower_pjit_body(program, options.use_shardy())
         warn_unusable_donations(module)  # jax.jit warns when it lowers
-        return Lowered(module, plan, program.jaxpr, kept)
+        return Lowered(module, plan, program.jaxpr, kept, settings)
 
 
 def _shape_dtype_structs(plan: CallPlan, avals: Sequence[Any], specs: Sequence[Any]) -> Any:
@@ -154,14 +161,21 @@ class Lowered(_Stage):
     """A lowered pjit: annotated StableHLO, ready to compile."""
 
     def __init__(
-        self, module: LoweredModule, plan: CallPlan, program: Any, kept: tuple[int, ...] | None
+        self,
+        module: LoweredModule,
+        plan: CallPlan,
+        program: Any,
+        kept: tuple[int, ...] | None,
+        settings: tuple[Any, ...],
     ) -> None:
         """``program``: the body lowered (unused inputs pruned: ``kept`` are the call's
-        inputs it takes, None for all)."""
+        inputs it takes, None for all); ``settings``: the jax settings it was lowered
+        under (``jp.lowering_settings()``), part of its executable's key."""
         self._module = module
         self._plan = plan
         self._program = program
         self._kept = kept
+        self._settings = settings
         self._executable: Executable | None = None  # compiled with default options, kept
 
     @property
@@ -221,7 +235,9 @@ class Lowered(_Stage):
         """Compile with XLA's SPMD partitioner (or load from the persistent cache).
 
         Without ``compiler_options`` the executable is kept: compiling again
-        returns it (as jax.jit's ``Lowered.compile`` does).
+        returns it (as jax.jit's ``Lowered.compile`` does). It is the executable
+        calls of the same program run (same devices, options and jax settings):
+        whichever of the two comes first compiles it, once.
 
         Args:
             compiler_options: XLA options by name, as jax.jit's ``Lowered.compile``
@@ -232,7 +248,7 @@ class Lowered(_Stage):
             device_assignment: must be the mesh's devices, in order, if given.
 
         Raises:
-            TypeError: ``compiler_options`` is not a dict.
+            TypeError: ``compiler_options`` is not a dict, or a value is not hashable.
             ValueError: ``device_assignment`` differs from the mesh's devices.
         """
         if compiler_options is not None and not isinstance(compiler_options, dict):
@@ -249,16 +265,23 @@ class Lowered(_Stage):
                 "those devices instead."
             )
         # As jax's: compiled once with default options, then reused by later calls;
-        # a jit(..., compiler_options=...) function's options are its defaults.
-        if compiler_options is None and self._plan.params.compiler_options:
+        # a jit(..., compiler_options=...) function's options are its defaults. The
+        # executable is the one calls of the same program get (NOTE [executable
+        # cache]), whichever of the two compiled it first.
+        default = compiler_options is None
+        if default:
+            if self._executable is not None:
+                return Compiled(self._executable, self._plan)
             compiler_options = dict(self._plan.params.compiler_options)
-            if self._executable is None:
-                self._executable = finish(self._module, self._program, compiler_options, self._kept)
-            return Compiled(self._executable, self._plan)
-        if compiler_options is None and self._executable is not None:
-            return Compiled(self._executable, self._plan)
-        executable = finish(self._module, self._program, compiler_options, self._kept)
-        if compiler_options is None:
+        executable, _ = get_lowered_executable(
+            self._plan.params,
+            self._module,
+            self._program,
+            self._kept,
+            self._settings,
+            compiler_options,
+        )
+        if default:
             self._executable = executable
         return Compiled(executable, self._plan)
 
@@ -403,7 +426,7 @@ class Compiled(_Stage):
         NOTE [partitioning report] in ``report/tables.py``; ``print`` it, or read its
         ``values`` / ``collectives`` / ``memory`` / ``cost``, or ``to_json()``.
         """
-        return build_report(self._plan, self._executable, self._executable.lowered.shardy)
+        return tables.build(self._plan, self._executable, self._executable.lowered.shardy)
 
     def _per_input(self, values: list[Any]) -> list[Any]:
         """One value per input the program takes -> one per dynamic argument (None where

@@ -22,13 +22,18 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from . import lazy
 from . import registry as _registry  # noqa: F401  (installs every primitive's rules)
-from .auto.resolve import clear as clear_auto_choices
 from .dispatch import clear_caches as clear_dispatch_caches
 from .dispatch.fastpath import Dispatcher
 from .primitives.call_plan import Planner
 from .stages import Lowered, Traced, lower_plan
 from .trace.tracing import trace_cache
+
+if TYPE_CHECKING:
+    from .auto import resolve as auto_resolve
+else:  # loaded by the first plan with an AUTO leaf (NOTE [lazy AUTO] in planner/jit_plan.py)
+    auto_resolve = lazy.module("partitioner._src.auto.resolve")
 
 W = TypeVar("W", bound="Wrapped")
 
@@ -122,4 +127,5 @@ def clear_caches() -> None:
     for first.
     """
     clear_dispatch_caches()
-    clear_auto_choices()
+    if lazy.loaded(auto_resolve):  # else no AUTO choice was ever made
+        auto_resolve.clear()

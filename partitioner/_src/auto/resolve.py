@@ -43,10 +43,6 @@ _lock = threading.RLock()  # re-entrant: a search never waits on itself
 Spec = ParsedPartitionSpec | None
 
 
-def has_auto(specs: Sequence[Any]) -> bool:
-    return any(s is AUTO for s in specs)
-
-
 def to_spec(layout: Layout) -> ParsedPartitionSpec:
     """A layout as a parsed spec, spelled as users write it (``to_partition_spec``)."""
     return ParsedPartitionSpec(ParsedPartitionSpec(None, layout).to_partition_spec(), layout)

@@ -1,10 +1,18 @@
 """The executable cache: compile once per program and layout, even under threads.
 
 NOTE [executable cache]:
-- Key: (jaxpr, specs in/out, mesh, donation, partitioner choice, the user's
-  spelling of a spec where it is not its layout's own: ``spellings_key``). The jaxpr is
-  held *weakly*: when the function that produced it is dropped (and with it
-  the trace cache entry), its executables are freed.
+- Key: (jaxpr, specs in/out, mesh, donation, partitioner choice, compiler options,
+  the user's spelling of a spec where it is not its layout's own: ``spellings_key``,
+  and the jax settings that change what is built: the ones lowering reads,
+  ``jp.lowering_settings()``, as jax.jit's own caches key on them, and the ones
+  jax's compile options are made of, ``jp.compile_settings()``, such as
+  ``jax_optimization_level``). The jaxpr is held *weakly*: when the function that
+  produced it is dropped (and with it the trace cache entry), its executables are
+  freed.
+- One compile per program: calls (``get_executable``) and ``Lowered.compile()``
+  (``get_lowered_executable``, from the module ``.lower()`` made) share entries, in
+  either order: the key is the same for the same program, devices, options and
+  settings. Changing a setting compiles again; changing nothing never does.
 - Equal programs share: a jaxpr structurally equal to one already compiled for
   the same rest of the key (``trace/equality.py``: e.g. ``vmap`` of a pjit-ed
   function, and a pjit of the vmapped function) gets that executable, and
@@ -27,11 +35,14 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import jax_private as jp
 from .. import options
 from ..events import emit
+from ..lower.module import LoweredModule
 from ..primitives.pjit_call import PjitParams
 from ..trace.equality import closed_jaxprs_equal
-from .executable import Executable, build, spellings_key
+from .compile import CompilerOptions
+from .executable import Executable, build, finish, spellings_key
 
 
 @dataclass
@@ -180,6 +191,29 @@ def _program_shape(jaxpr: Any) -> Any:
 executables = ExecutableCache(same_program=closed_jaxprs_equal, shape_of=_program_shape)
 
 
+def _key(
+    params: PjitParams,
+    shardy: bool,
+    compiler_options: tuple[tuple[str, Any], ...],
+    lowering: tuple[Any, ...],
+) -> Hashable:
+    """The rest of an entry's key, beside its jaxpr (NOTE [executable cache])."""
+    return (
+        params.in_axis_resources,
+        params.out_axis_resources,
+        params.mesh,
+        params.donated_invars,
+        shardy,
+        params.committed,
+        compiler_options,
+        params.keep_unused,
+        spellings_key(params.in_axis_resources),
+        spellings_key(params.out_axis_resources),
+        lowering,
+        jp.compile_settings(),
+    )
+
+
 def get_executable(params: PjitParams) -> tuple[Executable, bool]:
     """The compiled executable for these params (NOTE [executable cache]), and whether
     this call built it."""
@@ -189,16 +223,44 @@ def get_executable(params: PjitParams) -> tuple[Executable, bool]:
         emit("cache_miss", name=params.name)
         return build(params, shardy)
 
-    key = (
-        params.in_axis_resources,
-        params.out_axis_resources,
-        params.mesh,
-        params.donated_invars,
-        shardy,
-        params.committed,
-        params.compiler_options,
-        params.keep_unused,
-        spellings_key(params.in_axis_resources),
-        spellings_key(params.out_axis_resources),
-    )
+    key = _key(params, shardy, params.compiler_options, jp.lowering_settings())
+    return executables.get_or_compile(params.jaxpr, key, build_it)
+
+
+def get_lowered_executable(
+    params: PjitParams,
+    lowered: LoweredModule,
+    program: Any,
+    kept: tuple[int, ...] | None,
+    lowering: tuple[Any, ...],
+    compiler_options: CompilerOptions | None,
+) -> tuple[Executable, bool]:
+    """The executable of a module ``.lower()`` made, shared with the calls of its program.
+
+    Args:
+        params: the call's params (``lowered`` is their pruned body's module).
+        lowered: the module; compiled on a miss, as it is.
+        program: the pruned jaxpr ``lowered`` came from; ``kept``: the inputs it takes.
+        lowering: ``jp.lowering_settings()`` when ``lowered`` was lowered.
+        compiler_options: as ``Lowered.compile`` takes them (None: none).
+
+    Raises:
+        TypeError: an option's value is not hashable (XLA's are numbers, strings
+            and booleans).
+    """
+    options_key = tuple(sorted((compiler_options or {}).items()))
+    try:
+        hash(options_key)
+    except TypeError:
+        bad = [k for k, v in options_key if not isinstance(v, Hashable)]
+        raise TypeError(
+            f"{params.api}.lower(...).compile: compiler_options values must be numbers, "
+            f"strings or booleans, as XLA takes them; got unhashable values for {bad}"
+        ) from None
+
+    def build_it() -> Executable:
+        emit("cache_miss", name=params.name)
+        return finish(lowered, program, compiler_options or None, kept)
+
+    key = _key(params, lowered.shardy, options_key, lowering)
     return executables.get_or_compile(params.jaxpr, key, build_it)

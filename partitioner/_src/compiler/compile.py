@@ -101,13 +101,18 @@ def _chosen_specs(shardings: Any, avals: Any, mesh: Any) -> list[ParsedPartition
     if shardings is None:  # a 1-device executable reports nothing: replicated
         return [REPLICATED] * n
     parsed: list[ParsedPartitionSpec | None] = []
+    # Values mostly share a few layouts (every weight of a layer stack): each
+    # distinct one is parsed once.
+    seen: dict[bytes, list[ParsedPartitionSpec | None]] = {}
     for s in shardings:
-        try:
-            p = parse_op_sharding_parsed(s, mesh)
-        except ValueError:
-            parsed.append(None)
-            continue
-        parsed.extend(p if isinstance(p, list) else [p])
+        key = s.SerializeToString()
+        if key not in seen:
+            try:
+                p = parse_op_sharding_parsed(s, mesh)
+                seen[key] = p if isinstance(p, list) else [p]
+            except ValueError:
+                seen[key] = [None]
+        parsed.extend(seen[key])
     if len(parsed) == 1 and n != 1:  # XLA may report one sharding for all values
         parsed = parsed * n
     return [

@@ -22,8 +22,9 @@ from ..trace.arguments import FlatArguments
 
 logger = logging.getLogger(__name__)
 
-# The dispatcher's signature: (tree, leaf signatures, statics, mesh, jax configuration).
-Signature = tuple[Any, tuple[Any, ...], tuple[Any, ...], Any, Any]
+# The dispatcher's signature: (tree, leaf signatures, statics, mesh, jax configuration,
+# jax's compile settings).
+Signature = tuple[Any, tuple[Any, ...], tuple[Any, ...], Any, Any, tuple[Any, ...]]
 
 _LEAF_PARTS = ("type", "shape", "dtype", "weak_type", "sharding", "committed")
 
@@ -79,15 +80,16 @@ def _diff(
     configuration first, argument types last): the closest previous key is the
     deepest, then the one with the fewest differences.
     """
-    tree, leaves, statics, mesh, context = new
-    o_tree, o_leaves, o_statics, o_mesh, o_context = old
-    if context != o_context:
-        context_names = jp.trace_context_names()
-        diffs = [
-            f"  * {n} differs: now {a} and before {b}"
-            for n, a, b in zip(context_names, context, o_context, strict=False)
-            if a != b
-        ]
+    tree, leaves, statics, mesh, context, settings = new
+    o_tree, o_leaves, o_statics, o_mesh, o_context, o_settings = old
+    if context != o_context or settings != o_settings:
+        named = zip(
+            (*jp.trace_context_names(), *jp.COMPILE_SETTING_NAMES),
+            (*context, *settings),
+            (*o_context, *o_settings),
+            strict=False,
+        )
+        diffs = [f"  * {n} differs: now {a} and before {b}" for n, a, b in named if a != b]
         return 0, len(diffs), "the jax configuration differs:\n" + "\n".join(diffs)
     if mesh != o_mesh:
         return 1, 1, f"the mesh in context differs: now {mesh} and before {o_mesh}"

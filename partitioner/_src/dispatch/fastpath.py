@@ -276,6 +276,7 @@ class Dispatcher:
             statics_key(statics),
             jp.ambient_mesh(),
             jp.trace_context(),
+            jp.compile_settings(),  # NOTE [executable cache]: a change compiles again
         )
         hash(key)  # raises TypeError for unhashable static values
         return key, leaves

@@ -128,10 +128,15 @@ def set_main_shardings(
     key = "sdy.sharding" if shardy else "mhlo.sharding"
     symbol = ensure_sdy_mesh(module, mesh) if shardy else ""
 
+    built: dict[tuple[Any, ...], Any] = {}  # values share a few layouts: each built once
+
     def attr(aval: Any, spec: ParsedPartitionSpec) -> Any:
         # Shardings cover the physical shape: a key array's trailing dims are replicated.
         aval = jp.physical_aval(aval)
-        return shardy_attr(aval, spec, symbol) if shardy else gspmd_attr(aval, spec, mesh)
+        key = (aval.shape, spec)
+        if key not in built:
+            built[key] = shardy_attr(aval, spec, symbol) if shardy else gspmd_attr(aval, spec, mesh)
+        return built[key]
 
     def merged(
         old: Any, n_tokens: int, avals: Sequence[Any], specs: Sequence[ParsedPartitionSpec | None]

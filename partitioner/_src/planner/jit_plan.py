@@ -13,18 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 from jax.sharding import Mesh
 from jax.tree_util import tree_flatten_with_path, tree_leaves, tree_unflatten
 
 from .. import jax_private as jp
-from .. import options
-from ..auto.resolve import has_auto, resolve
+from .. import lazy, options
 from ..primitives.call_plan import CallPlan, OverRecord
 from ..primitives.pjit_call import PjitParams
-from ..sharding.auto import AUTO
+from ..sharding.auto import AUTO, has_auto
 from ..sharding.call_inputs import checked_inputs, input_specs
 from ..sharding.call_outputs import output_specs
 from ..sharding.mesh_env import resolve_call_mesh
@@ -40,6 +39,13 @@ from ..sharding.tree import UNSPECIFIED
 from ..trace.arguments import BoundCall, bind_call
 from ..trace.tracing import check_mesh_unchanged, enclosing_body, trace_body
 from .jit_info import JitInfo, NoneRule
+
+# NOTE [lazy AUTO]: the AUTO stage (its cost model, search and reports) is loaded
+# by the first plan with an AUTO leaf, not by ``import partitioner`` (``lazy.py``).
+if TYPE_CHECKING:
+    from ..auto import resolve as auto_resolve
+else:
+    auto_resolve = lazy.module("partitioner._src.auto.resolve")
 
 
 def plan_jit_call(info: JitInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallPlan:
@@ -229,7 +235,7 @@ def resolve_auto(info: JitInfo, plan: CallPlan) -> CallPlan:
     out_paths = [path for path, _ in tree_flatten_with_path(out_avals)[0]]
     arguments = plan.arguments
     assert arguments is not None  # a jit plan always names its arguments
-    plan = resolve(plan, arguments.paths, out_paths, info.auto_memory_limit)
+    plan = auto_resolve.resolve(plan, arguments.paths, out_paths, info.auto_memory_limit)
     if not options.reshard_committed_enabled():
         for i, auto in enumerate(was_auto):
             if auto:

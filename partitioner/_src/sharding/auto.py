@@ -8,6 +8,7 @@ that reads them. The search itself is ``_src/auto/`` (NOTE [auto search] there).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -30,6 +31,11 @@ AUTO: _Auto = _Auto()
 
 def is_auto(x: object) -> bool:
     return x is AUTO
+
+
+def has_auto(specs: Iterable[object]) -> bool:
+    """Whether any of ``specs`` is AUTO (the plan then goes through the AUTO stage)."""
+    return any(s is AUTO for s in specs)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,263 @@
+"""Figure 12: start-up, partitioner vs jax.jit: import, first calls, whole processes.
+
+Why: once compiled, partitioner is at parity with jax.jit; a short job, a test
+process, a CLI or a restarted (preempted) training job also pays for everything
+before that. Every sample here is a *new process* (``startup_worker.py``), run
+in turn with its jax.jit counterpart, so what one process leaves behind cannot
+help the next:
+
+- import: ``import jax, partitioner`` against ``import jax`` (timed inside the
+  process); the target is on the difference, <= 0.1 s.
+- first call, warm: jax's persistent compilation cache already holds the program
+  (a restarted job); the first call of a 30-matmul chain on a 4x2 mesh, from
+  making the wrapper to the blocked result, for ``pjit`` and ``partitioner.jit``.
+- first call, cold: the same with no persistent cache (XLA compiles).
+- whole process: ``python script.py`` of a restarted job (import, the cache, the
+  mesh, the parameters, one step of the transformer block's train step), timed from
+  outside; and ``python -m partitioner.inspect`` on a small program (reported).
+
+The byte-code cache is allowed (``PYTHONDONTWRITEBYTECODE`` is dropped for the
+children, and a warm-up process writes it): an installed package has one, and
+compiling partitioner's sources on every import would measure the interpreter.
+"""
+
+from __future__ import annotations
+
+import common  # first: sets XLA_FLAGS before jax is imported
+
+# isort: split
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+NAME = "startup"
+HERE = Path(__file__).resolve().parent
+WORKER = HERE / "startup_worker.py"
+TIMEOUT_S = 300  # one process; a hang fails the figure instead of stalling the run
+IMPORT_BUDGET_S = 0.1
+FIRST_CALL = common.Target("<= 1.00x", hi=1.0)
+WHOLE_PROCESS = common.Target("<= 1.05x", hi=1.05)
+INSPECT_ARGS = (
+    "-m",
+    "partitioner.inspect",
+    "startup_worker:small",
+    "--mesh",
+    "data=4,model=2",
+    "--arg",
+    "f32[64,64]",
+    "--in",
+    "P('data')",
+    "--arg",
+    "f32[64,64]",
+    "--in",
+    "P(None, 'model')",
+)
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)  # common.setup_env's XLA_FLAGS and platform
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def _process(args: Sequence[str]) -> tuple[common.Timing, str]:
+    """Run ``python ARGS`` in the benchmarks folder as one new process, bounded in time.
+
+    Returns its wall time and CPU time (all its threads, from the kernel's accounting
+    of the finished child) and its standard output.
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    # subprocess.run kills the child if it outlives the timeout, and reaps it.
+    done = subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+        cwd=HERE,
+        env=_env(),
+    )
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise RuntimeError(f"python {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return common.Timing(wall, cpu), done.stdout
+
+
+def _worker(*args: str) -> dict[str, Any]:
+    _, out = _process([str(WORKER), *args])
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _sampled(
+    samplers: dict[str, Callable[[], common.Timing]], rounds: int
+) -> dict[str, list[common.Timing]]:
+    """Each contender once per round, the order rotated every round (one warm-up)."""
+    return common.interleave(samplers, rounds, warmup=1)
+
+
+# --- import ---
+
+
+def import_row(rounds: int) -> tuple[common.Row, dict[str, Any]]:
+    def sample(what: str) -> Callable[[], common.Timing]:
+        def run() -> common.Timing:
+            out = _worker("import", what)
+            return common.Timing(out["total_s"], out["total_s"])
+
+        return run
+
+    samples = _sampled({"partitioner": sample("partitioner"), "jax": sample("jax")}, rounds)
+    ours = [t.wall for t in samples["partitioner"]]
+    theirs = [t.wall for t in samples["jax"]]
+    over = statistics.median(ours) - statistics.median(theirs)
+    paired = [a - b for a, b in zip(ours, theirs, strict=True)]
+    noise = (common.quantile(paired, 0.75) - common.quantile(paired, 0.25)) / 2
+    row = common.compare(
+        "import jax, partitioner vs import jax",
+        "ms",
+        ours,
+        theirs,
+        None,
+        1e3,
+        over_jax_ms=1e3 * over,
+        over_jax_noise_ms=1e3 * noise,
+    )
+    row.target = f"+<= {IMPORT_BUDGET_S * 1e3:.0f} ms"
+    row.met = over <= IMPORT_BUDGET_S
+    row.status = "ok" if row.met else ("noise" if over - noise <= IMPORT_BUDGET_S else "MISSED")
+    return row, {"import_s": samples}
+
+
+# --- first calls ---
+
+
+def first_call_rows(rounds: int, warm: bool) -> tuple[list[common.Row], dict[str, Any]]:
+    """The first call in a new process, with jax's persistent cache populated or absent."""
+    with tempfile.TemporaryDirectory(prefix="partitioner-bench-startup-") as cache_dir:
+        where = cache_dir if warm else "-"
+        if warm:  # each contender's program written once, by a cold process
+            for who in ("partitioner", "partitioner.jit", "jax.jit"):
+                _worker("first-call", who, where)
+
+        def sample(who: str) -> Callable[[], common.Timing]:
+            def run() -> common.Timing:
+                out = _worker("first-call", who, where)
+                if warm and out["hits"] < 1:
+                    raise RuntimeError(f"{who}: the persistent cache served nothing: {out}")
+                return common.Timing(out["wall"], out["cpu"])
+
+            return run
+
+        samples = _sampled(
+            {w: sample(w) for w in ("partitioner", "partitioner.jit", "jax.jit")}, rounds
+        )
+    kind = "warm persistent cache" if warm else "no persistent cache"
+    rows = [
+        common.compare(
+            f"first call, {kind} ({door})",
+            "ms",
+            samples[who],
+            samples["jax.jit"],
+            FIRST_CALL,
+            1e3,
+        )
+        for door, who in (("pjit", "partitioner"), ("jit", "partitioner.jit"))
+    ]
+    return rows, {"first_call_s": samples}
+
+
+# --- whole processes ---
+
+
+def train_step_row(rounds: int) -> tuple[common.Row, dict[str, Any]]:
+    """``python script.py`` of a restarted job: import + its first (cached) train step."""
+    with tempfile.TemporaryDirectory(prefix="partitioner-bench-startup-") as cache_dir:
+        for who in ("partitioner", "jax.jit"):
+            _worker("train-step", who, cache_dir)
+
+        def sample(who: str) -> Callable[[], common.Timing]:
+            def run() -> common.Timing:
+                timing, out = _process([str(WORKER), "train-step", who, cache_dir])
+                if json.loads(out.strip().splitlines()[-1])["hits"] < 1:
+                    raise RuntimeError(f"{who}: the persistent cache served nothing")
+                return timing
+
+            return run
+
+        samples = _sampled({w: sample(w) for w in ("partitioner", "jax.jit")}, rounds)
+    row = common.compare(
+        "whole process: cached train step (import + first step)",
+        "ms",
+        samples["partitioner"],
+        samples["jax.jit"],
+        WHOLE_PROCESS,
+        1e3,
+        partitioner_min_ms=1e3 * min(t.wall for t in samples["partitioner"]),
+        jax_jit_min_ms=1e3 * min(t.wall for t in samples["jax.jit"]),
+    )
+    return row, {"train_step_process_s": samples}
+
+
+def inspect_row(rounds: int) -> tuple[common.Row, dict[str, Any]]:
+    """``python -m partitioner.inspect`` on a small program (reported; no jax.jit twin)."""
+    samples = _sampled(
+        {
+            "inspect": lambda: _process(INSPECT_ARGS)[0],
+            "import jax": lambda: _process(["-c", "import jax"])[0],
+        },
+        rounds,
+    )
+    walls = [t.wall for t in samples["inspect"]]
+    row = common.compare(
+        "whole process: python -m partitioner.inspect",
+        "ms",
+        samples["inspect"],
+        None,
+        None,
+        1e3,
+        min_ms=1e3 * min(walls),
+        python_import_jax_ms=1e3 * statistics.median(t.wall for t in samples["import jax"]),
+    )
+    return row, {"inspect_process_s": samples}
+
+
+def main() -> None:
+    args = common.parse_args(__doc__.splitlines()[0])
+    scale = 1 if args.quick else None
+    rows: list[common.Row] = []
+    raw: dict[str, Any] = {}
+    row, raw["import"] = import_row(scale or 15)
+    rows.append(row)
+    warm, raw["warm"] = first_call_rows(scale or 15, warm=True)
+    cold, raw["cold"] = first_call_rows(scale or 9, warm=False)
+    rows += warm + cold
+    row, raw["train_step"] = train_step_row(scale or 11)
+    rows.append(row)
+    row, raw["inspect"] = inspect_row(scale or 5)
+    rows.append(row)
+    common.print_rows("start-up: new processes (import, first calls, whole scripts)", rows)
+    for r in rows:
+        if "over_jax_ms" in r.extra:
+            print(
+                f"import partitioner over import jax: {r.extra['over_jax_ms']:.0f} "
+                f"+- {r.extra['over_jax_noise_ms']:.0f} ms"
+            )
+    common.write_json(NAME, rows, args.quick, samples=raw)
+    common.save_plot(
+        NAME, lambda fig: common.bar_plot(fig, "start-up (lower is better)", rows, "ms")
+    )
+
+
+if __name__ == "__main__":
+    main()
