@@ -11,6 +11,10 @@ help the next:
 - first call, warm: jax's persistent compilation cache already holds the program
   (a restarted job); the first call of a 30-matmul chain on a 4x2 mesh, from
   making the wrapper to the blocked result, for ``pjit`` and ``partitioner.jit``.
+  The timed region starts from a collected heap in every process (the worker's
+  ``_collected_heap`` says why): where the next full collection (~50 ms) falls is
+  set by everything imported before, and a bare jax.jit process is ~6,500
+  allocations short of one after this call, so a raw row would time that luck.
 - first call, cold: the same with no persistent cache (XLA compiles).
 - whole process: ``python script.py`` of a restarted job (import, the cache, the
   mesh, the parameters, one step of the transformer block's train step), timed from
