@@ -6,7 +6,13 @@ the fixtures that use them live in ``conftest.py``.
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -117,3 +123,30 @@ class StandIn:
 #: ``meshes`` strategy (axis sizes multiply to a divisor of the count) reaches them all.
 #: One pool, so equal meshes are the same interned jax Mesh and jax's caches stay warm.
 STAND_INS = [StandIn(i) for i in range(840)]
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_json(args: Sequence[str], env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Run ``python ARGS`` as a new process with this checkout importable; the JSON it prints last.
+
+    Why a new process: start-up and the persistent cache are about what one
+    process leaves behind for the next. ``env`` adds to (or overrides) this
+    process's environment; the child is bounded in time and reaped.
+    """
+    full_env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        **(env or {}),
+    }
+    done = subprocess.run(
+        [sys.executable, *args],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,  # kills the child if it hangs; subprocess.run reaps it
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -9,21 +9,16 @@ is compiled again with a warning, never run.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+from helpers import run_json
+
 WORKER = Path(__file__).resolve().parent / "compile_cache_worker.py"
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _run(mode: str, cache_dir: Path, **settings: str) -> dict[str, Any]:
     env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
         "JAX_PLATFORMS": "cpu",
         "JAX_COMPILATION_CACHE_DIR": str(cache_dir),
@@ -31,16 +26,7 @@ def _run(mode: str, cache_dir: Path, **settings: str) -> dict[str, Any]:
         "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
         **settings,
     }
-    done = subprocess.run(
-        [sys.executable, str(WORKER), mode],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,  # kills the child if it hangs; subprocess.run reaps it
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_json([str(WORKER), mode], env)
 
 
 def _entries(cache_dir: Path) -> list[Path]:

@@ -10,17 +10,12 @@ load, and that a host callback's rules are installed when its module loads.
 from __future__ import annotations
 
 import ast
-import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import ROOT, run_json
 
 import partitioner
-
-ROOT = Path(__file__).resolve().parent.parent
 
 #: What a pjit/jit user never touches: none of it may load with ``import partitioner``
 #: or on the pjit path.
@@ -46,20 +41,7 @@ DEFERRED = (
 
 def _fresh(code: str) -> dict[str, object]:
     """Run ``code`` in a new interpreter (8 CPU devices); the JSON it prints last."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,  # kills the child if it hangs; subprocess.run reaps it
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_json(["-c", code])
 
 
 _LOADED = (
