@@ -19,7 +19,7 @@ from jax.sharding import Mesh
 
 from .. import jax_private as jp
 from .auto import AUTO
-from .checks import check_specs
+from .checks import check_specs, given_specs
 from .devices import DeviceSource
 from .leaves import resolve_inputs
 from .mesh_env import has_explicit_axes
@@ -114,11 +114,7 @@ def checked_inputs(
     avals = [
         abstractify(x, where(i), static_hint, typed=typed, fun=fun) for i, x in enumerate(leaves)
     ]
-    given = [
-        i
-        for i, s in enumerate(specs)
-        if s is not None and s is not AUTO and not jp.is_token(avals[i])
-    ]
+    given = given_specs(specs, avals)
     check_specs(
         f"{api} arguments",
         [specs[i] for i in given],

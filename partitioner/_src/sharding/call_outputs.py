@@ -14,8 +14,7 @@ from jax.sharding import Mesh
 from jax.tree_util import KeyPath, keystr
 
 from .. import jax_private as jp
-from .auto import AUTO
-from .checks import check_specs
+from .checks import check_specs, given_specs
 from .leaves import check_layouts
 from .parsed import REPLICATED
 from .tree import UNSPECIFIED, broadcast_prefix
@@ -35,11 +34,7 @@ def output_specs(
     specs, paths = broadcast_prefix(prefix, outs, api=f"{api} {out_name}", what="outputs")
     # An ordering token holds no data: replicated, whatever the tree says (as jax's).
     specs = [REPLICATED if jp.is_token(a) else s for s, a in zip(specs, out_avals, strict=True)]
-    given = [
-        i
-        for i, s in enumerate(specs)
-        if s is not UNSPECIFIED and s is not AUTO and not jp.is_token(out_avals[i])
-    ]
+    given = given_specs(specs, out_avals)
     check_specs(
         f"{api} outputs",
         [specs[i] for i in given],

@@ -12,6 +12,7 @@ from typing import Any
 
 from jax.sharding import Mesh, NamedSharding
 
+from .. import jax_private as jp
 from .parsed import ParsedPartitionSpec
 
 MSG_NOT_DIVISIBLE = """\
@@ -104,6 +105,19 @@ def check_spec(
                     sizes=" * ".join(f"{a}={mesh_shape[a]}" for a in axes),
                 )
             )
+
+
+def given_specs(specs: Sequence[Any], avals: Sequence[Any]) -> list[int]:
+    """The indices of the specs a user gave, the ones checked and resolved.
+
+    A leaf left to XLA (``None``, ``UNSPECIFIED``), one the AUTO stage chooses, and
+    an ordering token (no data, no layout) have no spec yet.
+    """
+    return [
+        i
+        for i, (spec, aval) in enumerate(zip(specs, avals, strict=True))
+        if isinstance(spec, ParsedPartitionSpec) and not jp.is_token(aval)
+    ]
 
 
 def check_specs(
