@@ -13,9 +13,9 @@ import ast
 import sys
 
 import pytest
-from helpers import ROOT, run_json
 
 import partitioner
+from tests.helpers import ROOT, run_json
 
 #: What a pjit/jit user never touches: none of it may load with ``import partitioner``
 #: or on the pjit path.

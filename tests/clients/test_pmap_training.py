@@ -10,9 +10,9 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
-from clients_helpers import load_example
 
 import partitioner
+from tests.clients.clients_helpers import load_example
 
 
 @pytest.mark.usefixtures("partitioner_mode")

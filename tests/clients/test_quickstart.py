@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from clients_helpers import EXAMPLES
+from tests.clients.clients_helpers import EXAMPLES
 
 
 def test_the_quickstart_runs_and_agrees_with_jax_jit() -> None:

@@ -14,13 +14,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from clients_helpers import load_example, mesh_4x2
 from flax import nnx
 from jax.sharding import NamedSharding
 
 from partitioner import PartitionSpec as P
 from partitioner import pjit
 from partitioner.host_callback import barrier_wait, id_tap
+from tests.clients.clients_helpers import load_example, mesh_4x2
 
 
 def _is_spec(s: Any) -> bool:

@@ -24,13 +24,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import devices
 from jax.sharding import Mesh, NamedSharding
 
 import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import _testing as testing
 from partitioner import colocated_python, colocated_python_class, pjit
+from tests.helpers import devices
 
 WAIT_S = 30.0  # a bound on every wait, so a regression fails instead of hanging
 

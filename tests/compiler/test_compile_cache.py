@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from helpers import run_json
+from tests.helpers import run_json
 
 WORKER = Path(__file__).resolve().parent / "compile_cache_worker.py"
 

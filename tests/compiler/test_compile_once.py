@@ -16,10 +16,10 @@ from typing import Any
 import jax
 import numpy as np
 import pytest
-from helpers import MESH_2D, arange, assert_close, mesh_ctx, named
 
 import partitioner
 from partitioner import PartitionSpec as P
+from tests.helpers import MESH_2D, arange, assert_close, mesh_ctx, named
 
 pytestmark = pytest.mark.usefixtures("partitioner_mode")
 

@@ -30,7 +30,8 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
-from jit_conformance import (
+
+from tests.conformance.jit_conformance import (
     DOORS,
     agree_at_wrap,
     donation_warnings,

@@ -29,7 +29,9 @@ import optax
 import pytest
 from jax.sharding import AxisType, NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
-from jit_conformance import (
+
+import partitioner
+from tests.conformance.jit_conformance import (
     DOORS,
     deleted,
     donation_warnings,
@@ -41,8 +43,6 @@ from jit_conformance import (
     same_outcome,
     sharded,
 )
-
-import partitioner
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)

@@ -10,7 +10,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import arange
 from jax.sharding import NamedSharding
 
 import partitioner as pt
@@ -22,6 +21,7 @@ from partitioner._testing import (
     executable_cache,
     runs_windowed,
 )
+from tests.helpers import arange
 
 
 @pytest.fixture(params=["cpp", "python"])

@@ -14,13 +14,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import arange, assert_close, devices
 from jax.sharding import Mesh, NamedSharding
 
 import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import pjit
 from partitioner._testing import MAX_IN_FLIGHT, call_is_guarded
+from tests.helpers import arange, assert_close, devices
 
 
 @pytest.fixture(params=["cpp", "python"])

@@ -21,10 +21,10 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 from jax.sharding import Mesh, NamedSharding
-from mp_helpers import lines_of, run_job, values
-from workers import checkpoint_save as job
 
 from partitioner import PartitionSpec as P
+from tests.distributed.mp_helpers import lines_of, run_job, values
+from tests.distributed.workers import checkpoint_save as job
 
 
 @pytest.fixture(scope="module")

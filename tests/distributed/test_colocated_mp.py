@@ -12,7 +12,8 @@ from typing import Any
 
 import jax
 import numpy as np
-from mp_helpers import explain, lines_of, run_job
+
+from tests.distributed.mp_helpers import explain, lines_of, run_job
 
 CHECKS = [
     "discovery call on the host-local part",

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import devices
 from jax.sharding import Mesh, NamedSharding
 
 import partitioner.distributed as pd
 from partitioner import PartitionSpec as P
+from tests.helpers import devices
 
 MESH = Mesh(devices(4, 2), ("a", "b"))
 

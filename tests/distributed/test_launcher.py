@@ -15,7 +15,8 @@ import textwrap
 import time
 
 import pytest
-from mp_helpers import ROOT, child_env, launcher_command
+
+from tests.distributed.mp_helpers import ROOT, child_env, launcher_command
 
 
 def _launch(code: str, *flags: str, timeout: float = 60) -> subprocess.Popen[str]:

@@ -7,20 +7,17 @@ no orphans, localhost only) and reads what the processes printed.
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any
 
 import jax
 import numpy as np
 import pytest
-from mp_helpers import WORKERS, explain, lines_of, run_job, values
 
 import partitioner
 from partitioner import PartitionSpec as P
-
-sys.path.insert(0, str(WORKERS))
-from train_step import SPECS, STEPS, batch, init_params, train_step  # noqa: E402
+from tests.distributed.mp_helpers import explain, lines_of, run_job, values
+from tests.distributed.workers.train_step import SPECS, STEPS, batch, init_params, train_step
 
 
 def test_every_pjit_feature_runs_across_two_processes() -> None:

@@ -29,7 +29,7 @@ import partitioner
 import partitioner.testing
 from partitioner.testing import strategies
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SWITCHING = [
     "from-pjit-2022",
     "from-jax-jit",

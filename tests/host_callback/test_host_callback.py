@@ -14,7 +14,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import devices
 from jax.sharding import NamedSharding
 
 import partitioner
@@ -22,6 +21,7 @@ from partitioner import PartitionSpec as P
 from partitioner import host_callback as hcb
 from partitioner import pjit
 from partitioner.host_callback import barrier_wait, id_print, id_tap
+from tests.helpers import devices
 
 
 class Recorder:

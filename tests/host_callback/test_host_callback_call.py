@@ -12,13 +12,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import devices
 from jax import lax
 
 import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import host_callback as hcb
 from partitioner import pjit
+from tests.helpers import devices
 
 F32 = np.float32
 

@@ -13,7 +13,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import devices
 from jax import lax
 
 import partitioner
@@ -21,6 +20,7 @@ from partitioner import PartitionSpec as P
 from partitioner import host_callback as hcb
 from partitioner import pjit, pmap
 from partitioner._src.host_callback.primitive import TapParams
+from tests.helpers import devices
 
 DTYPES = [jnp.bfloat16, jnp.float8_e4m3fn, jnp.float8_e5m2, jnp.int4, jnp.uint4, jnp.bool_]
 DTYPES += [jnp.complex64, jnp.float16]

@@ -19,7 +19,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import devices
 
 import partitioner
 from partitioner import PartitionSpec as P
@@ -32,8 +31,9 @@ from partitioner.host_callback import (
     outfeed_receiver,
     receiver_stats,
 )
+from tests.helpers import devices
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_slow_consumer_keeps_the_queue_under_cap_plus_one_payload(partitioner_mode) -> None:

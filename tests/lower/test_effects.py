@@ -12,12 +12,12 @@ from typing import Any
 import jax
 import numpy as np
 import pytest
-from helpers import devices
 from jax.experimental import io_callback
 
 import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import pjit
+from tests.helpers import devices
 
 pytestmark = pytest.mark.usefixtures("partitioner_mode")
 

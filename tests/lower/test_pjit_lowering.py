@@ -13,12 +13,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import MESH_2D, MESH_3D, mesh_ctx, named
 from jax._src.lib import xla_client as xc
 
 import partitioner
 from partitioner import UNCONSTRAINED, pjit, with_sharding_constraint
 from partitioner import PartitionSpec as P
+from tests.helpers import MESH_2D, MESH_3D, mesh_ctx, named
 
 MODES = ["gspmd", "shardy"]
 

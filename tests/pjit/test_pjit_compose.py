@@ -14,11 +14,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import MESH_2D, MESH_3D, arange, assert_close, assert_laid_out, mesh_ctx, named
 
 import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import pjit, with_sharding_constraint
+from tests.helpers import MESH_2D, MESH_3D, arange, assert_close, assert_laid_out, mesh_ctx, named
 
 pytestmark = pytest.mark.usefixtures("jax_partitioner_mode")
 

@@ -16,11 +16,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import MESH_2D, MESH_3D, arange, devices, mesh_ctx
 
 import partitioner
 from partitioner import UNCONSTRAINED, pjit, with_sharding_constraint
 from partitioner import PartitionSpec as P
+from tests.helpers import MESH_2D, MESH_3D, arange, devices, mesh_ctx
 
 Pair = namedtuple("Pair", ["left", "right"])
 

@@ -13,7 +13,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import (
+from jax.sharding import Mesh
+
+import partitioner
+from partitioner import PartitionSpec as P
+from partitioner import pjit
+from tests.helpers import (
     MESH_1D,
     MESH_2D,
     MESH_3D,
@@ -25,11 +30,6 @@ from helpers import (
     named,
     shard_pointers,
 )
-from jax.sharding import Mesh
-
-import partitioner
-from partitioner import PartitionSpec as P
-from partitioner import pjit
 
 pytestmark = pytest.mark.usefixtures("partitioner_mode")
 

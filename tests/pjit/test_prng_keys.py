@@ -13,12 +13,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import MESH_2D, arange, assert_close, mesh_ctx
 from jax.sharding import NamedSharding
 
 import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import pjit, with_sharding_constraint
+from tests.helpers import MESH_2D, arange, assert_close, mesh_ctx
 
 pytestmark = pytest.mark.usefixtures("partitioner_mode")
 

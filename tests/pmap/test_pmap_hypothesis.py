@@ -16,9 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_pmap import assert_same
 
 from partitioner import pmap
+from tests.pmap.test_pmap import assert_same
 
 N = 4  # devices: small programs, quick compiles
 

@@ -18,12 +18,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import pytest
-from helpers import MESH_1D, MESH_2D, mesh_ctx
-from rules_helpers import assert_sharded_like, assert_tree_close, pjit_eqns, rand
 
 import partitioner
 from partitioner import ParsedPartitionSpec, pjit
 from partitioner import PartitionSpec as P
+from tests.helpers import MESH_1D, MESH_2D, mesh_ctx
+from tests.primitives.rules_helpers import assert_sharded_like, assert_tree_close, pjit_eqns, rand
 
 pytestmark = pytest.mark.usefixtures("partitioner_mode")
 

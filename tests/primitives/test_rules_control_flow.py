@@ -14,11 +14,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import pytest
-from helpers import MESH_2D, mesh_ctx, named
-from rules_helpers import assert_sharded_like, assert_tree_close, rand
 
 from partitioner import PartitionSpec as P
 from partitioner import pjit
+from tests.helpers import MESH_2D, mesh_ctx, named
+from tests.primitives.rules_helpers import assert_sharded_like, assert_tree_close, rand
 
 pytestmark = pytest.mark.usefixtures("partitioner_mode")
 

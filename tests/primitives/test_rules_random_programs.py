@@ -23,14 +23,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from helpers import MESH_1D, MESH_2D, mesh_ctx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rules_helpers import assert_sharded_like, assert_tree_close
 
 import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import pjit, with_sharding_constraint
+from tests.helpers import MESH_1D, MESH_2D, mesh_ctx
+from tests.primitives.rules_helpers import assert_sharded_like, assert_tree_close
 
 #: Relative tolerance, and absolute tolerance relative to the largest |value| of
 #: the reference (at least 1): float32 sums and dots reassociate when sharded.

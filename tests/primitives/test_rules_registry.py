@@ -13,16 +13,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import MESH_2D, mesh_ctx
 from jax._src import core
 from jax._src.interpreters import ad, batching, mlir
 from jax._src.interpreters import partial_eval as pe
-from rules_helpers import assert_tree_close, constraint_eqns
 
 import partitioner  # noqa: F401  (registers every rule)
 from partitioner import PartitionSpec as P
 from partitioner import with_sharding_constraint
 from partitioner._testing import call_p, id_tap_p, pjit_p, pmap_region_p, sharding_constraint_p
+from tests.helpers import MESH_2D, mesh_ctx
+from tests.primitives.rules_helpers import assert_tree_close, constraint_eqns
 
 
 def _has_impl(prim: Any) -> bool:

@@ -13,17 +13,17 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import pytest
-from helpers import MESH_1D, MESH_2D, mesh_ctx
-from rules_helpers import (
+
+from partitioner import ParsedPartitionSpec, pjit, with_sharding_constraint
+from partitioner import PartitionSpec as P
+from tests.helpers import MESH_1D, MESH_2D, mesh_ctx
+from tests.primitives.rules_helpers import (
     assert_sharded_like,
     assert_tree_close,
     constraint_eqns,
     pjit_eqns,
     rand,
 )
-
-from partitioner import ParsedPartitionSpec, pjit, with_sharding_constraint
-from partitioner import PartitionSpec as P
 
 pytestmark = pytest.mark.usefixtures("partitioner_mode")
 

@@ -17,13 +17,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import devices
 from jax.sharding import Mesh
 
 import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import inspect, pjit, pmap, with_sharding_constraint
 from partitioner._testing import hlo_replica_groups
+from tests.helpers import devices
 
 X = np.linspace(-1, 1, 32 * 16, dtype=np.float32).reshape(32, 16)
 W = np.linspace(-1, 1, 16 * 8, dtype=np.float32).reshape(16, 8)

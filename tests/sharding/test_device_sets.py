@@ -16,11 +16,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import MESH_2D, arange, assert_close, assert_laid_out, devices, mesh_ctx
 
 import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import pjit, with_sharding_constraint
+from tests.helpers import MESH_2D, arange, assert_close, assert_laid_out, devices, mesh_ctx
 
 
 def _layer(x: Any, w: Any) -> Any:

@@ -14,7 +14,6 @@ from typing import Any
 import jax
 import numpy as np
 import pytest
-from helpers import STAND_INS
 from hypothesis import given
 from hypothesis import strategies as st
 from jax._src.interpreters import mlir
@@ -42,6 +41,7 @@ from partitioner._testing import (
 )
 from partitioner.sharding_spec import devices_indices_map, sharding_spec_from_parsed
 from partitioner.testing.strategies import meshes, specs_and_shapes
+from tests.helpers import STAND_INS
 
 OpSharding = xc.OpSharding
 HloSharding = xc.HloSharding

@@ -11,7 +11,6 @@ from collections import namedtuple
 import jax
 import numpy as np
 import pytest
-from helpers import MESH_2D, mesh_ctx
 
 from partitioner import (
     UNCONSTRAINED,
@@ -21,6 +20,7 @@ from partitioner import (
     prepare_axis_resources,
 )
 from partitioner._testing import broadcast_prefix, check_spec, check_specs
+from tests.helpers import MESH_2D, mesh_ctx
 
 JaxP = jax.sharding.PartitionSpec
 Pair = namedtuple("Pair", ["w", "b"])

@@ -19,7 +19,6 @@ import numpy as np
 import optax
 import pytest
 from flax import struct
-from helpers import MESH_2D, arange, assert_close, assert_laid_out, devices, mesh_ctx, named
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from jax.sharding import Mesh, NamedSharding
@@ -27,6 +26,7 @@ from jax.sharding import Mesh, NamedSharding
 import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import pjit, with_sharding_constraint
+from tests.helpers import MESH_2D, arange, assert_close, assert_laid_out, devices, mesh_ctx, named
 
 pytestmark = pytest.mark.usefixtures("partitioner_mode")
 

@@ -13,11 +13,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import MESH_2D, MESH_3D, arange, assert_close, assert_laid_out, devices, mesh_ctx
 
 import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import pjit
+from tests.helpers import MESH_2D, MESH_3D, arange, assert_close, assert_laid_out, devices, mesh_ctx
 
 pytestmark = pytest.mark.usefixtures("partitioner_mode")
 

@@ -19,12 +19,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import MESH_2D, arange, assert_close, mesh_ctx, named
 from jax.sharding import Mesh
 
 import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import pjit
+from tests.helpers import MESH_2D, arange, assert_close, mesh_ctx, named
 
 
 def _step(params: dict[str, Any], x: Any, scale: Any) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import tomllib
 from importlib.metadata import entry_points
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HOWTO = ROOT / "docs" / "howto" / "property-tests.md"
 PLUGIN = "partitioner.testing.plugin"
 TIMEOUT_S = 240

@@ -15,7 +15,6 @@ from typing import Any
 import jax
 import numpy as np
 import pytest
-from helpers import STAND_INS
 from hypothesis import given
 from hypothesis import strategies as st
 from jax.sharding import AxisType, Mesh, NamedSharding
@@ -33,6 +32,7 @@ from partitioner.testing import (
     round_trips,
 )
 from partitioner.testing.strategies import meshes, specs_and_shapes
+from tests.helpers import STAND_INS
 
 POOL = STAND_INS
 BIG_MESHES = meshes(devices=POOL, max_axes=4, max_axis_size=8)

@@ -19,7 +19,6 @@ from typing import Any
 import jax
 import numpy as np
 import pytest
-from helpers import STAND_INS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jax._src.lib import xla_client as xc
@@ -45,6 +44,7 @@ from partitioner.testing.strategies import (
     sharding_specs,
     specs_and_shapes,
 )
+from tests.helpers import STAND_INS
 
 HloSharding = xc.HloSharding
 JaxP = jax.sharding.PartitionSpec
