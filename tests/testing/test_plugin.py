@@ -2,7 +2,7 @@
 
 Each run is a new ``python -m pytest`` in a temporary folder, bounded in time
 (``timeout -k``), with the device settings this suite runs under (``XLA_FLAGS`` with
-8 devices, from tests/conftest.py) removed from its environment, so only the plugin
+8 devices, which this suite gets from the plugin itself) removed from its environment, so only the plugin
 can give it devices. The test file it runs is the one the how-to
 (docs/howto/property-tests.md) shows, and the ini setting is the one it shows.
 
@@ -23,6 +23,8 @@ import sys
 import tomllib
 from importlib.metadata import entry_points
 from pathlib import Path
+
+import jax
 
 ROOT = Path(__file__).resolve().parents[2]
 HOWTO = ROOT / "docs" / "howto" / "property-tests.md"
@@ -76,6 +78,21 @@ def test_the_entry_point_names_the_plugin_module() -> None:
     assert project["optional-dependencies"]["testing"] == ["hypothesis"]
     if os.environ.get("CI"):
         assert INSTALLED, "CI installs partitioner, so its pytest11 entry point must be there"
+
+
+def test_this_suite_gets_its_eight_devices_from_the_plugin() -> None:
+    """The suite is the plugin's first user: pyproject.toml's ini setting gives the 8
+    devices (tests/conftest.py sets no count), and the XLA flags the conftest appends
+    afterwards are in the environment jax created its backends from."""
+    ini = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert ini["virtual_devices"] == 8
+    assert (
+        "xla_force_host_platform_device_count" not in (ROOT / "tests" / "conftest.py").read_text()
+    )
+    assert jax.device_count() == 8
+    flags = os.environ["XLA_FLAGS"].split()
+    assert "--xla_force_host_platform_device_count=8" in flags
+    assert "--xla_cpu_collective_timeout_seconds=60" in flags
 
 
 def test_virtual_devices_in_a_fresh_project(tmp_path: Path) -> None:
