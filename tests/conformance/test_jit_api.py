@@ -32,7 +32,6 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from tests.conformance.jit_conformance import (
-    DOORS,
     agree_at_wrap,
     donation_warnings,
     door_name,
@@ -44,13 +43,6 @@ from tests.conformance.jit_conformance import (
     same_donation,
     same_donation_warnings,
 )
-
-
-@pytest.fixture(params=sorted(DOORS))
-def door(request: pytest.FixtureRequest) -> Any:
-    """``partitioner.jit`` and ``partitioner.pjit`` (today's keyword spelling)."""
-    return DOORS[request.param]
-
 
 # --- donation (JitTest) ---
 

@@ -32,7 +32,6 @@ from jax.sharding import PartitionSpec as P
 
 import partitioner
 from tests.conformance.jit_conformance import (
-    DOORS,
     deleted,
     donation_warnings,
     make_mesh,
@@ -47,12 +46,6 @@ from tests.conformance.jit_conformance import (
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from jax.experimental.pjit import pjit as jax_pjit
-
-
-@pytest.fixture(params=sorted(DOORS))
-def door(request: pytest.FixtureRequest) -> Any:
-    """``partitioner.jit`` and ``partitioner.pjit`` (today's keyword spelling)."""
-    return DOORS[request.param]
 
 
 def jax_twin(door: Any) -> Any:

@@ -27,13 +27,6 @@ from jax.test_util import check_grads
 
 import partitioner
 
-DOORS: dict[str, Callable[..., Any]] = {"pjit": partitioner.pjit, "jit": partitioner.jit}
-
-
-@pytest.fixture(params=sorted(DOORS))
-def door(request: pytest.FixtureRequest) -> Callable[..., Any]:
-    return DOORS[request.param]
-
 
 def _mesh(shape: tuple[int, ...], names: tuple[str, ...]) -> Mesh:
     n = math.prod(shape)
