@@ -329,6 +329,7 @@ def test_on_explicit_axes_auto_splits_only_over_auto_axes():
     np.testing.assert_allclose(y, jnp.tanh(x @ w), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.multiprocess
 def test_the_command_line_takes_auto(tmp_path):
     import os
     import subprocess

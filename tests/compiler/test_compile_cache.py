@@ -12,7 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.helpers import run_json
+
+pytestmark = pytest.mark.multiprocess
 
 WORKER = Path(__file__).resolve().parent / "compile_cache_worker.py"
 

@@ -26,6 +26,8 @@ from partitioner import PartitionSpec as P
 from tests.distributed.mp_helpers import lines_of, run_job, values
 from tests.distributed.workers import checkpoint_save as job
 
+pytestmark = pytest.mark.multiprocess
+
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, np.ndarray]]:

@@ -12,8 +12,11 @@ from typing import Any
 
 import jax
 import numpy as np
+import pytest
 
 from tests.distributed.mp_helpers import explain, lines_of, run_job
+
+pytestmark = pytest.mark.multiprocess
 
 CHECKS = [
     "discovery call on the host-local part",

@@ -18,6 +18,8 @@ import pytest
 
 from tests.distributed.mp_helpers import ROOT, child_env, launcher_command
 
+pytestmark = pytest.mark.multiprocess
+
 
 def _launch(code: str, *flags: str, timeout: float = 60) -> subprocess.Popen[str]:
     return subprocess.Popen(

@@ -8,8 +8,11 @@ workers against numpy on the whole (global) data.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tests.distributed.mp_helpers import explain, lines_of, run_job, values
+
+pytestmark = pytest.mark.multiprocess
 
 
 def test_pmap_maps_over_every_device_of_the_job() -> None:

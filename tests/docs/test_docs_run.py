@@ -49,6 +49,7 @@ def test_the_readme_has_runnable_blocks() -> None:
     assert len(python_blocks(ROOT / "README.md")) >= 4
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize(
     "path", [p for p in DOCS if python_blocks(p)], ids=lambda p: str(p.relative_to(ROOT))
 )

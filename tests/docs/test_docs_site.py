@@ -29,6 +29,8 @@ import partitioner
 import partitioner.testing
 from partitioner.testing import strategies
 
+pytestmark = pytest.mark.multiprocess
+
 ROOT = Path(__file__).resolve().parents[2]
 SWITCHING = [
     "from-pjit-2022",

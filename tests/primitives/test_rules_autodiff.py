@@ -512,6 +512,7 @@ _DONATED_RESIDUAL = textwrap.dedent(
 )
 
 
+@pytest.mark.multiprocess
 def test_grad_of_pjit_donating_an_input_the_backward_pass_needs_does_not_crash(
     partitioner_mode,
 ) -> None:

@@ -298,6 +298,7 @@ def test_the_picture_colours_each_device_set_and_names_the_mesh_axes(
     assert "replicated over 'model'" in ax.get_title() and ax.get_xlabel().endswith("not split")
 
 
+@pytest.mark.multiprocess
 def test_the_command_line_prints_the_report(tmp_path: Any) -> None:
     (tmp_path / "mymodel.py").write_text(
         "import jax.numpy as jnp\n\ndef step(x, w):\n    return jnp.tanh(x @ w)\n"

@@ -25,6 +25,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import jax
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 HOWTO = ROOT / "docs" / "howto" / "property-tests.md"
@@ -95,6 +96,7 @@ def test_this_suite_gets_its_eight_devices_from_the_plugin() -> None:
     assert "--xla_cpu_collective_timeout_seconds=60" in flags
 
 
+@pytest.mark.multiprocess
 def test_virtual_devices_in_a_fresh_project(tmp_path: Path) -> None:
     """``pytest --virtual-devices 8`` with no conftest: 8 devices, the fixture, the marker."""
     done = _pytest(_project(tmp_path), "--virtual-devices", "8")
@@ -105,6 +107,7 @@ def test_virtual_devices_in_a_fresh_project(tmp_path: Path) -> None:
         assert re.search(r"^plugins:.*\bpartitioner-", done.stdout, re.M), _outcome(done)
 
 
+@pytest.mark.multiprocess
 def test_without_the_option_the_plugin_changes_nothing(tmp_path: Path) -> None:
     done = _pytest(_project(tmp_path), "-k", "not round_trip")  # the property needs no run
     assert done.returncode == 1, _outcome(done)
@@ -112,6 +115,7 @@ def test_without_the_option_the_plugin_changes_nothing(tmp_path: Path) -> None:
     assert "a (4, 2) mesh needs 8 devices, there are 1" in done.stdout, _outcome(done)
 
 
+@pytest.mark.multiprocess
 def test_the_ini_setting_and_the_option_winning_over_it(tmp_path: Path) -> None:
     ini = _block("toml", "[tool.pytest.ini_options]")
     assert "virtual_devices = 8" in ini
@@ -122,6 +126,7 @@ def test_the_ini_setting_and_the_option_winning_over_it(tmp_path: Path) -> None:
     assert done.returncode == 0, _outcome(done)
 
 
+@pytest.mark.multiprocess
 def test_devices_created_before_the_plugin_are_a_usage_error(tmp_path: Path) -> None:
     project = _project(tmp_path)
     (project / "early_jax.py").write_text("import jax\n\njax.devices()\n")
@@ -131,6 +136,7 @@ def test_devices_created_before_the_plugin_are_a_usage_error(tmp_path: Path) -> 
     assert "(jax has 1 devices)" in done.stderr
 
 
+@pytest.mark.multiprocess
 def test_bad_counts_are_usage_errors(tmp_path: Path) -> None:
     project = _project(tmp_path, '[tool.pytest.ini_options]\nvirtual_devices = "many"\n')
     done = _pytest(project)
