@@ -1,11 +1,11 @@
-"""The package's imports go one way, down the pipeline (issue 9).
+"""The package's imports go one way, down the pipeline.
 
 Reads every module of ``partitioner`` as source, builds the graph of imports
 between them, and fails on a cycle, on an import that points up the pipeline, on an
 import hidden inside a function, and on a module reaching into another module's
 private names. docs/architecture.md draws the same layers.
 
-The gateway to private jax (issue 18) is checked too: ``jax_private`` (imported for
+The gateway to private jax is checked too: ``jax_private`` (imported for
 this) exports names, not modules, and no other module reads through a jax module or
 reads a private attribute of a jax object.
 """
@@ -289,7 +289,7 @@ def _private(attr: str) -> bool:
     return attr.startswith("_") and not attr.startswith("__")
 
 
-# --- issue 30: sibling front doors, one binder, one registry ---
+# --- sibling front doors, one binder, one registry ---
 
 FRONT_DOORS_MODULES = ("_src.jit", "_src.pjit", "_src.pmap")
 
@@ -418,7 +418,7 @@ def test_registration_check_catches(source: str) -> None:
     assert _registrations(source)
 
 
-# --- issue 18: behaviour the structure promises ---
+# --- behaviour the structure promises ---
 
 import warnings  # noqa: E402
 
@@ -552,7 +552,7 @@ def test_pmap_errors_never_say_pjit() -> None:
         assert "pmap" in message and "pjit" not in message, message
 
 
-# --- the gateway to private jax (issue 18, item 6) ---
+# --- the gateway to private jax ---
 
 GATEWAY = "_src.jax_private"
 

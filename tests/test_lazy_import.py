@@ -1,4 +1,4 @@
-"""``import partitioner`` loads the pjit/jit path only; the rest loads on first use (issue 34).
+"""``import partitioner`` loads the pjit/jit path only; the rest loads on first use.
 
 The public surface is unchanged: every name of ``__all__`` resolves (to the object
 its module defines), ``dir()`` lists them, public submodules import as before, and

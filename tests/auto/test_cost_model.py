@@ -130,7 +130,7 @@ def test_a_scan_body_counts_once_per_iteration(w_spec, w_layout):
     assert estimate.collective_bytes == sum(c.bytes_per_device * c.count for c in in_loop)
 
 
-# --- the layers' strategies against XLA (issue 35) ---
+# --- the layers' strategies against XLA (the layers models are made of) ---
 
 
 def _conv(x, k):

@@ -1,6 +1,6 @@
 """AUTO on the layers models are made of: a CNN, an embedding with a tied softmax, a
 mixture-of-experts layer, and a transformer written as a scan over stacked layers
-and as its unrolled twin (issue 35).
+and as its unrolled twin.
 
 Every figure is XLA's (the report's collectives and memory analysis of the compiled
 program). For each program the chosen layout is not beaten on both collective bytes

@@ -1,4 +1,4 @@
-"""Data-parallel training with pmap on real clients: flax linen + optax adam (issue 13).
+"""Data-parallel training with pmap on real clients: flax linen + optax adam.
 
 The loop is examples/pmap_training.py's (loaded as a module, so the example and
 this test cannot drift apart): the same steps through partitioner.pmap and

@@ -1,4 +1,4 @@
-"""id_tap in real training loops: flax linen + optax, flax nnx (issue 10).
+"""id_tap in real training loops: flax linen + optax, flax nnx.
 
 The linen loop is examples/tap_training.py's (loaded as a module, so the example
 and this test cannot drift apart): metrics tapped from a donated pjit step,

@@ -1,4 +1,4 @@
-"""colocated_python in one process over 8 devices (issue 12, seed 002).
+"""colocated_python in one process over 8 devices (seed 002).
 
 Values are compared with numpy on the same inputs. Asynchrony and ordering are
 checked with events the function waits on, not with timings: a call that
@@ -487,7 +487,7 @@ def test_typed_prng_keys_in_and_out(mesh: Mesh) -> None:
         np.testing.assert_array_equal(np.asarray(jax.random.key_data(out)), np.asarray(want))
 
 
-# --- issue 21: drop-in for jax.experimental.colocated_python ---
+# --- drop-in for jax.experimental.colocated_python ---
 
 #: A function sleeping this long is promised (a promise costs well under it); one
 #: that returns at once is waited for (NOTE [colocated execution]): both paths.

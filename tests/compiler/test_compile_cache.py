@@ -1,4 +1,4 @@
-"""pjit and pmap inside jax's persistent compilation cache (issue 22).
+"""pjit and pmap inside jax's persistent compilation cache.
 
 Each case runs ``compile_cache_worker.py`` in fresh processes (bounded in time)
 sharing one cache directory, and reads jax.monitoring's cache events from

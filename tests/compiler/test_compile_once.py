@@ -1,4 +1,4 @@
-"""One compile per program across ``Lowered.compile()`` and calls, keyed on jax's settings (issue 34).
+"""One compile per program across ``Lowered.compile()`` and calls, keyed on jax's settings.
 
 ``f.lower(x).compile()`` then ``f(x)`` (and the reverse) compile once, counted by
 partitioner's ``compile`` event and by jax.monitoring's backend-compile event; a jax

@@ -164,7 +164,7 @@ def test_buffer_donation_different_io_shapes(door: Any) -> None:
 
 
 # Donation with no shardings given, of arrays committed to a mesh: the line most
-# jax.jit training loops are written with (jax consumes them; issue 31).
+# jax.jit training loops are written with (jax consumes them, and both doors must too).
 COMMITTED = [
     pytest.param((2,), ("x",), P("x"), id="1d"),
     pytest.param((2, 2), ("x", "y"), P("x", "y"), id="2d"),
@@ -276,8 +276,8 @@ def test_wsc_named_sharding_nullary(door: Any) -> None:
 
 @pytest.mark.parametrize("spec", [P("x"), P(None, "y"), P()], ids=str)
 def test_constraint_on_uncommitted_input_no_mesh(door: Any, partitioner_mode: Any, spec: P) -> None:
-    # The issue's case: uncommitted inputs, no mesh in context, a NamedSharding
-    # constraint in the body: jax runs on the constraint's mesh.
+    # Uncommitted inputs, no mesh in context, a NamedSharding constraint in the body:
+    # jax runs on the constraint's mesh, and both doors must too.
     s = NamedSharding(make_mesh((4, 2), ("x", "y")), spec)
 
     def f(a, b):

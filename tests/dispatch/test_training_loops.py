@@ -1,4 +1,4 @@
-"""Training loops as users run them (issue 8, items 5, 6 and 7).
+"""Training loops as users run them.
 
 ``state, loss = step(state, batch)`` with donated state and collectives, on the C++
 fast path: no error after the in-flight window fills (it never waits on a donated

@@ -1,5 +1,5 @@
-"""colocated_python over 2 processes x 4 devices (issue 12): semantics and the loader example;
-issue 21's objects, threads, nesting, memory kinds and strings.
+"""colocated_python over 2 processes x 4 devices: semantics and the loader example;
+the drop-in's objects, threads, nesting, memory kinds and strings.
 
 Each test starts a job through ``python -m partitioner.launch`` (``mp_helpers.run_job``:
 bounded by ``timeout -k``, no orphans, localhost only) and reads what the

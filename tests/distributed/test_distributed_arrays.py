@@ -1,4 +1,4 @@
-"""Host-local <-> global arrays in one process, and ``initialize``'s argument checks (issue 11).
+"""Host-local <-> global arrays in one process, and ``initialize``'s argument checks.
 
 With one process the host-local block is the whole array, so these pin the
 conversions' layouts and errors; the multi-process semantics (each process its

@@ -1,4 +1,4 @@
-"""pjit over meshes that span processes (issue 11): features, training, faults.
+"""pjit over meshes that span processes: features, training, faults.
 
 Each test starts a job of 2 (one test 4) local processes through
 ``python -m partitioner.launch`` (``mp_helpers.run_job``: bounded by ``timeout -k``,

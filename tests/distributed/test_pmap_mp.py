@@ -1,4 +1,4 @@
-"""pmap over the devices of every process (issue 19), each process passing its local slice.
+"""pmap over the devices of every process, each process passing its local slice.
 
 Jobs of 2 processes x 4 devices through ``mp_helpers.run_job`` (bounded by
 ``timeout -k``, no orphans, localhost only); the values are checked inside the

@@ -1,4 +1,4 @@
-"""The documents state what the code does (issue 18, item 7).
+"""The documents state what the code does.
 
 docs/api.md names every public name of ``partitioner``; docs/architecture.md lists the
 ``MSG_*`` message constants there are, and each lives beside the check that raises it.

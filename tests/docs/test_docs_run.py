@@ -1,4 +1,4 @@
-"""Every Python block of README.md and docs/*.md runs as written (issue 8, item 8).
+"""Every Python block of README.md and docs/*.md runs as written.
 
 The blocks of one file run in order in one fresh interpreter (later blocks use
 names the earlier ones define), bounded in time, without the device count this suite

@@ -1,4 +1,4 @@
-"""Host callbacks: ``id_tap`` / ``id_print`` semantics (issue 10, seed 003).
+"""Host callbacks: ``id_tap`` / ``id_print`` semantics (seed 003).
 
 Every tap's values are compared with numpy on the same inputs; orders are
 compared with the program and call order; the receiver is in

@@ -1,4 +1,4 @@
-"""``host_callback.call``: a host function whose result comes back (issue 20).
+"""``host_callback.call``: a host function whose result comes back.
 
 Values are compared with numpy on the same inputs; errors name the call; an
 ordered call keeps program order with the taps around it.

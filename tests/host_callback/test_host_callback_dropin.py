@@ -1,4 +1,4 @@
-"""``id_tap`` as a drop-in for jax's host_callback (issue 20): what code written for
+"""``id_tap`` as a drop-in for jax's host_callback: what code written for
 the 2020 or the 2021-2024 module relies on.
 
 Tap values are compared with numpy; programs with taps with the same programs

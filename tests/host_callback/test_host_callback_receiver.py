@@ -1,4 +1,4 @@
-"""The tap receiver: bounded bytes, back pressure, errors, shutdown (issue 10, seed 004).
+"""The tap receiver: bounded bytes, back pressure, errors, shutdown (seed 004).
 
 Subprocess tests bound each child in time (``subprocess.run(timeout=)`` kills it)
 and talk to nobody.

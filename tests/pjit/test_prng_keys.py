@@ -1,4 +1,4 @@
-"""Typed PRNG keys (issue 8, item 2): any extended dtype, in, out and inside pjit.
+"""Typed PRNG keys: any extended dtype, in, out and inside pjit.
 
 A ``key<fry>[8]`` is physically ``u32[8, 2]``: shardings cover the physical shape
 with the trailing key dimensions replicated, as jax does. Every value is compared

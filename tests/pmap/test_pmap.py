@@ -1,4 +1,4 @@
-"""partitioner.pmap against jax.pmap (issue 13, seed 000).
+"""partitioner.pmap against jax.pmap (seed 000).
 
 Every numeric test runs the same function through ``partitioner.pmap`` and
 ``jax.pmap`` on the same inputs and compares values and shard placement (which
@@ -416,7 +416,7 @@ def test_a_pmap_nested_inside_control_flow_of_a_pmap_is_a_clear_error() -> None:
         pmap(body, "i")(np.ones((2, 4, 3), np.float32))
 
 
-# --- issue 19: the classic jax.pmap's corner cases ---
+# --- the classic jax.pmap's corner cases ---
 
 
 @pytest.mark.usefixtures("partitioner_mode")

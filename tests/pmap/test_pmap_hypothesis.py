@@ -1,4 +1,4 @@
-"""Property: random in_axes / out_axes over random pytrees agree with jax.pmap (issue 13).
+"""Property: random in_axes / out_axes over random pytrees agree with jax.pmap.
 
 Each example draws 1-3 arguments (an array, a tuple or a dict of arrays), an
 ``in_axes`` prefix for them (an int anywhere in each leaf's rank, or None, per

@@ -1,4 +1,4 @@
-"""Shared helpers for the transformation-rule suite (issue 4, ``test_rules_*.py``).
+"""Shared helpers for the transformation-rule suite (``test_rules_*.py``).
 
 Every numeric check compares a transformation of a pjit-ed function with the
 same transformation of the *same plain function* under ``jax.jit``.

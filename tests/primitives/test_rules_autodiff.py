@@ -1,4 +1,4 @@
-"""Autodiff of pjit (issue 4): jvp, linearize, vjp, grad, hessian, jacobians, remat.
+"""Autodiff of pjit: jvp, linearize, vjp, grad, hessian, jacobians, remat.
 
 Each value is compared with the same transformation of the same plain function
 under ``jax.jit``. Every test runs under GSPMD and Shardy (``partitioner_mode``);

@@ -1,4 +1,4 @@
-"""pjit inside lax.scan / lax.cond / lax.while_loop bodies (issue 4).
+"""pjit inside lax.scan / lax.cond / lax.while_loop bodies.
 
 The bodies are lowered with our MLIR rule inside jax's control-flow lowering;
 under grad (scan and cond) they go through our JVP, partial-eval and transpose

@@ -1,4 +1,4 @@
-"""Differential testing of the transformation rules on random programs (issue 4).
+"""Differential testing of the transformation rules on random programs.
 
 hypothesis draws small jax programs (elementwise unary/binary ops, dots,
 reductions, transposes, reshapes, broadcasting, sharding constraints) over one

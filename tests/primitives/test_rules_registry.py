@@ -1,4 +1,4 @@
-"""Every partitioner primitive has every rule jax needs (issue 4).
+"""Every partitioner primitive has every rule jax needs.
 
 A primitive missing a rule only fails when a user happens to combine it with
 the one transformation that needs it; this test fails as soon as a rule is
@@ -164,7 +164,7 @@ TRANSFORMATION_REGISTRIES = {
     "prim", [pjit_p, sharding_constraint_p, pmap_region_p, id_tap_p], ids=lambda p: p.name
 )
 def test_a_primitives_transformation_rules_live_in_one_module(prim: Any) -> None:
-    """One home per primitive (issue 18): "what does vmap do to pjit" is one file to open."""
+    """One home per primitive: "what does vmap do to pjit" is one file to open."""
     homes = {}
     for kind, registry in TRANSFORMATION_REGISTRIES.items():
         rule = registry.get(prim)

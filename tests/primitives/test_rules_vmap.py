@@ -1,4 +1,4 @@
-"""vmap of pjit and of with_sharding_constraint (issue 4).
+"""vmap of pjit and of with_sharding_constraint.
 
 Numbers are compared with ``jax.vmap`` of the same plain function under
 ``jax.jit``; specs are read from ``jax.make_jaxpr`` and the lowered text. Every

@@ -1,4 +1,4 @@
-"""partitioner.inspect.report: tables of values, collectives, memory and cost (issue 14).
+"""partitioner.inspect.report: tables of values, collectives, memory and cost.
 
 The collective tests use programs whose communication is known by hand, under
 both of XLA's partitioners; the value tests compare shapes, layouts and bytes

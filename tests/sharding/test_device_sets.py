@@ -1,4 +1,4 @@
-"""Which devices a call runs on (issue 8, items 4 and 10).
+"""Which devices a call runs on.
 
 Inside ``jax.jit`` with uncommitted (numpy) arguments, the enclosing program takes
 the devices of the mesh a pjit (or a constraint) names, as it does around jax's own

@@ -1,4 +1,4 @@
-"""Spec trees as real clients write them (issue 8, items 1, 3 and 9).
+"""Spec trees as real clients write them.
 
 Empty containers are nodes with no leaves; a list matches a list (only the top of
 ``in_axis_resources`` is the argument tuple); today's ``in_shardings`` /

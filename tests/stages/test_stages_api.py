@@ -1,4 +1,4 @@
-"""The stages API with jax.jit's names and answers (issue 22), side by side with jax.jit.
+"""The stages API with jax.jit's names and answers, side by side with jax.jit.
 
 Each test builds the same program with ``pjit`` and ``jax.jit`` (same mesh,
 same shardings) and compares what the two stages report: argument info and

@@ -1,4 +1,4 @@
-"""partitioner's pytest plugin, in a fresh project with no conftest (issue 32).
+"""partitioner's pytest plugin, in a fresh project with no conftest.
 
 Each run is a new ``python -m pytest`` in a temporary folder, bounded in time
 (``timeout -k``), with the device settings this suite runs under (``XLA_FLAGS`` with

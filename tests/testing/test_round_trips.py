@@ -1,4 +1,4 @@
-"""The public round-trip checks: they pass on every valid spec, and each can fail (issue 32).
+"""The public round-trip checks: they pass on every valid spec, and each can fail.
 
 The properties run the checks over the public strategies (stand-in meshes of up to 840
 devices, specs with UNCONSTRAINED, even and uneven shapes). Each check is then shown

@@ -1,4 +1,4 @@
-"""The public strategies draw only valid objects, and every kind of them (issue 32).
+"""The public strategies draw only valid objects, and every kind of them.
 
 One run draws thousands of objects (meshes over real and stand-in devices, specs,
 shapes even and uneven, NamedShardings, OpShardings, ShardingSpecs) and checks each

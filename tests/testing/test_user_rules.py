@@ -1,4 +1,4 @@
-"""A property written as a user would, over a logical-axis rule (issue 32).
+"""A property written as a user would, over a logical-axis rule.
 
 A model library maps the logical names of a value's dimensions to mesh axes (as
 flax's ``logical_to_mesh_axes`` and T5X's rules do) and checks its rule with

@@ -176,7 +176,7 @@ except ValueError as e:
 else:
     raise AssertionError("numpy input accepted")
 ok("non-jax.Array input")
-# --- issue 21: objects, threads, nesting, memory kinds, strings ---
+# --- the drop-in's objects, threads, nesting, memory kinds, strings ---
 
 assert colocated_cpu_devices(jax.devices()) == jax.devices()
 assert colocated_cpu_devices(MESH) is MESH
