@@ -1,13 +1,13 @@
-"""Host callbacks: ``id_tap`` / ``id_print`` semantics (seed 003).
+"""Host callbacks: ``id_tap`` semantics (seed 003).
 
 Every tap's values are compared with numpy on the same inputs; orders are
-compared with the program and call order; the receiver is in
-test_host_callback_receiver.py.
+compared with the program and call order. ``id_print``'s text is in test_print.py,
+``call`` in test_call.py, the receiver in test_receiver.py, and what code written
+for jax's own host_callback relies on in test_dropin.py.
 """
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import jax
@@ -88,33 +88,6 @@ def test_jax_jit_taps_once_per_call_in_call_order(jax_partitioner_mode) -> None:
     for i, (_, value, _, _) in enumerate(calls):
         np.testing.assert_array_equal(value, (np.arange(3.0) + i) * 2)
     np.testing.assert_array_equal(outs[-1], (np.arange(3.0) + 19) * 2 + 1)
-
-
-def test_id_print_prints_sorted_kwargs_then_arrays(jax_partitioner_mode) -> None:
-    stream = io.StringIO()
-    x = {"b": np.arange(3), "a": np.float32(1.5)}
-    out = jax.jit(lambda x: id_print(x, output_stream=stream, zwhat="z", awhat="a"))(x)
-    jax.tree.map(np.testing.assert_array_equal, out, x)
-    barrier_wait()
-    assert stream.getvalue() == "awhat: a zwhat: z\n{ a=1.5\nb=[0 1 2] }\n"
-
-
-def test_id_print_threshold_summarizes_large_arrays() -> None:
-    stream = io.StringIO()
-    id_print(np.arange(100), output_stream=stream, threshold=10)
-    barrier_wait()
-    assert stream.getvalue() == np.array2string(np.arange(100), threshold=10) + "\n"
-
-
-def test_id_print_shows_transforms() -> None:
-    stream = io.StringIO()
-    jax.grad(lambda x: id_print(x * 2, output_stream=stream).sum())(np.ones(2, np.float32))
-    barrier_wait()
-    assert stream.getvalue().splitlines() == [
-        "[2. 2.]",
-        "transforms: ('jvp', 'transpose')",
-        "[1. 1.]",
-    ]
 
 
 # --- pjit over 8 devices ---

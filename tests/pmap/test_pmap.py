@@ -390,7 +390,7 @@ def test_a_non_jax_argument_and_ordered_effects_are_clear_errors() -> None:
         pmap(tapped)(X)
 
     # id_tap is the ordered effect a pmap body supports: it taps per device
-    # (tests/test_host_callback_dropin.py).
+    # (tests/host_callback/test_dropin.py).
 
 
 def test_a_stacked_numpy_argument_is_sent_split_not_whole_to_every_device() -> None:
