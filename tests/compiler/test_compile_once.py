@@ -184,3 +184,97 @@ def test_a_lowering_setting_the_jaxpr_does_not_show_compiles_again() -> None:
             np.testing.assert_array_equal(np.asarray(f.lower(key).compile()(key)), want)
             outs.append(want)
     assert not np.array_equal(outs[0], outs[1])  # the setting does change the program
+
+
+# --- one compile per signature through every front door, across re-plans ---
+
+
+def _pjit_call(fresh: bool) -> tuple[object, object]:
+    def body(v):
+        return v * 2.0
+
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("i",))
+    make = lambda: partitioner.pjit(body, P("i"), P("i"))  # noqa: E731
+    f = make()
+
+    def call(x: np.ndarray) -> object:
+        with jax.set_mesh(mesh):
+            return (make() if fresh else f)(x)
+
+    return f, call
+
+
+def _pmap_call(fresh: bool) -> tuple[object, object]:
+    def body(v):
+        return jax.lax.psum(v, "i") * 2.0
+
+    make = lambda: partitioner.pmap(body, "i")  # noqa: E731
+    f = make()
+    return f, lambda x: (make() if fresh else f)(x)
+
+
+def _nested_pmap_call(fresh: bool) -> tuple[object, object]:
+    def inner(v):
+        return jax.lax.psum(v, "j")
+
+    def outer(v):
+        return partitioner.pmap(inner, "j")(v) + jax.lax.psum(v, "i")
+
+    make = lambda: partitioner.pmap(outer, "i")  # noqa: E731
+    f = make()
+    return f, lambda x: (make() if fresh else f)(x.reshape(4, 2, 3))
+
+
+def _unnamed_pmap_call(fresh: bool) -> tuple[object, object]:
+    def body(v):
+        return v * 2.0
+
+    # Classic jax.pmap's global cache: a fresh pmap of the same function traces it once.
+    make = lambda: partitioner.pmap(body)  # noqa: E731
+    f = make()
+    return f, lambda x: (make() if fresh else f)(x)
+
+
+def _jit_call(fresh: bool) -> tuple[object, object]:
+    def body(v):
+        return v * 2.0
+
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("i",))
+    sharding = jax.sharding.NamedSharding(mesh, P("i"))
+    make = lambda: partitioner.jit(body, in_shardings=sharding, out_shardings=sharding)  # noqa: E731
+    f = make()
+    return f, lambda x: (make() if fresh else f)(x)
+
+
+FRONT_DOORS = {
+    "pjit": _pjit_call,
+    "jit": _jit_call,
+    "pmap": _pmap_call,
+    "unnamed pmap": _unnamed_pmap_call,
+    "nested pmap": _nested_pmap_call,
+}
+
+
+@pytest.mark.parametrize("door", FRONT_DOORS)
+@pytest.mark.parametrize("fresh", [False, True], ids=["same wrapper", "fresh wrapper"])
+def test_one_compile_per_signature_across_replans(door: str, fresh: bool) -> None:
+    """Re-planning a call (fast paths cleared by an options change, or a new wrapper)
+    reuses its executable.
+
+    The derived programs a front door builds (the pjit around a pmap region) are
+    memoized on the traced body, so the executable cache, which holds programs
+    weakly, sees the same program every time.
+    """
+    f, call = FRONT_DOORS[door](fresh)
+    x = np.arange(24, dtype=np.float32).reshape(8, 3)
+    partitioner.clear_caches()
+    with partitioner.recording() as counts:
+        outs = []
+        for _ in range(3):
+            outs.append(np.asarray(call(x)))
+            # Any options change clears every function's fast paths (not its traces).
+            partitioner.options.set_fast_path(partitioner.options.fast_path_enabled())
+    assert counts["compile"] == 1, dict(counts)
+    assert counts["trace"] <= 1 + (door == "nested pmap"), dict(counts)
+    for out in outs[1:]:
+        np.testing.assert_array_equal(out, outs[0])

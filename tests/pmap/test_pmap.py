@@ -9,6 +9,7 @@ where the lowering differs.
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import Any
 
 import jax
@@ -489,3 +490,38 @@ def test_devices_of_the_outer_map_of_a_nest_are_those_of_the_whole_nest() -> Non
         assert shard.device == devices[i * 2 + j]
     with pytest.raises(ValueError, match="the map needs 4 devices .* devices lists 8"):
         pmap(pmap(lambda x: x, "j"), "i", devices=devices)(x[:2])
+
+
+# --- pmap's warnings and errors speak of pmap, not of the pjit it is built on ---
+
+
+def _pmap_donation_warning() -> list[warnings.WarningMessage]:
+    f = partitioner.pmap(lambda v: v.sum(), "i", donate_argnums=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        f(np.ones((8, 3), np.float32)).block_until_ready()  # the (8,) result cannot reuse it
+    return [w for w in caught if "donated" in str(w.message)]
+
+
+def test_pmap_warnings_name_pmap_and_the_callers_line() -> None:
+    partitioner.clear_caches()
+    (w,) = _pmap_donation_warning()
+    assert "pmap <lambda>" in str(w.message) and "pjit" not in str(w.message)
+    assert w.filename == __file__, (w.filename, str(w.message))
+
+
+def test_pmap_errors_never_say_pjit() -> None:
+    f = partitioner.pmap(lambda v: v * 2.0, "i", donate_argnums=0)
+    y = f(np.ones((8, 3), np.float32))
+    z = f(y)  # consumes y
+    messages = []
+    for bad in (
+        lambda: f(y),  # consumed by the donation
+        lambda: f.lower(z).compile()(np.ones((8, 4), np.float32)),  # other shape
+        lambda: f.lower(z).compile()(z, z),  # other structure
+    ):
+        with pytest.raises((RuntimeError, TypeError, ValueError)) as info:
+            bad()
+        messages.append(str(info.value))
+    for message in messages:
+        assert "pmap" in message and "pjit" not in message, message
