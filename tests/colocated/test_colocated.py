@@ -3,7 +3,7 @@
 Values are compared with numpy on the same inputs. Asynchrony and ordering are
 checked with events the function waits on, not with timings: a call that
 returns while its function is still blocked has returned before the function
-ran. The two-process semantics are in tests/multiprocess/test_colocated_mp.py.
+ran. The two-process semantics are in tests/distributed/test_colocated_mp.py.
 """
 
 from __future__ import annotations

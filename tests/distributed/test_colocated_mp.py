@@ -3,7 +3,7 @@ the drop-in's objects, threads, nesting, memory kinds and strings.
 
 Each test starts a job through ``python -m partitioner.launch`` (``mp_helpers.run_job``:
 bounded by ``timeout -k``, no orphans, localhost only) and reads what the
-processes printed; the single-process semantics are in tests/test_colocated.py.
+processes printed; the single-process semantics are in tests/colocated/test_colocated.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 With one process the host-local block is the whole array, so these pin the
 conversions' layouts and errors; the multi-process semantics (each process its
-block) are exercised in tests/multiprocess.
+block) are exercised by the multi-process jobs beside this file.
 """
 
 from __future__ import annotations

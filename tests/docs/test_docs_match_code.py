@@ -52,3 +52,22 @@ def test_each_message_constant_is_raised_beside_its_definition() -> None:
         if not any(isinstance(u.ctx, ast.Load) for u in uses):
             unused.append(f"{name} ({path.relative_to(ROOT)})")
     assert not unused, f"message constants no check in their module uses: {unused}"
+
+
+#: A path to one of this suite's files (``tests/<folder>/test_<name>.py``, a conftest).
+#: jax's own test files, which the ports cite, are named ``<name>_test.py`` instead.
+_OUR_TEST_PATH = re.compile(r"\btests/(?:\w+/)*(?:test_\w+|conftest)\.py\b")
+
+
+def test_every_test_file_the_documents_name_exists() -> None:
+    """Moving a test file must move the documents' pointers to it: README.md, the docs
+    and the tests' own docstrings name test files by path."""
+    documents = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    documents += [*sorted((ROOT / "docs").rglob("*.py")), *sorted((ROOT / "tests").rglob("*.py"))]
+    stale = sorted(
+        f"{doc.relative_to(ROOT)}: {path}"
+        for doc in documents
+        for path in set(_OUR_TEST_PATH.findall(doc.read_text()))
+        if not (ROOT / path).is_file()
+    )
+    assert not stale, f"documents name test files that do not exist: {stale}"

@@ -24,7 +24,7 @@ _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 #: A block that starts with ``# examples/<file>.py`` shows that file: it must match it
 #: exactly, and it runs where the file runs (a multi-process example runs under the
-#: launcher in tests/multiprocess), not here.
+#: launcher in tests/distributed/), not here.
 _SHOWN_FILE = re.compile(r"^# (examples/\S+\.py)")
 
 
@@ -56,7 +56,7 @@ def test_the_readme_has_runnable_blocks() -> None:
 def test_blocks_run(path: Path, tmp_path: Path) -> None:
     script = tmp_path / f"{path.stem}_blocks.py"
     script.write_text("\n\n".join(python_blocks(path)))
-    # Without the 8 devices this suite runs under (tests/conftest.py sets XLA_FLAGS): a
+    # Without the 8 devices this suite runs under (partitioner's pytest plugin sets XLA_FLAGS): a
     # page must set its own device count, as a reader's fresh interpreter needs it to.
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
     done = subprocess.run(
