@@ -50,6 +50,7 @@ _LOADED = (
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_import_and_the_pjit_path_load_nothing_else() -> None:
     out = _fresh(
         "import json, sys\n" + _LOADED + "import numpy as np\n"
@@ -76,6 +77,7 @@ def test_import_and_the_pjit_path_load_nothing_else() -> None:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_deferred_systems_load_on_first_use_and_work() -> None:
     """A tap's rules (``host_callback/registry.py``) are installed when the public module
     loads, before any tap can be traced; ``pmap`` and ``AUTO`` load the same way."""
@@ -125,6 +127,7 @@ def test_every_public_name_resolves_to_its_definition() -> None:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_public_submodules_import_as_statements() -> None:
     out = _fresh(
         "import json\n"

@@ -20,6 +20,9 @@ import partitioner
 from partitioner import AUTO
 from partitioner import PartitionSpec as P
 
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
+
 BATCH = (P("data"), P("data"))
 
 
@@ -330,6 +333,7 @@ def test_on_explicit_axes_auto_splits_only_over_auto_axes():
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_the_command_line_takes_auto(tmp_path):
     import os
     import subprocess

@@ -20,6 +20,9 @@ import partitioner
 from partitioner import PartitionSpec as P
 from partitioner._testing import AutoEstimator, auto_candidates, auto_moves
 
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
+
 SIZES = {"data": 4, "model": 2}
 ORDER = ("data", "model")
 

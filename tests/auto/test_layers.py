@@ -26,6 +26,9 @@ import partitioner
 from partitioner import AUTO
 from partitioner import PartitionSpec as P
 
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
+
 
 def mesh_4x2() -> Mesh:
     return Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("data", "model"))

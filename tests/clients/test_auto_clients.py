@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 from flax import linen as nn
 from flax import nnx
 
@@ -22,6 +23,9 @@ import partitioner
 from partitioner import AUTO, pjit
 from partitioner import PartitionSpec as P
 from tests.clients.clients_helpers import mesh_4x2
+
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
 
 D_IN, D_HIDDEN, BATCH, STEPS = 64, 256, 32, 4
 #: The donated linen loop runs past the CPU window's 16 launches in flight.

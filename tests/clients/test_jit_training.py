@@ -23,6 +23,9 @@ from jax.sharding import PartitionSpec as P
 import partitioner
 from tests.clients.clients_helpers import mesh_4x2
 
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
+
 
 class _MLP(nn.Module):
     @nn.compact

@@ -29,6 +29,9 @@ from tests.clients.clients_helpers import (
 )
 from tests.helpers import assert_close
 
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
+
 D_IN, D_HIDDEN, D_OUT, BATCH, STEPS = 16, 64, 8, 32, 6
 DATA = P("data")
 

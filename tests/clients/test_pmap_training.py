@@ -14,6 +14,9 @@ import pytest
 import partitioner
 from tests.clients.clients_helpers import load_example
 
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.usefixtures("partitioner_mode")
 def test_flax_optax_data_parallel_training_matches_jax_pmap() -> None:

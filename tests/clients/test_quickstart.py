@@ -13,7 +13,7 @@ import pytest
 
 from tests.clients.clients_helpers import EXAMPLES
 
-pytestmark = pytest.mark.multiprocess
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]  # starts processes
 
 
 def test_the_quickstart_runs_and_agrees_with_jax_jit() -> None:

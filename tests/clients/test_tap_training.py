@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 from flax import nnx
 from jax.sharding import NamedSharding
 
@@ -21,6 +22,9 @@ from partitioner import PartitionSpec as P
 from partitioner import pjit
 from partitioner.host_callback import barrier_wait, id_tap
 from tests.clients.clients_helpers import load_example, mesh_4x2
+
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
 
 
 def _is_spec(s: Any) -> bool:

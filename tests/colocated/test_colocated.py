@@ -379,6 +379,7 @@ def test_a_colocated_function_may_call_another_on_its_devices(mesh: Mesh) -> Non
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_calls_already_made_run_before_the_interpreter_exits(tmp_path: Any) -> None:
     """NOTE [colocated exit]: an effect queued just before exit is not lost."""
     script = tmp_path / "exit_now.py"
@@ -626,6 +627,7 @@ def test_calls_from_one_thread_run_in_order_and_other_threads_overlap(mesh: Mesh
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_the_interpreter_exits_at_once_after_nested_calls(tmp_path: Any) -> None:
     script = tmp_path / "nested_exit.py"
     script.write_text(

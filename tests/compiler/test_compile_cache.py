@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers import run_json
 
-pytestmark = pytest.mark.multiprocess
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]  # starts processes
 
 WORKER = Path(__file__).resolve().parent / "compile_cache_worker.py"
 

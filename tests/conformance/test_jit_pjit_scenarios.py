@@ -43,6 +43,9 @@ from tests.conformance.jit_conformance import (
     sharded,
 )
 
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
+
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from jax.experimental.pjit import pjit as jax_pjit

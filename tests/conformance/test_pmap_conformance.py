@@ -27,6 +27,9 @@ from jax.test_util import check_grads
 
 import partitioner
 
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
+
 pmap = partitioner.pmap
 
 N = jax.device_count()

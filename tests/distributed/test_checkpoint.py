@@ -26,7 +26,7 @@ from partitioner import PartitionSpec as P
 from tests.distributed.mp_helpers import lines_of, run_job, values
 from tests.distributed.workers import checkpoint_save as job
 
-pytestmark = pytest.mark.multiprocess
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]  # starts processes
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 
 from tests.distributed.mp_helpers import explain, lines_of, run_job
 
-pytestmark = pytest.mark.multiprocess
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]  # starts processes
 
 CHECKS = [
     "discovery call on the host-local part",

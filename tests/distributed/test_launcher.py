@@ -18,7 +18,7 @@ import pytest
 
 from tests.distributed.mp_helpers import ROOT, child_env, launcher_command
 
-pytestmark = pytest.mark.multiprocess
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]  # starts processes
 
 
 def _launch(code: str, *flags: str, timeout: float = 60) -> subprocess.Popen[str]:

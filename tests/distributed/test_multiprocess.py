@@ -19,7 +19,7 @@ from partitioner import PartitionSpec as P
 from tests.distributed.mp_helpers import explain, lines_of, run_job, values
 from tests.distributed.workers.train_step import SPECS, STEPS, batch, init_params, train_step
 
-pytestmark = pytest.mark.multiprocess
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]  # starts processes
 
 
 def test_every_pjit_feature_runs_across_two_processes() -> None:

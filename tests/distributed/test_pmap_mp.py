@@ -12,7 +12,7 @@ import pytest
 
 from tests.distributed.mp_helpers import explain, lines_of, run_job, values
 
-pytestmark = pytest.mark.multiprocess
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]  # starts processes
 
 
 def test_pmap_maps_over_every_device_of_the_job() -> None:

@@ -50,6 +50,7 @@ def test_the_readme_has_runnable_blocks() -> None:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "path", [p for p in DOCS if python_blocks(p)], ids=lambda p: str(p.relative_to(ROOT))
 )

@@ -29,7 +29,7 @@ import partitioner
 import partitioner.testing
 from partitioner.testing import strategies
 
-pytestmark = pytest.mark.multiprocess
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]  # starts processes
 
 ROOT = Path(__file__).resolve().parents[2]
 SWITCHING = [

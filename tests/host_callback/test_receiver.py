@@ -248,6 +248,7 @@ def _run(code: str, timeout: float) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_exit_right_after_launching_taps_runs_all_of_them() -> None:
     n = 200
     proc = _run(_EXIT_FLUSH.format(n=n), timeout=120)
@@ -271,6 +272,7 @@ print("main done", flush=True)
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_a_hanging_tap_function_does_not_hang_exit_beyond_the_timeout() -> None:
     start = time.monotonic()
     proc = _run(_EXIT_HANG, timeout=120)

@@ -318,6 +318,7 @@ def test_checkpoint_reruns_forward_taps_in_the_backward_pass(partitioner_mode) -
     np.testing.assert_allclose(np.asarray(got), 2 * np.cos(2 * x), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_10k_taps_from_8_devices_arrive_complete_and_in_order(partitioner_mode) -> None:
     seen: list[int] = []
 
@@ -335,6 +336,7 @@ def test_10k_taps_from_8_devices_arrive_complete_and_in_order(partitioner_mode) 
     np.testing.assert_array_equal(np.asarray(outs[-1]), np.full(8, 2500.0))
 
 
+@pytest.mark.slow
 def test_10k_device_taps_arrive_complete_in_round_and_device_order(partitioner_mode) -> None:
     seen: list[tuple[int, int]] = []
 

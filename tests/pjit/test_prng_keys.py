@@ -20,7 +20,7 @@ from partitioner import PartitionSpec as P
 from partitioner import pjit, with_sharding_constraint
 from tests.helpers import MESH_2D, arange, assert_close, mesh_ctx
 
-pytestmark = pytest.mark.usefixtures("partitioner_mode")
+pytestmark = [pytest.mark.usefixtures("partitioner_mode"), pytest.mark.slow]
 
 
 @pytest.fixture(params=["cpp", "python"])

@@ -14,11 +14,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from partitioner import pmap
 from tests.pmap.test_pmap import assert_same
+
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
 
 N = 4  # devices: small programs, quick compiles
 

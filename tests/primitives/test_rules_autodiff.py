@@ -25,7 +25,7 @@ from partitioner import PartitionSpec as P
 from tests.helpers import MESH_1D, MESH_2D, mesh_ctx
 from tests.primitives.rules_helpers import assert_sharded_like, assert_tree_close, pjit_eqns, rand
 
-pytestmark = pytest.mark.usefixtures("partitioner_mode")
+pytestmark = [pytest.mark.usefixtures("partitioner_mode"), pytest.mark.slow]
 
 
 def _layer(x: Any, w: Any) -> Any:
@@ -513,6 +513,7 @@ _DONATED_RESIDUAL = textwrap.dedent(
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_grad_of_pjit_donating_an_input_the_backward_pass_needs_does_not_crash(
     partitioner_mode,
 ) -> None:

@@ -20,7 +20,7 @@ from partitioner import pjit
 from tests.helpers import MESH_2D, mesh_ctx, named
 from tests.primitives.rules_helpers import assert_sharded_like, assert_tree_close, rand
 
-pytestmark = pytest.mark.usefixtures("partitioner_mode")
+pytestmark = [pytest.mark.usefixtures("partitioner_mode"), pytest.mark.slow]
 
 X_SPEC = P("a", "b")
 

@@ -23,6 +23,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,6 +32,9 @@ from partitioner import PartitionSpec as P
 from partitioner import pjit, with_sharding_constraint
 from tests.helpers import MESH_1D, MESH_2D, mesh_ctx
 from tests.primitives.rules_helpers import assert_sharded_like, assert_tree_close
+
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
 
 #: Relative tolerance, and absolute tolerance relative to the largest |value| of
 #: the reference (at least 1): float32 sums and dots reassociate when sharded.

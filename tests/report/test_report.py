@@ -25,6 +25,9 @@ from partitioner import inspect, pjit, pmap, with_sharding_constraint
 from partitioner._testing import hlo_replica_groups
 from tests.helpers import devices
 
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
+
 X = np.linspace(-1, 1, 32 * 16, dtype=np.float32).reshape(32, 16)
 W = np.linspace(-1, 1, 16 * 8, dtype=np.float32).reshape(16, 8)
 
@@ -299,6 +302,7 @@ def test_the_picture_colours_each_device_set_and_names_the_mesh_axes(
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_the_command_line_prints_the_report(tmp_path: Any) -> None:
     (tmp_path / "mymodel.py").write_text(
         "import jax.numpy as jnp\n\ndef step(x, w):\n    return jnp.tanh(x @ w)\n"

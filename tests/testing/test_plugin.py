@@ -97,6 +97,7 @@ def test_this_suite_gets_its_eight_devices_from_the_plugin() -> None:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_virtual_devices_in_a_fresh_project(tmp_path: Path) -> None:
     """``pytest --virtual-devices 8`` with no conftest: 8 devices, the fixture, the marker."""
     done = _pytest(_project(tmp_path), "--virtual-devices", "8")
@@ -108,6 +109,7 @@ def test_virtual_devices_in_a_fresh_project(tmp_path: Path) -> None:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_without_the_option_the_plugin_changes_nothing(tmp_path: Path) -> None:
     done = _pytest(_project(tmp_path), "-k", "not round_trip")  # the property needs no run
     assert done.returncode == 1, _outcome(done)
@@ -116,6 +118,7 @@ def test_without_the_option_the_plugin_changes_nothing(tmp_path: Path) -> None:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_the_ini_setting_and_the_option_winning_over_it(tmp_path: Path) -> None:
     ini = _block("toml", "[tool.pytest.ini_options]")
     assert "virtual_devices = 8" in ini
@@ -127,6 +130,7 @@ def test_the_ini_setting_and_the_option_winning_over_it(tmp_path: Path) -> None:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_devices_created_before_the_plugin_are_a_usage_error(tmp_path: Path) -> None:
     project = _project(tmp_path)
     (project / "early_jax.py").write_text("import jax\n\njax.devices()\n")
@@ -137,6 +141,7 @@ def test_devices_created_before_the_plugin_are_a_usage_error(tmp_path: Path) -> 
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_bad_counts_are_usage_errors(tmp_path: Path) -> None:
     project = _project(tmp_path, '[tool.pytest.ini_options]\nvirtual_devices = "many"\n')
     done = _pytest(project)

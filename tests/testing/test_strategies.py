@@ -46,6 +46,9 @@ from partitioner.testing.strategies import (
 )
 from tests.helpers import STAND_INS
 
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
+
 HloSharding = xc.HloSharding
 JaxP = jax.sharding.PartitionSpec
 

@@ -25,6 +25,9 @@ from jax.sharding import PartitionSpec as P
 from partitioner.testing import assert_round_trips
 from partitioner.testing.strategies import meshes, shapes
 
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
+
 #: hypothesis' own default number of examples (the suite's profile runs more).
 DEFAULT_BUDGET = settings.get_profile("default").max_examples
 
