@@ -158,6 +158,7 @@ def test_every_module_has_a_layer() -> None:
         _layer(name)
 
 
+@pytest.mark.slow
 def test_no_import_cycle() -> None:
     graph = _graph()
     state: dict[str, str] = {}
@@ -177,6 +178,7 @@ def test_no_import_cycle() -> None:
             visit(node, [node])
 
 
+@pytest.mark.slow
 def test_imports_point_down_the_pipeline() -> None:
     wrong = []
     for name, path in _modules().items():
@@ -236,6 +238,7 @@ def test_only_the_lazy_loader_imports_by_name() -> None:
     assert not bad, "imports by name outside _src/lazy.py:\n" + "\n".join(bad)
 
 
+@pytest.mark.slow
 def test_no_import_hidden_in_a_function() -> None:
     lazy = [
         f"{name}:{node.lineno} imports {target}"

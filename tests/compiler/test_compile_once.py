@@ -137,6 +137,7 @@ SETTINGS = [
 
 
 @pytest.mark.parametrize("name, value, calls_see_it", SETTINGS, ids=[s[0] for s in SETTINGS])
+@pytest.mark.slow
 def test_a_compile_affecting_setting_compiles_again(
     name: str, value: Any, calls_see_it: bool
 ) -> None:

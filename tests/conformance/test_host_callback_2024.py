@@ -28,6 +28,9 @@ from partitioner import host_callback as hcb
 from partitioner import pjit, pmap
 from tests.conformance.hcb_conformance import Stream, assert_printed, assert_printed_2024
 
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
+
 stream = Stream()
 DEBUG = hcb.CallbackFlavor.DEBUG
 

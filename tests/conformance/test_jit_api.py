@@ -44,6 +44,9 @@ from tests.conformance.jit_conformance import (
     same_donation_warnings,
 )
 
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
+
 # --- donation (JitTest) ---
 
 DONATE_XY = [

@@ -27,6 +27,9 @@ from jax.test_util import check_grads
 
 import partitioner
 
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
+
 
 def _mesh(shape: tuple[int, ...], names: tuple[str, ...]) -> Mesh:
     n = math.prod(shape)

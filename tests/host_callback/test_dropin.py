@@ -189,6 +189,7 @@ TRANSFORMS = {
 
 @pytest.mark.parametrize("transform", list(TRANSFORMS))
 @pytest.mark.parametrize("program", list(_with_taps(False)))
+@pytest.mark.slow
 def test_vmap_of_control_flow_with_taps_computes_what_it_computes_without(
     program: str, transform: str
 ) -> None:

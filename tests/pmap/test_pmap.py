@@ -131,6 +131,7 @@ COLLECTIVES = {
 
 @pytest.mark.usefixtures("partitioner_mode")
 @pytest.mark.parametrize("name", sorted(COLLECTIVES))
+@pytest.mark.slow
 def test_collectives_match_jax_pmap(name: str) -> None:
     ours, theirs = both(COLLECTIVES[name], X, axis_name="i")
     assert_same(ours, theirs)
@@ -174,6 +175,7 @@ def test_pmap_of_grad_is_a_data_parallel_step() -> None:
 
 @pytest.mark.usefixtures("partitioner_mode")
 @pytest.mark.parametrize("out_axes", [0, None])
+@pytest.mark.slow
 def test_grad_vjp_and_jvp_of_a_pmapped_function(out_axes: Any) -> None:
     def per_device(w: Any, x: Any) -> Any:
         return jax.lax.psum(jnp.tanh(x @ w), "i") * jax.lax.axis_index("i")
@@ -316,6 +318,7 @@ def test_bad_pmap_arguments() -> None:
 
 
 @pytest.mark.usefixtures("partitioner_mode")
+@pytest.mark.slow
 def test_nested_pmap_maps_two_axes_over_a_device_grid() -> None:
     # jax.pmap 0.10.2 cannot nest (its shard_map conversion rejects the inner mesh);
     # the reference is the same body under two named vmaps, and the classic layout:
@@ -421,6 +424,7 @@ def test_a_pmap_nested_inside_control_flow_of_a_pmap_is_a_clear_error() -> None:
 
 
 @pytest.mark.usefixtures("partitioner_mode")
+@pytest.mark.slow
 def test_a_map_of_one_device_runs() -> None:
     one = X[:1]
     assert_same(*both(lambda x: x + 1, one))

@@ -62,6 +62,7 @@ def _batched(in_axes: Any, batch: int = 3) -> tuple[Any, Any]:
         pytest.param((None, 2), 2, id="unbatched-in2-out2"),
     ],
 )
+@pytest.mark.slow
 def test_vmap_matches_jit(in_axes, out_axes) -> None:
     x, w = _batched(in_axes)
     want = jax.vmap(jax.jit(_layer), in_axes, out_axes)(x, w)
@@ -128,6 +129,7 @@ def _loss(x: Any, w: Any) -> Any:
     return jnp.sum(_layer(x, w) ** 2)
 
 
+@pytest.mark.slow
 def test_grad_of_vmap() -> None:
     xs, w = _batched((0, None))
 
@@ -144,6 +146,7 @@ def test_grad_of_vmap() -> None:
 
 
 @pytest.mark.parametrize("spmd_axis_name", [None, "a"])
+@pytest.mark.slow
 def test_vmap_of_grad(spmd_axis_name) -> None:
     xs, w = _batched((0, None), batch=4)
     want = jax.vmap(jax.jit(jax.grad(_loss, argnums=(0, 1))), (0, None))(xs, w)
@@ -202,6 +205,7 @@ def test_constraint_under_vmap_spmd_axis_name() -> None:
         assert_tree_close(pjit(vf, None, None)(xs), want)
 
 
+@pytest.mark.slow
 def test_constraint_under_grad() -> None:
     x = rand(8, 8, 4)
 

@@ -107,6 +107,7 @@ def test_spec_to_op_sharding_to_spec_is_identity(case, encoding, as_hlo) -> None
 
 
 @given(mesh_spec_shape(), st.sampled_from(["explicit", "iota"]))
+@pytest.mark.slow
 def test_op_sharding_matches_jax_named_sharding(case, encoding) -> None:
     mesh, spec, _, shape = case
     ours = HloSharding.from_proto(
@@ -188,6 +189,7 @@ def _shuffled_within_replica_groups(proto: Any, seed: int) -> Any:
 
 
 @given(mesh_spec_shape(), st.integers(0, 2**32 - 1))
+@pytest.mark.slow
 def test_parse_agrees_with_jax_on_any_replica_group_order(case, seed) -> None:
     """proto -> spec, against jax's own parser: jax's HloSharding of a random spec,
     its replica groups listed in a random order, parses to the spec jax parses."""

@@ -264,6 +264,7 @@ def _outcome(run: Any) -> tuple[str, Any]:
     max_examples=100, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 @given(st.data())
+@pytest.mark.slow
 def test_pjit_accepts_what_jax_jit_accepts(data: Any) -> None:
     """Same pytree, same prefix spec trees: pjit and jax.jit agree on acceptance and layout."""
     value = data.draw(_value_trees(), label="value")

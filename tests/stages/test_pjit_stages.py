@@ -268,6 +268,7 @@ def test_jax_mesh_equal_to_ours_does_not_retrace() -> None:
     "change",
     ["shape", "dtype", "mesh", "static", "in_spec", "out_spec", "weak_type"],
 )
+@pytest.mark.slow
 def test_what_retraces_or_recompiles(change: str) -> None:
     def f(x: Any, n: int) -> Any:
         return x * n

@@ -44,6 +44,7 @@ def _uses_a_size_one_axis(spec: Any, mesh: Mesh) -> bool:
 
 
 @given(st.data())
+@pytest.mark.slow
 def test_every_drawn_spec_round_trips(data: st.DataObject) -> None:
     mesh = data.draw(BIG_MESHES, label="mesh")
     uneven = mesh.size > 1 and data.draw(st.booleans(), label="uneven")
@@ -58,6 +59,7 @@ def test_every_drawn_spec_round_trips(data: st.DataObject) -> None:
 
 
 @given(st.data())
+@pytest.mark.slow
 def test_same_layout_agrees_with_jax(data: st.DataObject) -> None:
     mesh = data.draw(meshes(), label="mesh")  # real devices: jax.Arrays too
     spec, shape = data.draw(specs_and_shapes(mesh, max_ndim=3))
@@ -74,6 +76,7 @@ def test_same_layout_agrees_with_jax(data: st.DataObject) -> None:
 
 
 @given(st.data())
+@pytest.mark.slow
 def test_an_uneven_shape_is_laid_out_as_xla_pads_it(data: st.DataObject) -> None:
     mesh = data.draw(meshes(devices=POOL, max_axes=3, max_axis_size=8).filter(lambda m: m.size > 1))
     spec, shape = data.draw(specs_and_shapes(mesh, uneven=True))
