@@ -113,9 +113,11 @@ class JitInfo:
         has_auto: some leaf is ``AUTO`` (the AUTO stage chooses it per signature).
         device: ``jit(device=...)`` (or ``backend``'s first device), else None.
         compiler_options: sorted ``(name, value)`` pairs (hashable: a cache key part).
-        keep_unused: compile every input in; False prunes those the body does not use.
-        inline: inside another trace, the body's equations join it (with no specs given).
-        auto_memory_limit: bytes per device AUTO layouts must fit, or None.
+        options: the options as given (checked); the planner reads ``keep_unused``
+            (compile every input in; False prunes those the body does not use),
+            ``inline`` (inside another trace, the body's equations join it, with no
+            specs given) and ``auto_memory_limit`` (bytes per device AUTO layouts
+            must fit, or None) there.
     """
 
     fun: Callable[..., Any]
@@ -134,9 +136,7 @@ class JitInfo:
     has_auto: bool
     device: jax.Device | None
     compiler_options: tuple[tuple[str, Any], ...]
-    keep_unused: bool
-    inline: bool
-    auto_memory_limit: int | None
+    options: JitOptions
 
     @property
     def label(self) -> str:
@@ -206,9 +206,7 @@ def jit_info(
         has_auto=any(leaf is AUTO for tree in trees[:2] for leaf in _spec_leaves(tree)),
         device=device,
         compiler_options=tuple(sorted((options.compiler_options or {}).items())),
-        keep_unused=options.keep_unused,
-        inline=options.inline,
-        auto_memory_limit=options.auto_memory_limit,
+        options=options,
     )
 
 
