@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from .planner.jit_info import NoneRule, SpecNames, device_option, jit_info
+from .planner.jit_info import Door, JitOptions, NoneRule, SpecNames, jit_info
 from .planner.jit_plan import JitPlanner
 from .sharding.tree import UNSPECIFIED
 from .wrapped import Wrapped
@@ -23,6 +23,10 @@ class JitWrapped(Wrapped):
     """What :func:`partitioner.jit` returns (NOTE [pjit callable]: the same mechanics)."""
 
     kind = "jit"
+
+
+_DOOR = Door(api="jit", none_rule=NoneRule.UNSPECIFIED, use_resource_env=False)
+_NAMES = SpecNames("in_shardings", "out_shardings")
 
 
 def jit(
@@ -63,40 +67,10 @@ def jit(
         TypeError: ``fun`` is not callable, a bad argnums/flag type.
         ValueError: argnums or argnames ``fun`` cannot take (as jax.jit, at wrap time).
     """
-    options = dict(
-        in_shardings=in_shardings,
-        out_shardings=out_shardings,
-        static_argnums=static_argnums,
-        static_argnames=static_argnames,
-        donate_argnums=donate_argnums,
-        donate_argnames=donate_argnames,
-        keep_unused=keep_unused,
-        device=device,
-        backend=backend,
-        inline=inline,
-        compiler_options=compiler_options,
-        auto_memory_limit=auto_memory_limit,
-    )
-    if fun is None:
-        return lambda f: jit(f, **options)
-    info = jit_info(
-        fun,
-        api="jit",
-        names=SpecNames("in_shardings", "out_shardings"),
-        use_resource_env=False,
-        none_rule=NoneRule.UNSPECIFIED,
-        in_specs=in_shardings,
-        out_specs=out_shardings,
-        static_argnums=static_argnums,
-        static_argnames=static_argnames,
-        donate_argnums=donate_argnums,
-        donate_argnames=donate_argnames,
-        device=device_option(
-            device, backend, keep_unused, inline, "jit", in_shardings, out_shardings
-        ),
-        compiler_options=compiler_options,
-        keep_unused=keep_unused,
-        inline=inline,
-        auto_memory_limit=auto_memory_limit,
-    )
-    return JitWrapped.make(JitPlanner(info))
+    options = JitOptions.of(locals())  # NOTE [one options record]
+
+    def wrap(f: Callable[..., Any]) -> JitWrapped:
+        info = jit_info(f, _DOOR, _NAMES, in_shardings, out_shardings, options)
+        return JitWrapped.make(JitPlanner(info))
+
+    return wrap if fun is None else wrap(fun)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .planner.jit_info import NoneRule, SpecNames, device_option, jit_info
+from .planner.jit_info import Door, JitOptions, NoneRule, SpecNames, jit_info
 from .planner.jit_plan import JitPlanner
 from .sharding.tree import UNSPECIFIED
 from .wrapped import Wrapped
@@ -21,6 +21,9 @@ class PjitWrapped(Wrapped):
     """What :func:`partitioner.pjit` returns: call it, ``.lower(...)`` it (NOTE [pjit callable])."""
 
     kind = "pjit"
+
+
+_DOOR = Door(api="pjit", none_rule=NoneRule.REPLICATED_UNDER_LEGACY_MESH, use_resource_env=True)
 
 
 def _one_of(name: str, value: Any, alias: str, alias_value: Any) -> Any:
@@ -92,6 +95,7 @@ def pjit(
         PjitWrapped: call it to run, ``.lower(...)`` for the AOT stages,
         ``.clear_cache()`` to drop its fast-path entries.
     """
+    options = JitOptions.of(locals())  # NOTE [one options record]
     in_name = (
         "in_shardings"
         if in_axis_resources is UNSPECIFIED and in_shardings is not UNSPECIFIED
@@ -104,22 +108,5 @@ def pjit(
     )
     in_specs = _one_of("in_axis_resources", in_axis_resources, "in_shardings", in_shardings)
     out_specs = _one_of("out_axis_resources", out_axis_resources, "out_shardings", out_shardings)
-    info = jit_info(
-        fun,
-        api="pjit",
-        names=SpecNames(in_name, out_name),
-        use_resource_env=True,
-        none_rule=NoneRule.REPLICATED_UNDER_LEGACY_MESH,
-        in_specs=in_specs,
-        out_specs=out_specs,
-        static_argnums=static_argnums,
-        static_argnames=static_argnames,
-        donate_argnums=donate_argnums,
-        donate_argnames=donate_argnames,
-        device=device_option(device, backend, keep_unused, inline, "pjit", in_specs, out_specs),
-        compiler_options=compiler_options,
-        keep_unused=keep_unused,
-        inline=inline,
-        auto_memory_limit=auto_memory_limit,
-    )
+    info = jit_info(fun, _DOOR, SpecNames(in_name, out_name), in_specs, out_specs, options)
     return PjitWrapped.make(JitPlanner(info))

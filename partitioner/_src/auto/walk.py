@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import jax_private as jp
+from ..primitives.auto_choice import Estimate
 from ..primitives.constraint import sharding_constraint_p
 from ..primitives.pjit_call import pjit_p
-from ..sharding.auto import Estimate
 from . import layers as _layers  # noqa: F401  (registers the layer strategies)
 from .control import call, pinned_call
 from .cost import (

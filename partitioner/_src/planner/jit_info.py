@@ -9,10 +9,9 @@ one rule apart. What tells them apart (the names a user's messages quote, what
 from __future__ import annotations
 
 import enum
-import inspect
 import warnings
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import jax
@@ -22,15 +21,8 @@ from jax.tree_util import tree_leaves
 from ..sharding.auto import AUTO
 from ..sharding.devices import INPUT_SHARDING, OUTPUT_SHARDING
 from ..sharding.tree import UNSPECIFIED, meshes_named_by, prepare_axis_resources
-from ..trace.arguments import (
-    Binding,
-    check_callable,
-    infer_argnums_and_argnames,
-    optional_index_tuple,
-    optional_name_tuple,
-    validate_argnames,
-    validate_argnums,
-)
+from ..trace.argnums import check_callable, jit_binding
+from ..trace.arguments import Binding
 
 
 class NoneRule(enum.Enum):
@@ -45,6 +37,48 @@ class NoneRule(enum.Enum):
 
     UNSPECIFIED = "unspecified"
     REPLICATED_UNDER_LEGACY_MESH = "replicated under the classic mesh context"
+
+
+@dataclass(frozen=True)
+class JitOptions:
+    """The options ``jit`` and ``pjit`` share, as the user passed them: one field a keyword.
+
+    NOTE [one options record]: a front door's signature is where its options are
+    spelled; its body builds this record from its own parameters in one step
+    (:meth:`of`), and :func:`jit_info` parses the record. A new option is a field
+    here and a parameter of each door, nothing else to thread through.
+    """
+
+    static_argnums: int | Sequence[int] | None
+    static_argnames: str | Iterable[str] | None
+    donate_argnums: int | Sequence[int] | None
+    donate_argnames: str | Iterable[str] | None
+    keep_unused: bool
+    device: Any
+    backend: str | None
+    inline: bool
+    compiler_options: dict[str, Any] | None
+    auto_memory_limit: int | None
+
+    @classmethod
+    def of(cls, parameters: Mapping[str, Any]) -> JitOptions:
+        """The record from a front door's parameters by name (its ``locals()``, first thing)."""
+        return cls(**{field.name: parameters[field.name] for field in fields(cls)})
+
+
+@dataclass(frozen=True)
+class Door:
+    """What sets a front door's options apart from another's (a constant per door).
+
+    Attributes:
+        api: the door's name (messages, the lowered module's name).
+        none_rule: what ``None`` means in its spec trees.
+        use_resource_env: which mesh in context it reads (see :class:`JitInfo`).
+    """
+
+    api: str
+    none_rule: NoneRule
+    use_resource_env: bool
 
 
 @dataclass(frozen=True)
@@ -79,9 +113,11 @@ class JitInfo:
         has_auto: some leaf is ``AUTO`` (the AUTO stage chooses it per signature).
         device: ``jit(device=...)`` (or ``backend``'s first device), else None.
         compiler_options: sorted ``(name, value)`` pairs (hashable: a cache key part).
-        keep_unused: compile every input in; False prunes those the body does not use.
-        inline: inside another trace, the body's equations join it (with no specs given).
-        auto_memory_limit: bytes per device AUTO layouts must fit, or None.
+        options: the options as given (checked); the planner reads ``keep_unused``
+            (compile every input in; False prunes those the body does not use),
+            ``inline`` (inside another trace, the body's equations join it, with no
+            specs given) and ``auto_memory_limit`` (bytes per device AUTO layouts
+            must fit, or None) there.
     """
 
     fun: Callable[..., Any]
@@ -100,9 +136,7 @@ class JitInfo:
     has_auto: bool
     device: jax.Device | None
     compiler_options: tuple[tuple[str, Any], ...]
-    keep_unused: bool
-    inline: bool
-    auto_memory_limit: int | None
+    options: JitOptions
 
     @property
     def label(self) -> str:
@@ -118,37 +152,29 @@ class JitInfo:
 
 def jit_info(
     fun: Callable[..., Any],
-    *,
-    api: str,
+    door: Door,
     names: SpecNames,
-    none_rule: NoneRule,
-    use_resource_env: bool,
     in_specs: Any,
     out_specs: Any,
-    static_argnums: int | Sequence[int] | None,
-    static_argnames: str | Iterable[str] | None,
-    donate_argnums: int | Sequence[int] | None,
-    donate_argnames: str | Iterable[str] | None,
-    device: Any,
-    compiler_options: dict[str, Any] | None,
-    keep_unused: bool,
-    inline: bool,
-    auto_memory_limit: int | None,
+    options: JitOptions,
 ) -> JitInfo:
     """Parse and check a ``jit``/``pjit`` call's options (every bad spec leaf at once).
 
     Raises:
         TypeError: ``fun`` is not callable; a bad spec leaf, argnums or option type.
-        ValueError: argnums or argnames ``fun`` cannot take; both static and donated.
+        ValueError: argnums or argnames ``fun`` cannot take; both static and donated;
+            ``device``/``backend`` misused (:func:`device_option`).
     """
+    api = door.api
+    device = device_option(options, api, in_specs, out_specs)  # placement is checked first
     check_callable(fun, api)
     name = getattr(fun, "__name__", type(fun).__name__)
-    _check_options(api, compiler_options, auto_memory_limit)
+    _check_options(api, options.compiler_options, options.auto_memory_limit)
     if isinstance(in_specs, list):
         # The top level stands for the argument tuple, so a list there is read
         # as that tuple (as jax.jit reads in_shardings); lists deeper down match lists.
         in_specs = tuple(in_specs)
-    trees = _parse_trees(api, names, none_rule, in_specs, out_specs)
+    trees = _parse_trees(api, names, door.none_rule, in_specs, out_specs)
     # As jax.jit: with in-specs given, keyword arguments take their positional
     # parameter's spec (jax refuses them there: docs/api.md says why we accept).
     specs_given = in_specs is not None and in_specs is not UNSPECIFIED
@@ -157,15 +183,15 @@ def jit_info(
         name=name,
         api=api,
         names=names,
-        none_rule=none_rule,
-        binding=_binding(
+        none_rule=door.none_rule,
+        binding=jit_binding(
             fun,
             f"{api} {name}",
             bind_keywords=specs_given,
-            static_argnums=static_argnums,
-            static_argnames=static_argnames,
-            donate_argnums=donate_argnums,
-            donate_argnames=donate_argnames,
+            static_argnums=options.static_argnums,
+            static_argnames=options.static_argnames,
+            donate_argnums=options.donate_argnums,
+            donate_argnames=options.donate_argnames,
         ),
         in_specs=trees[0],
         out_specs=trees[1],
@@ -176,13 +202,11 @@ def jit_info(
             + meshes_named_by(out_specs, f"{api} {names.outputs}", OUTPUT_SHARDING)
         ),
         needs_mesh=_needs_mesh(names, trees[2], trees[3]),
-        use_resource_env=use_resource_env,
+        use_resource_env=door.use_resource_env,
         has_auto=any(leaf is AUTO for tree in trees[:2] for leaf in _spec_leaves(tree)),
         device=device,
-        compiler_options=tuple(sorted((compiler_options or {}).items())),
-        keep_unused=keep_unused,
-        inline=inline,
-        auto_memory_limit=auto_memory_limit,
+        compiler_options=tuple(sorted((options.compiler_options or {}).items())),
+        options=options,
     )
 
 
@@ -242,66 +266,7 @@ def _has_bare_specs(parsed_tree: Any) -> bool:
     return any(leaf is not UNSPECIFIED for leaf in _spec_leaves(parsed_tree))
 
 
-def _binding(
-    fun: Callable[..., Any],
-    label: str,
-    static_argnums: Any,
-    static_argnames: Any,
-    donate_argnums: Any,
-    donate_argnames: Any,
-    bind_keywords: bool,
-) -> Binding:
-    """Statics and donation as jax.jit reads and checks them: one of argnums/argnames
-    infers the other; every one must fit the signature; none both static and donated.
-
-    Raises:
-        TypeError: argnums that are not ints, argnames that are not strings.
-        ValueError: jax.jit's messages, in jax.jit's order.
-    """
-    try:
-        signature: inspect.Signature | None = inspect.signature(fun)
-    except (TypeError, ValueError):
-        signature = None
-    if signature is None and donate_argnames is not None:
-        raise ValueError(
-            f"Getting the signature of function {fun} failed. Pass donate_argnums instead of "
-            f"donate_argnames. ({label})"
-        )
-    nums = {
-        "static": optional_index_tuple(static_argnums, "static_argnums", label),
-        "donate": optional_index_tuple(donate_argnums, "donate_argnums", label),
-    }
-    names = {
-        "static": optional_name_tuple(static_argnames, "static_argnames", label),
-        "donate": optional_name_tuple(donate_argnames, "donate_argnames", label),
-    }
-    static = infer_argnums_and_argnames(signature, nums["static"], names["static"])
-    donate = infer_argnums_and_argnames(signature, nums["donate"], names["donate"])
-    for what, (inferred_nums, inferred_names) in (("static", static), ("donate", donate)):
-        validate_argnums(signature, nums[what] or inferred_nums, f"{what}_argnums", label)
-        validate_argnames(signature, inferred_names, f"{what}_argnames", label)
-    if both := set(static[1]) & set(donate[1]):
-        raise ValueError(
-            "static_argnames and donate_argnames cannot intersect. Argument names "
-            f"{both} appear in both static_argnames and donate_argnames ({label})"
-        )
-    if set(static[0]) & set(donate[0]):
-        raise ValueError(
-            f"`static_argnums` {sorted(set(static[0]))} and `donate_argnums` "
-            f"{sorted(set(donate[0]))} cannot intersect. ({label})"
-        )
-    return Binding(label, signature, *static, *donate, bind_keywords=bind_keywords)
-
-
-def device_option(
-    device: Any,
-    backend: str | None,
-    keep_unused: Any,
-    inline: Any,
-    api: str,
-    in_specs: Any = UNSPECIFIED,
-    out_specs: Any = UNSPECIFIED,
-) -> Any:
+def device_option(options: JitOptions, api: str, in_specs: Any, out_specs: Any) -> Any:
     """Check jax.jit's placement options; the device a mesh-less call defaults to (or None).
 
     ``keep_unused`` and ``inline`` are checked as jax.jit's flags (``inline`` is a
@@ -314,7 +279,8 @@ def device_option(
         ValueError: both ``device`` and ``backend``, either with given shardings,
             or an unknown backend.
     """
-    for name, flag in (("keep_unused", keep_unused), ("inline", inline)):
+    device, backend = options.device, options.backend
+    for name, flag in (("keep_unused", options.keep_unused), ("inline", options.inline)):
         if not isinstance(flag, bool):
             raise TypeError(f"{api}: {name} must be a bool, got {flag!r}")
     if device is None and backend is None:
@@ -324,7 +290,7 @@ def device_option(
         '`jax.device_put(..., jax.local_devices(backend="cpu")[0])` on the inputs to the '
         "jitted function to get the same behavior.",
         DeprecationWarning,
-        stacklevel=3,
+        stacklevel=4,  # the user's call of the door (door -> jit_info -> here)
     )
     if device is not None and backend is not None:
         raise ValueError(

@@ -16,8 +16,8 @@ from jax.sharding import Mesh
 from jax.tree_util import PyTreeDef, tree_unflatten
 
 from .. import jax_private as jp
-from ..sharding.auto import AutoChoice
 from ..trace.arguments import Binding, FlatArguments
+from .auto_choice import AutoChoice
 from .pjit_call import PjitParams
 
 

@@ -21,9 +21,9 @@ from jax.tree_util import keystr, tree_flatten_with_path, tree_unflatten
 
 from .. import jax_private as jp
 from ..compiler.executable import Executable
+from ..primitives.auto_choice import AutoChoice, Candidate
 from ..primitives.call_plan import CallPlan
 from ..primitives.constraint import sharding_constraint_p
-from ..sharding.auto import AutoChoice, Candidate
 from ..sharding.parsed import ParsedPartitionSpec
 from .collectives import Collective, collectives
 from .visualize import visualize_choice
