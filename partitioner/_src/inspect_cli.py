@@ -147,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     devices = np.array(jax.devices()[: int(np.prod(sizes))]).reshape(sizes)
-    with mesh_context(devices, names), options.partitioner(args.partitioner):
+    with mesh_context(devices, names), options.spmd_partitioner(args.partitioner):
         if args.compare:
             print(compare_partitioners(f, *structs))
         else:

@@ -113,7 +113,7 @@ def compare_partitioners(f: Callable[..., Any], *args: Any, **kwargs: Any) -> Co
     """
     reports = {}
     for mode in ("gspmd", "shardy"):
-        with options.partitioner(mode):
+        with options.spmd_partitioner(mode):
             reports[mode] = report(f, *args, **kwargs)
     g, s = reports["gspmd"], reports["shardy"]
     rows: list[tuple[str, str, str]] = []
