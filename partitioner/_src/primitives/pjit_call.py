@@ -11,8 +11,8 @@ that tie them together, instead of string lookups and asserts in every rule.
 
 Every transformation rule of ``pjit_p``: vmap, jvp, transpose, partial eval, DCE.
 
-One file per primitive (``constraint.py`` and ``region.py`` beside it), so what a
-transformation does to a pjit is read in one place.
+One file per primitive (``constraint.py`` and ``pmap_region.py`` beside it), so
+what a transformation does to a pjit is read in one place.
 
 - vmap: the batch dimension is moved to 0 and inserted into every spec:
   unpartitioned by default, or over the mesh axes named by
