@@ -22,7 +22,7 @@ from jax.tree_util import keystr, tree_flatten_with_path, tree_unflatten
 from .. import jax_private as jp
 from ..compiler.executable import Executable
 from ..primitives.call_plan import CallPlan
-from ..primitives.constraint import sharding_constraint_p
+from ..primitives.constraint import ConstraintParams, sharding_constraint_p
 from ..sharding.auto import AutoChoice, Candidate
 from ..sharding.parsed import ParsedPartitionSpec
 from .collectives import Collective, collectives
@@ -337,7 +337,7 @@ def build(plan: CallPlan, executable: Executable, shardy: bool) -> Report:
         )
     for k, eqn in enumerate(_constraints(params.jaxpr.jaxpr), start=1):
         where = jp.summarize_source_info(eqn.source_info)
-        spec = eqn.params["axis_resources"]
+        spec = ConstraintParams.of(eqn.params).axis_resources
         values.append(
             value_row("constraint", f"#{k} {where}", eqn.invars[0].aval, spec, spec, mesh)
         )
