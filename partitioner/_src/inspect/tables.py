@@ -26,7 +26,7 @@ from ..primitives.constraint import ConstraintParams, sharding_constraint_p
 from ..sharding.auto import AutoChoice, Candidate
 from ..sharding.parsed import ParsedPartitionSpec
 from .collectives import Collective, collectives
-from .visualize import visualize_choice
+from .visualize import ChosenLayout, visualize_choice
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,9 +110,13 @@ class AutoTable:
         (needs matplotlib).
         """
         c = self.choice
-        text = visualize_choice(
-            c.paths, c.shapes, c.layouts, c.chosen.specs, self.mesh, self.device_ids, png
-        )
+        inputs = [
+            ChosenLayout(path, tuple(shape), layout, spec)
+            for path, shape, layout, spec in zip(
+                c.paths, c.shapes, c.layouts, c.chosen.specs, strict=True
+            )
+        ]
+        text = visualize_choice(inputs, self.mesh, self.device_ids, png)
         if show:
             print(text)
         return text
