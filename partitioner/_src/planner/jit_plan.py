@@ -21,7 +21,7 @@ from jax.tree_util import tree_flatten_with_path, tree_leaves, tree_unflatten
 
 from .. import jax_private as jp
 from .. import lazy, options
-from ..primitives.call_plan import CallPlan, OverRecord
+from ..primitives.call_plan import CallPlan, PlannerFromInfo
 from ..primitives.pjit_call import PjitParams
 from ..sharding.auto import AUTO, has_auto
 from ..sharding.call_inputs import checked_inputs, input_specs
@@ -247,7 +247,7 @@ def resolve_auto(info: JitInfo, plan: CallPlan) -> CallPlan:
 
 
 @dataclass(frozen=True)
-class JitPlanner(OverRecord):
+class JitPlanner(PlannerFromInfo):
     """The :class:`Planner` of a ``jit``/``pjit``-ed function: its record and the functions above."""
 
     info: JitInfo

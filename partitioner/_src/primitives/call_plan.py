@@ -94,10 +94,14 @@ class Planner(Protocol):
     def wrap_call(self, call: Callable[..., Any]) -> Callable[..., Any]: ...
 
 
-class OverRecord:
-    """A :class:`Planner`'s naming part, read from its options record (``self.info``,
-    which has ``name``, ``fun`` and ``binding``): every front door's planner is a
-    frozen record plus free functions, so this part is the same for all."""
+class PlannerFromInfo:
+    """The part of a :class:`Planner` read from its options record ``self.info``.
+
+    Every front door's planner is a frozen record (``info``: ``name``, ``fun``,
+    ``binding``) plus free functions, so ``name``, ``fun`` and ``binding`` are the
+    same three reads for all of them; a planner subclasses this and adds ``eager``,
+    ``plan`` and ``wrap_call``.
+    """
 
     info: Any
 
