@@ -198,7 +198,11 @@ def _placement(info: JitInfo, bound: BoundCall) -> Placement:
     context = _context_mesh(info)
     if info.named_meshes or info.needs_mesh is not None or context is not None:
         mesh, source = resolve_call_mesh(
-            info.label, info.named_meshes, context, info.needs_mesh or info.names.inputs
+            info.label,
+            info.named_meshes,
+            context,
+            info.needs_mesh or info.names.inputs,
+            door=info.api,
         )
         return Placement(mesh, source=source)
     flat = bound.flat

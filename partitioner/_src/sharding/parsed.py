@@ -30,10 +30,15 @@ MSG_DUPLICATE_AXIS = """\
 partition at most one dimension of a value; e.g. PartitionSpec('x', 'y') instead of \
 PartitionSpec('x', 'x')."""
 
+# jax's sentence first (``pytest.raises(match=...)`` written against jax.jit holds), then ours.
 MSG_NOT_A_SPEC = """\
-{where}: expected a PartitionSpec, a NamedSharding, a SingleDeviceSharding, a Format or None \
-as a spec leaf, got {value!r} \
-of type {type_name}. Wrap axis names in a spec: PartitionSpec({value!r}) instead of {value!r}."""
+{keyword} leaf specifications are expected to be PartitionSpec instances or None, but got \
+{value}. {where}: got {value!r} of type {type_name}, where a PartitionSpec, a NamedSharding, \
+a SingleDeviceSharding, a Format or None is expected."""
+
+# Said only for an axis name given bare: for another value (an int) it would be wrong advice.
+MSG_WRAP_AXIS_NAME = """ Wrap axis names in a spec: PartitionSpec({value!r}) instead of \
+{value!r}."""
 
 MSG_BARE_LAYOUT = """\
 {where}: got the layout {value!r} alone; as jax.jit, pjit does not accept device-local \
@@ -189,23 +194,37 @@ class ParsedPartitionSpec(_Conversions):
 
     @classmethod
     def from_user_input(
-        cls, entry: Any, arg_name: str, *, allow_unconstrained: bool = False
+        cls,
+        entry: Any,
+        arg_name: str,
+        *,
+        allow_unconstrained: bool = False,
+        keyword: str | None = None,
     ) -> ParsedPartitionSpec:
         """Parse one spec leaf: a PartitionSpec, a ``NamedSharding`` (its spec) or ``None``.
 
         A NamedSharding's mesh is not checked here (it is not known yet when
         ``pjit`` is applied); ``sharding.tree.meshes_named_by`` collects it for that.
 
+        Args:
+            keyword: the option the leaf was given to, as jax's message names it
+                (``"in_shardings"``); ``arg_name`` where None.
+
         Raises:
             TypeError: ``entry`` is not a spec, a NamedSharding or ``None``.
             ValueError: an axis repeats, reduced axes, or UNCONSTRAINED where it is
                 not allowed.
         """
-        return _parse_leaf(entry, arg_name, allow_unconstrained)
+        return _parse_leaf(entry, arg_name, allow_unconstrained, keyword or arg_name)
 
     @classmethod
     def coerce(
-        cls, value: Any, where: str, *, allow_unconstrained: bool = False
+        cls,
+        value: Any,
+        where: str,
+        *,
+        allow_unconstrained: bool = False,
+        keyword: str | None = None,
     ) -> ParsedPartitionSpec:
         """``value`` as a parsed spec: a parsed spec as is, ``None`` replicated, else parsed.
 
@@ -217,7 +236,9 @@ class ParsedPartitionSpec(_Conversions):
         """
         if isinstance(value, ParsedPartitionSpec):
             return value
-        return cls.from_user_input(value, where, allow_unconstrained=allow_unconstrained)
+        return cls.from_user_input(
+            value, where, allow_unconstrained=allow_unconstrained, keyword=keyword
+        )
 
     def insert_axis_partitions(
         self, dim: int, axes: tuple[AxisName, ...], *, unconstrained: bool = False
@@ -299,7 +320,9 @@ def stated_memory_kind(sharding: NamedSharding) -> str | None:
 REPLICATED = ParsedPartitionSpec(None, ())
 
 
-def _parse_leaf(entry: Any, arg_name: str, allow_unconstrained: bool) -> ParsedPartitionSpec:
+def _parse_leaf(
+    entry: Any, arg_name: str, allow_unconstrained: bool, keyword: str
+) -> ParsedPartitionSpec:
     """:meth:`ParsedPartitionSpec.from_user_input`: unwrap the leaf, then parse its entries."""
     layout = None
     if isinstance(entry, Format):
@@ -320,7 +343,10 @@ def _parse_leaf(entry: Any, arg_name: str, allow_unconstrained: bool) -> ParsedP
         entry = entry.spec
     if not is_spec(entry):
         raise TypeError(
-            MSG_NOT_A_SPEC.format(where=arg_name, value=entry, type_name=type(entry).__name__)
+            MSG_NOT_A_SPEC.format(
+                keyword=keyword, where=arg_name, value=entry, type_name=type(entry).__name__
+            )
+            + (MSG_WRAP_AXIS_NAME.format(value=entry) if isinstance(entry, str) else "")
         )
     check_no_reduced(entry, arg_name)
     partitions, unconstrained = _entries(entry, arg_name, allow_unconstrained)
