@@ -94,7 +94,7 @@ def test_body_returns_no_jax_value(door: Any, fun: Any, returned: str, stage: st
     raises_like(
         lambda: run(door(fun), x),
         lambda: run(jax.jit(fun), x),
-        f"returned a value of {returned} is not a valid JAX type",
+        f"traced for jit returned a value of {returned} is not a valid JAX type",
         door=door,
     )
 

@@ -217,9 +217,13 @@ def _placement(info: JitInfo, bound: BoundCall) -> Placement:
 
 
 def _debug_info(info: JitInfo, bound: BoundCall) -> Any:
-    """jax's description of the traced function and its arguments (names the module's values)."""
+    """jax's description of the traced function and its arguments (names the module's values).
+
+    Traced "for jit" through either door: jax's pjit is jit, and its messages about
+    the traced function ("... traced for jit returned ...") say so.
+    """
     return jp.debug_info(
-        info.api,
+        "jit",
         info.fun,
         bound.args,
         bound.kwargs,
