@@ -8,11 +8,14 @@ one rule apart. What tells them apart (the names a user's messages quote, what
 
 from __future__ import annotations
 
+import ast
 import enum
+import functools
+import inspect
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any, TypedDict, TypeVar, cast, get_type_hints
 
 import jax
 from jax.sharding import Mesh
@@ -23,6 +26,8 @@ from ..sharding.devices import INPUT_SHARDING, OUTPUT_SHARDING
 from ..sharding.tree import UNSPECIFIED, meshes_named_by, prepare_axis_resources
 from ..trace.argnums import check_callable, jit_binding
 from ..trace.arguments import Binding
+
+_Door = TypeVar("_Door", bound=Callable[..., Any])
 
 
 class NoneRule(enum.Enum):
@@ -40,30 +45,102 @@ class NoneRule(enum.Enum):
 
 
 @dataclass(frozen=True)
-class JitOptions:
-    """The options ``jit`` and ``pjit`` share, as the user passed them: one field a keyword.
+class Default:
+    """A keyword option's default, written beside its type: ``Annotated[bool, Default(False)]``."""
 
-    NOTE [one options record]: a front door's signature is where its options are
-    spelled; its body builds this record from its own parameters in one step
-    (:meth:`of`), and :func:`jit_info` parses the record. A new option is a field
-    here and a parameter of each door, nothing else to thread through.
+    value: Any
+
+
+class SharedOptions(TypedDict, total=False):
+    """The keyword options ``jit`` and ``pjit`` share: one line an option, its type and default.
+
+    NOTE [one options record]: this is the one place an option is spelled. The doors
+    take them as ``**options: Unpack[...]`` (PEP 692), so a user's type checker checks
+    each keyword; :func:`takes` shows them in ``inspect.signature`` and
+    ``help()`` with their defaults, and :func:`options_of` refuses an unknown one in
+    Python's words and fills the defaults. A new option is a line here (and a line of
+    the doors' docstrings), nothing else to thread through.
     """
 
-    static_argnums: int | Sequence[int] | None
-    static_argnames: str | Iterable[str] | None
-    donate_argnums: int | Sequence[int] | None
-    donate_argnames: str | Iterable[str] | None
-    keep_unused: bool
-    device: Any
-    backend: str | None
-    inline: bool
-    compiler_options: dict[str, Any] | None
-    auto_memory_limit: int | None
+    in_shardings: Annotated[Any, Default(UNSPECIFIED)]
+    out_shardings: Annotated[Any, Default(UNSPECIFIED)]
+    static_argnames: Annotated[str | Iterable[str] | None, Default(None)]
+    donate_argnames: Annotated[str | Iterable[str] | None, Default(None)]
+    keep_unused: Annotated[bool, Default(False)]
+    device: Annotated[Any, Default(None)]
+    backend: Annotated[str | None, Default(None)]
+    inline: Annotated[bool, Default(False)]
+    compiler_options: Annotated[dict[str, Any] | None, Default(None)]
+    auto_memory_limit: Annotated[int | None, Default(None)]
 
-    @classmethod
-    def of(cls, parameters: Mapping[str, Any]) -> JitOptions:
-        """The record from a front door's parameters by name (its ``locals()``, first thing)."""
-        return cls(**{field.name: parameters[field.name] for field in fields(cls)})
+
+class JitOptions(SharedOptions, total=False):
+    """``jit``'s keyword options: the shared ones and the argnums ``pjit`` takes by position.
+
+    Built by :func:`options_of` with every key present, it is the record the planner
+    reads (``JitInfo.options``).
+    """
+
+    static_argnums: Annotated[int | Sequence[int] | None, Default(None)]
+    donate_argnums: Annotated[int | Sequence[int] | None, Default(None)]
+
+
+@functools.cache
+def _record_parameters(record: type) -> tuple[inspect.Parameter, ...]:
+    """The record's keywords as keyword-only parameters: default, and the type as written."""
+    hints = get_type_hints(record, include_extras=True)
+    parameters = []
+    for name, ref in record.__annotations__.items():
+        written = ast.parse(ref.__forward_arg__, mode="eval").body
+        assert isinstance(written, ast.Subscript) and isinstance(written.slice, ast.Tuple)
+        parameters.append(
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=hints[name].__metadata__[0].value,
+                annotation=ast.unparse(written.slice.elts[0]),  # "bool", as a def shows it
+            )
+        )
+    return tuple(parameters)
+
+
+def takes(record: type) -> Callable[[_Door], _Door]:
+    """Set a door's ``__signature__``: its own parameters, then the record's keywords.
+
+    What a user reads in ``inspect.signature``/``help()`` is every option by name with
+    its default and type, as if spelled out in the door's ``def``.
+    """
+
+    def give(door: _Door) -> _Door:
+        own = inspect.signature(door)
+        kept = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
+        door.__signature__ = own.replace(  # type: ignore[attr-defined]
+            parameters=[*kept, *_record_parameters(record)]
+        )
+        return door
+
+    return give
+
+
+def options_of(door: Callable[..., Any], given: Mapping[str, Any], **positional: Any) -> JitOptions:
+    """The record from a door's ``**options`` and the options it took by position.
+
+    Raises:
+        TypeError: a keyword the door does not take, in Python's own words (as a
+            ``def`` spelling every option would raise it).
+    """
+    parameters = inspect.signature(door).parameters
+    for name in given:
+        kind = parameters[name].kind if name in parameters else None
+        if kind is inspect.Parameter.POSITIONAL_ONLY:
+            raise TypeError(
+                f"{door.__qualname__}() got some positional-only arguments passed as keyword "
+                f"arguments: '{name}'"
+            )
+        if kind is not inspect.Parameter.KEYWORD_ONLY:
+            raise TypeError(f"{door.__qualname__}() got an unexpected keyword argument '{name}'")
+    defaults = {p.name: p.default for p in _record_parameters(JitOptions)}
+    return cast(JitOptions, {**defaults, **given, **positional})
 
 
 @dataclass(frozen=True)
@@ -169,7 +246,7 @@ def jit_info(
     device = device_option(options, api, in_specs, out_specs)  # placement is checked first
     check_callable(fun, api)
     name = getattr(fun, "__name__", type(fun).__name__)
-    _check_options(api, options.compiler_options, options.auto_memory_limit)
+    _check_options(api, options["compiler_options"], options["auto_memory_limit"])
     if isinstance(in_specs, list):
         # The top level stands for the argument tuple, so a list there is read
         # as that tuple (as jax.jit reads in_shardings); lists deeper down match lists.
@@ -188,10 +265,10 @@ def jit_info(
             fun,
             f"{api} {name}",
             bind_keywords=specs_given,
-            static_argnums=options.static_argnums,
-            static_argnames=options.static_argnames,
-            donate_argnums=options.donate_argnums,
-            donate_argnames=options.donate_argnames,
+            static_argnums=options["static_argnums"],
+            static_argnames=options["static_argnames"],
+            donate_argnums=options["donate_argnums"],
+            donate_argnames=options["donate_argnames"],
         ),
         in_specs=trees[0],
         out_specs=trees[1],
@@ -205,7 +282,7 @@ def jit_info(
         use_resource_env=door.use_resource_env,
         has_auto=any(leaf is AUTO for tree in trees[:2] for leaf in _spec_leaves(tree)),
         device=device,
-        compiler_options=tuple(sorted((options.compiler_options or {}).items())),
+        compiler_options=tuple(sorted((options["compiler_options"] or {}).items())),
         options=options,
     )
 
@@ -279,8 +356,8 @@ def device_option(options: JitOptions, api: str, in_specs: Any, out_specs: Any) 
         ValueError: both ``device`` and ``backend``, either with given shardings,
             or an unknown backend.
     """
-    device, backend = options.device, options.backend
-    for name, flag in (("keep_unused", options.keep_unused), ("inline", options.inline)):
+    device, backend = options["device"], options["backend"]
+    for name, flag in (("keep_unused", options["keep_unused"]), ("inline", options["inline"])):
         if not isinstance(flag, bool):
             raise TypeError(f"{api}: {name} must be a bool, got {flag!r}")
     if device is None and backend is None:

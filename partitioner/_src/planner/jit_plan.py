@@ -93,7 +93,7 @@ def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPla
         api=info.api,
         committed=placement.committed,
         compiler_options=info.compiler_options,
-        keep_unused=info.options.keep_unused,
+        keep_unused=info.options["keep_unused"],
     )
     return CallPlan(
         params=params,
@@ -103,7 +103,7 @@ def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPla
         in_avals=in_avals,
         num_consts=len(consts),
         arguments=flat,
-        inline=info.options.inline and _unspecified(in_tree) and _unspecified(out_tree),
+        inline=info.options["inline"] and _unspecified(in_tree) and _unspecified(out_tree),
     )
 
 
@@ -243,7 +243,7 @@ def resolve_auto(info: JitInfo, plan: CallPlan) -> CallPlan:
     out_paths = [path for path, _ in tree_flatten_with_path(out_avals)[0]]
     arguments = plan.arguments
     assert arguments is not None  # a jit plan always names its arguments
-    plan = auto_resolve.resolve(plan, arguments.paths, out_paths, info.options.auto_memory_limit)
+    plan = auto_resolve.resolve(plan, arguments.paths, out_paths, info.options["auto_memory_limit"])
     if not options.reshard_committed_enabled():
         for i, auto in enumerate(was_auto):
             if auto:
