@@ -80,7 +80,7 @@ def measure(mode: str, nested: bool) -> tuple[common.Row, dict[str, Any]]:
     mesh = models.mesh_4x2()
     params, batch = models.block_params(), models.block_batch()
     name = f"{mode}/{'nested_loss_step' if nested else 'train_step'}"
-    with partitioner.partitioner(mode), partitioner.mesh(mesh.devices, mesh.axis_names):
+    with partitioner.spmd_partitioner(mode), partitioner.mesh(mesh.devices, mesh.axis_names):
         ours, theirs, ours_loss = _steps(nested)
         ours_total, ours_parts = per_device_bytes(
             ours.lower(params, batch).compile().memory_analysis()
@@ -128,7 +128,7 @@ def measure_eager_vjp(mode: str) -> common.Row:
     in_specs = (models.BLOCK_PARAM_SPECS, models.BATCH_SPECS)
     params = jax.device_put(models.block_params(), models.to_jax(models.BLOCK_PARAM_SPECS, mesh))
     batch = jax.device_put(models.block_batch(), models.to_jax(models.BATCH_SPECS, mesh))
-    with partitioner.partitioner(mode), partitioner.mesh(mesh.devices, mesh.axis_names):
+    with partitioner.spmd_partitioner(mode), partitioner.mesh(mesh.devices, mesh.axis_names):
         ours = partitioner.pjit(models.loss, in_specs, P())
         theirs = jax.jit(
             models.loss,
@@ -187,7 +187,7 @@ def measure_offload(mode: str) -> common.Row:
     step = _offload_step(dev, host)
     shardings = {"in_shardings": (dev, host, batch_s), "out_shardings": (dev, host)}
     figures = {}
-    with partitioner.partitioner(mode):
+    with partitioner.spmd_partitioner(mode):
         for who, make in (("partitioner", partitioner.pjit), ("jax_jit", jax.jit)):
             f = make(step, **shardings)
             stats = f.lower(params, momentum, batch).compile().memory_analysis()
@@ -252,7 +252,7 @@ def measure_donated_no_shardings(mode: str) -> common.Row:
     consumed, as under jax.jit (a step that keeps them holds two copies of the state)."""
     mesh = models.mesh_4x2()
     figures = {}
-    with partitioner.partitioner(mode):
+    with partitioner.spmd_partitioner(mode):
         for who, make in (("partitioner", partitioner.jit), ("jax_jit", jax.jit)):
             step, state, batch = _flax_state(mesh)
             f = make(step, donate_argnums=0)

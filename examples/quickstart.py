@@ -141,9 +141,9 @@ def main() -> None:
         params, losses = train(step, params0, x, y)
 
         # Ahead of time: lower (the mesh is read here too), inspect, compile, call.
-        with partitioner.partitioner("shardy"):
+        with partitioner.spmd_partitioner("shardy"):
             lowered = step.lower(params0, x, y)
-        with partitioner.partitioner("gspmd"):
+        with partitioner.spmd_partitioner("gspmd"):
             lowered_gspmd = step.lower(params0, x, y)
         compiled = lowered.compile()
         _, first_loss = compiled(params0, x, y)
@@ -181,7 +181,7 @@ def main() -> None:
     param_names = [f"params{name}" for name in leaf_names(params0)]
     arg_names, out_names = [*param_names, "x", "y"], [*param_names, "loss"]
     print(sharding_excerpt(lowered.as_text(), arg_names, out_names))
-    print("\nthe same step lowered for GSPMD (inside partitioner.partitioner('gspmd')):")
+    print("\nthe same step lowered for GSPMD (inside partitioner.spmd_partitioner('gspmd')):")
     print(sharding_excerpt(lowered_gspmd.as_text(), arg_names, out_names))
 
     elapsed = time.perf_counter() - start

@@ -16,7 +16,9 @@ from . import options
 from ._src import lazy
 from ._src.events import add_listener, recording
 from ._src.jit import JitWrapped, jit
-from ._src.options import partitioner, set_partitioner
+from ._src.options import partitioner as partitioner  # deprecated (warns)
+from ._src.options import set_partitioner as set_partitioner  # deprecated (warns)
+from ._src.options import set_spmd_partitioner, spmd_partitioner
 from ._src.pjit import PjitWrapped, pjit
 from ._src.primitives.constraint import with_sharding_constraint
 from ._src.sharding import (
@@ -87,14 +89,14 @@ __all__ = [
     "mesh",
     "options",
     "parse_op_sharding",
-    "partitioner",
     "pjit",
     "pmap",
     "prepare_axis_resources",
     "recording",
     "residuals",
-    "set_partitioner",
+    "set_spmd_partitioner",
     "sharding_spec",
     "sharding_spec_of",
+    "spmd_partitioner",
     "with_sharding_constraint",
 ]

@@ -57,11 +57,11 @@ from ._src.compiler.cache import executables as executable_cache
 from ._src.host_callback.call import call_p
 from ._src.host_callback.primitive import id_tap_p
 from ._src.host_callback.receiver import Sequencer, TapItem
+from ._src.inspect.collectives import parse_groups as hlo_replica_groups
 from ._src.lower.annotate import ensure_sdy_mesh, sdy_mesh_attr, sdy_sharding_attr
 from ._src.primitives.constraint import sharding_constraint_p
 from ._src.primitives.pjit_call import pjit_p
 from ._src.primitives.pmap_region import pmap_region_p
-from ._src.report.collectives import parse_groups as hlo_replica_groups
 from ._src.sharding.checks import check_spec, check_specs
 from ._src.sharding.mesh_env import (
     as_auto_mesh,

@@ -55,8 +55,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(params=["gspmd", "shardy"])
 def partitioner_mode(request: pytest.FixtureRequest):
-    """Run the test under each of XLA's SPMD partitioners (``partitioner.partitioner``)."""
-    with partitioner.partitioner(request.param):
+    """Run the test under each of XLA's SPMD partitioners (``partitioner.spmd_partitioner``)."""
+    with partitioner.spmd_partitioner(request.param):
         yield request.param
 
 
@@ -70,7 +70,7 @@ def jax_partitioner_mode(request: pytest.FixtureRequest):
     old = jax.config.jax_use_shardy_partitioner
     jax.config.update("jax_use_shardy_partitioner", request.param == "shardy")
     try:
-        with partitioner.partitioner(request.param):
+        with partitioner.spmd_partitioner(request.param):
             yield request.param
     finally:
         jax.config.update("jax_use_shardy_partitioner", old)

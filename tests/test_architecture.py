@@ -33,15 +33,16 @@ LAYERS: list[tuple[str, ...]] = [
     ("_src.lower",),
     ("_src.compiler",),  # lower -> compile -> executable -> cache
     ("_src.dispatch",),
-    ("_src.report",),
+    ("_src.inspect.tables", "_src.inspect.collectives", "_src.inspect.visualize"),  # report tables
     ("_src.stages", "_src.residuals"),
     ("_src.auto",),  # chooses AUTO specs; compiles finalists through the cache, reads reports
     ("_src.registry", "_src.host_callback", "_src.distributed"),
     ("_src.planner",),  # options records, and free functions: a call -> CallPlan
     ("_src.wrapped",),  # the callable every front door returns
     ("_src.jit", "_src.pjit", "_src.pmap"),  # the front doors: siblings, none imports another
-    ("_src.colocated", "_src.inspection"),
-    ("_src.inspect_cli",),  # the report from a shell: pjit + inspection
+    # report(f, *args) with the residuals, both partitioners; the inspect package's own
+    # __init__ (a docstring) sits here, so its modules below are placed by their names.
+    ("_src.colocated", "_src.inspect.api", "_src.inspect"),
     (
         "options",
         "inspect",
@@ -196,14 +197,14 @@ def test_deferred_imports_are_read_as_imports() -> None:
     layers and cycles are checked for them) and name modules that exist."""
     source = (
         "from .. import lazy\n"
-        "tables = lazy.module('partitioner._src.report.tables')\n"
+        "tables = lazy.module('partitioner._src.inspect.tables')\n"
         "__getattr__, __dir__ = lazy.attach(__name__, {'pmap': 'partitioner._src.pmap'},"
         " submodules=('inspect',))\n"
         "def f():\n    return lazy.module('partitioner._src.auto.resolve')\n"
     )
     found = {(t, top) for t, _, top in _deferred_imports("__init__", ast.parse(source))}
     assert found == {
-        ("_src.report.tables", True),
+        ("_src.inspect.tables", True),
         ("_src.pmap", True),
         ("inspect", True),
         ("_src.auto.resolve", False),
@@ -221,7 +222,7 @@ def test_deferred_imports_are_read_as_imports() -> None:
 
 #: Modules that import by name: the lazy loader, and the shell's ``module:function``
 #: (the user's module, never one of ours).
-IMPORTS_BY_NAME = {"_src.lazy", "_src.inspect_cli"}
+IMPORTS_BY_NAME = {"_src.lazy", "inspect.__main__"}
 
 
 def test_only_the_lazy_loader_imports_by_name() -> None:

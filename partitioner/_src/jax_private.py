@@ -84,8 +84,8 @@ check_jax_version(_jax_pkg.__version__)
 
 
 # --- named exports: the private jax names partitioner uses, one line each ---
-# Grouped by jax module and sorted; regenerated from their uses by the gateway
-# codemod (jp_codemod.py): use `jp.Name` elsewhere, never a module's attribute.
+# Grouped by jax module and sorted. Elsewhere use `jp.Name`, never a module's
+# attribute: tests/test_architecture.py fails on a module exported from here.
 
 # jax._src.api_util
 debug_info = _api_util.debug_info

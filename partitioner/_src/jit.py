@@ -10,12 +10,11 @@ record (``planner/jit_info.py``); the planner and the dispatcher are pjit's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Unpack
 
-from .planner.jit_info import NoneRule, SpecNames, device_option, jit_info
+from .planner.jit_info import Door, JitOptions, NoneRule, SpecNames, jit_info, options_of, takes
 from .planner.jit_plan import JitPlanner
-from .sharding.tree import UNSPECIFIED
 from .wrapped import Wrapped
 
 
@@ -25,23 +24,12 @@ class JitWrapped(Wrapped):
     kind = "jit"
 
 
-def jit(
-    fun: Callable[..., Any] | None = None,
-    /,
-    *,
-    in_shardings: Any = UNSPECIFIED,
-    out_shardings: Any = UNSPECIFIED,
-    static_argnums: int | Sequence[int] | None = None,
-    static_argnames: str | Iterable[str] | None = None,
-    donate_argnums: int | Sequence[int] | None = None,
-    donate_argnames: str | Iterable[str] | None = None,
-    keep_unused: bool = False,
-    device: Any = None,
-    backend: str | None = None,
-    inline: bool = False,
-    compiler_options: dict[str, Any] | None = None,
-    auto_memory_limit: int | None = None,
-) -> Any:
+_DOOR = Door(api="jit", none_rule=NoneRule.UNSPECIFIED, use_resource_env=False)
+_NAMES = SpecNames("in_shardings", "out_shardings")
+
+
+@takes(JitOptions)
+def jit(fun: Callable[..., Any] | None = None, /, **options: Unpack[JitOptions]) -> Any:
     """Compile ``fun`` as ``jax.jit`` does, partitioned by partitioner's pipeline.
 
     Same signature and semantics as ``jax.jit``: ``in_shardings``/``out_shardings``
@@ -53,7 +41,11 @@ def jit(
     A committed argument laid out otherwise than its given sharding is an error,
     never a hidden transfer. A ``partitioner.AUTO`` leaf is chosen by partitioner,
     within ``auto_memory_limit`` bytes per device if given (see :func:`pjit`).
-    Without ``fun``, returns a decorator.
+    Without ``fun``, returns a decorator. Its keyword options (``inspect.signature``
+    and ``help()`` list them with their defaults) are ``jax.jit``'s: ``in_shardings``,
+    ``out_shardings``, ``static_argnums``, ``static_argnames``, ``donate_argnums``,
+    ``donate_argnames``, ``keep_unused``, ``device``, ``backend``, ``inline``,
+    ``compiler_options``; and ``auto_memory_limit`` (described under :func:`pjit`).
 
     Returns:
         JitWrapped: call it; ``.lower(...)``; ``.clear_cache()``; plus what
@@ -63,40 +55,11 @@ def jit(
         TypeError: ``fun`` is not callable, a bad argnums/flag type.
         ValueError: argnums or argnames ``fun`` cannot take (as jax.jit, at wrap time).
     """
-    options = dict(
-        in_shardings=in_shardings,
-        out_shardings=out_shardings,
-        static_argnums=static_argnums,
-        static_argnames=static_argnames,
-        donate_argnums=donate_argnums,
-        donate_argnames=donate_argnames,
-        keep_unused=keep_unused,
-        device=device,
-        backend=backend,
-        inline=inline,
-        compiler_options=compiler_options,
-        auto_memory_limit=auto_memory_limit,
-    )
-    if fun is None:
-        return lambda f: jit(f, **options)
-    info = jit_info(
-        fun,
-        api="jit",
-        names=SpecNames("in_shardings", "out_shardings"),
-        use_resource_env=False,
-        none_rule=NoneRule.UNSPECIFIED,
-        in_specs=in_shardings,
-        out_specs=out_shardings,
-        static_argnums=static_argnums,
-        static_argnames=static_argnames,
-        donate_argnums=donate_argnums,
-        donate_argnames=donate_argnames,
-        device=device_option(
-            device, backend, keep_unused, inline, "jit", in_shardings, out_shardings
-        ),
-        compiler_options=compiler_options,
-        keep_unused=keep_unused,
-        inline=inline,
-        auto_memory_limit=auto_memory_limit,
-    )
-    return JitWrapped.make(JitPlanner(info))
+    record = options_of(jit, options)  # NOTE [one options record]
+
+    def wrap(f: Callable[..., Any]) -> JitWrapped:
+        in_specs, out_specs = record["in_shardings"], record["out_shardings"]
+        info = jit_info(f, _DOOR, _NAMES, in_specs, out_specs, record)
+        return JitWrapped.make(JitPlanner(info))
+
+    return wrap if fun is None else wrap(fun)

@@ -6,9 +6,9 @@ defaults to ``jax_use_shardy_partitioner``.
 
 NOTE [options in cache keys]: a cached executable must never be reused under
 another setting. jaxlib's C++ dispatch cache keys on jax's own configuration,
-so :func:`partitioner` also sets jax's ``jax_use_shardy_partitioner`` for its
+so :func:`spmd_partitioner` also sets jax's ``jax_use_shardy_partitioner`` for its
 block (nested ``jax.jit`` code is then lowered for the same partitioner, which
-it must be anyway). Process-wide changes (:func:`set_partitioner`,
+it must be anyway). Process-wide changes (:func:`set_spmd_partitioner`,
 :func:`set_fast_path`) empty the fast-path caches instead.
 """
 
@@ -17,8 +17,10 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 
 from . import jax_private
+from .warn import warn
 
 
 class _Local(threading.local):
@@ -44,7 +46,7 @@ def _parse(name: str | None) -> bool | None:
     if name is None:
         return None
     if name not in ("shardy", "gspmd"):
-        raise ValueError(f"partitioner must be 'shardy', 'gspmd' or None, got {name!r}")
+        raise ValueError(f"the SPMD partitioner must be 'shardy', 'gspmd' or None, got {name!r}")
     return name == "shardy"
 
 
@@ -65,7 +67,7 @@ def _changed() -> None:
         callback()
 
 
-def set_partitioner(name: str | None) -> None:
+def set_spmd_partitioner(name: str | None) -> None:
     """Set the process-wide default: ``"shardy"``, ``"gspmd"``, or None (follow jax)."""
     global _global_shardy
     _global_shardy = _parse(name)
@@ -73,7 +75,7 @@ def set_partitioner(name: str | None) -> None:
 
 
 @contextlib.contextmanager
-def partitioner(name: str | None) -> Iterator[None]:
+def spmd_partitioner(name: str | None) -> Iterator[None]:
     """Use ``"shardy"`` or ``"gspmd"`` (None: the default) in this thread for the block."""
     choice = _parse(name)
     previous = _local.shardy
@@ -86,6 +88,24 @@ def partitioner(name: str | None) -> Iterator[None]:
                 yield
     finally:
         _local.shardy = previous
+
+
+def set_partitioner(name: str | None) -> None:
+    """Deprecated name of :func:`set_spmd_partitioner` (it warns, then sets the default)."""
+    warn(
+        "partitioner.set_partitioner is deprecated; use partitioner.set_spmd_partitioner",
+        DeprecationWarning,
+    )
+    set_spmd_partitioner(name)
+
+
+def partitioner(name: str | None) -> AbstractContextManager[None]:
+    """Deprecated name of :func:`spmd_partitioner` (it warns, then returns that block)."""
+    warn(
+        "partitioner.partitioner is deprecated; use partitioner.spmd_partitioner",
+        DeprecationWarning,
+    )
+    return spmd_partitioner(name)
 
 
 def fast_path_enabled() -> bool:

@@ -9,9 +9,9 @@ free functions of ``planner/jit_plan.py``, shared with ``partitioner.jit``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Unpack
 
-from .planner.jit_info import NoneRule, SpecNames, device_option, jit_info
+from .planner.jit_info import Door, NoneRule, SharedOptions, SpecNames, jit_info, options_of, takes
 from .planner.jit_plan import JitPlanner
 from .sharding.tree import UNSPECIFIED
 from .wrapped import Wrapped
@@ -21,6 +21,9 @@ class PjitWrapped(Wrapped):
     """What :func:`partitioner.pjit` returns: call it, ``.lower(...)`` it (NOTE [pjit callable])."""
 
     kind = "pjit"
+
+
+_DOOR = Door(api="pjit", none_rule=NoneRule.REPLICATED_UNDER_LEGACY_MESH, use_resource_env=True)
 
 
 def _one_of(name: str, value: Any, alias: str, alias_value: Any) -> Any:
@@ -36,23 +39,14 @@ def _one_of(name: str, value: Any, alias: str, alias_value: Any) -> Any:
     return value if value is not UNSPECIFIED else alias_value
 
 
+@takes(SharedOptions)
 def pjit(
     fun: Callable[..., Any],
     in_axis_resources: Any = UNSPECIFIED,
     out_axis_resources: Any = UNSPECIFIED,
     static_argnums: int | Sequence[int] | None = None,
     donate_argnums: int | Sequence[int] | None = None,
-    *,
-    static_argnames: str | Sequence[str] | None = None,
-    donate_argnames: str | Sequence[str] | None = None,
-    in_shardings: Any = UNSPECIFIED,
-    out_shardings: Any = UNSPECIFIED,
-    keep_unused: bool = False,
-    device: Any = None,
-    backend: str | None = None,
-    inline: bool = False,
-    compiler_options: dict[str, Any] | None = None,
-    auto_memory_limit: int | None = None,
+    **options: Unpack[SharedOptions],
 ) -> PjitWrapped:
     """Partition ``fun`` over the mesh in context at each call.
 
@@ -92,6 +86,10 @@ def pjit(
         PjitWrapped: call it to run, ``.lower(...)`` for the AOT stages,
         ``.clear_cache()`` to drop its fast-path entries.
     """
+    record = options_of(  # NOTE [one options record]
+        pjit, options, static_argnums=static_argnums, donate_argnums=donate_argnums
+    )
+    in_shardings, out_shardings = record["in_shardings"], record["out_shardings"]
     in_name = (
         "in_shardings"
         if in_axis_resources is UNSPECIFIED and in_shardings is not UNSPECIFIED
@@ -104,22 +102,5 @@ def pjit(
     )
     in_specs = _one_of("in_axis_resources", in_axis_resources, "in_shardings", in_shardings)
     out_specs = _one_of("out_axis_resources", out_axis_resources, "out_shardings", out_shardings)
-    info = jit_info(
-        fun,
-        api="pjit",
-        names=SpecNames(in_name, out_name),
-        use_resource_env=True,
-        none_rule=NoneRule.REPLICATED_UNDER_LEGACY_MESH,
-        in_specs=in_specs,
-        out_specs=out_specs,
-        static_argnums=static_argnums,
-        static_argnames=static_argnames,
-        donate_argnums=donate_argnums,
-        donate_argnames=donate_argnames,
-        device=device_option(device, backend, keep_unused, inline, "pjit", in_specs, out_specs),
-        compiler_options=compiler_options,
-        keep_unused=keep_unused,
-        inline=inline,
-        auto_memory_limit=auto_memory_limit,
-    )
+    info = jit_info(fun, _DOOR, SpecNames(in_name, out_name), in_specs, out_specs, record)
     return PjitWrapped.make(JitPlanner(info))

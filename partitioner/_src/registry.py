@@ -7,9 +7,9 @@ runs the build pipeline and the lowering annotates shardings: one file per
 primitive, as jax writes its own, would pull the primitive above the stages
 that use it. What jax needs to know about each primitive is then wired here,
 once, in the order jax meets a primitive (trace, transform, lower, run), so
-"what does jax do with ``pjit_p``" is one block to read, and
-``tests/test_rules_registry.py`` checks that no registration happens anywhere
-else and that no primitive misses one. Importing this module (the front doors'
+"what does jax do with ``pjit_p``" is one block to read.
+``tests/test_architecture.py`` checks that no registration happens anywhere
+else, and ``tests/test_rules_registry.py`` that no primitive misses one. Importing this module (the front doors'
 common module does) installs everything, jax's two process-wide patches
 included; importing it again changes nothing.
 The host callback package keeps its own two primitives in its own registry

@@ -43,10 +43,10 @@ from .trace.arguments import Binding, call_leaves
 
 # The report tables load with the first report, not with ``import partitioner``.
 if TYPE_CHECKING:
-    from .report import tables
-    from .report.tables import Report
+    from .inspect import tables
+    from .inspect.tables import Report
 else:
-    tables = lazy.module("partitioner._src.report.tables")
+    tables = lazy.module("partitioner._src.inspect.tables")
 
 _DIALECTS = ("stablehlo", "hlo")
 
@@ -423,7 +423,7 @@ class Compiled(_Stage):
     def report(self) -> Report:
         """Values (asked and chosen layouts), collectives, memory and cost, as tables.
 
-        NOTE [partitioning report] in ``report/tables.py``; ``print`` it, or read its
+        NOTE [partitioning report] in ``inspect/tables.py``; ``print`` it, or read its
         ``values`` / ``collectives`` / ``memory`` / ``cost``, or ``to_json()``.
         """
         return tables.build(self._plan, self._executable, self._executable.lowered.shardy)

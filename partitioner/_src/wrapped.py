@@ -12,14 +12,14 @@ such as ``jax.jit``/``jax.vmap`` copy instance attributes like ``lower`` onto
 themselves. So each wrapped function gets a tiny subclass whose ``__call__``
 *is* the C++ callable (a staticmethod: no Python frame on the hot path), and
 ``lower``/``clear_cache`` are ordinary methods that wrappers do not copy. The
-dispatcher may have that ``__call__`` replaced by a guard (``install_call``,
-NOTE [guarded C++ calls] in ``dispatch/fastpath.py``).
+hand-over goes one way: :meth:`Wrapped.make` gives the class to the dispatcher,
+which alone sets its ``__call__``, now and when the call must become a guard
+(NOTE [guarded C++ calls] in ``dispatch/fastpath.py``).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from . import lazy
@@ -52,26 +52,12 @@ class Wrapped:
 
         def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
-        @classmethod
-        def install_call(cls, make_call: Callable[[Any], Callable[..., Any]]) -> None: ...
-
     @classmethod
     def make(cls: type[W], planner: Planner) -> W:
         """The callable for ``planner``, behind its own dispatcher."""
         dispatcher = Dispatcher(planner)
-        cpp = dispatcher.take_cpp()
-        wrap = planner.wrap_call
-
-        def install_call(owner: type, make_call: Callable[[Any], Callable[..., Any]]) -> None:
-            owner.__call__ = staticmethod(wrap(make_call(cpp)))  # type: ignore[attr-defined,method-assign]
-
-        sub = type(
-            f"{cls.kind}[{planner.name}]",
-            (cls,),
-            {"__slots__": (), "install_call": classmethod(install_call)},
-        )
-        sub.install_call(lambda call: call)  # type: ignore[attr-defined]
-        dispatcher.attach(sub)
+        sub = type(f"{cls.kind}[{planner.name}]", (cls,), {"__slots__": ()})
+        dispatcher.install(sub)
         self: W = object.__new__(sub)
         object.__setattr__(self, "_planner", planner)
         object.__setattr__(self, "_dispatcher", dispatcher)

@@ -10,10 +10,10 @@ f32[32,16] --in "P('data')"`` prints the report from a shell. ``residuals(fun, *
 ``jax.vjp`` keeps from each pjit inside ``fun``, with the layout XLA chose.
 """
 
-from .._src.inspection import Comparison, compare_partitioners, report
-from .._src.report.collectives import Collective
-from .._src.report.tables import AutoTable, Cost, Memory, Report, ValueRow
-from .._src.report.visualize import visualize
+from .._src.inspect.api import Comparison, compare_partitioners, report
+from .._src.inspect.collectives import Collective
+from .._src.inspect.tables import AutoTable, Cost, Memory, Report, ValueRow
+from .._src.inspect.visualize import visualize
 from .._src.residuals import Residual, residuals
 
 __all__ = [

@@ -140,7 +140,7 @@ def test_logical_constraints_reach_the_lowered_module(mesh, state_specs) -> None
     """Under jax.set_mesh, nn.with_logical_constraint pins the hidden layer in the StableHLO."""
     step = pjit(train_step, (state_specs, DATA, DATA, None), (state_specs, None))
     x, y = _batch()
-    with jax.set_mesh(mesh), nn.logical_axis_rules(RULES), partitioner.partitioner("shardy"):
+    with jax.set_mesh(mesh), nn.logical_axis_rules(RULES), partitioner.spmd_partitioner("shardy"):
         state = pjit(init_state, (None, DATA), state_specs)(INIT_KEY, x)
         text = step.lower(state, x, y, DROPOUT_KEYS[0]).as_text()
     hidden = f"tensor<{BATCH}x{D_HIDDEN}xf32>"

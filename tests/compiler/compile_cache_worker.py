@@ -32,7 +32,7 @@ def main() -> None:
     )
     x = np.arange(32, dtype=np.float32).reshape(8, 4)
     w = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(4, 4)
-    partitioner.set_partitioner(mode.split("+")[0])
+    partitioner.set_spmd_partitioner(mode.split("+")[0])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with partitioner.mesh(np.array(jax.devices()[:2]), ("data",)):

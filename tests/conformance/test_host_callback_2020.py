@@ -461,10 +461,12 @@ def test_vmap() -> None:
     with hcb.outfeed_receiver():
         res = jax.vmap(fun1)(vargs)
     np.testing.assert_allclose(res, (vargs * 2) ** 2)
-    # batch_dims lists every operand, result= ones included (the seed's (0, 0)).
+    # batch_dims lists the tapped value's dims: (0,) for id_print(y * 3, result=y), as
+    # the module recorded from 2021 on; the 2020 module's test expected (0, 0) there
+    # (it listed the result= operand too, which the tap function never receives).
     assert_printed(
         """batch_dims: (0,) transforms: ('batch',) what: a * 2\n[ 8.00 10.00]
-        batch_dims: (0, 0) transforms: ('batch',) what: y * 3\n[24.00 30.00]""",
+        batch_dims: (0,) transforms: ('batch',) what: y * 3\n[24.00 30.00]""",
         stream.take(),
     )
 

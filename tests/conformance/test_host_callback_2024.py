@@ -435,11 +435,10 @@ def test_tap_higher_order_grad_float0_result() -> None:
 
 def test_tap_vmap() -> None:
     jax.vmap(fun1)(jnp.array([4.0, 5.0], jnp.float32))
-    # Legacy 2024 listed the tapped leaves' batch dims; the seed's id_print shows every
-    # operand's (the result= one too): (0, 0) for "y * 3".
+    # The tapped leaves' batch dims, as legacy 2024: (0,) for id_print(y * 3, result=y).
     assert_printed_2024(
         """transforms: [('batch', {'batch_dims': (0,)})] what: a * 2\n[ 8.00 10.00]
-        transforms: [('batch', {'batch_dims': (0, 0)})] what: y * 3\n[24.00 30.00]""",
+        transforms: [('batch', {'batch_dims': (0,)})] what: y * 3\n[24.00 30.00]""",
         stream.take(),
     )
 

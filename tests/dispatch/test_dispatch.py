@@ -99,13 +99,13 @@ def test_partitioner_choice_is_part_of_the_key(mesh8):
     pt.clear_caches()  # no equal program compiled by an earlier test
     f = pt.pjit(lambda x: x + 2, in_axis_resources=P("a"), out_axis_resources=P("a"))
     x = np.ones((8,), np.float32)
-    with pt.partitioner("shardy"):
+    with pt.spmd_partitioner("shardy"):
         jax.block_until_ready(f(x))
-    with pt.partitioner("gspmd"), pt.recording() as events:
+    with pt.spmd_partitioner("gspmd"), pt.recording() as events:
         jax.block_until_ready(f(x))
         jax.block_until_ready(f(x))
     assert events["compile"] == 1
-    with pt.partitioner("gspmd"):
+    with pt.spmd_partitioner("gspmd"):
         assert "mhlo.sharding" in f.lower(x).as_text()
 
 

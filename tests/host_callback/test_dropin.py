@@ -140,7 +140,8 @@ CONVENTIONS = {
     ),
     _seed: (
         ("keyword", "w", {}),
-        ("keyword", "w", {"transforms": ("batch",), "batch_dims": (0, 0, None)}),
+        # The tapped leaf's dims only: result=(v, 2.0) passes by unrecorded.
+        ("keyword", "w", {"transforms": ("batch",), "batch_dims": (0,)}),
     ),
     _names_transforms: (("keyword", (), "w"), ("keyword", ("batch",), "w")),
 }
@@ -207,7 +208,7 @@ def test_tap_params_are_a_checked_dataclass() -> None:
     jaxpr = jax.make_jaxpr(lambda x: hcb.id_tap(print, x, result=x + 1))(1.0)
     eqn = next(e for e in jaxpr.eqns if e.primitive.name == "id_tap")
     p = TapParams.of(eqn.params)
-    assert p.nr_untapped == 1 and p.transforms == () and p.batch_dims is None
+    assert p.nr_untapped == 1 and p.transforms == () and p.batch_levels == ()
     assert p.with_transform("jvp").transforms == ("jvp",)
     with pytest.raises(ValueError, match="batch_levels"):  # a vmap level records its dims
         p.with_transform("batch")

@@ -251,6 +251,67 @@ def test_vmap_taps_the_batched_value_with_batch_dims(partitioner_mode) -> None:
     np.testing.assert_allclose(np.asarray(out), (xs * 2).sum(axis=0))
 
 
+def _level(*dims: int | None) -> tuple[str, dict[str, Any]]:
+    return ("batch", {"batch_dims": dims})
+
+
+# (how f(x, r) is vmapped, the seed's transforms= and batch_dims= (its kwargs),
+# the 2021-2024 tap function's transforms): only the tapped value's dims, as jax's
+# host_callback recorded them from 2021 on; the result= operand passes by unrecorded.
+RESULT_BATCHING = [
+    pytest.param(
+        lambda f: jax.vmap(f, in_axes=(1, 0)),
+        {"transforms": ("batch",), "batch_dims": (1,)},
+        (_level(1),),
+        id="result-batched-on-another-axis",
+    ),
+    pytest.param(
+        lambda f: jax.vmap(f, in_axes=(1, None)),
+        {"transforms": ("batch",), "batch_dims": (1,)},
+        (_level(1),),
+        id="result-unbatched",
+    ),
+    pytest.param(lambda f: jax.vmap(f, in_axes=(None, 0)), {}, (), id="only-the-result-batched"),
+    pytest.param(
+        lambda f: jax.vmap(jax.vmap(f, in_axes=(0, None)), in_axes=(1, 0)),
+        {"transforms": ("batch", "batch"), "batch_dims": (1,)},
+        (_level(0), _level(1)),
+        id="nested",
+    ),
+    pytest.param(
+        lambda f: jax.vmap(jax.vmap(f, in_axes=(None, 0)), in_axes=(1, 0)),
+        {"transforms": ("batch",), "batch_dims": (1,)},
+        (_level(1),),
+        id="nested-inner-batches-only-the-result",
+    ),
+]
+
+
+@pytest.mark.parametrize("vmapped, seed_record, levels", RESULT_BATCHING)
+def test_vmap_records_the_tapped_values_batch_dims_only(
+    vmapped: Any, seed_record: dict[str, Any], levels: tuple[Any, ...]
+) -> None:
+    seen: list[tuple[Any, ...]] = []
+
+    def seed(arg: Any, **kwargs: Any) -> None:
+        seen.append((np.asarray(arg), kwargs))
+
+    def positional(arg: Any, transforms: Any) -> None:
+        seen.append((np.asarray(arg), transforms))
+
+    x, r = np.arange(6.0).reshape(2, 3), np.arange(12.0).reshape(3, 4)
+    for tap, record in ((seed, seed_record), (positional, levels)):
+        f = vmapped(lambda a, b, tap=tap: id_tap(tap, a * 3, result=b))
+        want = vmapped(lambda a, b: b)(x, r)
+        np.testing.assert_array_equal(np.asarray(f(x, r)), np.asarray(want))
+        barrier_wait()
+        [(value, got)] = seen
+        seen.clear()
+        # The batched value is tapped once, whole, where its batch axes are.
+        np.testing.assert_array_equal(value, x * 3)
+        assert got == record, (tap.__name__, got)
+
+
 def test_jvp_taps_primals_then_tangents() -> None:
     rec = Recorder()
     f = jax.jit(lambda x: id_tap(rec, jnp.sin(x), what="t") * 3)

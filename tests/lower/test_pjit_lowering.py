@@ -39,7 +39,7 @@ def shardy_main_shardings(text: str) -> list[str]:
 
 
 def _lower(f: Any, in_specs: Any, out_specs: Any, *args: Any, mode: str, mesh_def: Any) -> Any:
-    with partitioner.partitioner(mode), mesh_ctx(*mesh_def) as mesh:
+    with partitioner.spmd_partitioner(mode), mesh_ctx(*mesh_def) as mesh:
         return pjit(f, in_specs, out_specs).lower(*args), mesh
 
 
@@ -190,7 +190,7 @@ def test_usable_donation_is_an_alias(mode: str) -> None:
         return x + y
 
     x = np.zeros((8, 8), np.float32)
-    with partitioner.partitioner(mode), mesh_ctx(*MESH_2D):
+    with partitioner.spmd_partitioner(mode), mesh_ctx(*MESH_2D):
         text = pjit(f, P("a"), P("a"), donate_argnums=1).lower(x, x).as_text()
     sig = _main_signature(text)
     assert sig.count("tf.aliasing_output = 0") == 1
@@ -199,7 +199,7 @@ def test_usable_donation_is_an_alias(mode: str) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_lowered_module_object_matches_text(mode: str) -> None:
-    with partitioner.partitioner(mode), mesh_ctx(*MESH_2D):
+    with partitioner.spmd_partitioner(mode), mesh_ctx(*MESH_2D):
         lowered = pjit(jnp.exp, P("a"), P("a")).lower(np.zeros((8, 2), np.float32))
     module = lowered.compiler_ir()
     assert str(module) == lowered.as_text()

@@ -131,7 +131,7 @@ def test_lower_with_a_key_shape_dtype_struct() -> None:
 
 
 def test_key_annotation_covers_the_physical_shape() -> None:
-    with mesh_ctx(*MESH_2D), partitioner.partitioner("gspmd"):
+    with mesh_ctx(*MESH_2D), partitioner.spmd_partitioner("gspmd"):
         text = (
             pjit(lambda k: jax.random.split(k, 8), None, P("a")).lower(jax.random.key(0)).as_text()
         )

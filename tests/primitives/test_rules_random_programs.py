@@ -289,7 +289,7 @@ def _sum_of_outputs(f: Callable[..., Any]) -> Callable[..., Any]:
 def check_forward(program: Program, mode: str) -> None:
     xs = _inputs(program, 0)
     want = jax.jit(program.fun(constrain=False))(*xs)
-    with partitioner.partitioner(mode), mesh_ctx(*MESHES[program.mesh]) as mesh:
+    with partitioner.spmd_partitioner(mode), mesh_ctx(*MESHES[program.mesh]) as mesh:
         got = pjit(program.fun(), program.in_specs, program.out_specs)(*xs)
         _assert_close(got, want)
         for out, spec in zip(got, program.out_specs, strict=True):
@@ -300,7 +300,7 @@ def check_grad(program: Program, mode: str, argnums: tuple[int, ...] | None = No
     xs = _inputs(program, 1)
     argnums = tuple(range(len(xs))) if argnums is None else argnums
     want = jax.jit(jax.grad(_sum_of_outputs(program.fun(constrain=False)), argnums))(*xs)
-    with partitioner.partitioner(mode), mesh_ctx(*MESHES[program.mesh]) as mesh:
+    with partitioner.spmd_partitioner(mode), mesh_ctx(*MESHES[program.mesh]) as mesh:
         pf = pjit(program.fun(), program.in_specs, program.out_specs)
         got = jax.grad(_sum_of_outputs(pf), argnums)(*xs)
         _assert_close(got, want)
@@ -323,7 +323,7 @@ def check_vmap(
     }
     xs = _inputs(program, 2, batch)
     want = jax.vmap(jax.jit(program.fun(constrain=False)), in_axes)(*xs)
-    with partitioner.partitioner(mode), mesh_ctx(*MESHES[program.mesh]):
+    with partitioner.spmd_partitioner(mode), mesh_ctx(*MESHES[program.mesh]):
         pf = pjit(program.fun(), program.in_specs, program.out_specs)
         got = jax.vmap(pf, in_axes, spmd_axis_name=spmd_axis_name)(*xs)
         _assert_close(got, want)

@@ -35,7 +35,7 @@ def _data():
 @pytest.fixture(params=["gspmd", "shardy"])
 def mlp_mesh(request):
     devices = np.array(jax.devices()[:8]).reshape(4, 2)
-    with pt.partitioner(request.param), pt.mesh(devices, ("data", "model")) as m:
+    with pt.spmd_partitioner(request.param), pt.mesh(devices, ("data", "model")) as m:
         yield m
 
 

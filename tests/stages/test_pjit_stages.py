@@ -325,9 +325,9 @@ def test_partitioner_choice_is_part_of_the_executable_key() -> None:
     g = pjit(f, P("a"), P("a"))
     partitioner.clear_caches()  # no equal program compiled by an earlier test
     with mesh_ctx(*MESH_2D):
-        with partitioner.partitioner("gspmd"):
+        with partitioner.spmd_partitioner("gspmd"):
             a = jax.block_until_ready(g(x))
-        with partitioner.recording() as events, partitioner.partitioner("shardy"):
+        with partitioner.recording() as events, partitioner.spmd_partitioner("shardy"):
             b = jax.block_until_ready(g(x))
     # The partitioner is part of jax's trace context (a retrace is allowed), and
     # of the executable key: the GSPMD executable is not reused for Shardy.

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import jax_private as jp
+from ..primitives.pjit_call import PjitParams
 from .cost import HANDLERS, Frame, State, Tally, Values, shape_of, spec_layout
 from .layouts import NO_AXES
 
@@ -33,17 +34,17 @@ def call(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float, body:
 def pinned_call(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
     """A nested pjit: its operands move to its input specs, its results are laid out as
     its output specs say (or as propagated where it leaves them open)."""
-    params = eqn.params
+    params = PjitParams.of(eqn.params)
     states = []
-    for v, spec in zip(eqn.invars, params["in_axis_resources"], strict=True):
+    for v, spec in zip(eqn.invars, params.in_axis_resources, strict=True):
         if spec is None:
             states.append(model.read(frame, v))
             continue
         layout = spec_layout(spec, len(shape_of(v)), model.order)
         model.move(v, layout, frame, tally, mult)
         states.append((layout, NO_AXES))
-    outs, peak = model.walk(params["jaxpr"].jaxpr, states, tally, mult)
-    for v, s, spec in zip(eqn.outvars, outs, params["out_axis_resources"], strict=True):
+    outs, peak = model.walk(params.jaxpr.jaxpr, states, tally, mult)
+    for v, s, spec in zip(eqn.outvars, outs, params.out_axis_resources, strict=True):
         if spec is not None:
             layout = spec_layout(spec, len(shape_of(v)), model.order)
             tally.pay(model.steps(v, s[0], s[1], layout), mult)

@@ -23,9 +23,10 @@ from jax.tree_util import KeyPath, keystr
 from .. import options
 from ..compiler.cache import get_executable
 from ..events import emit
+from ..inspect.tables import build as build_report
+from ..primitives.auto_choice import AutoChoice, Baseline, Candidate
 from ..primitives.call_plan import CallPlan
-from ..report.tables import build as build_report
-from ..sharding.auto import AUTO, AutoChoice, Baseline, Candidate
+from ..sharding.auto import AUTO
 from ..sharding.parsed import ParsedPartitionSpec
 from .confirm import Measured, Outcome, solve
 from .cost import spec_layout

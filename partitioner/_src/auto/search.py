@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..sharding.auto import Estimate
+from ..primitives.auto_choice import Estimate
 from .layouts import Layout, candidates, canonical, local_elements, replicated, shards
 from .structure import tie
 from .walk import Estimator

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import jax_private as jp
-from ..primitives.constraint import sharding_constraint_p
+from ..primitives.auto_choice import Estimate
+from ..primitives.constraint import ConstraintParams, sharding_constraint_p
 from ..primitives.pjit_call import pjit_p
-from ..sharding.auto import Estimate
 from . import layers as _layers  # noqa: F401  (registers the layer strategies)
 from .control import call, pinned_call
 from .cost import (
@@ -263,7 +263,8 @@ def rule_for(eqn: Any, model: Values) -> Rule:
     if prim is pjit_p:
         return pinned_call
     if prim is sharding_constraint_p:
-        layout = spec_layout(eqn.params["axis_resources"], ndim, model.order)
+        spec = ConstraintParams.of(eqn.params).axis_resources
+        layout = spec_layout(spec, ndim, model.order)
         return functools.partial(_fixed, layout=layout)
     if name == "sharding_constraint" and "sharding" in eqn.params:  # jax's own
         return functools.partial(_fixed, layout=_named_layout(model, eqn.params["sharding"], ndim))

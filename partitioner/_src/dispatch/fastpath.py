@@ -30,9 +30,10 @@ call handed one of those same objects again (``step(state); step(state)``, the
 common slip): it raises a RuntimeError naming the consumed argument. Older
 consumed arguments, or consumed leaves passed in new containers, are not caught
 on this path (they crash in jaxlib, as under jax.jit); every Python path checks
-every leaf. Once such an executable is handed to C++, the dispatcher has the class it
-is attached to make the guard the function's ``__call__`` (``install_call``);
-every other function's ``__call__`` is the C++ callable itself.
+every leaf. Once such an executable is handed to C++, the dispatcher makes the
+guard the ``__call__`` of the class it installed its C++ callable on
+(:meth:`Dispatcher.install`); every other function's ``__call__`` is the C++
+callable itself.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import jax
 from jax.tree_util import DictKey, SequenceKey, tree_flatten_with_path
@@ -114,24 +115,15 @@ def _marker_getter(path: tuple[Any, ...]) -> Callable[[Any], Any]:
     return marker_of
 
 
-class CallOwner(Protocol):
-    """The class whose ``__call__`` a dispatcher's C++ callable is (each wrapped function's own)."""
-
-    @classmethod
-    def install_call(cls, make_call: Callable[[Any], Callable[..., Any]]) -> None:
-        """Make ``make_call(the C++ callable)`` the function's ``__call__``."""
-
-
 class Dispatcher:
     """Routes the calls of one wrapped function through the C++ or Python fast path.
 
     It reads everything it needs from the front door's :class:`Planner`: the
     function and its name (for jaxlib), how its calls bind (statics and donation,
     ``trace/arguments.py``), ``plan(args, kwargs)`` for a miss and ``eager`` for
-    ``jax.disable_jit()``. It gives back, once (:meth:`take_cpp`), the C++
-    callable that becomes the function's ``__call__``; the class holding it is
-    :meth:`attach`-ed (weakly), and when that call must become a guard (NOTE
-    [guarded C++ calls]) the dispatcher has the class install one.
+    ``jax.disable_jit()``, ``wrap_call`` for what users call. It alone sets the
+    ``__call__`` of the class it is given (:meth:`install`): the C++ callable,
+    and later a guard around it where one is needed (NOTE [guarded C++ calls]).
     """
 
     def __init__(self, planner: Planner) -> None:
@@ -139,8 +131,8 @@ class Dispatcher:
         self._planner = planner
         self._binding = planner.binding
         self._cpp_cache = jp.cpp_dispatch_cache(_CPP_CAPACITY)
-        # Only users hold the C++ callable (inside what the front door returns);
-        # nothing here points back at it once taken, so a dropped function is
+        # Only users hold the C++ callable (as their function's ``__call__``); once
+        # installed, this holds it and its class weakly, so a dropped function is
         # freed at once, with its fast-path entries.
         self._cpp: Any = jp.cpp_dispatcher(
             planner.name,
@@ -151,7 +143,8 @@ class Dispatcher:
             ("partitioner", id(self)),
             self._cpp_cache,
         )
-        self._owner: weakref.ref[type[CallOwner]] | None = None
+        self._owner: weakref.ref[type] | None = None
+        self._cpp_ref: weakref.ref[Any] | None = None
         self._python_cache: dict[Any, _Hit] = {}
         self._python_cache_lock = threading.Lock()
         self._guarded = False
@@ -162,16 +155,23 @@ class Dispatcher:
         self._small_marker = True
         _live.add(self)
 
-    def take_cpp(self) -> Any:
-        """The C++ callable, handed over to the front door (this keeps no reference)."""
+    def install(self, owner: type) -> None:
+        """Make the C++ callable ``owner.__call__`` (as the planner wraps calls), once.
+
+        ``owner`` is the wrapped function's own class (NOTE [pjit callable] in
+        ``wrapped.py``); both are held weakly from here on: users hold them.
+        """
         cpp, self._cpp = self._cpp, None
         if cpp is None:
-            raise RuntimeError("internal error: the C++ callable was taken twice; please report")
-        return cpp
+            raise RuntimeError(
+                "internal error: the C++ callable was installed twice; please report"
+            )
+        self._owner, self._cpp_ref = weakref.ref(owner), weakref.ref(cpp)
+        self._set_call(owner, cpp)
 
-    def attach(self, owner: type[CallOwner]) -> None:
-        """The class whose ``__call__`` is the C++ callable (held weakly: users hold it)."""
-        self._owner = weakref.ref(owner)
+    def _set_call(self, owner: type, call: Callable[..., Any]) -> None:
+        # A staticmethod: no bound-method frame between the user and the callable.
+        owner.__call__ = staticmethod(self._planner.wrap_call(call))  # type: ignore[assignment]
 
     def clear(self) -> None:
         """Forget this function's fast-path entries (executables stay in the shared cache)."""
@@ -194,9 +194,10 @@ class Dispatcher:
             self._marker_of = _marker_getter(path)
             self._small_marker = executable.small_marker
         owner = self._owner() if self._owner is not None else None
-        if self._guarded or owner is None:
+        cpp = self._cpp_ref() if self._cpp_ref is not None else None
+        if self._guarded or owner is None or cpp is None:
             return
-        owner.install_call(self._make_guard)
+        self._set_call(owner, self._make_guard(cpp))
         self._guarded = True
 
     def _make_guard(self, cpp: Any) -> Callable[..., Any]:

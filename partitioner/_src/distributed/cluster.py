@@ -18,6 +18,17 @@ after ``grace`` seconds. jax's own heartbeat timeout is set well above ours, and
 exit a bounded barrier replaces jax's unbounded shutdown wait. A killed peer also
 makes gloo collectives fail at once ("Connection closed by peer"); such an error
 escaping to the top level is reported with the lost process's name too.
+
+NOTE [exit in order]: the watchdog is a daemon thread that calls into jaxlib's
+distributed client (``key_value_set`` / ``key_value_try_get``, which release the GIL).
+If Python starts finalizing while it is inside such a call, the call's return tries to
+take the GIL back, CPython ends the thread there (``pthread_exit``), and the forced
+unwind through jaxlib's ``noexcept`` binding aborts the whole process ("terminate
+called after throwing an instance of ''", "FATAL: exception not rethrown", exit 134)
+after its work is done. So the exit hook stops the watchdog and joins it once every
+process has arrived, before jax's own exit hook shuts the client down; and once
+``jax.distributed.shutdown()`` has ended the job, there is nothing left to watch: the
+watchdog ends instead of counting the silent peers as lost.
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
@@ -77,6 +88,8 @@ class _Job:
     lost: tuple[int, ...] = ()
     lost_message: str = ""
     exited: bool = False  # this process is in its exit rendezvous
+    stop: threading.Event = field(default_factory=threading.Event)  # the watchdog ends
+    watcher: threading.Thread | None = None
 
 
 _job: _Job | None = None
@@ -149,9 +162,10 @@ def initialize(
     )
     _job = job
     if job.num_processes > 1:
-        threading.Thread(
+        job.watcher = threading.Thread(
             target=_watch, args=(job,), name="partitioner-heartbeat", daemon=True
-        ).start()
+        )
+        job.watcher.start()
         sys.excepthook = _name_the_lost_process(sys.excepthook)
         atexit.register(_bounded_exit)
 
@@ -179,7 +193,9 @@ def _watch(job: _Job) -> None:
     others = [p for p in range(job.num_processes) if p != job.process_id]
     last: dict[int, tuple[str | None, float]] = {p: (None, time.monotonic()) for p in others}
     beat = 0
-    while not job.lost:
+    while not job.lost and not job.stop.is_set():
+        if jp.distributed_client() is not job.client:
+            return  # jax.distributed.shutdown() ended the job (NOTE [exit in order])
         beat += 1
         now = time.monotonic()
         _set_heartbeat(job, "exited" if job.exited else str(beat))
@@ -195,7 +211,7 @@ def _watch(job: _Job) -> None:
         if lost:
             _declare_lost(job, tuple(lost))
             return
-        time.sleep(interval)
+        job.stop.wait(interval)
 
 
 def _set_heartbeat(job: _Job, value: str) -> None:
@@ -271,7 +287,8 @@ def _name_the_lost_process(previous: Any) -> Any:
 
 
 def _bounded_exit() -> None:
-    """Wait for the other processes to finish too, but never for a lost one.
+    """Wait for the other processes to finish too, but never for a lost one; then stop
+    the watchdog (NOTE [exit in order]).
 
     jax's own shutdown then finds everybody and returns at once; with a lost peer
     it would wait minutes, so the process ends here instead.
@@ -282,12 +299,37 @@ def _bounded_exit() -> None:
     if job is None:
         return
     job.exited = True
+    # After jax.distributed.shutdown() the job has already met in its shutdown barrier.
+    if jp.distributed_client() is job.client and not _everybody_exited(job):
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(1 if _uncaught else EXIT_PEER_LOST)
+    _stop_watchdog(job)
+
+
+def _everybody_exited(job: _Job) -> bool:
+    """True once every other process is in its exit hook; False when one is lost."""
     _set_heartbeat(job, "exited")
     others = [p for p in range(job.num_processes) if p != job.process_id]
     while not job.lost:
         if all(_try_get(job, _HEARTBEAT_KEY.format(p)) == "exited" for p in others):
-            return
+            return True
         time.sleep(0.05)
-    sys.stderr.flush()
-    sys.stdout.flush()
-    os._exit(1 if _uncaught else EXIT_PEER_LOST)
+    return False
+
+
+def _stop_watchdog(job: _Job) -> None:
+    """End the watchdog thread and wait for it: it must not be inside a jaxlib call when
+    Python finalizes (NOTE [exit in order])."""
+    job.stop.set()
+    watcher = job.watcher
+    if watcher is None or watcher is threading.current_thread():
+        return
+    # One round of the watchdog is a few key-value calls to a service every process
+    # still reaches; the bound only keeps a hung service from hanging the exit.
+    watcher.join(timeout=job.heartbeat_timeout)
+    if watcher.is_alive():
+        sys.stderr.write(
+            "partitioner.distributed: the heartbeat thread is still waiting for the "
+            "coordination service at exit\n"
+        )

@@ -74,8 +74,8 @@ def id_tap(
     ``device=``), where ``transforms`` lists the transformations, a ``vmap`` as
     ``('batch', {'batch_dims': dims})`` with one entry per tapped leaf. Any other
     function is called as the seed did: ``tap_func(arg, **kwargs)``, with
-    ``transforms=`` (a tuple of names) and ``batch_dims=`` (one entry per operand,
-    ``result=`` leaves included) when a transformation applied and the function
+    ``transforms=`` (a tuple of names) and ``batch_dims=`` (one entry per tapped
+    leaf, the outermost ``vmap``'s) when a transformation applied and the function
     takes them (by name or ``**kwargs``); a function naming ``transforms`` always
     gets it.
 

@@ -7,7 +7,7 @@ along; the transformations applied so far). Its effect is *ordered* and
 call order (the ordered-effect token, NOTE [device tap order] in ``receiver.py``).
 
 Transformation rules (the seed's, names kept): ``vmap`` taps the batched value
-with ``'batch'`` appended and ``batch_dims=``; ``jvp`` taps the primals as before
+with ``'batch'`` appended and the tapped leaves' ``batch_dims=``; ``jvp`` taps the primals as before
 and the tangents with ``'jvp'``; transposing a tangent tap taps the cotangents
 with ``'transpose'`` appended, so ``grad`` shows ``('jvp', 'transpose')``.
 
@@ -196,15 +196,13 @@ class TapParams(PrimitiveParams):
         tap: the :class:`Tap`.
         nr_untapped: how many trailing operands (``result=``) pass by untapped.
         transforms: the transformations applied so far, outermost last.
-        batch_dims: under ``vmap``: per operand (tapped and passed by, as the
-            seed), its batch dimension or None, at the outermost ``vmap``; else None.
         batch_levels: per ``'batch'`` in ``transforms`` (the order applied), the
             tapped operands' batch dims at that ``vmap`` level (the 2021-2024
-            module's record, one dict per level).
+            module's record, one dict per level). ``result=`` operands pass by
+            and are not recorded: the tap function never sees them.
 
     Invariants (checked at construction): ``nr_untapped >= 0``; ``transforms`` a
-    tuple of names; ``batch_dims`` None or a tuple; one ``batch_levels`` entry per
-    ``'batch'``.
+    tuple of names; one ``batch_levels`` entry per ``'batch'``.
     """
 
     primitive: ClassVar[Any] = id_tap_p
@@ -212,7 +210,6 @@ class TapParams(PrimitiveParams):
     tap: Tap
     nr_untapped: int
     transforms: tuple[str, ...] = ()
-    batch_dims: tuple[int | None, ...] | None = None
     batch_levels: tuple[tuple[int | None, ...], ...] = ()
 
     def check(self) -> None:
@@ -223,8 +220,6 @@ class TapParams(PrimitiveParams):
         object.__setattr__(self, "transforms", tuple(self.transforms))
         if not all(isinstance(t, str) for t in self.transforms):
             raise TypeError(f"internal error: id_tap transforms={self.transforms!r}")
-        if self.batch_dims is not None:
-            object.__setattr__(self, "batch_dims", tuple(self.batch_dims))
         object.__setattr__(self, "batch_levels", tuple(map(tuple, self.batch_levels)))
         if len(self.batch_levels) != self.transforms.count("batch"):
             raise ValueError(
@@ -243,10 +238,15 @@ class TapParams(PrimitiveParams):
     def shown_batch_dims(self) -> Any:
         """The batch dims as the tap function's convention shows them.
 
-        The seed's keyword convention: ``batch_dims`` (NOTE [calling conventions]);
-        the 2021-2024 positional one: ``batch_levels``, one entry per ``vmap``.
+        The seed's keyword convention: one ``batch_dims``, the outermost ``vmap``'s
+        dims of the tapped leaves (NOTE [calling conventions]; the 2020 module
+        listed the ``result=`` operands' too, its successor did not), None when no
+        ``vmap`` applied; the 2021-2024 positional one: ``batch_levels``, one
+        entry per ``vmap``.
         """
-        return self.batch_dims if self.tap.convention == KEYWORD else self.batch_levels
+        if self.tap.convention != KEYWORD:
+            return self.batch_levels
+        return self.batch_levels[-1] if self.batch_levels else None
 
 
 def host_copy(x: Any) -> np.ndarray:
@@ -323,11 +323,13 @@ def batcher(
     args: Sequence[Any], dims: Sequence[int | None], **kwargs: Any
 ) -> tuple[Sequence[Any], Sequence[int | None]]:
     p = TapParams.of(kwargs)
-    batched = p.replace(
-        transforms=(*p.transforms, "batch"),
-        batch_dims=tuple(dims),
-        batch_levels=(*p.batch_levels, tuple(p.tapped(dims))),
-    )
+    tapped = tuple(p.tapped(dims))
+    if all(d is None for d in tapped):
+        # Only ``result=`` operands are batched: the tap sees its value once, as it
+        # is, and records no ``vmap`` (as the 2021-2024 module, whose tap did not
+        # take the ``result=`` operands at all).
+        return p.bind(*args), dims
+    batched = p.replace(transforms=(*p.transforms, "batch"), batch_levels=(*p.batch_levels, tapped))
     return batched.bind(*args), dims
 
 
@@ -351,11 +353,7 @@ def jvp(
     tapped_tangents = [_tappable(jp.instantiate_zeros(t)) for t in tangents[:n]]
     results = list(tangents[n:])
     through = [i for i, t in enumerate(results) if type(t) is not jp.Zero and not _is_float0(t)]
-    dims = p.batch_dims
-    tangent_p = p.with_transform("jvp").replace(
-        nr_untapped=len(through),
-        batch_dims=None if dims is None else (*dims[:n], *(dims[n + i] for i in through)),
-    )
+    tangent_p = p.with_transform("jvp").replace(nr_untapped=len(through))
     outs = tangent_p.bind(*tapped_tangents, *(results[i] for i in through))
     for k, i in enumerate(through):
         results[i] = outs[n + k]

@@ -13,6 +13,7 @@ devices in another order: ``positions[i]`` is where mesh device ``i`` sits.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from jax.sharding import Mesh
@@ -108,15 +109,30 @@ def ensure_sdy_mesh(module: Any, mesh: Mesh, positions: Sequence[int] | None = N
     return symbol
 
 
-def set_main_shardings(
-    module: Any,
-    in_avals: Sequence[Any],
-    in_specs: Sequence[ParsedPartitionSpec | None],
-    out_avals: Sequence[Any],
-    out_specs: Sequence[ParsedPartitionSpec | None],
-    mesh: Mesh,
-    shardy: bool,
-) -> None:
+Side = tuple[str, tuple[Any, ...], tuple[ParsedPartitionSpec | None, ...]]
+
+
+@dataclass(frozen=True)
+class MainValues:
+    """``main``'s arguments and results: each one's aval and its spec (None: XLA chooses).
+
+    Why one record: shardings, memory kinds, layouts and donation all read the
+    four sequences together, ``in_specs[i]`` with ``in_avals[i]`` (ordered-effect
+    tokens are not among them).
+    """
+
+    in_avals: tuple[Any, ...]
+    in_specs: tuple[ParsedPartitionSpec | None, ...]
+    out_avals: tuple[Any, ...]
+    out_specs: tuple[ParsedPartitionSpec | None, ...]
+
+    def sides(self) -> tuple[Side, Side]:
+        """``(attributes key, avals, specs)`` for ``main``'s arguments, then its results."""
+        arguments = ("arg_attrs", self.in_avals, self.in_specs)
+        return arguments, ("res_attrs", self.out_avals, self.out_specs)
+
+
+def set_main_shardings(module: Any, values: MainValues, mesh: Mesh, shardy: bool) -> None:
     """Attach one sharding per argument and result of ``main``.
 
     A ``None`` spec leaves that value unannotated, so XLA's propagation picks
@@ -152,14 +168,13 @@ def set_main_shardings(
         return jp.ArrayAttr.get(dicts)
 
     attrs = main.attributes
-    old_args = attrs["arg_attrs"] if "arg_attrs" in attrs else None
-    old_res = attrs["res_attrs"] if "res_attrs" in attrs else None
-    n_tokens_in = len(main.regions[0].blocks[0].arguments) - len(in_avals)
-    n_tokens_out = len(jp.FunctionType(jp.TypeAttr(attrs["function_type"]).value).results) - len(
-        out_avals
-    )
-    attrs["arg_attrs"] = merged(old_args, n_tokens_in, in_avals, in_specs)
-    attrs["res_attrs"] = merged(old_res, n_tokens_out, out_avals, out_specs)
+    counts = {  # values of main, leading ordered-effect tokens included
+        "arg_attrs": len(main.regions[0].blocks[0].arguments),
+        "res_attrs": len(jp.FunctionType(jp.TypeAttr(attrs["function_type"]).value).results),
+    }
+    for side, avals, specs in values.sides():
+        old = attrs[side] if side in attrs else None
+        attrs[side] = merged(old, counts[side] - len(avals), avals, specs)
 
 
 def add_value_attrs(

@@ -9,7 +9,6 @@ stated layout get no attribute: XLA's default, as before.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from jax.experimental.layout import Layout
@@ -17,7 +16,7 @@ from jax.experimental.layout import Layout
 from .. import jax_private as jp
 from ..sharding.leaves import is_default_layout, xla_layout_text
 from ..sharding.parsed import ParsedPartitionSpec
-from .annotate import add_value_attrs
+from .annotate import MainValues, add_value_attrs
 
 MSG_AUTO_DONATION = """\
 {where}: a donated input with layout {got_in} would be reused by an output with layout \
@@ -52,22 +51,16 @@ def same_donated_layout(
     return li == lo
 
 
-def has_layouts(*spec_lists: Sequence[ParsedPartitionSpec | None]) -> bool:
-    return any(s is not None and s.layout is not None for specs in spec_lists for s in specs)
+def has_layouts(values: MainValues) -> bool:
+    """Some argument's or result's spec states a layout."""
+    return any(
+        s is not None and s.layout is not None for _, _, specs in values.sides() for s in specs
+    )
 
 
-def annotate_layouts(
-    main: Any,
-    in_avals: Sequence[Any],
-    in_specs: Sequence[ParsedPartitionSpec | None],
-    out_avals: Sequence[Any],
-    out_specs: Sequence[ParsedPartitionSpec | None],
-) -> None:
+def annotate_layouts(main: Any, values: MainValues) -> None:
     """Add ``mhlo.layout_mode`` where a spec states a layout (attributes already set)."""
-    for key, avals, specs in (
-        ("arg_attrs", in_avals, in_specs),
-        ("res_attrs", out_avals, out_specs),
-    ):
+    for key, avals, specs in values.sides():
 
         def layout_mode(i: int, avals: Any = avals, specs: Any = specs) -> dict[str, Any]:
             spec = specs[i]

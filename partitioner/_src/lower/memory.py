@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import jax_private as jp
-from ..sharding.parsed import ParsedPartitionSpec
-from .annotate import add_value_attrs
+from .annotate import MainValues, add_value_attrs
 
 PLACEMENT_TARGET = "annotate_device_placement"
 
@@ -90,24 +89,16 @@ def check_device_put_devices(jaxpr: Any, device_ids: Sequence[int], api: str, na
             )
 
 
-def memory_kinds(
-    in_avals: Sequence[Any],
-    in_specs: Sequence[ParsedPartitionSpec | None],
-    out_avals: Sequence[Any],
-    out_specs: Sequence[ParsedPartitionSpec | None],
-    jaxpr: Any,
-    default_kind: str,
-) -> MemoryKinds | None:
+def memory_kinds(values: MainValues, jaxpr: Any, default_kind: str) -> MemoryKinds | None:
     """Each value's memory kind; None when everything lives in ``default_kind``."""
-    ins = tuple(
-        s.memory_kind if s is not None and s.memory_kind else _aval_kind(a)
-        for a, s in zip(in_avals, in_specs, strict=True)
+    ins, outs = (
+        tuple(
+            s.memory_kind if s is not None and s.memory_kind else _aval_kind(a)
+            for a, s in zip(avals, specs, strict=True)
+        )
+        for _, avals, specs in values.sides()
     )
-    outs = tuple(
-        s.memory_kind if s is not None and s.memory_kind else _aval_kind(a)
-        for a, s in zip(out_avals, out_specs, strict=True)
-    )
-    moved = tuple(s is not None and s.memory_kind is not None for s in out_specs)
+    moved = tuple(s is not None and s.memory_kind is not None for s in values.out_specs)
     if all(k == default_kind for k in ins + outs) and not _moves_memory(jaxpr.jaxpr, default_kind):
         return None
     return MemoryKinds(ins, outs, moved)

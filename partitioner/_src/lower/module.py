@@ -21,6 +21,7 @@ from ..sharding.mesh_env import typed_context
 from ..sharding.parsed import ParsedPartitionSpec
 from ..warn import warn
 from . import annotate
+from .annotate import MainValues
 from .layouts import annotate_layouts, has_layouts, same_donated_layout
 from .memory import MemoryKinds, annotate_memory_kinds, check_device_put_devices, memory_kinds
 
@@ -43,10 +44,7 @@ class LoweredModule:
     committed: bool  # results are committed (PjitParams.committed)
     compiler_options: tuple[tuple[str, Any], ...]  # PjitParams.compiler_options
     shardy: bool
-    in_avals: tuple[Any, ...]
-    out_avals: tuple[Any, ...]
-    in_specs: tuple[ParsedPartitionSpec | None, ...]  # None: XLA chooses
-    out_specs: tuple[ParsedPartitionSpec | None, ...]
+    values: MainValues  # main's arguments and results: avals, specs (None: XLA chooses)
     donation_requested: tuple[bool, ...]
     aliased: tuple[bool, ...]
     ordered_effects: tuple[Any, ...]  # main's leading token arguments and results, in order
@@ -56,6 +54,22 @@ class LoweredModule:
     # jax.jit's "Some donated buffers were not usable" for this program, or None; said
     # by whoever lowers or first calls it (warn_unusable_donations), as jax.jit does.
     donation_warning: str | None = None
+
+    @property
+    def in_avals(self) -> tuple[Any, ...]:
+        return self.values.in_avals
+
+    @property
+    def out_avals(self) -> tuple[Any, ...]:
+        return self.values.out_avals
+
+    @property
+    def in_specs(self) -> tuple[ParsedPartitionSpec | None, ...]:
+        return self.values.in_specs
+
+    @property
+    def out_specs(self) -> tuple[ParsedPartitionSpec | None, ...]:
+        return self.values.out_specs
 
     def in_memory_kind(self, i: int) -> str | None:
         """Input ``i``'s memory kind (None: the devices' default)."""
@@ -120,11 +134,8 @@ def _per_device_aval(aval: Any, spec: ParsedPartitionSpec | None, mesh: Mesh) ->
 
 
 def plan_donation(
-    in_avals: Sequence[Any],
-    in_specs: Sequence[ParsedPartitionSpec | None],
+    values: MainValues,
     donated: Sequence[bool],
-    out_avals: Sequence[Any],
-    out_specs: Sequence[ParsedPartitionSpec | None],
     mesh: Mesh,
     api: str,
     memory: MemoryKinds | None = None,
@@ -145,33 +156,39 @@ def plan_donation(
         each input the index of the output it aliases (or None), the inputs given to
         XLA as buffer donors, and jax.jit's warning naming the others (or None).
     """
-    in_kinds = memory.inputs if memory else (None,) * len(in_avals)
-    out_kinds = memory.outputs if memory else (None,) * len(out_avals)
+    in_kinds = memory.inputs if memory else (None,) * len(values.in_avals)
+    out_kinds = memory.outputs if memory else (None,) * len(values.out_avals)
     free: dict[Any, list[int]] = {}
-    for j, (aval, spec) in enumerate(zip(out_avals, out_specs, strict=True)):
+    for j, (aval, spec) in enumerate(zip(values.out_avals, values.out_specs, strict=True)):
         key = _sharded_shape(aval, spec, mesh)
         if key is not None:
             free.setdefault((_shape(aval), key, out_kinds[j]), []).append(j)
     aliases: list[int | None] = []
     unusable: list[int] = []
-    for i, (aval, spec, d) in enumerate(zip(in_avals, in_specs, donated, strict=True)):
+    for i, (aval, spec, d) in enumerate(
+        zip(values.in_avals, values.in_specs, donated, strict=True)
+    ):
         key = (_shape(aval), _sharded_shape(aval, spec, mesh), in_kinds[i])
         outs = free.get(key) if d else None
         where = f"{api} input {i}"
-        if outs and same_donated_layout(in_specs[i], out_specs[outs[0]], len(aval.shape), where):
+        if outs and same_donated_layout(
+            values.in_specs[i], values.out_specs[outs[0]], len(aval.shape), where
+        ):
             aliases.append(outs.pop(0))
         else:
             aliases.append(None)
     taken = {a for a in aliases if a is not None}
     by_size: dict[tuple[int, Any], list[int]] = {}
-    for j, (aval, spec) in enumerate(zip(out_avals, out_specs, strict=True)):
+    for j, (aval, spec) in enumerate(zip(values.out_avals, values.out_specs, strict=True)):
         if j not in taken:
             by_size.setdefault((_elements_per_device(aval, spec, mesh), out_kinds[j]), []).append(j)
     # As jax.jit: over several devices, where XLA chooses some output's layout, every
     # donated input left over is a buffer donor; XLA aliases it after partitioning.
-    xla_decides = mesh.size > 1 and any(spec is None for spec in out_specs)
+    xla_decides = mesh.size > 1 and any(spec is None for spec in values.out_specs)
     donors = []
-    for i, (aval, spec, d, a) in enumerate(zip(in_avals, in_specs, donated, aliases, strict=True)):
+    for i, (aval, spec, d, a) in enumerate(
+        zip(values.in_avals, values.in_specs, donated, aliases, strict=True)
+    ):
         size = (_elements_per_device(aval, spec, mesh), in_kinds[i])
         if d and a is None:
             if by_size.get(size):
@@ -183,8 +200,10 @@ def plan_donation(
                 unusable.append(i)
     warning = None
     if unusable:
-        per_device = ", ".join(_per_device_aval(in_avals[i], in_specs[i], mesh) for i in unusable)
-        inputs = ", ".join(f"input {i} {in_avals[i].str_short()}" for i in unusable)
+        per_device = ", ".join(
+            _per_device_aval(values.in_avals[i], values.in_specs[i], mesh) for i in unusable
+        )
+        inputs = ", ".join(f"input {i} {values.in_avals[i].str_short()}" for i in unusable)
         warning = (
             f"Some donated buffers were not usable: {per_device}.\n"
             "See an explanation at https://docs.jax.dev/en/latest/faq.html#buffer-donation.\n"
@@ -274,24 +293,21 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
     emit("lower", name=params.name)
     mesh, jaxpr = params.mesh, params.jaxpr
     devices = tuple(mesh.devices.flat)
-    in_avals, out_avals = tuple(jaxpr.in_avals), tuple(jaxpr.out_avals)
-    in_specs = params.in_axis_resources
-    out_specs = typed_out_specs(out_avals, params.out_axis_resources, mesh)
+    out_avals = tuple(jaxpr.out_avals)
+    values = MainValues(
+        tuple(jaxpr.in_avals),
+        params.in_axis_resources,
+        out_avals,
+        typed_out_specs(out_avals, params.out_axis_resources, mesh),
+    )
     check_device_put_devices(jaxpr.jaxpr, [d.id for d in devices], params.api, params.name)
     default_kind = devices[0].default_memory().kind
-    kinds = memory_kinds(in_avals, in_specs, out_avals, out_specs, jaxpr, default_kind)
+    kinds = memory_kinds(values, jaxpr, default_kind)
     aliased, aliases, donors, donation_warning = plan_donation(
-        in_avals,
-        in_specs,
-        params.donated_invars,
-        out_avals,
-        out_specs,
-        mesh,
-        f"{params.api} {params.name}",
-        kinds,
+        values, params.donated_invars, mesh, f"{params.api} {params.name}", kinds
     )
     ordered = ordered_effects_of(params)
-    arg_names, result_names = value_names(jaxpr, len(in_avals), len(out_avals))
+    arg_names, result_names = value_names(jaxpr, len(values.in_avals), len(out_avals))
     with (
         jp.shardy_config(shardy),
         typed_context(mesh),
@@ -303,16 +319,14 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
     ):
         result = _lower_main(params, ordered, aliases, arg_names, result_names, kinds is None)
         with result.module.context:
-            annotate.set_main_shardings(
-                result.module, in_avals, in_specs, out_avals, out_specs, mesh, shardy
-            )
+            annotate.set_main_shardings(result.module, values, mesh, shardy)
             main = annotate.find_main(result.module)
-            annotate.mark_buffer_donors(main, len(in_avals), donors)
+            annotate.mark_buffer_donors(main, len(values.in_avals), donors)
             annotate.set_arg_names(main, arg_names)
             if kinds is not None:
                 annotate_memory_kinds(main, kinds)
-            if has_layouts(in_specs, out_specs):
-                annotate_layouts(main, in_avals, in_specs, out_avals, out_specs)
+            if has_layouts(values):
+                annotate_layouts(main, values)
     return LoweredModule(
         module=result.module,
         name=params.name,
@@ -321,10 +335,7 @@ def lower_pjit_body(params: PjitParams, shardy: bool) -> LoweredModule:
         committed=params.committed,
         compiler_options=params.compiler_options,
         shardy=shardy,
-        in_avals=in_avals,
-        out_avals=out_avals,
-        in_specs=in_specs,
-        out_specs=out_specs,
+        values=values,
         donation_requested=params.donated_invars,
         aliased=aliased,
         ordered_effects=ordered,

@@ -8,12 +8,14 @@ one rule apart. What tells them apart (the names a user's messages quote, what
 
 from __future__ import annotations
 
+import ast
 import enum
+import functools
 import inspect
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, TypedDict, TypeVar, cast, get_type_hints
 
 import jax
 from jax.sharding import Mesh
@@ -22,15 +24,10 @@ from jax.tree_util import tree_leaves
 from ..sharding.auto import AUTO
 from ..sharding.devices import INPUT_SHARDING, OUTPUT_SHARDING
 from ..sharding.tree import UNSPECIFIED, meshes_named_by, prepare_axis_resources
-from ..trace.arguments import (
-    Binding,
-    check_callable,
-    infer_argnums_and_argnames,
-    optional_index_tuple,
-    optional_name_tuple,
-    validate_argnames,
-    validate_argnums,
-)
+from ..trace.argnums import check_callable, jit_binding
+from ..trace.arguments import Binding
+
+_Door = TypeVar("_Door", bound=Callable[..., Any])
 
 
 class NoneRule(enum.Enum):
@@ -45,6 +42,120 @@ class NoneRule(enum.Enum):
 
     UNSPECIFIED = "unspecified"
     REPLICATED_UNDER_LEGACY_MESH = "replicated under the classic mesh context"
+
+
+@dataclass(frozen=True)
+class Default:
+    """A keyword option's default, written beside its type: ``Annotated[bool, Default(False)]``."""
+
+    value: Any
+
+
+class SharedOptions(TypedDict, total=False):
+    """The keyword options ``jit`` and ``pjit`` share: one line an option, its type and default.
+
+    NOTE [one options record]: this is the one place an option is spelled. The doors
+    take them as ``**options: Unpack[...]`` (PEP 692), so a user's type checker checks
+    each keyword; :func:`takes` shows them in ``inspect.signature`` and
+    ``help()`` with their defaults, and :func:`options_of` refuses an unknown one in
+    Python's words and fills the defaults. A new option is a line here (and a line of
+    the doors' docstrings), nothing else to thread through.
+    """
+
+    in_shardings: Annotated[Any, Default(UNSPECIFIED)]
+    out_shardings: Annotated[Any, Default(UNSPECIFIED)]
+    static_argnames: Annotated[str | Iterable[str] | None, Default(None)]
+    donate_argnames: Annotated[str | Iterable[str] | None, Default(None)]
+    keep_unused: Annotated[bool, Default(False)]
+    device: Annotated[Any, Default(None)]
+    backend: Annotated[str | None, Default(None)]
+    inline: Annotated[bool, Default(False)]
+    compiler_options: Annotated[dict[str, Any] | None, Default(None)]
+    auto_memory_limit: Annotated[int | None, Default(None)]
+
+
+class JitOptions(SharedOptions, total=False):
+    """``jit``'s keyword options: the shared ones and the argnums ``pjit`` takes by position.
+
+    Built by :func:`options_of` with every key present, it is the record the planner
+    reads (``JitInfo.options``).
+    """
+
+    static_argnums: Annotated[int | Sequence[int] | None, Default(None)]
+    donate_argnums: Annotated[int | Sequence[int] | None, Default(None)]
+
+
+@functools.cache
+def _record_parameters(record: type) -> tuple[inspect.Parameter, ...]:
+    """The record's keywords as keyword-only parameters: default, and the type as written."""
+    hints = get_type_hints(record, include_extras=True)
+    parameters = []
+    for name, ref in record.__annotations__.items():
+        written = ast.parse(ref.__forward_arg__, mode="eval").body
+        assert isinstance(written, ast.Subscript) and isinstance(written.slice, ast.Tuple)
+        parameters.append(
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=hints[name].__metadata__[0].value,
+                annotation=ast.unparse(written.slice.elts[0]),  # "bool", as a def shows it
+            )
+        )
+    return tuple(parameters)
+
+
+def takes(record: type) -> Callable[[_Door], _Door]:
+    """Set a door's ``__signature__``: its own parameters, then the record's keywords.
+
+    What a user reads in ``inspect.signature``/``help()`` is every option by name with
+    its default and type, as if spelled out in the door's ``def``.
+    """
+
+    def give(door: _Door) -> _Door:
+        own = inspect.signature(door)
+        kept = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
+        door.__signature__ = own.replace(  # type: ignore[attr-defined]
+            parameters=[*kept, *_record_parameters(record)]
+        )
+        return door
+
+    return give
+
+
+def options_of(door: Callable[..., Any], given: Mapping[str, Any], **positional: Any) -> JitOptions:
+    """The record from a door's ``**options`` and the options it took by position.
+
+    Raises:
+        TypeError: a keyword the door does not take, in Python's own words (as a
+            ``def`` spelling every option would raise it).
+    """
+    parameters = inspect.signature(door).parameters
+    for name in given:
+        kind = parameters[name].kind if name in parameters else None
+        if kind is inspect.Parameter.POSITIONAL_ONLY:
+            raise TypeError(
+                f"{door.__qualname__}() got some positional-only arguments passed as keyword "
+                f"arguments: '{name}'"
+            )
+        if kind is not inspect.Parameter.KEYWORD_ONLY:
+            raise TypeError(f"{door.__qualname__}() got an unexpected keyword argument '{name}'")
+    defaults = {p.name: p.default for p in _record_parameters(JitOptions)}
+    return cast(JitOptions, {**defaults, **given, **positional})
+
+
+@dataclass(frozen=True)
+class Door:
+    """What sets a front door's options apart from another's (a constant per door).
+
+    Attributes:
+        api: the door's name (messages, the lowered module's name).
+        none_rule: what ``None`` means in its spec trees.
+        use_resource_env: which mesh in context it reads (see :class:`JitInfo`).
+    """
+
+    api: str
+    none_rule: NoneRule
+    use_resource_env: bool
 
 
 @dataclass(frozen=True)
@@ -79,9 +190,11 @@ class JitInfo:
         has_auto: some leaf is ``AUTO`` (the AUTO stage chooses it per signature).
         device: ``jit(device=...)`` (or ``backend``'s first device), else None.
         compiler_options: sorted ``(name, value)`` pairs (hashable: a cache key part).
-        keep_unused: compile every input in; False prunes those the body does not use.
-        inline: inside another trace, the body's equations join it (with no specs given).
-        auto_memory_limit: bytes per device AUTO layouts must fit, or None.
+        options: the options as given (checked); the planner reads ``keep_unused``
+            (compile every input in; False prunes those the body does not use),
+            ``inline`` (inside another trace, the body's equations join it, with no
+            specs given) and ``auto_memory_limit`` (bytes per device AUTO layouts
+            must fit, or None) there.
     """
 
     fun: Callable[..., Any]
@@ -100,9 +213,7 @@ class JitInfo:
     has_auto: bool
     device: jax.Device | None
     compiler_options: tuple[tuple[str, Any], ...]
-    keep_unused: bool
-    inline: bool
-    auto_memory_limit: int | None
+    options: JitOptions
 
     @property
     def label(self) -> str:
@@ -118,37 +229,29 @@ class JitInfo:
 
 def jit_info(
     fun: Callable[..., Any],
-    *,
-    api: str,
+    door: Door,
     names: SpecNames,
-    none_rule: NoneRule,
-    use_resource_env: bool,
     in_specs: Any,
     out_specs: Any,
-    static_argnums: int | Sequence[int] | None,
-    static_argnames: str | Iterable[str] | None,
-    donate_argnums: int | Sequence[int] | None,
-    donate_argnames: str | Iterable[str] | None,
-    device: Any,
-    compiler_options: dict[str, Any] | None,
-    keep_unused: bool,
-    inline: bool,
-    auto_memory_limit: int | None,
+    options: JitOptions,
 ) -> JitInfo:
     """Parse and check a ``jit``/``pjit`` call's options (every bad spec leaf at once).
 
     Raises:
         TypeError: ``fun`` is not callable; a bad spec leaf, argnums or option type.
-        ValueError: argnums or argnames ``fun`` cannot take; both static and donated.
+        ValueError: argnums or argnames ``fun`` cannot take; both static and donated;
+            ``device``/``backend`` misused (:func:`device_option`).
     """
+    api = door.api
+    device = device_option(options, api, in_specs, out_specs)  # placement is checked first
     check_callable(fun, api)
     name = getattr(fun, "__name__", type(fun).__name__)
-    _check_options(api, compiler_options, auto_memory_limit)
+    _check_options(api, options["compiler_options"], options["auto_memory_limit"])
     if isinstance(in_specs, list):
         # The top level stands for the argument tuple, so a list there is read
         # as that tuple (as jax.jit reads in_shardings); lists deeper down match lists.
         in_specs = tuple(in_specs)
-    trees = _parse_trees(api, names, none_rule, in_specs, out_specs)
+    trees = _parse_trees(api, names, door.none_rule, in_specs, out_specs)
     # As jax.jit: with in-specs given, keyword arguments take their positional
     # parameter's spec (jax refuses them there: docs/api.md says why we accept).
     specs_given = in_specs is not None and in_specs is not UNSPECIFIED
@@ -157,15 +260,15 @@ def jit_info(
         name=name,
         api=api,
         names=names,
-        none_rule=none_rule,
-        binding=_binding(
+        none_rule=door.none_rule,
+        binding=jit_binding(
             fun,
             f"{api} {name}",
             bind_keywords=specs_given,
-            static_argnums=static_argnums,
-            static_argnames=static_argnames,
-            donate_argnums=donate_argnums,
-            donate_argnames=donate_argnames,
+            static_argnums=options["static_argnums"],
+            static_argnames=options["static_argnames"],
+            donate_argnums=options["donate_argnums"],
+            donate_argnames=options["donate_argnames"],
         ),
         in_specs=trees[0],
         out_specs=trees[1],
@@ -176,13 +279,11 @@ def jit_info(
             + meshes_named_by(out_specs, f"{api} {names.outputs}", OUTPUT_SHARDING)
         ),
         needs_mesh=_needs_mesh(names, trees[2], trees[3]),
-        use_resource_env=use_resource_env,
+        use_resource_env=door.use_resource_env,
         has_auto=any(leaf is AUTO for tree in trees[:2] for leaf in _spec_leaves(tree)),
         device=device,
-        compiler_options=tuple(sorted((compiler_options or {}).items())),
-        keep_unused=keep_unused,
-        inline=inline,
-        auto_memory_limit=auto_memory_limit,
+        compiler_options=tuple(sorted((options["compiler_options"] or {}).items())),
+        options=options,
     )
 
 
@@ -242,66 +343,7 @@ def _has_bare_specs(parsed_tree: Any) -> bool:
     return any(leaf is not UNSPECIFIED for leaf in _spec_leaves(parsed_tree))
 
 
-def _binding(
-    fun: Callable[..., Any],
-    label: str,
-    static_argnums: Any,
-    static_argnames: Any,
-    donate_argnums: Any,
-    donate_argnames: Any,
-    bind_keywords: bool,
-) -> Binding:
-    """Statics and donation as jax.jit reads and checks them: one of argnums/argnames
-    infers the other; every one must fit the signature; none both static and donated.
-
-    Raises:
-        TypeError: argnums that are not ints, argnames that are not strings.
-        ValueError: jax.jit's messages, in jax.jit's order.
-    """
-    try:
-        signature: inspect.Signature | None = inspect.signature(fun)
-    except (TypeError, ValueError):
-        signature = None
-    if signature is None and donate_argnames is not None:
-        raise ValueError(
-            f"Getting the signature of function {fun} failed. Pass donate_argnums instead of "
-            f"donate_argnames. ({label})"
-        )
-    nums = {
-        "static": optional_index_tuple(static_argnums, "static_argnums", label),
-        "donate": optional_index_tuple(donate_argnums, "donate_argnums", label),
-    }
-    names = {
-        "static": optional_name_tuple(static_argnames, "static_argnames", label),
-        "donate": optional_name_tuple(donate_argnames, "donate_argnames", label),
-    }
-    static = infer_argnums_and_argnames(signature, nums["static"], names["static"])
-    donate = infer_argnums_and_argnames(signature, nums["donate"], names["donate"])
-    for what, (inferred_nums, inferred_names) in (("static", static), ("donate", donate)):
-        validate_argnums(signature, nums[what] or inferred_nums, f"{what}_argnums", label)
-        validate_argnames(signature, inferred_names, f"{what}_argnames", label)
-    if both := set(static[1]) & set(donate[1]):
-        raise ValueError(
-            "static_argnames and donate_argnames cannot intersect. Argument names "
-            f"{both} appear in both static_argnames and donate_argnames ({label})"
-        )
-    if set(static[0]) & set(donate[0]):
-        raise ValueError(
-            f"`static_argnums` {sorted(set(static[0]))} and `donate_argnums` "
-            f"{sorted(set(donate[0]))} cannot intersect. ({label})"
-        )
-    return Binding(label, signature, *static, *donate, bind_keywords=bind_keywords)
-
-
-def device_option(
-    device: Any,
-    backend: str | None,
-    keep_unused: Any,
-    inline: Any,
-    api: str,
-    in_specs: Any = UNSPECIFIED,
-    out_specs: Any = UNSPECIFIED,
-) -> Any:
+def device_option(options: JitOptions, api: str, in_specs: Any, out_specs: Any) -> Any:
     """Check jax.jit's placement options; the device a mesh-less call defaults to (or None).
 
     ``keep_unused`` and ``inline`` are checked as jax.jit's flags (``inline`` is a
@@ -314,7 +356,8 @@ def device_option(
         ValueError: both ``device`` and ``backend``, either with given shardings,
             or an unknown backend.
     """
-    for name, flag in (("keep_unused", keep_unused), ("inline", inline)):
+    device, backend = options["device"], options["backend"]
+    for name, flag in (("keep_unused", options["keep_unused"]), ("inline", options["inline"])):
         if not isinstance(flag, bool):
             raise TypeError(f"{api}: {name} must be a bool, got {flag!r}")
     if device is None and backend is None:
@@ -324,7 +367,7 @@ def device_option(
         '`jax.device_put(..., jax.local_devices(backend="cpu")[0])` on the inputs to the '
         "jitted function to get the same behavior.",
         DeprecationWarning,
-        stacklevel=3,
+        stacklevel=4,  # the user's call of the door (door -> jit_info -> here)
     )
     if device is not None and backend is not None:
         raise ValueError(

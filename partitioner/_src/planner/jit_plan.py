@@ -21,7 +21,7 @@ from jax.tree_util import tree_flatten_with_path, tree_leaves, tree_unflatten
 
 from .. import jax_private as jp
 from .. import lazy, options
-from ..primitives.call_plan import CallPlan, OverRecord
+from ..primitives.call_plan import CallPlan, PlannerFromInfo
 from ..primitives.pjit_call import PjitParams
 from ..sharding.auto import AUTO, has_auto
 from ..sharding.call_inputs import checked_inputs, input_specs
@@ -93,7 +93,7 @@ def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPla
         api=info.api,
         committed=placement.committed,
         compiler_options=info.compiler_options,
-        keep_unused=info.keep_unused,
+        keep_unused=info.options["keep_unused"],
     )
     return CallPlan(
         params=params,
@@ -103,7 +103,7 @@ def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPla
         in_avals=in_avals,
         num_consts=len(consts),
         arguments=flat,
-        inline=info.inline and _unspecified(in_tree) and _unspecified(out_tree),
+        inline=info.options["inline"] and _unspecified(in_tree) and _unspecified(out_tree),
     )
 
 
@@ -198,7 +198,11 @@ def _placement(info: JitInfo, bound: BoundCall) -> Placement:
     context = _context_mesh(info)
     if info.named_meshes or info.needs_mesh is not None or context is not None:
         mesh, source = resolve_call_mesh(
-            info.label, info.named_meshes, context, info.needs_mesh or info.names.inputs
+            info.label,
+            info.named_meshes,
+            context,
+            info.needs_mesh or info.names.inputs,
+            door=info.api,
         )
         return Placement(mesh, source=source)
     flat = bound.flat
@@ -213,9 +217,13 @@ def _placement(info: JitInfo, bound: BoundCall) -> Placement:
 
 
 def _debug_info(info: JitInfo, bound: BoundCall) -> Any:
-    """jax's description of the traced function and its arguments (names the module's values)."""
+    """jax's description of the traced function and its arguments (names the module's values).
+
+    Traced "for jit" through either door: jax's pjit is jit, and its messages about
+    the traced function ("... traced for jit returned ...") say so.
+    """
     return jp.debug_info(
-        info.api,
+        "jit",
         info.fun,
         bound.args,
         bound.kwargs,
@@ -235,7 +243,7 @@ def resolve_auto(info: JitInfo, plan: CallPlan) -> CallPlan:
     out_paths = [path for path, _ in tree_flatten_with_path(out_avals)[0]]
     arguments = plan.arguments
     assert arguments is not None  # a jit plan always names its arguments
-    plan = auto_resolve.resolve(plan, arguments.paths, out_paths, info.auto_memory_limit)
+    plan = auto_resolve.resolve(plan, arguments.paths, out_paths, info.options["auto_memory_limit"])
     if not options.reshard_committed_enabled():
         for i, auto in enumerate(was_auto):
             if auto:
@@ -247,7 +255,7 @@ def resolve_auto(info: JitInfo, plan: CallPlan) -> CallPlan:
 
 
 @dataclass(frozen=True)
-class JitPlanner(OverRecord):
+class JitPlanner(PlannerFromInfo):
     """The :class:`Planner` of a ``jit``/``pjit``-ed function: its record and the functions above."""
 
     info: JitInfo

@@ -14,7 +14,8 @@ from typing import Any
 import jax
 
 from ..distributed.local_map import is_multiprocess
-from ..trace.arguments import Binding, check_callable, index_tuple
+from ..trace.argnums import check_callable, index_tuple
+from ..trace.arguments import Binding
 
 
 @dataclass(frozen=True)

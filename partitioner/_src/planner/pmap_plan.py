@@ -22,7 +22,7 @@ from jax.tree_util import PyTreeDef, keystr, tree_unflatten
 
 from .. import jax_private as jp
 from ..distributed.local_map import LocalSlices
-from ..primitives.call_plan import CallPlan, OverRecord
+from ..primitives.call_plan import CallPlan, PlannerFromInfo
 from ..primitives.pmap_region import RegionParams, block_aval, nested_chain, placed_on, region_pjit
 from ..sharding.call_inputs import abstractify
 from ..trace.arguments import BoundCall, bind_call
@@ -313,7 +313,7 @@ def local_leaves(info: PmapInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) 
 
 
 @dataclass(frozen=True)
-class PmapPlanner(OverRecord):
+class PmapPlanner(PlannerFromInfo):
     """The :class:`Planner` of a pmap-ed function: its record and the functions above."""
 
     info: PmapInfo

@@ -16,8 +16,8 @@ from jax.sharding import Mesh
 from jax.tree_util import PyTreeDef, tree_unflatten
 
 from .. import jax_private as jp
-from ..sharding.auto import AutoChoice
 from ..trace.arguments import Binding, FlatArguments
+from .auto_choice import AutoChoice
 from .pjit_call import PjitParams
 
 
@@ -94,10 +94,14 @@ class Planner(Protocol):
     def wrap_call(self, call: Callable[..., Any]) -> Callable[..., Any]: ...
 
 
-class OverRecord:
-    """A :class:`Planner`'s naming part, read from its options record (``self.info``,
-    which has ``name``, ``fun`` and ``binding``): every front door's planner is a
-    frozen record plus free functions, so this part is the same for all."""
+class PlannerFromInfo:
+    """The part of a :class:`Planner` read from its options record ``self.info``.
+
+    Every front door's planner is a frozen record (``info``: ``name``, ``fun``,
+    ``binding``) plus free functions, so ``name``, ``fun`` and ``binding`` are the
+    same three reads for all of them; a planner subclasses this and adds ``eager``,
+    ``plan`` and ``wrap_call``.
+    """
 
     info: Any
 

@@ -116,11 +116,12 @@ def with_sharding_constraint(x: Any, axis_resources: Any) -> Any:
             "a mesh, None means replicated). Pass a NamedSharding, or enter a mesh "
             "(jax.set_mesh) and pass a PartitionSpec."
         )
+    # Leaves first, as jax: a leaf that is no spec is a TypeError with or without a mesh.
+    parsed = prepare_axis_resources(
+        axis_resources, f"{_API} axis_resources", allow_unconstrained=True, keyword="shardings"
+    )
     mesh = resolve_mesh(_API, meshes_named_by(axis_resources, f"{_API} axis_resources"))
     check_mesh_unchanged(mesh, _API, "sharding_constraint inside jit")
-    parsed = prepare_axis_resources(
-        axis_resources, f"{_API} axis_resources", allow_unconstrained=True
-    )
     leaves_with_paths, tree = tree_flatten_with_path(x)
     specs, paths = broadcast_prefix(parsed, x, api=_API, what="value")
     outs = []

@@ -11,8 +11,8 @@ that tie them together, instead of string lookups and asserts in every rule.
 
 Every transformation rule of ``pjit_p``: vmap, jvp, transpose, partial eval, DCE.
 
-One file per primitive (``constraint.py`` and ``region.py`` beside it), so what a
-transformation does to a pjit is read in one place.
+One file per primitive (``constraint.py`` and ``pmap_region.py`` beside it), so
+what a transformation does to a pjit is read in one place.
 
 - vmap: the batch dimension is moved to 0 and inserted into every spec:
   unpartitioned by default, or over the mesh axes named by
@@ -144,25 +144,22 @@ def abstract_eval(*avals: Any, jaxpr: jp.ClosedJaxpr, **_: Any) -> tuple[Any, An
 
 
 def pp_rule(eqn: Any, context: Any, settings: Any) -> Any:
-    # Show specs as the user would write them, not the parsed tuples.
-    params = dict(eqn.params)
+    # Show specs as the user would write them, not the parsed tuples; the fields
+    # at their defaults are left out.
+    p = PjitParams.of(eqn.params)
+    params = dict(eqn.params)  # the keyword dict jax's printer reads
 
     def show(specs: Any) -> tuple[Any, ...]:
         return tuple("UNSPECIFIED" if s is None else s.to_partition_spec() for s in specs)
 
-    params["in_axis_resources"] = show(params["in_axis_resources"])
-    params["out_axis_resources"] = show(params["out_axis_resources"])
-    params["mesh"] = dict(params["mesh"].shape)
-    if not any(params["donated_invars"]):
+    params["in_axis_resources"] = show(p.in_axis_resources)
+    params["out_axis_resources"] = show(p.out_axis_resources)
+    params["mesh"] = dict(p.mesh.shape)
+    if not any(p.donated_invars):
         del params["donated_invars"]
-    for field, default in (
-        ("api", "pjit"),
-        ("committed", True),
-        ("compiler_options", ()),
-        ("keep_unused", True),
-    ):
-        if params[field] == default:
-            del params[field]
+    for field in dataclasses.fields(p):  # api, committed, compiler_options, keep_unused
+        if field.default is not dataclasses.MISSING and getattr(p, field.name) == field.default:
+            del params[field.name]
     new_eqn = eqn.replace(params=params)
     return jp.pp_eqn(new_eqn, context, settings)
 

@@ -26,10 +26,12 @@ MSG_MESH_MISMATCH = """\
 {expected}. A NamedSharding given as a spec must use that mesh: build it from the same \
 mesh, or pass its PartitionSpec alone (NamedSharding(mesh, spec).spec)."""
 
+# jax's sentences as jax words them (the door alone before "requires"), then ours.
 MSG_NO_MESH = """\
-{api} requires a non-empty mesh in context if you are passing `PartitionSpec`s to {name}. \
+{door} requires a non-empty mesh in context if you are passing `PartitionSpec`s to {name}. \
 You can define a context mesh via `jax.set_mesh(mesh)`. Alternatively, provide `Sharding`s \
-to {name} and then the mesh context manager is not required. partitioner's own context works too:
+to {name} and then the mesh context manager is not required. partitioner's own context works \
+too, around the call of {api}:
 
     with partitioner.mesh(devices, ("data", "model")):
         y = f(x)
@@ -180,7 +182,11 @@ def resolve_mesh(api: str, named: Sequence[tuple[str, Any, str]]) -> Mesh:
 
 
 def resolve_call_mesh(
-    api: str, named: Sequence[tuple[str, Any, str]], context: Mesh | None, spec_name: str
+    api: str,
+    named: Sequence[tuple[str, Any, str]],
+    context: Mesh | None,
+    spec_name: str,
+    door: str | None = None,
 ) -> tuple[Mesh, DeviceSource]:
     """The mesh a call runs over: ``context``, else the one its NamedShardings name;
     and what put the call there, for jax's device messages.
@@ -190,6 +196,8 @@ def resolve_call_mesh(
         named: ``(where, mesh, kind)`` of every NamedSharding given as a spec.
         context: the mesh in context the caller reads (jit and pjit read different ones).
         spec_name: the spec argument a PartitionSpec without a mesh was given to.
+        door: the front door jax's no-mesh sentence names (``"jit"``) where ``api``
+            names more (``"jit f"``); ``api`` where None.
 
     Raises:
         RuntimeError: no mesh in context and no NamedSharding to take one from.
@@ -199,7 +207,7 @@ def resolve_call_mesh(
     """
     m = context
     if m is None and not named:
-        raise RuntimeError(MSG_NO_MESH.format(api=api, name=spec_name))
+        raise RuntimeError(MSG_NO_MESH.format(door=door or api, api=api, name=spec_name))
     mesh = as_call_mesh(m if m is not None else named[0][1])
     source = "the mesh in context" if m is not None else f"the mesh of {named[0][0]}"
     origin = DeviceSource(tuple(mesh.devices.flat), CONTEXT_MESH if m is not None else named[0][2])

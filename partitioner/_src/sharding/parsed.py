@@ -30,10 +30,15 @@ MSG_DUPLICATE_AXIS = """\
 partition at most one dimension of a value; e.g. PartitionSpec('x', 'y') instead of \
 PartitionSpec('x', 'x')."""
 
+# jax's sentence first (``pytest.raises(match=...)`` written against jax.jit holds), then ours.
 MSG_NOT_A_SPEC = """\
-{where}: expected a PartitionSpec, a NamedSharding, a SingleDeviceSharding, a Format or None \
-as a spec leaf, got {value!r} \
-of type {type_name}. Wrap axis names in a spec: PartitionSpec({value!r}) instead of {value!r}."""
+{keyword} leaf specifications are expected to be PartitionSpec instances or None, but got \
+{value}. {where}: got {value!r} of type {type_name}, where a PartitionSpec, a NamedSharding, \
+a SingleDeviceSharding, a Format or None is expected."""
+
+# Said only for an axis name given bare: for another value (an int) it would be wrong advice.
+MSG_WRAP_AXIS_NAME = """ Wrap axis names in a spec: PartitionSpec({value!r}) instead of \
+{value!r}."""
 
 MSG_BARE_LAYOUT = """\
 {where}: got the layout {value!r} alone; as jax.jit, pjit does not accept device-local \
@@ -53,7 +58,50 @@ class SpecSync(enum.IntEnum):
     IN_SYNC = 2  # exactly what the user wrote
 
 
-class ParsedPartitionSpec:
+class _Conversions:
+    """The conversions of a parsed spec: the PartitionSpec it spells, how it cuts a shape.
+
+    Why apart from :class:`ParsedPartitionSpec`: that class makes, rewrites and
+    compares specs; these only read ``partitions`` and ``unconstrained_dims``
+    (its invariants) to answer what a layout is in jax's terms and per device.
+    """
+
+    __slots__ = ()
+    partitions: tuple[tuple[AxisName, ...], ...]
+    unconstrained_dims: frozenset[int]
+
+    @property
+    def mesh_axes(self) -> tuple[AxisName, ...]:
+        """Every mesh axis used, in spec order (major to minor)."""
+        return tuple(a for axes in self.partitions for a in axes)
+
+    def shards_per_dim(self, mesh: Mesh, ndim: int) -> tuple[int, ...]:
+        """How many pieces each of ``ndim`` dimensions is cut into over ``mesh``."""
+        sizes = dict(mesh.shape)
+        parts = self.partitions + ((),) * (ndim - len(self.partitions))
+        return tuple(math.prod(sizes[a] for a in axes) for axes in parts[:ndim])
+
+    def shard_shape(self, shape: tuple[int, ...], mesh: Mesh) -> tuple[int, ...]:
+        """The per-device shape of a value of ``shape`` laid out with this spec (ceil)."""
+        per_dim = self.shards_per_dim(mesh, len(shape))
+        return tuple(-(-n // k) for n, k in zip(shape, per_dim, strict=True))
+
+    def to_partition_spec(self) -> Spec:
+        """The PartitionSpec of these partitions (trailing unpartitioned dims dropped)."""
+        entries: list[Any] = [
+            UNCONSTRAINED if d in self.unconstrained_dims else (axes or None)
+            for d, axes in enumerate(self.partitions)
+        ]
+        while entries and entries[-1] is None:
+            entries.pop()
+        return PartitionSpec(*entries)
+
+    def to_closed_spec(self) -> Spec:
+        """The spec with UNCONSTRAINED dims laid out unpartitioned (for NamedSharding)."""
+        return PartitionSpec(*(axes or None for axes in self.partitions))
+
+
+class ParsedPartitionSpec(_Conversions):
     """A spec as a tuple of axis-name tuples, one per leading dimension.
 
     Invariants: ``partitions[d]`` is a tuple of mesh axis names (``()`` means
@@ -102,20 +150,25 @@ class ParsedPartitionSpec:
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("ParsedPartitionSpec is immutable")
 
+    def _init_args(self) -> dict[str, Any]:
+        """What ``__init__`` rebuilds this spec from, by its parameter names."""
+        return {
+            "user_spec": self.unsafe_user_spec,
+            "partitions": self.partitions,
+            "sync": self.sync,
+            "unconstrained_dims": self.unconstrained_dims,
+            "memory_kind": self.memory_kind,
+            "layout": self.layout,
+        }
+
+    def _replace(self, **changes: Any) -> ParsedPartitionSpec:
+        """A copy with some of ``__init__``'s arguments changed (checked again by it)."""
+        return ParsedPartitionSpec(**{**self._init_args(), **changes})
+
     def __reduce__(self) -> tuple[Any, ...]:
         # The default slot-state protocol restores through __setattr__, which
         # refuses; rebuild through __init__ so copy/deepcopy/pickle work.
-        return (
-            ParsedPartitionSpec,
-            (
-                self.unsafe_user_spec,
-                self.partitions,
-                self.sync,
-                self.unconstrained_dims,
-                self.memory_kind,
-                self.layout,
-            ),
-        )
+        return (ParsedPartitionSpec, tuple(self._init_args().values()))
 
     # --- user spec, for messages ---
 
@@ -141,23 +194,37 @@ class ParsedPartitionSpec:
 
     @classmethod
     def from_user_input(
-        cls, entry: Any, arg_name: str, *, allow_unconstrained: bool = False
+        cls,
+        entry: Any,
+        arg_name: str,
+        *,
+        allow_unconstrained: bool = False,
+        keyword: str | None = None,
     ) -> ParsedPartitionSpec:
         """Parse one spec leaf: a PartitionSpec, a ``NamedSharding`` (its spec) or ``None``.
 
         A NamedSharding's mesh is not checked here (it is not known yet when
         ``pjit`` is applied); ``sharding.tree.meshes_named_by`` collects it for that.
 
+        Args:
+            keyword: the option the leaf was given to, as jax's message names it
+                (``"in_shardings"``); ``arg_name`` where None.
+
         Raises:
             TypeError: ``entry`` is not a spec, a NamedSharding or ``None``.
             ValueError: an axis repeats, reduced axes, or UNCONSTRAINED where it is
                 not allowed.
         """
-        return _parse_leaf(entry, arg_name, allow_unconstrained)
+        return _parse_leaf(entry, arg_name, allow_unconstrained, keyword or arg_name)
 
     @classmethod
     def coerce(
-        cls, value: Any, where: str, *, allow_unconstrained: bool = False
+        cls,
+        value: Any,
+        where: str,
+        *,
+        allow_unconstrained: bool = False,
+        keyword: str | None = None,
     ) -> ParsedPartitionSpec:
         """``value`` as a parsed spec: a parsed spec as is, ``None`` replicated, else parsed.
 
@@ -169,7 +236,9 @@ class ParsedPartitionSpec:
         """
         if isinstance(value, ParsedPartitionSpec):
             return value
-        return cls.from_user_input(value, where, allow_unconstrained=allow_unconstrained)
+        return cls.from_user_input(
+            value, where, allow_unconstrained=allow_unconstrained, keyword=keyword
+        )
 
     def insert_axis_partitions(
         self, dim: int, axes: tuple[AxisName, ...], *, unconstrained: bool = False
@@ -189,63 +258,17 @@ class ParsedPartitionSpec:
         unconstrained_dims = frozenset(shifted | ({dim} if unconstrained else set()))
         sync = min(self.sync, SpecSync.DIM_PERMUTE if not axes else SpecSync.OUT_OF_SYNC)
         # A layout orders the old dims; a batched value is laid out by XLA.
-        return ParsedPartitionSpec(
-            self.unsafe_user_spec, new_parts, sync, unconstrained_dims, self.memory_kind
+        return self._replace(
+            partitions=new_parts, sync=sync, unconstrained_dims=unconstrained_dims, layout=None
         )
 
     def with_memory_kind(self, memory_kind: str | None) -> ParsedPartitionSpec:
         """The same layout in another memory space (None: unstated)."""
-        return ParsedPartitionSpec(
-            self.unsafe_user_spec,
-            self.partitions,
-            self.sync,
-            self.unconstrained_dims,
-            memory_kind,
-            self.layout,
-        )
+        return self._replace(memory_kind=memory_kind)
 
     def with_layout(self, layout: Any) -> ParsedPartitionSpec:
         """The same layout and memory kind with another memory layout (None: XLA's default)."""
-        return ParsedPartitionSpec(
-            self.unsafe_user_spec,
-            self.partitions,
-            self.sync,
-            self.unconstrained_dims,
-            self.memory_kind,
-            layout,
-        )
-
-    # --- views ---
-
-    @property
-    def mesh_axes(self) -> tuple[AxisName, ...]:
-        """Every mesh axis used, in spec order (major to minor)."""
-        return tuple(a for axes in self.partitions for a in axes)
-
-    def shards_per_dim(self, mesh: Mesh, ndim: int) -> tuple[int, ...]:
-        """How many pieces each of ``ndim`` dimensions is cut into over ``mesh``."""
-        sizes = dict(mesh.shape)
-        parts = self.partitions + ((),) * (ndim - len(self.partitions))
-        return tuple(math.prod(sizes[a] for a in axes) for axes in parts[:ndim])
-
-    def shard_shape(self, shape: tuple[int, ...], mesh: Mesh) -> tuple[int, ...]:
-        """The per-device shape of a value of ``shape`` laid out with this spec (ceil)."""
-        per_dim = self.shards_per_dim(mesh, len(shape))
-        return tuple(-(-n // k) for n, k in zip(shape, per_dim, strict=True))
-
-    def to_partition_spec(self) -> Spec:
-        """The PartitionSpec of these partitions (trailing unpartitioned dims dropped)."""
-        entries: list[Any] = [
-            UNCONSTRAINED if d in self.unconstrained_dims else (axes or None)
-            for d, axes in enumerate(self.partitions)
-        ]
-        while entries and entries[-1] is None:
-            entries.pop()
-        return PartitionSpec(*entries)
-
-    def to_closed_spec(self) -> Spec:
-        """The spec with UNCONSTRAINED dims laid out unpartitioned (for NamedSharding)."""
-        return PartitionSpec(*(axes or None for axes in self.partitions))
+        return self._replace(layout=layout)
 
     # --- value semantics ---
 
@@ -297,7 +320,9 @@ def stated_memory_kind(sharding: NamedSharding) -> str | None:
 REPLICATED = ParsedPartitionSpec(None, ())
 
 
-def _parse_leaf(entry: Any, arg_name: str, allow_unconstrained: bool) -> ParsedPartitionSpec:
+def _parse_leaf(
+    entry: Any, arg_name: str, allow_unconstrained: bool, keyword: str
+) -> ParsedPartitionSpec:
     """:meth:`ParsedPartitionSpec.from_user_input`: unwrap the leaf, then parse its entries."""
     layout = None
     if isinstance(entry, Format):
@@ -318,7 +343,10 @@ def _parse_leaf(entry: Any, arg_name: str, allow_unconstrained: bool) -> ParsedP
         entry = entry.spec
     if not is_spec(entry):
         raise TypeError(
-            MSG_NOT_A_SPEC.format(where=arg_name, value=entry, type_name=type(entry).__name__)
+            MSG_NOT_A_SPEC.format(
+                keyword=keyword, where=arg_name, value=entry, type_name=type(entry).__name__
+            )
+            + (MSG_WRAP_AXIS_NAME.format(value=entry) if isinstance(entry, str) else "")
         )
     check_no_reduced(entry, arg_name)
     partitions, unconstrained = _entries(entry, arg_name, allow_unconstrained)

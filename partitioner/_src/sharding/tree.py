@@ -71,6 +71,7 @@ def prepare_axis_resources(
     allow_unconstrained: bool = False,
     none_is_unspecified: bool = False,
     allow_auto: bool = False,
+    keyword: str | None = None,
 ) -> Any:
     """Parse every leaf of a spec tree into a :class:`ParsedPartitionSpec`.
 
@@ -80,7 +81,14 @@ def prepare_axis_resources(
     and jit's own in/out specs; anywhere else AUTO is a TypeError). A NamedSharding
     stands for its spec (:func:`meshes_named_by` finds its mesh). Anything that is not a spec,
     ``None`` or a container is rejected with a TypeError naming its path.
+
+    Args:
+        arg_name: ``"{api} {keyword}"`` (``"jit f in_shardings"``): names each leaf's path.
+        keyword: the option as jax's messages name it (``"in_shardings"``; jax's
+            with_sharding_constraint says ``"shardings"``); default: the last
+            word of ``arg_name``.
     """
+    keyword = keyword or arg_name.rsplit(" ", 1)[-1]
 
     leaves, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_spec_leaf)
     parsed: list[Any] = []
@@ -103,7 +111,10 @@ def prepare_axis_resources(
         try:
             parsed.append(
                 ParsedPartitionSpec.coerce(
-                    leaf, f"{arg_name}{keystr(path)}", allow_unconstrained=allow_unconstrained
+                    leaf,
+                    f"{arg_name}{keystr(path)}",
+                    allow_unconstrained=allow_unconstrained,
+                    keyword=keyword,
                 )
             )
         except (TypeError, ValueError) as e:

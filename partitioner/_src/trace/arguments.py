@@ -1,11 +1,13 @@
-"""The argument layer both front doors share: argnums, statics, key paths, rebuilding.
+"""Call-time binding every front door shares: statics apart, key paths, rebuilding.
 
 Why one module: ``pjit`` and ``pmap`` (and the dispatcher behind both) read a
 call's arguments the same way: which positions and names are static, how the
 dynamic ones flatten, which path names a leaf in an error, and how a traced
 function gets its arguments back with the statics re-inserted. Written once,
 the fast path keys on exactly the split the planner traced with, and an error
-found while running names the same path the planner would.
+found while running names the same path the planner would. The
+:class:`Binding` each call reads is built and checked once, when the function
+is wrapped (``argnums.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from jax.tree_util import (
     KeyPath,
     PyTreeDef,
@@ -27,153 +28,6 @@ from jax.tree_util import (
 )
 
 Statics = tuple[tuple[int | str, Any], ...]  # (position or keyword, value), in order
-
-
-# --- argnums ---
-
-
-def index_tuple(
-    value: int | Sequence[int] | None, what: str, api: str, *, negative: bool = True
-) -> tuple[int, ...]:
-    """``static_argnums``-style input as a tuple of ints (``None``: none; see
-    :func:`optional_index_tuple` to keep None apart).
-
-    Raises:
-        TypeError: an entry is not an int (bools are not ints here, as in jax).
-        ValueError: a negative entry where ``negative`` is False.
-    """
-    if value is None:
-        return ()
-    nums = (value,) if isinstance(value, (int, np.integer)) else value
-    try:
-        nums = tuple(nums)
-    except TypeError:
-        raise TypeError(
-            f"{api} {what} must be an int or a sequence of ints, got {value!r}"
-        ) from None
-    if not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in nums):
-        raise TypeError(f"{api} {what} must be an int or a sequence of ints, got {value!r}")
-    if not negative and any(i < 0 for i in nums):
-        raise ValueError(f"{api} {what} must be non-negative ints, got {value!r}")
-    return tuple(int(i) for i in nums)
-
-
-def optional_index_tuple(value: Any, what: str, api: str) -> tuple[int, ...] | None:
-    """:func:`index_tuple`, but ``None`` stays None (jax infers it from the other)."""
-    return None if value is None else index_tuple(value, what, api)
-
-
-def optional_name_tuple(value: Any, what: str, api: str) -> tuple[str, ...] | None:
-    """:func:`name_tuple`, but ``None`` stays None (jax infers it from the other)."""
-    return None if value is None else name_tuple(value, what, api)
-
-
-def name_tuple(value: str | Sequence[str] | None, what: str, api: str) -> tuple[str, ...]:
-    """``static_argnames``-style input as a tuple of names (``None``: none).
-
-    Raises:
-        TypeError: an entry is not a str.
-    """
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return (value,)
-    names = tuple(value)
-    if not all(isinstance(n, str) for n in names):
-        raise TypeError(f"{api} {what} must be a str or a sequence of str, got {value!r}")
-    return names
-
-
-def infer_argnums_and_argnames(
-    signature: inspect.Signature | None,
-    argnums: tuple[int, ...] | None,
-    argnames: tuple[str, ...] | None,
-) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    """jax.jit's rule: given only one of argnums / argnames, infer the other from the
-    signature; given both, use them as they are (they may disagree).
-
-    Positions then apply to arguments passed positionally and names to arguments
-    passed by keyword, as in jax (and its C++ dispatcher). Positions stay as given:
-    a negative static position counts from the end of the arguments a call passes
-    (:func:`bind_call`), a negative donated one matches no argument (as jax.jit's).
-    """
-    params = list(signature.parameters.values()) if signature is not None else []
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    nums = tuple(dict.fromkeys(argnums or ()))
-    names = tuple(argnames or ())
-    if argnames is None and argnums is not None:
-        names = tuple(
-            positional[i].name
-            for i in nums
-            if 0 <= i < len(positional)
-            and positional[i].kind is positional[i].POSITIONAL_OR_KEYWORD
-        )
-    elif argnums is None and argnames is not None:
-        nums = tuple(i for i, p in enumerate(positional) if p.name in names)
-    return nums, names
-
-
-def validate_argnums(
-    signature: inspect.Signature | None, argnums: tuple[int, ...] | None, what: str, api: str
-) -> None:
-    """As jax.jit: every position within the positional parameters (any with ``*args``).
-
-    Raises:
-        ValueError: jax's message, then which function.
-    """
-    if signature is None or not argnums:
-        return
-    params = signature.parameters.values()
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return
-    n = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
-    if -min(argnums) > n or max(argnums) >= n:
-        raise ValueError(
-            f"Jitted function has {what}={argnums}, but only accepts {n} positional "
-            f"arguments. ({api})"
-        )
-
-
-def validate_argnames(
-    signature: inspect.Signature | None, argnames: tuple[str, ...] | None, what: str, api: str
-) -> None:
-    """As jax.jit: every name a parameter that can be passed by keyword.
-
-    Raises:
-        ValueError: jax's message (positional-only parameters; names the function
-            does not take, unless it takes ``**kwargs``), then which function.
-    """
-    if signature is None or not argnames:
-        return
-    params = signature.parameters.values()
-    positional_only = {p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.VAR_POSITIONAL)}
-    if invalid := positional_only & set(argnames):
-        raise ValueError(
-            f"Jitted function has invalid argnames {invalid} in {what}. These are "
-            f"positional-only ({api})"
-        )
-    if any(p.kind is p.VAR_KEYWORD for p in params):
-        return
-    keyword = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    if invalid := set(argnames) - keyword:
-        raise ValueError(
-            f"Jitted function has invalid argnames {invalid} in {what}. Function does not "
-            f"take these args. ({api})"
-        )
-
-
-def check_callable(fun: Any, api: str) -> None:
-    """What a front door can wrap, as jax.jit checks it (jax's messages, then which API).
-
-    Raises:
-        TypeError: a ``staticmethod`` object, a non-callable, or a generator function.
-    """
-    if isinstance(fun, staticmethod):
-        raise TypeError(f"staticmethod arguments are not supported, got {fun} ({api})")
-    if not callable(fun):
-        raise TypeError(f"Expected a callable value, got {fun} ({api})")
-    if inspect.isgeneratorfunction(fun):
-        raise TypeError(f"Expected a function, got a generator function: {fun} ({api})")
 
 
 # --- binding a call ---
@@ -217,6 +71,11 @@ class Binding:
         """The ``*args`` parameter's name (``args`` where there is none)."""
         params = self.signature.parameters.values() if self.signature is not None else ()
         return next((p.name for p in params if p.kind is p.VAR_POSITIONAL), "args")
+
+    def static_positions(self, n: int) -> tuple[int, ...]:
+        """The static positions of a call passing ``n`` arguments positionally: a
+        negative one counts from the end of them (as jax.jit's C++ dispatcher reads it)."""
+        return tuple(i + n if i < 0 else i for i in self.static_argnums)
 
     def donated_positions(self, n: int) -> tuple[int, ...]:
         """Positions of the donated arguments of a call passing ``n`` positionally."""
@@ -275,8 +134,9 @@ def bind_call(binding: Binding, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     if binding.bind_keywords:
         args, kwargs = _bind_signature(binding.signature, args, kwargs)
     names = binding.positional_names()
-    statics = tuple(i + n_raw if i < 0 else i for i in binding.static_argnums)
-    static, static_kw = _select(statics, binding.static_argnames, names, n_raw, args, kwargs)
+    static, static_kw = _select(
+        binding.static_positions(n_raw), binding.static_argnames, names, n_raw, args, kwargs
+    )
     donate, donate_kw = _select(
         binding.donate_argnums, binding.donate_argnames, names, n_raw, args, kwargs
     )
@@ -306,8 +166,7 @@ def _bind_signature(
 
 def split_call(binding: Binding, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SplitCall:
     """A raw call's statics and dynamic arguments, without binding the signature (fast)."""
-    statics = [i + len(args) if i < 0 else i for i in binding.static_argnums]
-    return _split(args, kwargs, statics, binding.static_argnames)
+    return _split(args, kwargs, binding.static_positions(len(args)), binding.static_argnames)
 
 
 def call_leaves(
@@ -327,8 +186,8 @@ def flat_arguments(
     binding: Binding, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> FlatArguments:
     """A raw call's dynamic leaves with their paths (what a message found while running names)."""
-    split = split_call(binding, args, kwargs)
-    statics = {i + len(args) if i < 0 else i for i in binding.static_argnums}
+    statics = binding.static_positions(len(args))
+    split = _split(args, kwargs, statics, binding.static_argnames)
     dyn_idx = [i for i in range(len(args)) if i not in statics]
     return _flatten(split, dyn_idx, binding.positional_names(), binding.varargs_name())
 

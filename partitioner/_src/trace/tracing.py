@@ -203,9 +203,8 @@ def trace_body(
         ),
     ):
         jaxpr, _, consts = jp.trace_to_jaxpr_dynamic(
-            jp.wrap_init(flat_fun, debug_info=debug_info), list(in_avals)
+            _with_result_paths(flat_fun, debug_info, lambda: result_paths[-1]), list(in_avals)
         )
-    jaxpr = jaxpr.replace(debug_info=jaxpr.debug_info._replace(result_paths=result_paths[-1]))
     if any(isinstance(c, jp.Tracer) for c in consts):
         # Closed-over values of an outer trace: make them explicit inputs.
         closed = jp.ClosedJaxpr(jp.convert_constvars_jaxpr(jaxpr), ())
@@ -214,3 +213,21 @@ def trace_body(
     traced = TracedBody(jp.ClosedJaxpr(jaxpr, consts), out_tree_box[-1], ())
     trace_cache.put(fun, key, traced)
     return traced
+
+
+def _with_result_paths(
+    flat_fun: Callable[..., list[Any]],
+    debug_info: Any,
+    paths: Callable[[], tuple[str, ...]],
+) -> Any:
+    """``flat_fun`` for jax's tracer, its debug info naming the results once traced.
+
+    ``wrap_init`` forgets the result paths; jax's tracer reads them back (through
+    the thunk, after the body returned) both to name the module's results and to
+    say *which* output is bad when the body returns a non-JAX value (a ``str``, an
+    ``object()``, a generator): jax.jit's "returned a value of type ... at output
+    component ['b'], which is not a valid JAX type". Without them jax's own check
+    fails on ``len(None)`` instead.
+    """
+    wrapped = jp.wrap_init(flat_fun, debug_info=debug_info)
+    return wrapped.replace_debug_info(debug_info._replace(result_paths=paths))

@@ -1,4 +1,4 @@
-"""``partitioner.inspect``: the partitioning report of a call, and both partitioners compared.
+"""``report(f, *args)`` and ``compare_partitioners``: the report of a function's call.
 
 The report itself comes from the AOT stages (``Compiled.report``, NOTE
 [partitioning report]); what only a function and its arguments can add is the
@@ -15,10 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import options
-from .report.tables import Report, value_row
-from .residuals import residuals
-from .sharding.parsed import ParsedPartitionSpec
+from .. import options
+from ..residuals import residuals
+from ..sharding.parsed import ParsedPartitionSpec
+from .tables import Report, value_row
 
 
 def report(f: Callable[..., Any], *args: Any, **kwargs: Any) -> Report:
@@ -113,7 +113,7 @@ def compare_partitioners(f: Callable[..., Any], *args: Any, **kwargs: Any) -> Co
     """
     reports = {}
     for mode in ("gspmd", "shardy"):
-        with options.partitioner(mode):
+        with options.spmd_partitioner(mode):
             reports[mode] = report(f, *args, **kwargs)
     g, s = reports["gspmd"], reports["shardy"]
     rows: list[tuple[str, str, str]] = []

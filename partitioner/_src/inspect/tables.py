@@ -21,12 +21,12 @@ from jax.tree_util import keystr, tree_flatten_with_path, tree_unflatten
 
 from .. import jax_private as jp
 from ..compiler.executable import Executable
+from ..primitives.auto_choice import AutoChoice, Candidate
 from ..primitives.call_plan import CallPlan
-from ..primitives.constraint import sharding_constraint_p
-from ..sharding.auto import AutoChoice, Candidate
+from ..primitives.constraint import ConstraintParams, sharding_constraint_p
 from ..sharding.parsed import ParsedPartitionSpec
 from .collectives import Collective, collectives
-from .visualize import visualize_choice
+from .visualize import ChosenLayout, visualize_choice
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,9 +110,13 @@ class AutoTable:
         (needs matplotlib).
         """
         c = self.choice
-        text = visualize_choice(
-            c.paths, c.shapes, c.layouts, c.chosen.specs, self.mesh, self.device_ids, png
-        )
+        inputs = [
+            ChosenLayout(path, tuple(shape), layout, spec)
+            for path, shape, layout, spec in zip(
+                c.paths, c.shapes, c.layouts, c.chosen.specs, strict=True
+            )
+        ]
+        text = visualize_choice(inputs, self.mesh, self.device_ids, png)
         if show:
             print(text)
         return text
@@ -337,7 +341,7 @@ def build(plan: CallPlan, executable: Executable, shardy: bool) -> Report:
         )
     for k, eqn in enumerate(_constraints(params.jaxpr.jaxpr), start=1):
         where = jp.summarize_source_info(eqn.source_info)
-        spec = eqn.params["axis_resources"]
+        spec = ConstraintParams.of(eqn.params).axis_resources
         values.append(
             value_row("constraint", f"#{k} {where}", eqn.invars[0].aval, spec, spec, mesh)
         )

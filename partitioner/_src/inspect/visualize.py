@@ -246,48 +246,56 @@ def _unravel(p: int, sizes: Sequence[int]) -> list[int]:
     return coords[::-1]
 
 
-def _dim_labels(
-    shape: Sequence[int], layout: Sequence[Sequence[str]], mesh: Mapping[str, int]
-) -> list[str]:
-    return [
-        f"dim {d} ({n}): "
-        + ("split over " + " x ".join(f"'{a}' ({mesh[a]})" for a in axes) if axes else "not split")
-        for d, (n, axes) in enumerate(zip(shape, layout, strict=True))
-    ]
+@dataclasses.dataclass(frozen=True)
+class ChosenLayout:
+    """One AUTO input as the choice's picture draws it.
+
+    Attributes:
+        path: the input leaf (``args[0]['w1']``).
+        shape: its global shape.
+        layout: per dimension, the mesh axes that split it, major to minor.
+        spec: the chosen spec as the report prints it.
+    """
+
+    path: str
+    shape: tuple[int, ...]
+    layout: tuple[tuple[str, ...], ...]
+    spec: str
+
+    def dim_labels(self, mesh: Mapping[str, int]) -> list[str]:
+        """``dim 0 (8): split over 'data' (4)`` for each dimension."""
+        return [
+            f"dim {d} ({n}): "
+            + (
+                "split over " + " x ".join(f"'{a}' ({mesh[a]})" for a in axes)
+                if axes
+                else "not split"
+            )
+            for d, (n, axes) in enumerate(zip(self.shape, self.layout, strict=True))
+        ]
 
 
 def visualize_choice(
-    paths: Sequence[str],
-    shapes: Sequence[Sequence[int]],
-    layouts: Sequence[Sequence[Sequence[str]]],
-    specs: Sequence[str],
+    inputs: Sequence[ChosenLayout],
     mesh: Mapping[str, int],
     device_ids: Sequence[int],
     png: str | None = None,
 ) -> str:
     """Per AUTO input, which mesh axes split which dimension: a line each, and with
     ``png`` a picture with a panel each (up to :data:`MAX_PANELS`), blocks coloured by
-    the devices holding them as :func:`visualize` colours them."""
-    lines = []
-    for path, shape, layout, spec in zip(paths, shapes, layouts, specs, strict=True):
-        labels = "; ".join(_dim_labels(shape, layout, mesh))
-        lines.append(f"{path} {list(shape)} {spec}: {labels}")
+    the devices holding them as :func:`visualize` colours them. ``device_ids`` are
+    the mesh's devices in mesh order."""
+    lines = [f"{i.path} {list(i.shape)} {i.spec}: " + "; ".join(i.dim_labels(mesh)) for i in inputs]
     if png is not None:
-        _choice_png(paths, shapes, layouts, specs, mesh, device_ids, png)
+        _choice_png(inputs, mesh, device_ids, png)
     return "\n".join(lines)
 
 
 def _choice_png(
-    paths: Sequence[str],
-    shapes: Sequence[Sequence[int]],
-    layouts: Sequence[Sequence[Sequence[str]]],
-    specs: Sequence[str],
-    mesh: Mapping[str, int],
-    device_ids: Sequence[int],
-    png: str,
+    inputs: Sequence[ChosenLayout], mesh: Mapping[str, int], device_ids: Sequence[int], png: str
 ) -> None:
     plt = _pyplot()
-    n = min(len(paths), MAX_PANELS)
+    n = min(len(inputs), MAX_PANELS)
     cols = min(n, 4)
     rows = max(1, -(-n // cols))
     fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.2 * rows), squeeze=False)
@@ -295,12 +303,12 @@ def _choice_png(
         if k >= n:
             ax.axis("off")
             continue
-        shape, layout = tuple(shapes[k]), layouts[k]
-        where = choice_index_map(shape, layout, mesh)
-        blocks = _blocks({_Device(device_ids[p]): s for p, s in where.items()}, shape)
-        labels = _dim_labels(shape, layout, mesh)
-        _draw_blocks(ax, blocks, shape, labels, f"{paths[k]}\n{specs[k]}", fontsize=7)
-    more = len(paths) - n
+        one = inputs[k]
+        where = choice_index_map(one.shape, one.layout, mesh)
+        blocks = _blocks({_Device(device_ids[p]): s for p, s in where.items()}, one.shape)
+        title = f"{one.path}\n{one.spec}"
+        _draw_blocks(ax, blocks, one.shape, one.dim_labels(mesh), title, fontsize=7)
+    more = len(inputs) - n
     mesh_text = " x ".join(f"{a}={s}" for a, s in mesh.items())
     fig.suptitle(
         f"AUTO layouts over mesh {mesh_text}" + (f" (and {more} more inputs)" if more else "")
