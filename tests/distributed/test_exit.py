@@ -19,7 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from mp_helpers import explain, lines_of, run_job
+
+from tests.distributed.mp_helpers import explain, lines_of, run_job
 
 #: Save jobs in the stress test, and how many run at once.
 JOBS, AT_ONCE = 4, 4
@@ -35,11 +36,13 @@ def assert_finished(done: subprocess.CompletedProcess[str]) -> None:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_a_job_exits_0_while_its_heartbeat_thread_is_inside_jaxlib() -> None:
     assert_finished(run_job("slow_heartbeat", timeout=90))
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_a_job_that_left_with_jax_distributed_shutdown_is_not_lost() -> None:
     # 3 s alone after leaving: past the heartbeat timeout (1 s) and the grace after it.
     assert_finished(run_job("leave_early", "3", heartbeat_timeout=1.0, timeout=90))
@@ -57,8 +60,8 @@ def cpu_load() -> Iterator[None]:
         busy.wait()
 
 
-@pytest.mark.slow
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_save_jobs_under_load_all_exit_0(tmp_path: Path, cpu_load: None) -> None:
     def save(i: int) -> subprocess.CompletedProcess[str]:
         directory = tmp_path / str(i)
