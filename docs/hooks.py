@@ -4,7 +4,7 @@ mkdocstrings gives each name in a signature or a type column a hover title with 
 path where the object is defined; for partitioner that is a module of the private
 package ``partitioner._src``, which users never import. The hook drops such titles
 (the name shown stays, and links still go to the public entry), so the built site
-names only what ``partitioner`` exports. ``tests/test_docs_site.py`` checks the result.
+names only what ``partitioner`` exports. ``tests/docs/test_docs_site.py`` checks the result.
 
 Docstrings name other objects with Sphinx roles (``:class:`Report```), which Markdown
 leaves as text before the code span; the hook drops the role and keeps the name.

@@ -1,23 +1,33 @@
-"""Test set-up: 8 virtual CPU devices, configured before jax is imported."""
+"""Test set-up: the suite's fixtures, XLA's collective timeouts and hypothesis profiles.
+
+The 8 virtual CPU devices come from partitioner's own pytest plugin
+(``partitioner.testing.plugin``, loaded through its ``pytest11`` entry point):
+``virtual_devices = 8`` in pyproject.toml's ``[tool.pytest.ini_options]``. The
+plugin sets them before this file is imported, so nothing imported here can leave
+jax with one device; this suite is the plugin's first user.
+"""
 
 import os
 
+import pytest
+
+# Appended after the plugin wrote XLA_FLAGS: jax reads them when it creates its backends,
+# at the first test that needs a device, so they still take effect (and processes the
+# tests start inherit them). A regression that hangs XLA's CPU collective rendezvous
+# aborts instead of hanging CI.
 os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    os.environ.get("XLA_FLAGS", "")
+    + " --xla_cpu_collective_timeout_seconds=60 --xla_cpu_collective_call_terminate_timeout_seconds=90"
 ).strip()
-# A regression that hangs XLA's CPU collective rendezvous aborts instead of hanging CI.
-os.environ["XLA_FLAGS"] += (
-    " --xla_cpu_collective_timeout_seconds=60 --xla_cpu_collective_call_terminate_timeout_seconds=90"
-)
 
 import jax  # noqa: E402
 
-jax.config.update("jax_platforms", "cpu")
-
-# Property tests run a few hundred examples each (issue 2); no per-example deadline,
-# because the first example of a new mesh shape pays for jax's cold caches.
-# HYPOTHESIS_PROFILE=dev gives a quicker local loop.
+# Property tests run a few hundred examples each (spec parsing and every sharding round
+# trip); no per-example deadline, because the first example of a new mesh shape pays for
+# jax's cold caches. HYPOTHESIS_PROFILE=dev gives a quicker local loop.
 from hypothesis import settings  # noqa: E402
+
+import partitioner  # noqa: E402
 
 # Under CI (CI=true) the examples are derandomized, so a landing is never decided by a
 # lucky draw; local runs keep exploring new examples every time.
@@ -27,11 +37,20 @@ settings.register_profile(
 settings.register_profile("dev", max_examples=50, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+MSG_NO_PLUGIN = """\
+partitioner's pytest plugin is not loaded, so this suite would run on one device. It is \
+loaded through the pytest11 entry point of an installed partitioner: pip install -e \
+".[test]" (or name it: python -m pytest -p partitioner.testing.plugin)."""
 
-# --- pjit suite (issue 3) ---
-import pytest  # noqa: E402
 
-import partitioner  # noqa: E402
+def pytest_configure(config: pytest.Config) -> None:
+    """Stop at once, with the fix, when the plugin that gives the suite its devices is missing."""
+    plugins = config.pluginmanager
+    if not (plugins.has_plugin("partitioner") or plugins.has_plugin("partitioner.testing.plugin")):
+        raise pytest.UsageError(MSG_NO_PLUGIN)
+
+
+# --- front doors: which SPMD partitioner ---
 
 
 @pytest.fixture(params=["gspmd", "shardy"])
@@ -57,7 +76,7 @@ def jax_partitioner_mode(request: pytest.FixtureRequest):
         jax.config.update("jax_use_shardy_partitioner", old)
 
 
-# --- transformation rules suite (issue 4) ---
+# --- transformation rules ---
 
 
 @pytest.fixture(params=["direct", "jvp+partial_eval"])

@@ -1,4 +1,4 @@
-"""Shared helpers for the pjit test suite (issue 3).
+"""Shared helpers for the test suite (pjit's numbers, layouts and meshes).
 
 Plain functions, imported by the test modules (``from helpers import ...``);
 the fixtures that use them live in ``conftest.py``.

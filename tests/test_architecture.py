@@ -1,11 +1,11 @@
-"""The package's imports go one way, down the pipeline (issue 9).
+"""The package's imports go one way, down the pipeline.
 
 Reads every module of ``partitioner`` as source, builds the graph of imports
 between them, and fails on a cycle, on an import that points up the pipeline, on an
 import hidden inside a function, and on a module reaching into another module's
 private names. docs/architecture.md draws the same layers.
 
-The gateway to private jax (issue 18) is checked too: ``jax_private`` (imported for
+The gateway to private jax is checked too: ``jax_private`` (imported for
 this) exports names, not modules, and no other module reads through a jax module or
 reads a private attribute of a jax object.
 """
@@ -159,6 +159,7 @@ def test_every_module_has_a_layer() -> None:
         _layer(name)
 
 
+@pytest.mark.slow
 def test_no_import_cycle() -> None:
     graph = _graph()
     state: dict[str, str] = {}
@@ -178,6 +179,7 @@ def test_no_import_cycle() -> None:
             visit(node, [node])
 
 
+@pytest.mark.slow
 def test_imports_point_down_the_pipeline() -> None:
     wrong = []
     for name, path in _modules().items():
@@ -237,6 +239,7 @@ def test_only_the_lazy_loader_imports_by_name() -> None:
     assert not bad, "imports by name outside _src/lazy.py:\n" + "\n".join(bad)
 
 
+@pytest.mark.slow
 def test_no_import_hidden_in_a_function() -> None:
     lazy = [
         f"{name}:{node.lineno} imports {target}"
@@ -290,7 +293,7 @@ def _private(attr: str) -> bool:
     return attr.startswith("_") and not attr.startswith("__")
 
 
-# --- issue 30: sibling front doors, one binder, one registry ---
+# --- sibling front doors, one binder, one registry ---
 
 FRONT_DOORS_MODULES = ("_src.jit", "_src.pjit", "_src.pmap")
 
@@ -419,141 +422,7 @@ def test_registration_check_catches(source: str) -> None:
     assert _registrations(source)
 
 
-# --- issue 18: behaviour the structure promises ---
-
-import warnings  # noqa: E402
-
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-import partitioner  # noqa: E402
-from partitioner import PartitionSpec as P  # noqa: E402
-
-
-def _pjit_call(fresh: bool) -> tuple[object, object]:
-    def body(v):
-        return v * 2.0
-
-    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("i",))
-    make = lambda: partitioner.pjit(body, P("i"), P("i"))  # noqa: E731
-    f = make()
-
-    def call(x: np.ndarray) -> object:
-        with jax.set_mesh(mesh):
-            return (make() if fresh else f)(x)
-
-    return f, call
-
-
-def _pmap_call(fresh: bool) -> tuple[object, object]:
-    def body(v):
-        return jax.lax.psum(v, "i") * 2.0
-
-    make = lambda: partitioner.pmap(body, "i")  # noqa: E731
-    f = make()
-    return f, lambda x: (make() if fresh else f)(x)
-
-
-def _nested_pmap_call(fresh: bool) -> tuple[object, object]:
-    def inner(v):
-        return jax.lax.psum(v, "j")
-
-    def outer(v):
-        return partitioner.pmap(inner, "j")(v) + jax.lax.psum(v, "i")
-
-    make = lambda: partitioner.pmap(outer, "i")  # noqa: E731
-    f = make()
-    return f, lambda x: (make() if fresh else f)(x.reshape(4, 2, 3))
-
-
-def _unnamed_pmap_call(fresh: bool) -> tuple[object, object]:
-    def body(v):
-        return v * 2.0
-
-    # Classic jax.pmap's global cache: a fresh pmap of the same function traces it once.
-    make = lambda: partitioner.pmap(body)  # noqa: E731
-    f = make()
-    return f, lambda x: (make() if fresh else f)(x)
-
-
-def _jit_call(fresh: bool) -> tuple[object, object]:
-    def body(v):
-        return v * 2.0
-
-    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("i",))
-    sharding = jax.sharding.NamedSharding(mesh, P("i"))
-    make = lambda: partitioner.jit(body, in_shardings=sharding, out_shardings=sharding)  # noqa: E731
-    f = make()
-    return f, lambda x: (make() if fresh else f)(x)
-
-
-FRONT_DOORS = {
-    "pjit": _pjit_call,
-    "jit": _jit_call,
-    "pmap": _pmap_call,
-    "unnamed pmap": _unnamed_pmap_call,
-    "nested pmap": _nested_pmap_call,
-}
-
-
-@pytest.mark.parametrize("door", FRONT_DOORS)
-@pytest.mark.parametrize("fresh", [False, True], ids=["same wrapper", "fresh wrapper"])
-def test_one_compile_per_signature_across_replans(door: str, fresh: bool) -> None:
-    """Re-planning a call (fast paths cleared by an options change, or a new wrapper)
-    reuses its executable.
-
-    The derived programs a front door builds (the pjit around a pmap region) are
-    memoized on the traced body, so the executable cache, which holds programs
-    weakly, sees the same program every time.
-    """
-    f, call = FRONT_DOORS[door](fresh)
-    x = np.arange(24, dtype=np.float32).reshape(8, 3)
-    partitioner.clear_caches()
-    with partitioner.recording() as counts:
-        outs = []
-        for _ in range(3):
-            outs.append(np.asarray(call(x)))
-            # Any options change clears every function's fast paths (not its traces).
-            partitioner.options.set_fast_path(partitioner.options.fast_path_enabled())
-    assert counts["compile"] == 1, dict(counts)
-    assert counts["trace"] <= 1 + (door == "nested pmap"), dict(counts)
-    for out in outs[1:]:
-        np.testing.assert_array_equal(out, outs[0])
-
-
-def _pmap_donation_warning() -> list[warnings.WarningMessage]:
-    f = partitioner.pmap(lambda v: v.sum(), "i", donate_argnums=0)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        f(np.ones((8, 3), np.float32)).block_until_ready()  # the (8,) result cannot reuse it
-    return [w for w in caught if "donated" in str(w.message)]
-
-
-def test_pmap_warnings_name_pmap_and_the_callers_line() -> None:
-    partitioner.clear_caches()
-    (w,) = _pmap_donation_warning()
-    assert "pmap <lambda>" in str(w.message) and "pjit" not in str(w.message)
-    assert w.filename == __file__, (w.filename, str(w.message))
-
-
-def test_pmap_errors_never_say_pjit() -> None:
-    f = partitioner.pmap(lambda v: v * 2.0, "i", donate_argnums=0)
-    y = f(np.ones((8, 3), np.float32))
-    z = f(y)  # consumes y
-    messages = []
-    for bad in (
-        lambda: f(y),  # consumed by the donation
-        lambda: f.lower(z).compile()(np.ones((8, 4), np.float32)),  # other shape
-        lambda: f.lower(z).compile()(z, z),  # other structure
-    ):
-        with pytest.raises((RuntimeError, TypeError, ValueError)) as info:
-            bad()
-        messages.append(str(info.value))
-    for message in messages:
-        assert "pmap" in message and "pjit" not in message, message
-
-
-# --- the gateway to private jax (issue 18, item 6) ---
+# --- the gateway to private jax ---
 
 GATEWAY = "_src.jax_private"
 

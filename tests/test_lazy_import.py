@@ -1,4 +1,4 @@
-"""``import partitioner`` loads the pjit/jit path only; the rest loads on first use (issue 34).
+"""``import partitioner`` loads the pjit/jit path only; the rest loads on first use.
 
 The public surface is unchanged: every name of ``__all__`` resolves (to the object
 its module defines), ``dir()`` lists them, public submodules import as before, and
@@ -13,9 +13,9 @@ import ast
 import sys
 
 import pytest
-from helpers import ROOT, run_json
 
 import partitioner
+from tests.helpers import ROOT, run_json
 
 #: What a pjit/jit user never touches: none of it may load with ``import partitioner``
 #: or on the pjit path.
@@ -48,6 +48,8 @@ _LOADED = (
 )
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 def test_import_and_the_pjit_path_load_nothing_else() -> None:
     out = _fresh(
         "import json, sys\n" + _LOADED + "import numpy as np\n"
@@ -73,6 +75,8 @@ def test_import_and_the_pjit_path_load_nothing_else() -> None:
     assert out["pjit"] == [], f"the pjit path loaded {out['pjit']}"
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 def test_deferred_systems_load_on_first_use_and_work() -> None:
     """A tap's rules (``host_callback/registry.py``) are installed when the public module
     loads, before any tap can be traced; ``pmap`` and ``AUTO`` load the same way."""
@@ -121,6 +125,8 @@ def test_every_public_name_resolves_to_its_definition() -> None:
     assert set(partitioner.__all__) <= set(namespace)
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 def test_public_submodules_import_as_statements() -> None:
     out = _fresh(
         "import json\n"

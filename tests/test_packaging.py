@@ -18,6 +18,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_wheel_ships_py_typed_testing_and_plugin(tmp_path: pathlib.Path) -> None:
     src = tmp_path / "src"

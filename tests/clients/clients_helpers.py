@@ -13,8 +13,9 @@ from typing import Any
 
 import jax
 import numpy as np
-from helpers import assert_laid_out
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+from tests.helpers import assert_laid_out
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -15,13 +15,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from clients_helpers import mesh_4x2
+import pytest
 from flax import linen as nn
 from flax import nnx
 
 import partitioner
 from partitioner import AUTO, pjit
 from partitioner import PartitionSpec as P
+from tests.clients.clients_helpers import mesh_4x2
+
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
 
 D_IN, D_HIDDEN, BATCH, STEPS = 64, 256, 32, 4
 #: The donated linen loop runs past the CPU window's 16 launches in flight.

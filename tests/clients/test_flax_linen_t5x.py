@@ -19,14 +19,17 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from clients_helpers import assert_tree_laid_out, mesh_4x2, named_shardings
 from flax.training.train_state import TrainState
-from helpers import assert_close
 from jax.sharding import Mesh, NamedSharding
 
 import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import pjit
+from tests.clients.clients_helpers import assert_tree_laid_out, mesh_4x2, named_shardings
+from tests.helpers import assert_close
+
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
 
 D_MODEL, D_HIDDEN, BATCH, STEPS = 16, 64, 32, 24
 RULES = (("batch", "data"), ("embed", None), ("mlp", "model"))

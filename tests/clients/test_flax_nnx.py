@@ -17,18 +17,21 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from clients_helpers import (
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding
+
+from partitioner import PartitionSpec as P
+from partitioner import pjit
+from tests.clients.clients_helpers import (
     assert_specs_mirror,
     assert_tree_laid_out,
     mesh_4x2,
     named_shardings,
 )
-from flax import nnx
-from helpers import assert_close
-from jax.sharding import Mesh, NamedSharding
+from tests.helpers import assert_close
 
-from partitioner import PartitionSpec as P
-from partitioner import pjit
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
 
 D_IN, D_HIDDEN, D_OUT, BATCH, STEPS = 16, 64, 8, 32, 10
 DATA = P("data")

@@ -17,11 +17,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from clients_helpers import mesh_4x2
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import partitioner
+from tests.clients.clients_helpers import mesh_4x2
+
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
 
 
 class _MLP(nn.Module):

@@ -16,18 +16,21 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from clients_helpers import (
-    assert_specs_mirror,
-    assert_tree_laid_out,
-    mesh_4x2,
-    named_shardings,
-)
-from helpers import assert_close
 from jax.sharding import Mesh, NamedSharding
 from jax.tree_util import DictKey
 
 from partitioner import PartitionSpec as P
 from partitioner import pjit
+from tests.clients.clients_helpers import (
+    assert_specs_mirror,
+    assert_tree_laid_out,
+    mesh_4x2,
+    named_shardings,
+)
+from tests.helpers import assert_close
+
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
 
 D_IN, D_HIDDEN, D_OUT, BATCH, STEPS = 16, 64, 8, 32, 6
 DATA = P("data")

@@ -1,4 +1,4 @@
-"""Data-parallel training with pmap on real clients: flax linen + optax adam (issue 13).
+"""Data-parallel training with pmap on real clients: flax linen + optax adam.
 
 The loop is examples/pmap_training.py's (loaded as a module, so the example and
 this test cannot drift apart): the same steps through partitioner.pmap and
@@ -10,9 +10,12 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
-from clients_helpers import load_example
 
 import partitioner
+from tests.clients.clients_helpers import load_example
+
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
 
 
 @pytest.mark.usefixtures("partitioner_mode")

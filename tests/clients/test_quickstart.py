@@ -9,7 +9,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from clients_helpers import EXAMPLES
+import pytest
+
+from tests.clients.clients_helpers import EXAMPLES
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]  # starts processes
 
 
 def test_the_quickstart_runs_and_agrees_with_jax_jit() -> None:

@@ -1,4 +1,4 @@
-"""id_tap in real training loops: flax linen + optax, flax nnx (issue 10).
+"""id_tap in real training loops: flax linen + optax, flax nnx.
 
 The linen loop is examples/tap_training.py's (loaded as a module, so the example
 and this test cannot drift apart): metrics tapped from a donated pjit step,
@@ -14,13 +14,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from clients_helpers import load_example, mesh_4x2
+import pytest
 from flax import nnx
 from jax.sharding import NamedSharding
 
 from partitioner import PartitionSpec as P
 from partitioner import pjit
 from partitioner.host_callback import barrier_wait, id_tap
+from tests.clients.clients_helpers import load_example, mesh_4x2
+
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
 
 
 def _is_spec(s: Any) -> bool:

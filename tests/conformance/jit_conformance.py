@@ -8,9 +8,9 @@ errors. Nothing expected is written down here: an error's *key sentence* is a
 sentence the test author read in jax's message, and :func:`raises_like` first
 checks that jax's message really contains it before asking ours to.
 
-A ``door`` fixture (each test module defines one over :data:`DOORS`) runs a case through ``partitioner.jit`` and through
-``partitioner.pjit`` spelled as today's code spells it (``in_shardings=`` /
-``out_shardings=``); where shardings are omitted or given as ``Sharding``
+The ``door`` fixture (``conftest.py`` beside this file, over :data:`DOORS`) runs a case
+through ``partitioner.jit`` and through ``partitioner.pjit`` spelled as today's code
+spells it (``in_shardings=`` / ``out_shardings=``); where shardings are omitted or given as ``Sharding``
 objects, jax's ``jax.jit`` and its current ``pjit`` are one function, so
 ``jax.jit`` is the reference for both doors.
 """

@@ -1,4 +1,4 @@
-"""jax's ``tests/colocated_python_test.py`` (0.10.2), adapted to ``partitioner`` (issue 21).
+"""jax's ``tests/colocated_python_test.py`` (0.10.2), adapted to ``partitioner``.
 
 Every user-visible case of jax's file, with its scenario and expected values,
 run against ``partitioner.colocated_python`` / ``colocated_python_class`` /

@@ -16,11 +16,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hcb_conformance import Stream, assert_printed, lines
 from jax import lax
 
 from partitioner import host_callback as hcb
 from partitioner import pmap
+from tests.conformance.hcb_conformance import Stream, assert_printed, lines
 
 stream = Stream()
 

@@ -20,13 +20,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hcb_conformance import Stream, assert_printed, assert_printed_2024
 from jax import dtypes, lax
 from jax.sharding import Mesh
 
 from partitioner import PartitionSpec as P
 from partitioner import host_callback as hcb
 from partitioner import pjit, pmap
+from tests.conformance.hcb_conformance import Stream, assert_printed, assert_printed_2024
+
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
 
 stream = Stream()
 DEBUG = hcb.CallbackFlavor.DEBUG

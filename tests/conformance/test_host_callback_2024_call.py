@@ -87,6 +87,7 @@ DTYPES = [
 
 @pytest.mark.parametrize("how", HOW)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.slow
 def test_call_types(dtype: Any, how: str) -> None:
     def f_outside(x: Any) -> Any:
         return x + x  # numpy: a 64-bit argument gives a 64-bit result

@@ -30,8 +30,8 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
-from jit_conformance import (
-    DOORS,
+
+from tests.conformance.jit_conformance import (
     agree_at_wrap,
     donation_warnings,
     door_name,
@@ -44,12 +44,8 @@ from jit_conformance import (
     same_donation_warnings,
 )
 
-
-@pytest.fixture(params=sorted(DOORS))
-def door(request: pytest.FixtureRequest) -> Any:
-    """``partitioner.jit`` and ``partitioner.pjit`` (today's keyword spelling)."""
-    return DOORS[request.param]
-
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
 
 # --- donation (JitTest) ---
 

@@ -19,19 +19,13 @@ import jax
 import jax.numpy as jnp
 import pytest
 from jax.sharding import PartitionSpec as P
-from jit_conformance import DOORS, door_name, raises_like, same, same_outcome
 
 import partitioner
+from tests.conformance.jit_conformance import door_name, raises_like, same, same_outcome
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from jax.experimental.pjit import pjit as jax_pjit
-
-
-@pytest.fixture(params=sorted(DOORS))
-def door(request: pytest.FixtureRequest) -> Any:
-    """``partitioner.jit`` and ``partitioner.pjit`` (today's keyword spelling)."""
-    return DOORS[request.param]
 
 
 def jax_twin(door: Any) -> Any:

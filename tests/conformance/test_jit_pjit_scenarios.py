@@ -29,8 +29,9 @@ import optax
 import pytest
 from jax.sharding import AxisType, NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
-from jit_conformance import (
-    DOORS,
+
+import partitioner
+from tests.conformance.jit_conformance import (
     deleted,
     donation_warnings,
     make_mesh,
@@ -42,17 +43,12 @@ from jit_conformance import (
     sharded,
 )
 
-import partitioner
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from jax.experimental.pjit import pjit as jax_pjit
-
-
-@pytest.fixture(params=sorted(DOORS))
-def door(request: pytest.FixtureRequest) -> Any:
-    """``partitioner.jit`` and ``partitioner.pjit`` (today's keyword spelling)."""
-    return DOORS[request.param]
 
 
 def jax_twin(door: Any) -> Any:
@@ -171,7 +167,7 @@ def test_buffer_donation_different_io_shapes(door: Any) -> None:
 
 
 # Donation with no shardings given, of arrays committed to a mesh: the line most
-# jax.jit training loops are written with (jax consumes them; issue 31).
+# jax.jit training loops are written with (jax consumes them, and both doors must too).
 COMMITTED = [
     pytest.param((2,), ("x",), P("x"), id="1d"),
     pytest.param((2, 2), ("x", "y"), P("x", "y"), id="2d"),
@@ -283,8 +279,8 @@ def test_wsc_named_sharding_nullary(door: Any) -> None:
 
 @pytest.mark.parametrize("spec", [P("x"), P(None, "y"), P()], ids=str)
 def test_constraint_on_uncommitted_input_no_mesh(door: Any, partitioner_mode: Any, spec: P) -> None:
-    # The issue's case: uncommitted inputs, no mesh in context, a NamedSharding
-    # constraint in the body: jax runs on the constraint's mesh.
+    # Uncommitted inputs, no mesh in context, a NamedSharding constraint in the body:
+    # jax runs on the constraint's mesh, and both doors must too.
     s = NamedSharding(make_mesh((4, 2), ("x", "y")), spec)
 
     def f(a, b):

@@ -25,7 +25,7 @@ from jax.sharding import PartitionSpec as P
 import partitioner
 from partitioner import pjit
 
-pytestmark = pytest.mark.usefixtures("partitioner_mode")
+pytestmark = [pytest.mark.usefixtures("partitioner_mode"), pytest.mark.slow]
 
 #: The front doors every case runs through: pjit, and partitioner.jit where this
 #: checkout has it (jax.jit's signature; the cases pass explicit shardings).

@@ -27,12 +27,8 @@ from jax.test_util import check_grads
 
 import partitioner
 
-DOORS: dict[str, Callable[..., Any]] = {"pjit": partitioner.pjit, "jit": partitioner.jit}
-
-
-@pytest.fixture(params=sorted(DOORS))
-def door(request: pytest.FixtureRequest) -> Callable[..., Any]:
-    return DOORS[request.param]
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
 
 
 def _mesh(shape: tuple[int, ...], names: tuple[str, ...]) -> Mesh:

@@ -27,6 +27,9 @@ from jax.test_util import check_grads
 
 import partitioner
 
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
+
 pmap = partitioner.pmap
 
 N = jax.device_count()
@@ -785,7 +788,9 @@ def test_composition_with_jit_twice() -> None:
     f(np.arange(1.0, dtype="float32").reshape((1, 1)))  # doesn't crash
 
 
-def test_issue1065() -> None:
+def test_pmap_of_jit_called_from_a_jitted_fori_loop() -> None:
+    """jax's ``test_issue1065``."""
+
     def multi_step_pmap(state: Any, count: int) -> Any:
         @partial(pmap, axis_name="x")
         @jax.jit
@@ -906,7 +911,9 @@ def test_psum_zero_cotangents() -> None:
     check_grads(f, (params,), 2, ["fwd", "rev"], 1e-3, 1e-3)
 
 
-def test_issue_1062() -> None:
+def test_jitted_pmap_of_a_jitted_fori_loop() -> None:
+    """jax's ``test_issue_1062``."""
+
     @jax.jit
     def multi_step(state: Any, count: int) -> Any:
         return lax.fori_loop(0, count, lambda i, s: s, state)

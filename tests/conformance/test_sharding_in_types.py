@@ -39,6 +39,9 @@ E, A = AxisType.Explicit, AxisType.Auto
 # need its type to check that partitioner raises the same one.
 from jax._src.core import ShardingTypeError  # noqa: E402
 
+# among the slowest modules measured (--durations)
+pytestmark = pytest.mark.slow
+
 FRONT_DOORS = ["pjit"] + (["jit"] if hasattr(partitioner, "jit") else [])
 reshard, auto_axes, explicit_axes = (
     jax.sharding.reshard,
