@@ -28,7 +28,9 @@ called after throwing an instance of ''", "FATAL: exception not rethrown", exit 
 after its work is done. So the exit hook stops the watchdog and joins it once every
 process has arrived, before jax's own exit hook shuts the client down; and once
 ``jax.distributed.shutdown()`` has ended the job, there is nothing left to watch: the
-watchdog ends instead of counting the silent peers as lost.
+watchdog ends instead of counting the silent peers as lost. Before the processes meet
+at exit, each waits for its local computations (a device still connecting a collective
+to a peer that has left would hang the CPU client's destructor at exit).
 """
 
 from __future__ import annotations
@@ -299,12 +301,29 @@ def _bounded_exit() -> None:
     if job is None:
         return
     job.exited = True
+    _finish_local_work()
     # After jax.distributed.shutdown() the job has already met in its shutdown barrier.
     if jp.distributed_client() is job.client and not _everybody_exited(job):
         sys.stderr.flush()
         sys.stdout.flush()
         os._exit(1 if _uncaught else EXIT_PEER_LOST)
     _stop_watchdog(job)
+
+
+def _finish_local_work() -> None:
+    """Wait for every computation behind a live array before the job meets at exit.
+
+    NOTE [exit in order]: a device still inside a cross-process collective (gloo
+    connects its pairs through the coordination service) when the peers leave waits
+    in jaxlib, and the CPU client's destructor at interpreter exit then joins that
+    thread: the process hangs after its work is done. Results the program dropped
+    cannot be waited on here; a program that leaves the job itself waits on its own.
+    """
+    for array in jax.live_arrays():
+        try:
+            array.block_until_ready()
+        except Exception:  # a deleted or donated buffer: nothing left to wait on
+            continue
 
 
 def _everybody_exited(job: _Job) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .. import jax_private as jp
-from ..primitives.constraint import sharding_constraint_p
+from ..primitives.constraint import ConstraintParams, sharding_constraint_p
 from ..primitives.pjit_call import PjitParams, pjit_p
 from ..sharding.parsed import ParsedPartitionSpec
 from . import annotate
@@ -142,10 +142,13 @@ def intermediate_shardings(jaxpr: Any) -> Iterator[tuple[NamedSharding, Any, str
     ``jit(..., in_shardings=...)``, and two different device sets are an error.
     """
     for eqn in jaxpr.eqns:
-        if eqn.primitive is pjit_p and not eqn.params["committed"]:
-            continue  # placed on the default device because nothing placed it: no sharding
-        if eqn.primitive is pjit_p or eqn.primitive is sharding_constraint_p:
-            mesh = eqn.params["mesh"]
+        if eqn.primitive is pjit_p:
+            params = PjitParams.of(eqn.params)
+            if not params.committed:
+                continue  # placed on the default device because nothing placed it: no sharding
+            yield _replicated(params.mesh), eqn.source_info, eqn.primitive.name
+        elif eqn.primitive is sharding_constraint_p:
+            mesh = ConstraintParams.of(eqn.params).mesh
             yield _replicated(mesh), eqn.source_info, eqn.primitive.name
 
 
