@@ -252,6 +252,12 @@ def _auto_lines(t: AutoTable) -> list[str]:
         f"  this program (XLA): {t.collective_bytes:,} collective bytes, {memory} bytes of memory "
         "per device"
     )
+    if c.remat:
+        lines += [
+            "",
+            f"  rematerialized to fit the memory limit: {c.flops_added or 0:,.0f} flops added",
+        ]
+        lines += _table(("block", "policy"), list(c.remat))
     return lines
 
 
