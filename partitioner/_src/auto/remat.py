@@ -35,11 +35,13 @@ from jax import ad_checkpoint, lax
 
 from .. import jax_private as jp
 
-#: jax's policies tried on each block, most saved first (least recomputed).
+_policies = ad_checkpoint.checkpoint_policies
+#: jax's policies tried on each block, each keeping a subset of what the one before keeps
+#: (so each recomputes at least what the one before does).
 POLICIES: dict[str, Callable[..., Any]] = {
-    "dots_with_no_batch_dims_saveable": ad_checkpoint.checkpoint_policies.dots_with_no_batch_dims_saveable,  # noqa: E501
-    "dots_saveable": ad_checkpoint.checkpoint_policies.dots_saveable,
-    "nothing_saveable": ad_checkpoint.checkpoint_policies.nothing_saveable,
+    "dots_saveable": _policies.dots_saveable,
+    "dots_with_no_batch_dims_saveable": _policies.dots_with_no_batch_dims_saveable,
+    "nothing_saveable": _policies.nothing_saveable,
 }
 #: At most this many plans are compiled; with more blocks, one policy for every block.
 MAX_PLANS = 16
@@ -66,6 +68,13 @@ class Plan:
 
     blocks: tuple[Block, ...]
     policies: tuple[str | None, ...]
+
+    def recomputes_more_than(self, other: Plan) -> bool:
+        """Whether this plan recomputes at least what ``other`` does, block by block
+        (:data:`POLICIES` order; a tagged-names policy compares with none)."""
+        order = [None, *POLICIES]
+        pairs = zip(self.policies, other.policies, strict=True)
+        return all(a in order and b in order and order.index(a) >= order.index(b) for a, b in pairs)
 
     def rematerialized(self) -> tuple[tuple[str, str], ...]:
         """(block, policy) for each block recomputed, as the report shows them."""

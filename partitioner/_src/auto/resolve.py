@@ -254,7 +254,13 @@ def _rematerialize(
     smallest = (failed.memory_bytes, failed.smallest)
     best: tuple[tuple[float, float], remat.Plan, Any, Outcome] | None = None
     seen: set[str] = set()
-    for rp in remat.plans(remat.blocks(plan.params.jaxpr)):
+    fitting: list[remat.Plan] = []
+    found = remat.blocks(plan.params.jaxpr)
+    if not found:  # nothing differentiated to recompute: the layouts were all there was
+        raise failed
+    for rp in remat.plans(found):
+        if any(rp.recomputes_more_than(f) for f in fitting):
+            continue  # no cheaper than a plan that fits
         body = remat.rewrite(plan.params.jaxpr, rp)
         if str(body.jaxpr) in seen:  # two policies that keep the same values
             continue
@@ -267,6 +273,7 @@ def _rematerialize(
         except NoLayoutFits as e:
             smallest = min(smallest, (e.memory_bytes, f"{e.smallest}, {what} rematerialized"))
             continue
+        fitting.append(rp)
         price = (o.chosen_measured.flops, o.chosen_measured.memory_bytes)
         if best is None or price < best[0]:
             best = (price, rp, body, o)
