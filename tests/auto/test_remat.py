@@ -139,8 +139,9 @@ def test_a_plan_that_keeps_less_recomputes_more():
 @pytest.fixture(scope="module")
 def layout_only():
     """XLA's memory for AUTO's plan without a limit (no recomputation)."""
+    params, batch = stacked_params(), batch_of()
     with jax.set_mesh(mesh_4x2()):
-        report = auto_step().lower(stacked_params(), batch_of()).report()
+        report = auto_step().lower(params, batch).report()
     assert not report.auto.choice.remat and report.auto.choice.flops_added is None
     return report.memory.total
 
@@ -165,14 +166,18 @@ def test_a_model_that_fits_only_rematerialized_gets_jax_jits_values(layout_only)
     text = str(report)
     assert "rematerialized to fit the memory limit" in text and policy in text
     assert f"{choice.flops_added:,.0f} flops added" in text
+    picture = report.auto.visualize(show=False)
+    assert picture.endswith(
+        f"scan #1 ({LAYERS} steps) rematerialized with {policy} (+{choice.flops_added:,.0f} flops)"
+    )
 
 
 @pytest.mark.slow
 def test_a_limit_nothing_meets_names_the_smallest_plan_and_its_size(layout_only):
     limit = int(0.05 * layout_only)
-    f = auto_step(auto_memory_limit=limit)
+    f, params, batch = auto_step(auto_memory_limit=limit), stacked_params(), batch_of()
     with jax.set_mesh(mesh_4x2()), pytest.raises(ValueError, match="rematerialization") as e:
-        f.lower(stacked_params(), batch_of())
+        f.lower(params, batch)
     err = e.value
     assert isinstance(err, NoLayoutFits)
     assert "rematerialized" in err.smallest and "args[0]['w1']" in err.smallest
