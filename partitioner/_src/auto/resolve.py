@@ -262,7 +262,11 @@ def _rematerialize(
         if any(rp.recomputes_more_than(f) for f in fitting):
             continue  # no cheaper than a plan that fits
         body = remat.rewrite(plan.params.jaxpr, rp)
-        if str(body.jaxpr) in seen:  # two policies that keep the same values
+        traced = plan.params.jaxpr
+        if str(body.jaxpr) in seen or (body.in_avals, body.out_avals) != (
+            traced.in_avals,
+            traced.out_avals,
+        ):  # two policies that keep the same values; or types retracing cannot keep
             continue
         seen.add(str(body.jaxpr))
         trial = dataclasses.replace(plan, params=dataclasses.replace(plan.params, jaxpr=body))
