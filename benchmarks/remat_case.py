@@ -83,6 +83,10 @@ def _report(step: Any, specs: Any, **kw: Any) -> Any:
     return f.lower(params, batch).compile().report()
 
 
+def _collective_bytes(report: Any) -> int:
+    return sum(c.bytes_per_device * c.count for c in report.collectives)
+
+
 def remat_rows() -> list[common.Row]:
     """AUTO's plan under the hand plan's memory against the hand plan (module docstring)."""
     plain = _report(_step(_block), MEGATRON)
@@ -100,6 +104,9 @@ def remat_rows() -> list[common.Row]:
         "auto_flops_added": choice.flops_added,
         "hand_flops_added": hand_added,
         "search_s": choice.search_s,
+        "auto_collective_bytes": _collective_bytes(ours),
+        "hand_collective_bytes": _collective_bytes(hand),
+        "auto_specs": dict(zip(choice.paths, choice.chosen.specs, strict=True)),
     }
     return [
         common.compare(
