@@ -22,6 +22,9 @@ mesh, the batch laid out ``P("data")`` and the parameters (and updated parameter
   transformer blocks (targets: 8 blocks <= 20 s, 32 blocks <= 120 s), the cost
   model's part of it per block (linear growth: 32 blocks against 4), the
   assignments scored and XLA's compiles;
+- under a memory limit no layout meets (``remat_case.py``): AUTO's rematerialized plan
+  against the hand plan "Megatron + ``jax.checkpoint`` on every block", on XLA's memory
+  and recomputed flops (targets: both <= the hand plan's);
 - the layers beyond the MLP and the block (``layer_models.py``): a CNN, an embedding
   with a tied softmax, a mixture of experts, a transformer as a scan over stacked
   layers and unrolled; for each the chosen layout's XLA figures against the hand
@@ -48,6 +51,7 @@ import jax
 import jax.numpy as jnp
 import layer_models as lm
 import models
+import remat_case
 
 import partitioner
 from partitioner import AUTO
@@ -469,6 +473,7 @@ def main() -> None:
             details[prog.name] = info
         if not args.quick:
             rows += scaling_rows(STACKS)
+            rows += remat_case.remat_rows()
     common.print_rows("AUTO layouts: chosen vs hand vs replicated, 4x2 mesh", rows)
     for name, info in details.items():
         print(f"\n{name}: chosen {info['chosen_specs']}")

@@ -5,12 +5,14 @@ python docs/make_images.py
 The layout pictures of the tutorial (``inspect.visualize``: one colour per device
 set, the mesh axes on the axes), the reports page's picture of what the
 tutorial's training step communicates per mesh axis (its report's collectives),
-and the AUTO how-to's picture of the layouts chosen for its example
-(``report.auto.visualize``).
+and the AUTO how-to's pictures of the layouts chosen for its examples
+(``report.auto.visualize``), one of them a plan that recomputes its scan to fit a
+memory limit.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections import defaultdict
 from pathlib import Path
@@ -134,12 +136,49 @@ def auto_layouts(mesh: jax.sharding.Mesh, path: Path) -> None:
     report.auto.visualize(png=str(path), show=False)
 
 
+def auto_remat_layouts(mesh: jax.sharding.Mesh, path: Path) -> None:
+    """The how-to's scan of 8 transformer blocks under 60% of its layout-only memory:
+    the layouts AUTO chooses, its scan rematerialized (docs/howto/auto.md)."""
+
+    def block(x: jax.Array, p: dict[str, jax.Array]) -> tuple[jax.Array, None]:
+        b, s, m = x.shape
+        h = jax.nn.standardize(x)
+        q, k, v = (t.reshape(b, s, 2, m // 2) for t in jnp.split(h @ p["wqkv"], 3, -1))
+        a = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(m // 2), -1)
+        x = x + jnp.einsum("bhqk,bkhd->bqhd", a, v).reshape(b, s, m) @ p["wo"]
+        return x + jax.nn.gelu(jax.nn.standardize(x) @ p["w1"]) @ p["w2"], None
+
+    def step(params: dict[str, jax.Array], batch: tuple) -> dict[str, jax.Array]:
+        def loss(params: dict[str, jax.Array], batch: tuple) -> jax.Array:
+            h, _ = jax.lax.scan(block, batch[0], params)
+            return jnp.mean((h - batch[1]) ** 2)
+
+        grads = jax.grad(loss)(params, batch)
+        return jax.tree.map(lambda p, g: p - 0.01 * g, params, grads)
+
+    rng = np.random.default_rng(0)
+
+    def stacked(*shape: int) -> np.ndarray:
+        return rng.normal(size=(8, *shape)).astype(np.float32) / (4 * math.sqrt(shape[0]))
+
+    layers = {"wqkv": stacked(32, 96), "wo": stacked(32, 32), "w1": stacked(32, 128)}
+    layers["w2"] = stacked(128, 32)
+    tokens = (rng.normal(size=(16, 32, 32)).astype(np.float32),) * 2
+    specs = {"in_axis_resources": (AUTO, (P("data"), P("data"))), "out_axis_resources": AUTO}
+    with jax.set_mesh(mesh):
+        alone = pjit(step, **specs).lower(layers, tokens).report().memory.total
+        fitted = pjit(step, **specs, auto_memory_limit=int(0.6 * alone))
+        report = fitted.lower(layers, tokens).report()
+    report.auto.visualize(png=str(path), show=False)
+
+
 def main() -> None:
     IMAGES.mkdir(exist_ok=True)
     mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
     layouts(mesh)
     collectives_picture(training_step_report(mesh), IMAGES / "step_collectives.png")
     auto_layouts(mesh, IMAGES / "auto_layouts.png")
+    auto_remat_layouts(mesh, IMAGES / "auto_remat_layouts.png")
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ class Measured:
     collective_bytes: float
     memory_bytes: float
     collectives: float  # executions of collectives per run
+    flops: float = 0.0  # XLA's cost analysis (the price of rematerializing, remat.py)
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,17 @@ class Outcome:
 
 
 class NoLayoutFits(ValueError):
-    """No layout found fits ``auto_memory_limit``; names the smallest measured."""
+    """No layout found fits ``auto_memory_limit``; names the smallest measured.
+
+    Attributes:
+        smallest: the smallest plan found, as the message names it.
+        memory_bytes: its size per device, as XLA's memory analysis counts it.
+    """
+
+    def __init__(self, message: str, smallest: str = "", memory_bytes: float = 0.0) -> None:
+        super().__init__(message)
+        self.smallest = smallest
+        self.memory_bytes = memory_bytes
 
 
 def measured_time(s: Scored, m: Measured) -> float:
@@ -232,9 +243,18 @@ def _no_fit(
 ) -> NoLayoutFits:
     every = [s for a, s in search.scored.items() if a in judge.measured]
     small = min(every, key=lambda s: judge.measured[s.assignment].memory_bytes)
+    return no_fit(api, limit, describe(small), judge.measured[small.assignment].memory_bytes)
+
+
+def no_fit(
+    api: str, limit: int, smallest: str, memory_bytes: float, what: str = "layout"
+) -> NoLayoutFits:
+    """The error for a limit nothing found meets, naming the smallest found and its size."""
     return NoLayoutFits(
-        f"{api}: no layout found fits auto_memory_limit={limit:,} bytes per "
-        f"device; the smallest found, {describe(small)}, needs "
-        f"{judge.measured[small.assignment].memory_bytes:,.0f} bytes per device (XLA's memory "
-        "analysis). Raise the limit, use a larger mesh, or give some specs by hand."
+        f"{api}: no {what} found fits auto_memory_limit={limit:,} bytes per "
+        f"device; the smallest found, {smallest}, needs {memory_bytes:,.0f} bytes per device "
+        "(XLA's memory analysis). Raise the limit, use a larger mesh, or give some specs by "
+        "hand.",
+        smallest,
+        memory_bytes,
     )

@@ -28,20 +28,21 @@ from ..primitives.auto_choice import AutoChoice, Baseline, Candidate
 from ..primitives.call_plan import CallPlan
 from ..sharding.auto import AUTO
 from ..sharding.parsed import ParsedPartitionSpec
-from .confirm import Measured, Outcome, solve
+from . import remat
+from .confirm import Measured, NoLayoutFits, Outcome, no_fit, solve
 from .cost import spec_layout
 from .layouts import Layout
 from .search import Problem, Scored
 from .structure import family
 
 _CACHE_SIZE = 64
-_cache: collections.OrderedDict[Any, tuple[tuple[Any, ...], tuple[Any, ...], AutoChoice]] = (
-    collections.OrderedDict()
-)
+_cache: collections.OrderedDict[Any, Choice] = collections.OrderedDict()
 # One search at a time: a second caller of the same signature waits and reuses it.
 _lock = threading.RLock()  # re-entrant: a search never waits on itself
 
 Spec = ParsedPartitionSpec | None
+#: The specs, the record, and the program rewritten to rematerialize (``None``: as traced).
+Choice = tuple[tuple[Any, ...], tuple[Any, ...], AutoChoice, Any]
 
 
 def to_spec(layout: Layout) -> ParsedPartitionSpec:
@@ -97,8 +98,12 @@ def resolve(
     dynamic arguments' key paths (after the plan's constants), ``out_paths`` the
     outputs'.
 
+    With ``memory_limit`` below what layouts alone reach, the returned plan's body may
+    be rewritten to rematerialize (NOTE [auto remat] in ``remat.py``).
+
     Raises:
-        ValueError: no layout fits ``memory_limit`` (the message names the smallest).
+        ValueError: no layout, rematerialized or not, fits ``memory_limit`` (the
+            message names the smallest found).
     """
     params = plan.params
     problem = _problem(plan, in_paths, out_paths)
@@ -119,8 +124,10 @@ def resolve(
                 _cache.popitem(last=False)
         else:
             _cache.move_to_end(key)
-    ins, outs, choice = hit
-    new_params = dataclasses.replace(params, in_axis_resources=ins, out_axis_resources=outs)
+    ins, outs, choice, body = hit
+    new_params = dataclasses.replace(
+        params, in_axis_resources=ins, out_axis_resources=outs, jaxpr=body or params.jaxpr
+    )
     return dataclasses.replace(plan, params=new_params, auto=choice)
 
 
@@ -175,9 +182,6 @@ def clear() -> None:
         _cache.clear()
 
 
-Choice = tuple[tuple[Any, ...], tuple[Any, ...], AutoChoice]
-
-
 def _search(
     plan: CallPlan,
     problem: Problem,
@@ -195,7 +199,16 @@ def _search(
             f"{n}: {_describe(s.in_layouts[i])}" for n, i in zip(names, auto_in, strict=True)
         )
 
-    outcome = solve(problem, functools.partial(_measure, plan), memory_limit, describe, plan.api)
+    try:
+        outcome = solve(
+            problem, functools.partial(_measure, plan), memory_limit, describe, plan.api
+        )
+        chosen: _Rematerialized | None = None
+    except NoLayoutFits as failed:
+        if memory_limit is None or n_consts:
+            raise
+        chosen = _rematerialize(plan, in_paths, out_paths, memory_limit, describe, failed)
+        outcome = chosen.outcome
     compiles = 0 if n_consts else outcome.compiles  # the model stood in for XLA
     measured = outcome.chosen_measured
     emit(
@@ -209,10 +222,71 @@ def _search(
         collective_bytes=measured.collective_bytes,
         memory_bytes=measured.memory_bytes,
     )
-    return (
-        *_specs_of(plan, outcome.chosen),
-        _record(plan, outcome, names, out_paths, compiles, memory_limit),
+    record = _record(plan, outcome, names, out_paths, compiles, memory_limit)
+    if chosen is None:
+        return (*_specs_of(plan, outcome.chosen), record, None)
+    record = dataclasses.replace(
+        record,
+        remat=chosen.plan.rematerialized(),
+        flops_added=chosen.outcome.chosen_measured.flops - chosen.layout_only_flops,
     )
+    return (*_specs_of(plan, outcome.chosen), record, chosen.body)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rematerialized:
+    plan: remat.Plan
+    body: Any  # the program rewritten as ``plan`` says
+    outcome: Outcome
+    layout_only_flops: float  # XLA's flops for the same layouts, nothing recomputed
+
+
+def _rematerialize(
+    plan: CallPlan,
+    in_paths: Sequence[KeyPath],
+    out_paths: Sequence[KeyPath],
+    memory_limit: int,
+    describe: Any,
+    failed: NoLayoutFits,
+) -> _Rematerialized:
+    """The plan that recomputes the fewest flops (XLA's cost analysis) and fits, its
+    layouts searched and confirmed as any program's (NOTE [auto remat])."""
+    smallest = (failed.memory_bytes, failed.smallest)
+    best: tuple[tuple[float, float], remat.Plan, Any, Outcome] | None = None
+    seen: set[str] = set()
+    fitting: list[remat.Plan] = []
+    found = remat.blocks(plan.params.jaxpr)
+    if not found:  # nothing differentiated to recompute: the layouts were all there was
+        raise failed
+    for rp in remat.plans(found):
+        if any(rp.recomputes_more_than(f) for f in fitting):
+            continue  # no cheaper than a plan that fits
+        body = remat.rewrite(plan.params.jaxpr, rp)
+        traced = plan.params.jaxpr
+        if str(body.jaxpr) in seen or (body.in_avals, body.out_avals) != (
+            traced.in_avals,
+            traced.out_avals,
+        ):  # two policies that keep the same values; or types retracing cannot keep
+            continue
+        seen.add(str(body.jaxpr))
+        trial = dataclasses.replace(plan, params=dataclasses.replace(plan.params, jaxpr=body))
+        problem = _problem(trial, in_paths, out_paths)
+        what = ", ".join(f"{b} with {p}" for b, p in rp.rematerialized())
+        try:
+            o = solve(problem, functools.partial(_measure, trial), memory_limit, describe, plan.api)
+        except NoLayoutFits as e:
+            smallest = min(smallest, (e.memory_bytes, f"{e.smallest}, {what} rematerialized"))
+            continue
+        fitting.append(rp)
+        price = (o.chosen_measured.flops, o.chosen_measured.memory_bytes)
+        if best is None or price < best[0]:
+            best = (price, rp, body, o)
+    if best is None:
+        raise no_fit(
+            plan.api, memory_limit, smallest[1], smallest[0], "layout or rematerialization"
+        )
+    _, rp, body, o = best
+    return _Rematerialized(rp, body, o, _measure(plan, o.chosen, True).flops)
 
 
 def _specs_of(plan: CallPlan, s: Scored) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
@@ -253,7 +327,8 @@ def _measure(plan: CallPlan, s: Scored, quick: bool) -> Measured:
     collective = sum(c.bytes_per_device * c.count for c in report.collectives)
     memory = s.estimate.memory_bytes if report.memory is None else report.memory.total
     count = sum(c.count for c in report.collectives)
-    return Measured(float(collective), float(memory), float(count))
+    flops = 0.0 if report.cost is None else report.cost.flops
+    return Measured(float(collective), float(memory), float(count), flops)
 
 
 def _record(

@@ -107,7 +107,8 @@ class AutoTable:
         Returns one line per input (also printed unless ``show=False``); ``png=path``
         also saves a picture with a panel per input (up to 12), each block coloured
         by the devices holding it, as ``inspect.visualize`` colours an array's
-        (needs matplotlib).
+        (needs matplotlib). A plan that recomputes blocks to fit ``auto_memory_limit``
+        says which, with which policy, in a last line and the picture's title.
         """
         c = self.choice
         inputs = [
@@ -116,7 +117,10 @@ class AutoTable:
                 c.paths, c.shapes, c.layouts, c.chosen.specs, strict=True
             )
         ]
-        text = visualize_choice(inputs, self.mesh, self.device_ids, png)
+        note = ", ".join(f"{b} rematerialized with {p}" for b, p in c.remat)
+        if note:
+            note += f" (+{c.flops_added or 0:,.0f} flops)"
+        text = visualize_choice(inputs, self.mesh, self.device_ids, png, note)
         if show:
             print(text)
         return text
@@ -252,6 +256,12 @@ def _auto_lines(t: AutoTable) -> list[str]:
         f"  this program (XLA): {t.collective_bytes:,} collective bytes, {memory} bytes of memory "
         "per device"
     )
+    if c.remat:
+        lines += [
+            "",
+            f"  rematerialized to fit the memory limit: {c.flops_added or 0:,.0f} flops added",
+        ]
+        lines += _table(("block", "policy"), list(c.remat))
     return lines
 
 

@@ -280,19 +280,25 @@ def visualize_choice(
     mesh: Mapping[str, int],
     device_ids: Sequence[int],
     png: str | None = None,
+    note: str = "",
 ) -> str:
     """Per AUTO input, which mesh axes split which dimension: a line each, and with
     ``png`` a picture with a panel each (up to :data:`MAX_PANELS`), blocks coloured by
     the devices holding them as :func:`visualize` colours them. ``device_ids`` are
-    the mesh's devices in mesh order."""
+    the mesh's devices in mesh order; ``note`` (what the plan recomputes) ends the text
+    and titles the picture."""
     lines = [f"{i.path} {list(i.shape)} {i.spec}: " + "; ".join(i.dim_labels(mesh)) for i in inputs]
     if png is not None:
-        _choice_png(inputs, mesh, device_ids, png)
-    return "\n".join(lines)
+        _choice_png(inputs, mesh, device_ids, png, note)
+    return "\n".join(lines + ([note] if note else []))
 
 
 def _choice_png(
-    inputs: Sequence[ChosenLayout], mesh: Mapping[str, int], device_ids: Sequence[int], png: str
+    inputs: Sequence[ChosenLayout],
+    mesh: Mapping[str, int],
+    device_ids: Sequence[int],
+    png: str,
+    note: str,
 ) -> None:
     plt = _pyplot()
     n = min(len(inputs), MAX_PANELS)
@@ -311,7 +317,9 @@ def _choice_png(
     more = len(inputs) - n
     mesh_text = " x ".join(f"{a}={s}" for a, s in mesh.items())
     fig.suptitle(
-        f"AUTO layouts over mesh {mesh_text}" + (f" (and {more} more inputs)" if more else "")
+        f"AUTO layouts over mesh {mesh_text}"
+        + (f" (and {more} more inputs)" if more else "")
+        + (f"\n{note}" if note else "")
     )
     fig.tight_layout()
     fig.savefig(png, dpi=100)

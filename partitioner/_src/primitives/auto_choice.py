@@ -84,6 +84,11 @@ class AutoChoice:
             bytes and memory.
         shapes: each AUTO input's shape, and ``layouts`` its chosen layout (per
             dimension, the mesh axes splitting it): what the report's picture draws.
+        remat: ``(block, policy)`` for each block the chosen program recomputes in its
+            backward pass (``("scan #1 (8 steps)", "dots_saveable")``), empty when no
+            layout alone exceeded ``memory_limit``; ``flops_added`` what that costs,
+            XLA's flops (cost analysis) of the chosen program minus those of the same
+            layouts recomputing nothing (``None`` without rematerialization).
     """
 
     paths: tuple[str, ...]
@@ -99,3 +104,5 @@ class AutoChoice:
     confirm_s: float = 0.0
     shapes: tuple[tuple[int, ...], ...] = ()
     layouts: tuple[tuple[tuple[str, ...], ...], ...] = ()
+    remat: tuple[tuple[str, str], ...] = ()
+    flops_added: float | None = None

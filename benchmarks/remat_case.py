@@ -1,0 +1,153 @@
+"""bench_auto's rematerialization rows: AUTO under a memory limit against the hand plan
+"Megatron + ``jax.checkpoint`` on every block".
+
+Why a module of its own: the case is one program written twice (as a user writes it,
+and with ``jax.checkpoint`` on its block by hand) and the rows read XLA's memory and
+cost analyses, none of bench_auto's timing machinery.
+
+The program: an activation-heavy train step, a ``lax.scan`` of 8 transformer blocks
+over stacked parameters on the 4x2 mesh. The hand plan lays the parameters out as
+Megatron does and checkpoints each block (jax's default policy: nothing saved but the
+block's inputs). AUTO gets the hand plan's memory as ``auto_memory_limit``; the targets:
+its memory <= the hand plan's, and the flops it recomputes (XLA's cost analysis of the
+program minus that of the same layouts recomputing nothing) <= the hand plan's. The
+flops recomputed depend on the layouts as well as on the policy (a layout that splits
+less recomputes more per device), so each program's flops per device are shown too.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import common
+import jax
+import jax.numpy as jnp
+import models
+
+import partitioner
+from partitioner import AUTO
+from partitioner import PartitionSpec as P
+
+LAYERS, BATCH, SEQ, WIDTH, HIDDEN, HEADS = 8, 32, 64, 64, 256, 4
+MEGATRON = {
+    "wqkv": P(None, None, "model"),
+    "wo": P(None, "model", None),
+    "w1": P(None, None, "model"),
+    "w2": P(None, "model", None),
+}
+AT_MOST = common.Target("<= 1.00x", hi=1.0)
+
+
+def _params() -> dict[str, jax.Array]:
+    ks = jax.random.split(jax.random.key(1), 4)
+
+    def dense(k: jax.Array, a: int, b: int) -> jax.Array:
+        return jax.random.normal(k, (LAYERS, a, b)) / math.sqrt(a) / 4
+
+    shapes = {"wqkv": (WIDTH, 3 * WIDTH), "wo": (WIDTH, WIDTH), "w1": (WIDTH, HIDDEN)}
+    shapes["w2"] = (HIDDEN, WIDTH)
+    return {n: dense(k, *s) for k, (n, s) in zip(ks, shapes.items(), strict=True)}
+
+
+def _norm(x: jax.Array) -> jax.Array:
+    mean = x.mean(-1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5)
+
+
+def _block(x: jax.Array, p: dict[str, jax.Array]) -> tuple[jax.Array, None]:
+    b, s, m = x.shape
+    q, k, v = (t.reshape(b, s, HEADS, m // HEADS) for t in jnp.split(_norm(x) @ p["wqkv"], 3, -1))
+    a = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(m // HEADS), -1)
+    x = x + jnp.einsum("bhqk,bkhd->bqhd", a, v).reshape(b, s, m) @ p["wo"]
+    return x + jax.nn.gelu(_norm(x) @ p["w1"]) @ p["w2"], None
+
+
+def _step(block: Any) -> Any:
+    def loss(p: dict[str, jax.Array], batch: models.Batch) -> jax.Array:
+        h, _ = jax.lax.scan(block, batch[0], p)
+        return jnp.mean((h - batch[1]) ** 2)
+
+    def step(p: dict[str, jax.Array], batch: models.Batch) -> Any:
+        value, grads = jax.value_and_grad(loss)(p, batch)
+        return jax.tree.map(lambda w, g: w - 0.1 * g, p, grads), value
+
+    return step
+
+
+def _report(step: Any, specs: Any, **kw: Any) -> Any:
+    params = _params()
+    kx, ky = jax.random.split(jax.random.key(2))
+    batch = (jax.random.normal(kx, (BATCH, SEQ, WIDTH)), jax.random.normal(ky, (BATCH, SEQ, WIDTH)))
+    f = partitioner.pjit(step, (specs, models.BATCH_SPECS), (specs, P()), **kw)
+    return f.lower(params, batch).compile().report()
+
+
+def _collective_bytes(report: Any) -> int:
+    return sum(c.bytes_per_device * c.count for c in report.collectives)
+
+
+def remat_rows() -> list[common.Row]:
+    """AUTO's plan under the hand plan's memory against the hand plan (module docstring)."""
+    plain = _report(_step(_block), MEGATRON)
+    hand = _report(_step(jax.checkpoint(_block)), MEGATRON)
+    layout_only = _report(_step(_block), AUTO)
+    ours = _report(_step(_block), AUTO, auto_memory_limit=hand.memory.total)
+    choice = ours.auto.choice
+    hand_added = hand.cost.flops - plain.cost.flops
+    extra = {
+        "policy": choice.remat,
+        "auto_memory_bytes": ours.memory.total,
+        "hand_memory_bytes": hand.memory.total,
+        "megatron_memory_bytes": plain.memory.total,
+        "auto_layout_only_memory_bytes": layout_only.memory.total,
+        "auto_flops_added": choice.flops_added,
+        "hand_flops_added": hand_added,
+        "search_s": choice.search_s,
+        "auto_collective_bytes": _collective_bytes(ours),
+        "hand_collective_bytes": _collective_bytes(hand),
+        "auto_specs": dict(zip(choice.paths, choice.chosen.specs, strict=True)),
+    }
+    return [
+        common.compare(
+            "remat: memory / Megatron + checkpoint",
+            "KiB/device",
+            [ours.memory.total],
+            [hand.memory.total],
+            AT_MOST,
+            1 / 1024,
+            **extra,
+        ),
+        common.compare(
+            "remat: flops recomputed / Megatron + checkpoint",
+            "Mflop",
+            [choice.flops_added or 0.0],
+            [hand_added],
+            AT_MOST,
+            1e-6,
+        ),
+        common.compare(
+            "remat: flops per device / Megatron + checkpoint",
+            "Mflop",
+            [ours.cost.flops],
+            [hand.cost.flops],
+            None,
+            1e-6,
+        ),
+        common.compare(
+            "remat: layout-only memory / with checkpoint",
+            "KiB/device",
+            [layout_only.memory.total],
+            [hand.memory.total],
+            None,
+            1 / 1024,
+        ),
+    ]
+
+
+if __name__ == "__main__":  # the rows alone: python benchmarks/remat_case.py
+    with partitioner.mesh(models.mesh_4x2().devices, ("data", "model")):
+        rows = remat_rows()
+    common.print_rows("AUTO under a memory limit vs Megatron + jax.checkpoint, 4x2 mesh", rows)
+    for k, v in rows[0].extra.items():
+        print(f"  {k}: {v}")

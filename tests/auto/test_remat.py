@@ -1,0 +1,185 @@
+"""AUTO under a memory limit no layout meets: it recomputes scan bodies to fit.
+
+The model is an activation-heavy train step: a ``lax.scan`` of 8 transformer blocks
+over stacked parameters, differentiated inside the call, so the forward scan's
+stacked residuals are most of what memory holds. Every figure is XLA's (memory
+analysis, cost analysis); every value is compared with jax.jit's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.ad_checkpoint import checkpoint_name
+from jax.sharding import Mesh
+
+import partitioner
+from partitioner import AUTO
+from partitioner import PartitionSpec as P
+from partitioner._src.auto import remat
+from partitioner._src.auto.confirm import NoLayoutFits
+
+LAYERS, BATCH_SIZE, SEQ, WIDTH, HIDDEN, HEADS = 8, 16, 32, 32, 128, 2
+BATCH = (P("data"), P("data"))
+
+
+def mesh_4x2() -> Mesh:
+    return Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("data", "model"))
+
+
+def stacked_params() -> dict[str, jax.Array]:
+    ks = jax.random.split(jax.random.key(1), 4)
+
+    def dense(k: jax.Array, a: int, b: int) -> jax.Array:
+        return jax.random.normal(k, (LAYERS, a, b)) / math.sqrt(a) / 4
+
+    return {
+        "wqkv": dense(ks[0], WIDTH, 3 * WIDTH),
+        "wo": dense(ks[1], WIDTH, WIDTH),
+        "w1": dense(ks[2], WIDTH, HIDDEN),
+        "w2": dense(ks[3], HIDDEN, WIDTH),
+    }
+
+
+def _norm(x: jax.Array) -> jax.Array:
+    mean = x.mean(-1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5)
+
+
+def block(x: jax.Array, p: dict[str, jax.Array]) -> tuple[jax.Array, None]:
+    b, s, m = x.shape
+    q, k, v = jnp.split(_norm(x) @ p["wqkv"], 3, -1)
+    q, k, v = (t.reshape(b, s, HEADS, m // HEADS) for t in (q, k, v))
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(m // HEADS)
+    attn = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, -1), v).reshape(b, s, m)
+    x = x + attn @ p["wo"]
+    hidden = checkpoint_name(jax.nn.gelu(_norm(x) @ p["w1"]), "hidden")
+    return x + hidden @ p["w2"], None
+
+
+def step(params, batch):
+    def loss(p, batch):
+        x, y = batch
+        h, _ = jax.lax.scan(block, x, p)
+        return jnp.mean((h - y) ** 2)
+
+    value, grads = jax.value_and_grad(loss)(params, batch)
+    return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), value
+
+
+def batch_of() -> tuple[jax.Array, jax.Array]:
+    kx, ky = jax.random.split(jax.random.key(2))
+    shape = (BATCH_SIZE, SEQ, WIDTH)
+    return jax.random.normal(kx, shape), jax.random.normal(ky, shape)
+
+
+def auto_step(**kw):
+    return partitioner.pjit(
+        step, in_axis_resources=(AUTO, BATCH), out_axis_resources=(AUTO, P()), **kw
+    )
+
+
+# --- the rewrite, on jax's own traced program ---
+
+
+@pytest.mark.slow
+def test_each_policy_rewrite_computes_what_the_program_computes():
+    params, batch = stacked_params(), batch_of()
+    closed = jax.make_jaxpr(step)(params, batch)
+    (found,) = remat.blocks(closed)
+    assert found.length == LAYERS and found.names == ("hidden",)
+    plans = remat.plans([found])
+    assert [p.policies for p in plans] == [
+        ("save_only_these_names:hidden",),
+        ("dots_saveable",),
+        ("dots_with_no_batch_dims_saveable",),
+        ("nothing_saveable",),
+    ]
+    leaves = jax.tree.leaves((params, batch))
+    expected = jax.jit(step)(params, batch)
+
+    def stacked_bytes(c) -> int:  # what the forward scan stacks for the backward one
+        eqn = c.jaxpr.eqns[found.forward]
+        return sum(v.aval.size for v in eqn.outvars[eqn.params["num_carry"] :])
+
+    for plan in plans:
+        body = remat.rewrite(closed, plan)
+        assert body.in_avals == closed.in_avals and body.out_avals == closed.out_avals
+        assert stacked_bytes(body) < stacked_bytes(closed), plan
+        got = jax.jit(lambda *a, body=body: jax.core.eval_jaxpr(body.jaxpr, body.consts, *a))(
+            *leaves
+        )
+        for a, b in zip(got, jax.tree.leaves(expected), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_a_program_without_a_differentiated_scan_has_no_block():
+    def forward(params, batch):
+        h, _ = jax.lax.scan(block, batch[0], params)
+        return h.sum()
+
+    assert remat.blocks(jax.make_jaxpr(forward)(stacked_params(), batch_of())) == []
+
+
+def test_a_plan_that_keeps_less_recomputes_more():
+    (found,) = remat.blocks(jax.make_jaxpr(step)(stacked_params(), batch_of()))
+    named, dots, no_batch, nothing = remat.plans([found])
+    assert nothing.recomputes_more_than(dots) and no_batch.recomputes_more_than(dots)
+    assert not dots.recomputes_more_than(nothing)
+    assert not nothing.recomputes_more_than(named) and not named.recomputes_more_than(dots)
+
+
+# --- AUTO chooses it under the limit ---
+
+
+@pytest.fixture(scope="module")
+def layout_only():
+    """XLA's memory for AUTO's plan without a limit (no recomputation)."""
+    params, batch = stacked_params(), batch_of()
+    with jax.set_mesh(mesh_4x2()):
+        report = auto_step().lower(params, batch).report()
+    assert not report.auto.choice.remat and report.auto.choice.flops_added is None
+    return report.memory.total
+
+
+@pytest.mark.slow
+def test_a_model_that_fits_only_rematerialized_gets_jax_jits_values(layout_only):
+    params, batch = stacked_params(), batch_of()
+    limit = int(0.6 * layout_only)
+    f = auto_step(auto_memory_limit=limit)
+    with jax.set_mesh(mesh_4x2()):
+        report = f.lower(params, batch).report()
+        ours = f(params, batch)
+    theirs = jax.jit(step)(params, batch)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    choice = report.auto.choice
+    assert report.memory.total <= limit < layout_only, str(report)
+    ((where, policy),) = choice.remat
+    assert where == f"scan #1 ({LAYERS} steps)"
+    assert policy in (*remat.POLICIES, "save_only_these_names:hidden")
+    assert choice.flops_added is not None and choice.flops_added > 0
+    text = str(report)
+    assert "rematerialized to fit the memory limit" in text and policy in text
+    assert f"{choice.flops_added:,.0f} flops added" in text
+    picture = report.auto.visualize(show=False)
+    assert picture.endswith(
+        f"scan #1 ({LAYERS} steps) rematerialized with {policy} (+{choice.flops_added:,.0f} flops)"
+    )
+
+
+@pytest.mark.slow
+def test_a_limit_nothing_meets_names_the_smallest_plan_and_its_size(layout_only):
+    limit = int(0.05 * layout_only)
+    f, params, batch = auto_step(auto_memory_limit=limit), stacked_params(), batch_of()
+    with jax.set_mesh(mesh_4x2()), pytest.raises(ValueError, match="rematerialization") as e:
+        f.lower(params, batch)
+    err = e.value
+    assert isinstance(err, NoLayoutFits)
+    assert "rematerialized" in err.smallest and "args[0]['w1']" in err.smallest
+    assert limit < err.memory_bytes < 0.6 * layout_only
+    assert f"{err.memory_bytes:,.0f} bytes per device" in str(err)
