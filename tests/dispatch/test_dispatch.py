@@ -299,3 +299,17 @@ def test_vmap_of_pjit_and_pjit_of_vmap_share_one_executable(mesh8):
     np.testing.assert_allclose(np.asarray(a), np.asarray(want), rtol=1e-6)
     np.testing.assert_allclose(np.asarray(b), np.asarray(want), rtol=1e-6)
     assert a.sharding.is_equivalent_to(b.sharding, 2)
+
+
+def test_a_windowed_call_traced_inside_jax_jit_leaves_no_tracer_in_the_window(mesh8):
+    """Called under jax.jit, the guarded C++ path binds the primitive: its tracer output is
+    no launch to wait for (a small tracer kept as the marker made a later call raise)."""
+    f = pt.pjit(lambda x: x.sum(), in_axis_resources=P("a"))
+    x = np.ones((64,), np.float32)
+    assert runs_windowed(f, x)
+    jax.block_until_ready(f(x))
+    jax.block_until_ready(f(x))  # the C++ path is guarded from here on
+    for n in range(1, 2 * MAX_IN_FLIGHT):  # a new jax.jit each time: f traced inside it
+        jax.block_until_ready(jax.jit(lambda v, n=n: f(v) * n)(x))
+        out = f(x)
+    np.testing.assert_allclose(np.asarray(out), np.float32(64))

@@ -212,7 +212,11 @@ class Dispatcher:
             window.make_room()
             out = cpp(*args, **kwargs)
             if window.wants_marker():
-                window.launched(self._marker_of(out), self._small_marker)
+                marker = self._marker_of(out)
+                # Called under a jax trace (jax.jit around this function): the C++ path
+                # bound the primitive, so nothing was launched and the tracer is no marker.
+                if not isinstance(marker, jp.Tracer):
+                    window.launched(marker, self._small_marker)
             return out
 
         return guarded
