@@ -18,7 +18,7 @@ from typing import Any
 from .. import jax_private as jp
 from ..primitives.pjit_call import PjitParams
 from .cost import HANDLERS, Frame, State, Tally, Values, shape_of, spec_layout
-from .layouts import NO_AXES
+from .layouts import NO_AXES, Layout
 
 
 def call(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float, body: Any) -> float:
@@ -57,15 +57,17 @@ def _scan(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> f
     p = eqn.params
     n_consts, n_carry, length = p["num_consts"], p["num_carry"], p["length"]
     states: list[State] = []
+    stacks = 0.0
     for i, v in enumerate(eqn.invars):
         if i < n_consts + n_carry:
             states.append(model.settled(v, frame, tally, mult))
-        else:  # a slice of xs per iteration: the leading dimension must be whole
-            layout = ((),) + model.read(frame, v)[0][1:]
-            model.move(v, layout, frame, tally, mult)
+        else:
+            layout, gathered = _stack_whole(model, v, frame, tally, mult)
+            stacks += gathered
             states.append((layout[1:], NO_AXES))
     body = p["jaxpr"].jaxpr
     outs, peak = model.walk(body, states, tally, mult * length)
+    peak += stacks
     carry_in = states[n_consts : n_consts + n_carry]
     for v, s, want in zip(body.outvars, outs[:n_carry], carry_in, strict=False):
         tally.pay(model.steps(v, s[0], s[1], want[0]), mult * length)
@@ -77,6 +79,26 @@ def _scan(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> f
 
 
 HANDLERS["scan"] = _scan
+
+
+def _stack_whole(
+    model: Values, v: Any, frame: Frame, tally: Tally, mult: float
+) -> tuple[Layout, float]:
+    """A scan's stacked operand laid out for the loop's slices: its leading dimension whole;
+    the bytes of the gathered stack the loop holds (0 where none is gathered).
+
+    NOTE [scanned stack gather]: a stack split over its leading dimension (FSDP over
+    the stack) is all-gathered before the loop, by the loop and for it alone: XLA
+    gathers it again for every loop that reads it (the forward scan and its
+    transpose each pay the gather), and the whole stack is a temporary of the loop,
+    not a copy a later equation reuses. Other splits move as any operand does."""
+    src, partial = model.read(frame, v)
+    layout = ((),) + src[1:]
+    if not src or not src[0]:
+        model.move(v, layout, frame, tally, mult)
+        return layout, 0.0
+    tally.pay(model.steps(v, src, partial, layout), mult)
+    return layout, model.nbytes(v, layout)
 
 
 def trip_count(eqn: Any) -> int:
