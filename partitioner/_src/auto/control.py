@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import jax_private as jp
 from ..primitives.pjit_call import PjitParams
-from .cost import HANDLERS, Frame, State, Tally, Values, shape_of, spec_layout
+from .cost import HANDLERS, Frame, Outside, State, Tally, Values, shape_of, spec_layout
 from .layouts import NO_AXES, Layout
 
 
@@ -66,16 +66,56 @@ def _scan(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> f
             stacks += gathered
             states.append((layout[1:], NO_AXES))
     body = p["jaxpr"].jaxpr
-    outs, peak = model.walk(body, states, tally, mult * length)
-    peak += stacks
-    carry_in = states[n_consts : n_consts + n_carry]
-    for v, s, want in zip(body.outvars, outs[:n_carry], carry_in, strict=False):
-        tally.pay(model.steps(v, s[0], s[1], want[0]), mult * length)
-    for v, s in zip(eqn.outvars[:n_carry], carry_in, strict=True):
+    carry = slice(n_consts, n_consts + n_carry)
+    outside = {i: Outside(v, frame, tally, mult) for i, v in enumerate(eqn.invars[:n_consts])
+               if not isinstance(v, jp.Literal)}  # fmt: skip
+    loop = _loop(model, body, states, carry, mult * length, outside)
+    found = [
+        (model.resolve_partial(v, s), NO_AXES)
+        for v, s in zip(body.outvars[:n_carry], loop[1][:n_carry], strict=True)
+    ]
+    if found != states[carry]:  # NOTE [loop carry layout]
+        other = states[: carry.start] + found + states[carry.stop :]
+        entry = Tally()
+        for v, s in zip(eqn.invars[carry], found, strict=True):
+            entry.pay(model.steps(v, *model.read(frame, v), s[0]), mult)
+        again = _loop(model, body, other, carry, mult * length, outside)
+        if entry.seconds() + again[0].seconds() < loop[0].seconds():
+            for v, s in zip(eqn.invars[carry], found, strict=True):
+                model.move(v, s[0], frame, tally, mult)
+            states, loop = other, again
+    looped, outs, peak = loop
+    tally.add(looped)
+    for v, s in zip(eqn.outvars[:n_carry], states[carry], strict=True):
         model.set(frame, v, s)
     for v, s in zip(eqn.outvars[n_carry:], outs[n_carry:], strict=True):
         model.set(frame, v, (((),) + s[0], s[1]))
-    return peak
+    return peak + stacks
+
+
+def _loop(
+    model: Values,
+    body: Any,
+    states: list[State],
+    carry: slice,
+    mult: float,
+    outside: dict[int, Outside],
+) -> tuple[Tally, list[State], float]:
+    """A loop body walked from ``states``, its carried results moved back to the layouts
+    they entered in (every trip): the tally, the body's output states and its peak.
+    ``outside``: the body's loop invariants (NOTE [loop invariants] in ``cost.py``).
+
+    NOTE [loop carry layout]: XLA lays a loop's state out as its body makes it, not as
+    its initial value happens to be (a stack of gradients, accumulated layer by layer
+    from zeros, stays split as each layer's gradient is). A loop is walked with its
+    carries as they enter; where the body returns them laid out otherwise, it is
+    walked again with the carries entering as the body returns them (the initial
+    values moved once, before the loop), and the cheaper kept."""
+    t = Tally()
+    outs, peak = model.walk(body, states, t, mult, outside)
+    for v, s, want in zip(body.outvars, outs, states[carry], strict=False):
+        t.pay(model.steps(v, s[0], s[1], want[0]), mult)
+    return t, outs, peak
 
 
 HANDLERS["scan"] = _scan
