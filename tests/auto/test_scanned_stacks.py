@@ -257,3 +257,32 @@ def test_a_flax_nn_scan_model_gets_its_unrolled_twins_plan() -> None:
 
     check_twins(sgd(loss_of(Scanned())), sgd(loss_of(Unrolled())), unrolled_params, batch,
                 "args[0]['params']['Block_0']", stacked, st=scan_params)  # fmt: skip
+
+
+def test_a_while_loop_with_a_known_trip_count_gathers_its_stack_once() -> None:
+    """A ``while_loop`` counting layers from 0 to a literal bound, reading a stack split
+    over its layers a slice per trip: XLA gathers the stack once, before the loop, and
+    so does the model (NOTE [loop invariants])."""
+    st = stack([mlp_params(i) for i in range(8)])
+    del st["b1"]
+
+    def forward(st: dict[str, jax.Array], x: jax.Array) -> jax.Array:
+        def body(c: tuple[Any, jax.Array]) -> tuple[Any, jax.Array]:
+            i, h = c
+            p = jax.tree.map(lambda a: a[i], st)
+            return i + 1, h + jax.nn.gelu(h @ p["w1"]) @ p["w2"]
+
+        return jax.lax.while_loop(lambda c: c[0] < 8, body, (0, x))[1]
+
+    specs = {"w1": P("data", None, "model"), "w2": P("data", "model")}
+    x = _normal(99, (128, D))
+    f = partitioner.pjit(forward, (specs, P("data")), P("data"))
+    with jax.set_mesh(mesh_4x2()):
+        report = f.lower(st, x).report()
+        np.testing.assert_allclose(f(st, x), jax.jit(forward)(st, x), rtol=2e-4, atol=2e-5)
+    measured = sum(c.bytes_per_device * c.count for c in report.collectives)
+    ins = [_layout(specs[k], 3) for k in sorted(st)] + [(("data",), ())]
+    estimate, _ = AutoEstimator(jax.make_jaxpr(forward)(st, x), SIZES).run(
+        ins, [(("data",), ())], [False] * 3
+    )
+    assert estimate.collective_bytes == measured

@@ -171,8 +171,10 @@ def _while(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> 
     trips = trip_count(eqn)
     states = [model.settled(v, frame, tally, mult) for v in eqn.invars]
     carry = states[nc + nb :]
+    outside = {i: Outside(v, frame, tally, mult) for i, v in enumerate(eqn.invars[nc : nc + nb])
+               if not isinstance(v, jp.Literal)}  # fmt: skip
     outs, peak = model.walk(
-        p["body_jaxpr"].jaxpr, states[nc : nc + nb] + carry, tally, mult * trips
+        p["body_jaxpr"].jaxpr, states[nc : nc + nb] + carry, tally, mult * trips, outside
     )
     _, cond_peak = model.walk(p["cond_jaxpr"].jaxpr, states[:nc] + carry, tally, mult * trips)
     for v, s, want in zip(p["body_jaxpr"].jaxpr.outvars, outs, carry, strict=True):
