@@ -2,11 +2,13 @@
 
 Each walks its body with the states its operands arrive in (NOTE [auto cost
 model] in ``cost.py``), through ``Values.walk``: a ``scan`` body counts
-``length`` times, its carried values settled (a partial sum reduced) and its
-sliced inputs whole along the scanned dimension (XLA gathers a stack split over
-it before the loop); a ``while`` body counts its trip count where the loop counts
-a literal bound from a literal start (``i < n``, ``i + 1``), else once; a
-``cond`` its dearest branch. They register in ``cost.HANDLERS`` by primitive name;
+``length`` times, its carried values settled (a partial sum reduced) and laid out
+as the body returns them where that is cheaper (NOTE [loop carry layout]), its
+sliced inputs whole along the scanned dimension (NOTE [scanned stack gather]); a
+``while`` body counts its trip count where the loop counts a literal bound from a
+literal start (``i < n``, ``i + 1``), else once; moves of a loop's constants are
+paid once, outside it (NOTE [loop invariants] in ``cost.py``); a ``cond`` its
+dearest branch. They register in ``cost.HANDLERS`` by primitive name;
 the walk picks :func:`pinned_call` for our own pjit and :func:`call` for other
 call-like equations (``cost.call_body``).
 """

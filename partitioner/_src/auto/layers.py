@@ -232,7 +232,7 @@ def _move_operands(
 
 def _dynamic_update_slice(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> None:
     """The result laid out as the operand is (XLA masks the update into each block) or as
-    the update is along the dimensions it spans, whichever moves fewer bytes: a layer's
+    the update is along the dimensions it spans, whichever costs less to move: a layer's
     gradient written into a stack of zeros (the transpose of a loop's slice of a
     stack) leaves the stack split as the gradient is. The update is whole along the
     dimensions it does not span."""
