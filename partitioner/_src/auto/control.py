@@ -2,11 +2,13 @@
 
 Each walks its body with the states its operands arrive in (NOTE [auto cost
 model] in ``cost.py``), through ``Values.walk``: a ``scan`` body counts
-``length`` times, its carried values settled (a partial sum reduced) and its
-sliced inputs whole along the scanned dimension (XLA gathers a stack split over
-it before the loop); a ``while`` body counts its trip count where the loop counts
-a literal bound from a literal start (``i < n``, ``i + 1``), else once; a
-``cond`` its dearest branch. They register in ``cost.HANDLERS`` by primitive name;
+``length`` times, its carried values settled (a partial sum reduced) and laid out
+as the body returns them where that is cheaper (NOTE [loop carry layout]), its
+sliced inputs whole along the scanned dimension (NOTE [scanned stack gather]); a
+``while`` body counts its trip count where the loop counts a literal bound from a
+literal start (``i < n``, ``i + 1``), else once; moves of a loop's constants are
+paid once, outside it (NOTE [loop invariants] in ``cost.py``); a ``cond`` its
+dearest branch. They register in ``cost.HANDLERS`` by primitive name;
 the walk picks :func:`pinned_call` for our own pjit and :func:`call` for other
 call-like equations (``cost.call_body``).
 """
@@ -17,8 +19,8 @@ from typing import Any
 
 from .. import jax_private as jp
 from ..primitives.pjit_call import PjitParams
-from .cost import HANDLERS, Frame, State, Tally, Values, shape_of, spec_layout
-from .layouts import NO_AXES
+from .cost import HANDLERS, Frame, Outside, State, Tally, Values, shape_of, spec_layout
+from .layouts import NO_AXES, Layout
 
 
 def call(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float, body: Any) -> float:
@@ -57,26 +59,88 @@ def _scan(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> f
     p = eqn.params
     n_consts, n_carry, length = p["num_consts"], p["num_carry"], p["length"]
     states: list[State] = []
+    stacks = 0.0
     for i, v in enumerate(eqn.invars):
         if i < n_consts + n_carry:
             states.append(model.settled(v, frame, tally, mult))
-        else:  # a slice of xs per iteration: the leading dimension must be whole
-            layout = ((),) + model.read(frame, v)[0][1:]
-            model.move(v, layout, frame, tally, mult)
+        else:
+            layout, gathered = _stack_whole(model, v, frame, tally, mult)
+            stacks += gathered
             states.append((layout[1:], NO_AXES))
     body = p["jaxpr"].jaxpr
-    outs, peak = model.walk(body, states, tally, mult * length)
-    carry_in = states[n_consts : n_consts + n_carry]
-    for v, s, want in zip(body.outvars, outs[:n_carry], carry_in, strict=False):
-        tally.pay(model.steps(v, s[0], s[1], want[0]), mult * length)
-    for v, s in zip(eqn.outvars[:n_carry], carry_in, strict=True):
+    carry = slice(n_consts, n_consts + n_carry)
+    outside = {i: Outside(v, frame, tally, mult) for i, v in enumerate(eqn.invars[:n_consts])
+               if not isinstance(v, jp.Literal)}  # fmt: skip
+    loop = _loop(model, body, states, carry, mult * length, outside)
+    found = [
+        (model.resolve_partial(v, s), NO_AXES)
+        for v, s in zip(body.outvars[:n_carry], loop[1][:n_carry], strict=True)
+    ]
+    if found != states[carry]:  # NOTE [loop carry layout]
+        other = states[: carry.start] + found + states[carry.stop :]
+        entry = Tally()
+        for v, s in zip(eqn.invars[carry], found, strict=True):
+            entry.pay(model.steps(v, *model.read(frame, v), s[0]), mult)
+        again = _loop(model, body, other, carry, mult * length, outside)
+        if entry.seconds() + again[0].seconds() < loop[0].seconds():
+            for v, s in zip(eqn.invars[carry], found, strict=True):
+                model.move(v, s[0], frame, tally, mult)
+            states, loop = other, again
+    looped, outs, peak = loop
+    tally.add(looped)
+    for v, s in zip(eqn.outvars[:n_carry], states[carry], strict=True):
         model.set(frame, v, s)
     for v, s in zip(eqn.outvars[n_carry:], outs[n_carry:], strict=True):
         model.set(frame, v, (((),) + s[0], s[1]))
-    return peak
+    return peak + stacks
+
+
+def _loop(
+    model: Values,
+    body: Any,
+    states: list[State],
+    carry: slice,
+    mult: float,
+    outside: dict[int, Outside],
+) -> tuple[Tally, list[State], float]:
+    """A loop body walked from ``states``, its carried results moved back to the layouts
+    they entered in (every trip): the tally, the body's output states and its peak.
+    ``outside``: the body's loop invariants (NOTE [loop invariants] in ``cost.py``).
+
+    NOTE [loop carry layout]: XLA lays a loop's state out as its body makes it, not as
+    its initial value happens to be (a stack of gradients, accumulated layer by layer
+    from zeros, stays split as each layer's gradient is). A loop is walked with its
+    carries as they enter; where the body returns them laid out otherwise, it is
+    walked again with the carries entering as the body returns them (the initial
+    values moved once, before the loop), and the cheaper kept."""
+    t = Tally()
+    outs, peak = model.walk(body, states, t, mult, outside)
+    for v, s, want in zip(body.outvars, outs, states[carry], strict=False):
+        t.pay(model.steps(v, s[0], s[1], want[0]), mult)
+    return t, outs, peak
 
 
 HANDLERS["scan"] = _scan
+
+
+def _stack_whole(
+    model: Values, v: Any, frame: Frame, tally: Tally, mult: float
+) -> tuple[Layout, float]:
+    """A scan's stacked operand laid out for the loop's slices: its leading dimension whole;
+    the bytes of the gathered stack the loop holds (0 where none is gathered).
+
+    NOTE [scanned stack gather]: a stack split over its leading dimension (FSDP over
+    the stack) is all-gathered before the loop, by the loop and for it alone: XLA
+    gathers it again for every loop that reads it (the forward scan and its
+    transpose each pay the gather), and the whole stack is a temporary of the loop,
+    not a copy a later equation reuses. Other splits move as any operand does."""
+    src, partial = model.read(frame, v)
+    layout = ((),) + src[1:]
+    if not src or not src[0]:
+        model.move(v, layout, frame, tally, mult)
+        return layout, 0.0
+    tally.pay(model.steps(v, src, partial, layout), mult)
+    return layout, model.nbytes(v, layout)
 
 
 def trip_count(eqn: Any) -> int:
@@ -109,8 +173,10 @@ def _while(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> 
     trips = trip_count(eqn)
     states = [model.settled(v, frame, tally, mult) for v in eqn.invars]
     carry = states[nc + nb :]
+    outside = {i: Outside(v, frame, tally, mult) for i, v in enumerate(eqn.invars[nc : nc + nb])
+               if not isinstance(v, jp.Literal)}  # fmt: skip
     outs, peak = model.walk(
-        p["body_jaxpr"].jaxpr, states[nc : nc + nb] + carry, tally, mult * trips
+        p["body_jaxpr"].jaxpr, states[nc : nc + nb] + carry, tally, mult * trips, outside
     )
     _, cond_peak = model.walk(p["cond_jaxpr"].jaxpr, states[:nc] + carry, tally, mult * trips)
     for v, s, want in zip(p["body_jaxpr"].jaxpr.outvars, outs, carry, strict=True):

@@ -140,11 +140,29 @@ class Frame:
     extra_bytes: dict[Any, float] = field(default_factory=dict)  # moved copies' bytes, by var
     extra_live: float = 0.0  # their sum while the originals are live
     log: list[tuple[Any, Layout, float]] | None = None
+    outside: dict[Any, Outside] = field(default_factory=dict)  # a loop body's invariants
 
     def note_move(self, v: Any, dst: Layout, copy: float) -> None:
         self.moved[v] = self.moved.get(v, ()) + (dst,)
         self.extra_bytes[v] = self.extra_bytes.get(v, 0.0) + copy
         self.extra_live += copy
+
+
+@dataclass(frozen=True)
+class Outside:
+    """A loop body's input that is the same on every trip, and where it comes from.
+
+    NOTE [loop invariants]: XLA hoists a move of a loop-invariant value (the
+    all-gather of a stack of layers split over its leading dimension, read a slice
+    per trip by a ``fori_loop`` body) out of the loop: it runs once, on the value
+    the loop reads, and a second loop reading the same value reuses it. A body's
+    move of an invariant is paid so, as a move of ``var`` in the caller's ``frame``.
+    """
+
+    var: Any
+    frame: Frame
+    tally: Tally
+    mult: float
 
 
 class Values:
@@ -196,6 +214,10 @@ class Values:
         src, partial = self.read(frame, v)
         if (src == dst and not partial) or dst in frame.moved.get(v, ()):
             return 0.0
+        outside = frame.outside.get(v) if frame.outside else None
+        if outside is not None:  # NOTE [loop invariants]
+            frame.note_move(v, dst, 0.0)
+            return self.move(outside.var, dst, outside.frame, outside.tally, outside.mult)
         cost = tally.pay(self.steps(v, src, partial, dst), mult)
         copy = self.nbytes(v, dst)
         frame.note_move(v, dst, copy)
@@ -258,11 +280,17 @@ class Values:
         tally.flops += self.local(shape_of(v), layout) * mult
 
     def walk(
-        self, jaxpr: Any, in_states: Sequence[State], tally: Tally, mult: float
+        self,
+        jaxpr: Any,
+        in_states: Sequence[State],
+        tally: Tally,
+        mult: float,
+        outside: Mapping[int, Outside] | None = None,
     ) -> tuple[list[State], float]:
         """Walk a nested jaxpr (a call's or a loop's body) from these input states; its
-        output states and a rough peak of its temporaries. The walk (``walk.py``)
-        provides it."""
+        output states and a rough peak of its temporaries. ``outside``: the inputs (by
+        position) that are loop invariants (NOTE [loop invariants]). The walk
+        (``walk.py``) provides it."""
         raise NotImplementedError
 
     def gather_all(self, eqn: Any, frame: Frame, tally: Tally, mult: float) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 from .. import jax_private as jp
 from .cost import HANDLERS, Frame, Tally, Values, no_peak, shape_of
-from .layouts import NO_AXES, Layout, canonical, replicated, shards
+from .layouts import NO_AXES, Layout, canonical, fits, replicated, shards
 from .strategies import Contraction, Role, contract, roles_from
 
 # --- convolutions ---
@@ -231,12 +231,26 @@ def _move_operands(
 
 
 def _dynamic_update_slice(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> None:
-    """The operand keeps its layout (XLA masks the update into each block); the update
-    is whole along the dimensions it does not span."""
+    """The result laid out as the operand is (XLA masks the update into each block) or as
+    the update is along the dimensions it spans, whichever costs less to move: a layer's
+    gradient written into a stack of zeros (the transpose of a loop's slice of a
+    stack) leaves the stack split as the gradient is. The update is whole along the
+    dimensions it does not span."""
     operand, update = eqn.invars[:2]
     layout = model.settled(operand, frame, tally, mult)[0]
     oshape, ushape = shape_of(operand), shape_of(update)
-    upd = tuple(d if n == m else () for d, n, m in zip(layout, ushape, oshape, strict=True))
+
+    def spanned(lay: Layout) -> Layout:
+        return tuple(d if n == m else () for d, n, m in zip(lay, ushape, oshape, strict=True))
+
+    given = spanned(model.read(frame, update)[0])
+    if given != layout and fits(oshape, given, model.sizes):
+        own = model.move_cost(update, spanned(layout), frame)
+        theirs = model.move_cost(operand, given, frame) + model.move_cost(update, given, frame)
+        if theirs < own:
+            model.move(operand, given, frame, tally, mult)
+            layout = given
+    upd = spanned(layout)
     model.move(update, upd, frame, tally, mult)
     for w in eqn.invars[2:]:
         model.move(w, replicated(len(shape_of(w))), frame, tally, mult)

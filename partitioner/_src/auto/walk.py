@@ -16,7 +16,7 @@ two traces of one layer share their effects.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,7 @@ from .cost import (
     REDUCE_BY_SUM,
     REDUCE_OTHER,
     Frame,
+    Outside,
     Rule,
     State,
     Tally,
@@ -183,9 +184,16 @@ class Estimator(Values):
         return float(found * itemsize)
 
     def walk(
-        self, jaxpr: Any, in_states: Sequence[State], tally: Tally, mult: float
+        self,
+        jaxpr: Any,
+        in_states: Sequence[State],
+        tally: Tally,
+        mult: float,
+        outside: Mapping[int, Outside] | None = None,
     ) -> tuple[list[State], float]:
         frame = Frame()
+        if outside:
+            frame.outside = {jaxpr.invars[i]: o for i, o in outside.items()}
         for v in jaxpr.constvars:
             frame.env[v] = (replicated(len(shape_of(v))), NO_AXES)
         for v, s in zip(jaxpr.invars, in_states, strict=True):
@@ -214,6 +222,8 @@ class Estimator(Values):
                 tuple([env.get(v) for v in operands]),
                 tuple([moved.get(v) for v in operands]),
             )
+        if frame.outside and any(v in frame.outside for v in operands):
+            return self._apply(eqn, frame, tally, mult, None)  # pays outside: not replayable
         effect = self._memo.get(key)
         if effect is None:
             return self._apply(eqn, frame, tally, mult, key)
@@ -229,7 +239,7 @@ class Estimator(Values):
         return found
 
     def _apply(self, eqn: Any, frame: Frame, tally: Tally, mult: float, key: Any) -> float:
-        """Work ``eqn`` out by its rule and remember its effect under ``key``."""
+        """Work ``eqn`` out by its rule and remember its effect under ``key`` (None: not)."""
         self.applied += 1
         rule = self._kind(eqn)[1]
         t = Tally()
@@ -242,7 +252,7 @@ class Estimator(Values):
         tally.add(t)
         position = {v: i for i, v in reversed(list(enumerate(eqn.invars)))
                     if not isinstance(v, jp.Literal)}  # fmt: skip
-        if all(v in position for v, _, _ in log):
+        if key is not None and all(v in position for v, _, _ in log):
             env = frame.env
             self._memo[key] = Effect(
                 outs=tuple(
