@@ -22,6 +22,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from tests.distributed.workers.collective import say
+
 # The model, its train step and its layout are the checkpoint example's.
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "examples"))
 from checkpoint_reshard import (  # noqa: E402
@@ -51,7 +53,7 @@ def main(checkpoint_dir: str, saved_npz: str) -> None:
     if jax.process_index() == 0:
         flat = jax.tree_util.tree_flatten_with_path(saved)[0]
         np.savez(saved_npz, **{jax.tree_util.keystr(path): leaf for path, leaf in flat})
-    print("saved")
+    say("saved")  # one write: C++ log lines on the same pipe cannot split it
 
 
 if __name__ == "__main__":
