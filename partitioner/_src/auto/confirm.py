@@ -84,12 +84,17 @@ class NoLayoutFits(ValueError):
     Attributes:
         smallest: the smallest plan found, as the message names it.
         memory_bytes: its size per device, as XLA's memory analysis counts it.
+        unconstrained: the search's best layout without the limit (a ``Scored``; ``None``
+            where none was searched): rematerialization tries it too (NOTE [auto remat]).
     """
 
-    def __init__(self, message: str, smallest: str = "", memory_bytes: float = 0.0) -> None:
+    def __init__(
+        self, message: str, smallest: str = "", memory_bytes: float = 0.0, unconstrained: Any = None
+    ) -> None:
         super().__init__(message)
         self.smallest = smallest
         self.memory_bytes = memory_bytes
+        self.unconstrained = unconstrained
 
 
 def measured_time(s: Scored, m: Measured) -> float:
@@ -166,7 +171,9 @@ def solve(
 
     pool = [s for s in pool if allowed(s)]
     if not pool:
-        raise _no_fit(search, judge, memory_limit or 0, describe, api)
+        failed = _no_fit(search, judge, memory_limit or 0, describe, api)
+        failed.unconstrained = search.descents(None)[0]
+        raise failed
     chosen = min(_undominated(pool, judge), key=lambda s: judge.key(s, est_limit))
     simpler = search.simplified(chosen, SMALL)
     if many > 1 and simpler.assignment not in judge.measured and allowed(simpler):

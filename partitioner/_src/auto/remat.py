@@ -16,7 +16,13 @@ recomputed in the backward body, from the step's inputs (its carry, stacked; its
 ``xs`` slice; the scan's constants) and the kept values. The backward body
 computes the same operations on the same values, so results are unchanged; only
 memory and flops move. XLA's memory analysis of each plan's compiled program is
-the judge, XLA's cost analysis the price (``resolve.py``).
+the judge, XLA's cost analysis the price (``resolve.py``). A plan first keeps the
+layouts the search chose without the limit, as a user adds ``jax.checkpoint`` to a
+plan that is too large (one compile); only where they do not fit with it are the
+layouts searched again under the limit. Searching first would cost a search per
+plan, and it weighs collectives against compute: a layout that moves fewer bytes
+but splits the compute less recomputes more flops per device (measured: 1.58x the
+flops "Megatron + jax.checkpoint on every block" recomputes, at its memory).
 
 Only scans at the top of the traced program are blocks; equal layers of an
 unrolled stack are not rewritten (their residuals are ordinary values the

@@ -14,6 +14,7 @@ import collections
 import dataclasses
 import functools
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -270,13 +271,20 @@ def _rematerialize(
             continue
         seen.add(str(body.jaxpr))
         trial = dataclasses.replace(plan, params=dataclasses.replace(plan.params, jaxpr=body))
-        problem = _problem(trial, in_paths, out_paths)
         what = ", ".join(f"{b} with {p}" for b, p in rp.rematerialized())
-        try:
-            o = solve(problem, functools.partial(_measure, trial), memory_limit, describe, plan.api)
-        except NoLayoutFits as e:
-            smallest = min(smallest, (e.memory_bytes, f"{e.smallest}, {what} rematerialized"))
-            continue
+        o, kept = _keeping_layouts(trial, failed.unconstrained, memory_limit)
+        if kept is not None and o is None:
+            where = describe(failed.unconstrained)
+            smallest = min(smallest, (kept.memory_bytes, f"{where}, {what} rematerialized"))
+        if o is None:  # the layouts too must change: searched under the limit
+            problem = _problem(trial, in_paths, out_paths)
+            try:
+                o = solve(
+                    problem, functools.partial(_measure, trial), memory_limit, describe, plan.api
+                )
+            except NoLayoutFits as e:
+                smallest = min(smallest, (e.memory_bytes, f"{e.smallest}, {what} rematerialized"))
+                continue
         fitting.append(rp)
         price = (o.chosen_measured.flops, o.chosen_measured.memory_bytes)
         if best is None or price < best[0]:
@@ -287,6 +295,21 @@ def _rematerialize(
         )
     _, rp, body, o = best
     return _Rematerialized(rp, body, o, _measure(plan, o.chosen, True).flops)
+
+
+def _keeping_layouts(
+    trial: CallPlan, unconstrained: Scored | None, memory_limit: int
+) -> tuple[Outcome | None, Measured | None]:
+    """The layouts chosen without the limit, with ``trial``'s rematerialized program:
+    the outcome where they fit (one compile, no search), and XLA's figures."""
+    if unconstrained is None:
+        return None, None
+    t0 = time.perf_counter()
+    kept = _measure(trial, unconstrained, True)
+    if kept.memory_bytes > memory_limit:
+        return None, kept
+    seconds = time.perf_counter() - t0
+    return Outcome(unconstrained, kept, [], [], 0, 1, seconds, seconds), kept
 
 
 def _specs_of(plan: CallPlan, s: Scored) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
