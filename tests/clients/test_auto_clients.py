@@ -50,6 +50,12 @@ def _batch() -> tuple[jax.Array, jax.Array]:
     return jax.random.normal(kx, (BATCH, D_IN)), jax.random.normal(ky, (BATCH, D_IN))
 
 
+#: The chosen layout sums in another order than jax.jit's one device, and adamw divides by
+#: the gradients' running scale, so the losses drift apart by float32 rounding over the
+#: steps (1.5e-5 relative by the last one, seen with LLVM's optimizations off).
+LOSS_RTOL = 5e-5
+
+
 def test_flax_linen_optax_adamw_with_a_typed_key_trains_as_jax_jit() -> None:
     model = LinenMLP()
     tx = optax.adamw(1e-2)
@@ -82,7 +88,7 @@ def test_flax_linen_optax_adamw_with_a_typed_key_trains_as_jax_jit() -> None:
         for k in keys:
             ours, loss = f(ours, (x, y), k)
             theirs, ref_loss = ref(theirs, (x, y), k)
-            assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
+            assert_close(loss, ref_loss, rtol=LOSS_RTOL, atol=1e-6)
             ref_losses.append(ref_loss)
         report = f.lower(ours, (x, y), keys[0]).report()
     # The same loop with a jax.jit around the AUTO pjit: the choice is reused inside it.
@@ -90,7 +96,7 @@ def test_flax_linen_optax_adamw_with_a_typed_key_trains_as_jax_jit() -> None:
     with jax.set_mesh(mesh_4x2()), partitioner.recording() as wrapped_events:
         for k, ref_loss in zip(keys, ref_losses, strict=True):
             inner, loss = wrapped(inner, (x, y), k)
-            assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
+            assert_close(loss, ref_loss, rtol=LOSS_RTOL, atol=1e-6)
     assert wrapped_events["auto_search"] == 0, dict(wrapped_events)
     assert_close(inner, ours, rtol=1e-5, atol=1e-6)
     choice = report.auto.choice

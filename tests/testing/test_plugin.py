@@ -94,6 +94,7 @@ def test_this_suite_gets_its_eight_devices_from_the_plugin() -> None:
     flags = os.environ["XLA_FLAGS"].split()
     assert "--xla_force_host_platform_device_count=8" in flags
     assert "--xla_cpu_collective_timeout_seconds=60" in flags
+    assert "--xla_backend_optimization_level=0" in flags  # as README.md says
 
 
 @pytest.mark.multiprocess
