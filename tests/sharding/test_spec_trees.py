@@ -260,9 +260,7 @@ def _outcome(run: Any) -> tuple[str, Any]:
 
 # Each example compiles two programs (~0.1 s each); 50 of them cover every outcome
 # (accepted, rank, divisibility, prefix errors) and keep the suite within its time.
-@settings(
-    max_examples=50, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
-)
+@settings(max_examples=50, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.data())
 @pytest.mark.slow
 def test_pjit_accepts_what_jax_jit_accepts(data: Any) -> None:
