@@ -21,8 +21,9 @@ layouts the search chose without the limit, as a user adds ``jax.checkpoint`` to
 plan that is too large (one compile); only where they do not fit with it are the
 layouts searched again under the limit. Searching first would cost a search per
 plan, and it weighs collectives against compute: a layout that moves fewer bytes
-but splits the compute less recomputes more flops per device (measured: 1.58x the
-flops "Megatron + jax.checkpoint on every block" recomputes, at its memory).
+but splits the compute less recomputes more flops per device (``benchmarks/remat_case.py``,
+where only such a search fits: 1.58x the flops "Megatron + jax.checkpoint on every
+block" recomputes, at its memory).
 
 Only scans at the top of the traced program are blocks; equal layers of an
 unrolled stack are not rewritten (their residuals are ordinary values the
