@@ -146,12 +146,14 @@ def launch(
         base["XLA_FLAGS"] = " ".join(
             f for f in flags if not f.startswith("--xla_force_host_platform_device_count")
         )
-    children = [
-        _Child(i, command, {**base, cluster.ENV_PROCESS_ID: str(i)}) for i in range(num_processes)
-    ]
-    # `timeout` (or a scheduler) stops the launcher with SIGTERM: stop the job too.
+    children: list[_Child] = []
+    # `timeout` (or a scheduler) stops the launcher with SIGTERM: stop the job too. The
+    # handler goes in before the first child starts: a SIGTERM that arrived between the
+    # two would kill the launcher and leave the stopping to PDEATHSIG (Linux only).
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
+        for i in range(num_processes):
+            children.append(_Child(i, command, {**base, cluster.ENV_PROCESS_ID: str(i)}))
         return _supervise(children, grace)
     except KeyboardInterrupt:
         _report("interrupted: stopping every process")
