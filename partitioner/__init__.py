@@ -41,6 +41,7 @@ from ._src.wrapped import clear_caches
 # and the API reference read the imports below.
 if TYPE_CHECKING:
     from . import distributed, host_callback, inspect, sharding_spec
+    from ._src.auto.confirm import NoLayoutFits
     from ._src.colocated.api import colocated_cpu_devices, colocated_python
     from ._src.colocated.objects import colocated_python_class
     from ._src.pmap import PmapWrapped, pmap
@@ -53,6 +54,7 @@ else:
             "colocated_cpu_devices": "partitioner._src.colocated.api",
             "colocated_python": "partitioner._src.colocated.api",
             "colocated_python_class": "partitioner._src.colocated.objects",
+            "NoLayoutFits": "partitioner._src.auto.confirm",
             "PmapWrapped": "partitioner._src.pmap",
             "pmap": "partitioner._src.pmap",
             "Residual": "partitioner._src.residuals",
@@ -72,6 +74,7 @@ __all__ = [
     "ParsedPartitionSpec",
     "PartitionSpec",
     "JitWrapped",
+    "NoLayoutFits",
     "PjitWrapped",
     "PmapWrapped",
     "SpecSync",

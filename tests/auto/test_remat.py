@@ -8,6 +8,7 @@ analysis, cost analysis); every value is compared with jax.jit's.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -18,10 +19,9 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import Mesh
 
 import partitioner
-from partitioner import AUTO
+from partitioner import AUTO, NoLayoutFits
 from partitioner import PartitionSpec as P
 from partitioner._src.auto import remat
-from partitioner._src.auto.confirm import NoLayoutFits
 
 LAYERS, BATCH_SIZE, SEQ, WIDTH, HIDDEN, HEADS = 8, 16, 32, 32, 128, 2
 BATCH = (P("data"), P("data"))
@@ -50,25 +50,34 @@ def _norm(x: jax.Array) -> jax.Array:
     return (x - mean) * jax.lax.rsqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5)
 
 
-def block(x: jax.Array, p: dict[str, jax.Array]) -> tuple[jax.Array, None]:
+def block(x: jax.Array, p: dict[str, jax.Array], tag: bool = True) -> tuple[jax.Array, None]:
     b, s, m = x.shape
     q, k, v = jnp.split(_norm(x) @ p["wqkv"], 3, -1)
     q, k, v = (t.reshape(b, s, HEADS, m // HEADS) for t in (q, k, v))
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(m // HEADS)
     attn = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, -1), v).reshape(b, s, m)
     x = x + attn @ p["wo"]
-    hidden = checkpoint_name(jax.nn.gelu(_norm(x) @ p["w1"]), "hidden")
+    hidden = jax.nn.gelu(_norm(x) @ p["w1"])
+    hidden = checkpoint_name(hidden, "hidden") if tag else hidden
     return x + hidden @ p["w2"], None
 
 
-def step(params, batch):
-    def loss(p, batch):
-        x, y = batch
-        h, _ = jax.lax.scan(block, x, p)
-        return jnp.mean((h - y) ** 2)
+def train_step(body):
+    """A train step scanning ``body`` over the stacked parameters."""
 
-    value, grads = jax.value_and_grad(loss)(params, batch)
-    return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), value
+    def step(params, batch):
+        def loss(p, batch):
+            x, y = batch
+            h, _ = jax.lax.scan(body, x, p)
+            return jnp.mean((h - y) ** 2)
+
+        value, grads = jax.value_and_grad(loss)(params, batch)
+        return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), value
+
+    return step
+
+
+step = train_step(block)
 
 
 def batch_of() -> tuple[jax.Array, jax.Array]:
@@ -77,9 +86,9 @@ def batch_of() -> tuple[jax.Array, jax.Array]:
     return jax.random.normal(kx, shape), jax.random.normal(ky, shape)
 
 
-def auto_step(**kw):
+def auto_step(body=block, **kw):
     return partitioner.pjit(
-        step, in_axis_resources=(AUTO, BATCH), out_axis_resources=(AUTO, P()), **kw
+        train_step(body), in_axis_resources=(AUTO, BATCH), out_axis_resources=(AUTO, P()), **kw
     )
 
 
@@ -180,11 +189,13 @@ def test_a_model_that_fits_only_rematerialized_gets_jax_jits_values(layout_only)
 @pytest.mark.slow
 def test_a_limit_nothing_meets_names_the_smallest_plan_and_its_size(layout_only, monkeypatch):
     layout_only = layout_only.memory.total
-    # A limit nothing meets makes AUTO search every plan; the tagged names and the policy
-    # that keeps least are enough to fail here (the fitting test above tries them all).
+    # A limit nothing meets makes AUTO search every plan; the policy that keeps least, on
+    # a block without names, is enough to fail here (the fitting test tries them all).
     monkeypatch.setattr(remat, "POLICIES", {"nothing_saveable": remat.POLICIES["nothing_saveable"]})
     limit = int(0.05 * layout_only)
-    f, params, batch = auto_step(auto_memory_limit=limit), stacked_params(), batch_of()
+    untagged = functools.partial(block, tag=False)
+    f = auto_step(untagged, auto_memory_limit=limit)
+    params, batch = stacked_params(), batch_of()
     with jax.set_mesh(mesh_4x2()), pytest.raises(ValueError, match="rematerialization") as e:
         f.lower(params, batch)
     err = e.value
@@ -192,3 +203,40 @@ def test_a_limit_nothing_meets_names_the_smallest_plan_and_its_size(layout_only,
     assert "rematerialized" in err.smallest and "args[0]['w1']" in err.smallest
     assert limit < err.memory_bytes < 0.6 * layout_only
     assert f"{err.memory_bytes:,.0f} bytes per device" in str(err)
+
+
+MEGATRON = {
+    "wqkv": P(None, None, "model"),
+    "wo": P(None, "model", None),
+    "w1": P(None, None, "model"),
+    "w2": P(None, "model", None),
+}
+
+
+@pytest.mark.slow
+def test_under_the_hand_plans_memory_auto_recomputes_no_more_than_it(monkeypatch):
+    """At the memory of "Megatron + jax.checkpoint on every block", where the layouts
+    chosen without a limit do not fit even rematerialized: recomputed flops are the
+    price, so AUTO recomputes no more than the hand plan (a layout that moves fewer
+    bytes but splits the compute less would recompute more per device). One plan, the
+    hand plan's policy (the block has no names): the layouts are what is tested."""
+    monkeypatch.setattr(remat, "POLICIES", {"nothing_saveable": remat.POLICIES["nothing_saveable"]})
+    params, batch = stacked_params(), batch_of()
+    untagged = functools.partial(block, tag=False)
+
+    def hand(body):
+        f = partitioner.pjit(train_step(body), (MEGATRON, BATCH), (MEGATRON, P()))
+        return f.lower(params, batch).compile().report()
+
+    with jax.set_mesh(mesh_4x2()):
+        plain, checkpointed = hand(untagged), hand(jax.checkpoint(untagged))
+        f = auto_step(untagged, auto_memory_limit=checkpointed.memory.total)
+        report = f.lower(params, batch).report()
+    hand_added = checkpointed.cost.flops - plain.cost.flops
+    choice = report.auto.choice
+    assert choice.compiles > 1, choice  # the layouts were searched again under the limit
+    assert report.memory.total <= checkpointed.memory.total
+    assert choice.flops_added is not None and 0 < choice.flops_added <= hand_added, (
+        choice.flops_added,
+        hand_added,
+    )

@@ -21,6 +21,11 @@ memory is first calibrated against XLA on the unconstrained winner, since XLA
 fuses what the model counts as temporaries; only layouts XLA measures under the
 limit can win, a baseline among them.
 
+Where rematerialization is chosen (NOTE [auto remat]) the price is flops, not
+time: the objective is ``"flops"``, the finalists under the limit add the layouts
+the model gives the least compute, and XLA's flops decide first (then time, then
+memory), flops counting in the dominance test beside collective bytes and memory.
+
 The first finalist compiles as the call will run it (if it wins, its executable
 is the one the first call runs); the others compile without optimizing the
 machine code (``xla_backend_optimization_level=0``), which leaves XLA's
@@ -143,10 +148,12 @@ class _Judge:
             self.seconds += time.perf_counter() - t0
         return self.measured[s.assignment]
 
-    def key(self, s: Scored, limit: float | None) -> tuple[float, ...]:
-        """XLA's figures decide exactly: time, then memory, then the model's order."""
+    def key(self, s: Scored, limit: float | None, objective: str) -> tuple[float, ...]:
+        """XLA's figures decide exactly: time (flops first where ``objective`` is
+        ``"flops"``), then memory, then the model's order."""
         m = self.measured[s.assignment]
-        return (round(measured_time(s, m), 12), m.memory_bytes, *rank(s, limit))
+        first = (m.flops,) if objective == "flops" else ()
+        return (*first, round(measured_time(s, m), 12), m.memory_bytes, *rank(s, limit))
 
 
 def solve(
@@ -155,14 +162,16 @@ def solve(
     memory_limit: int | None,
     describe: Callable[[Scored], str],
     api: str,
+    objective: str = "time",
 ) -> Outcome:
-    """Search, then confirm finalists and baselines with XLA (NOTE [auto floor])."""
+    """Search, then confirm finalists and baselines with XLA (NOTE [auto floor]);
+    ``objective``: ``"time"``, or ``"flops"`` for a rematerialized program."""
     t0 = time.perf_counter()
     small = equations(problem.jaxpr) < LARGE_PROGRAM
     search = Search(problem, refine=small)
     judge = _Judge(measure)
     many = FINALISTS if small else 1
-    finalists, est_limit = _finalists(search, judge, memory_limit, many)
+    finalists, est_limit = _finalists(search, judge, memory_limit, many, objective)
     baselines = search.baselines()
     pool = [*finalists, *(s for _, s in baselines)]
 
@@ -174,11 +183,16 @@ def solve(
         failed = _no_fit(search, judge, memory_limit or 0, describe, api)
         failed.unconstrained = search.descents(None)[0]
         raise failed
-    chosen = min(_undominated(pool, judge), key=lambda s: judge.key(s, est_limit))
+
+    def best() -> Scored:
+        undominated = _undominated(pool, judge, objective == "flops")
+        return min(undominated, key=lambda s: judge.key(s, est_limit, objective))
+
+    chosen = best()
     simpler = search.simplified(chosen, SMALL)
     if many > 1 and simpler.assignment not in judge.measured and allowed(simpler):
         pool.append(simpler)  # XLA's winner with its small leaves whole, judged too
-        chosen = min(_undominated(pool, judge), key=lambda s: judge.key(s, est_limit))
+        chosen = best()
     others: list[tuple[Scored, Measured | None]] = [
         (s, judge.measured.get(s.assignment))
         for s in distinct(search.ranked(est_limit), FINALISTS + 1)
@@ -197,7 +211,7 @@ def solve(
 
 
 def _finalists(
-    search: Search, judge: _Judge, memory_limit: int | None, many: int
+    search: Search, judge: _Judge, memory_limit: int | None, many: int, objective: str
 ) -> tuple[list[Scored], float | None]:
     """The finalists (NOTE [auto floor]) and, with a limit, the limit calibrated to the
     model's memory (the finalists are then searched again under it)."""
@@ -210,7 +224,7 @@ def _finalists(
     if memory_limit is None:
         return finalists, None
     est_limit = _calibrated(judge, finalists[0], memory_limit)
-    return _under_limit(search, est_limit, many), est_limit
+    return _under_limit(search, est_limit, many, objective), est_limit
 
 
 def _calibrated(judge: _Judge, first: Scored, memory_limit: int) -> float:
@@ -220,29 +234,32 @@ def _calibrated(judge: _Judge, first: Scored, memory_limit: int) -> float:
     return memory_limit / scale
 
 
-def _under_limit(search: Search, est_limit: float, many: int) -> list[Scored]:
-    """Search again under the (calibrated) limit: the best that fit, and the smallest."""
+def _under_limit(search: Search, est_limit: float, many: int, objective: str) -> list[Scored]:
+    """Search again under the (calibrated) limit: the best that fit, and the smallest;
+    for ``"flops"``, also those that fit with the least estimated compute."""
     best = search.descend(est_limit)
     ranked = [best, *search.ranked(est_limit)]
     fitting = [s for s in ranked if s.estimate.memory_bytes <= est_limit]
     smallest = sorted(search.scored.values(), key=lambda s: s.estimate.memory_bytes)
     finalists = distinct(fitting, many) + distinct(smallest, EXTRA_FOR_LIMIT)
+    if objective == "flops":
+        least = sorted(fitting, key=lambda s: (s.estimate.compute_s, s.estimate.time_s))
+        finalists += distinct(least, many)
     return list({s.assignment: s for s in finalists}.values())
 
 
-def _undominated(pool: list[Scored], judge: _Judge) -> list[Scored]:
-    """The measured layouts no other one beats on both XLA's collective bytes and memory
-    (NOTE [auto floor]): the baselines among the others, so none of them beats the
-    choice."""
-    return [s for s in pool if not any(_beats(judge(o), judge(s)) for o in pool)]
+def _undominated(pool: list[Scored], judge: _Judge, flops: bool) -> list[Scored]:
+    """The measured layouts no other one beats on XLA's collective bytes and memory (and
+    ``flops``, where they are the price) (NOTE [auto floor]): the baselines among the
+    others, so none of them beats the choice."""
+    return [s for s in pool if not any(_beats(judge(o), judge(s), flops) for o in pool)]
 
 
-def _beats(a: Measured, b: Measured) -> bool:
-    return (
-        a.collective_bytes <= b.collective_bytes
-        and a.memory_bytes <= b.memory_bytes
-        and (a.collective_bytes < b.collective_bytes or a.memory_bytes < b.memory_bytes)
-    )
+def _beats(a: Measured, b: Measured, flops: bool) -> bool:
+    pairs = [(a.collective_bytes, b.collective_bytes), (a.memory_bytes, b.memory_bytes)]
+    if flops:
+        pairs.append((a.flops, b.flops))
+    return all(x <= y for x, y in pairs) and any(x < y for x, y in pairs)
 
 
 def _no_fit(

@@ -19,11 +19,12 @@ memory and flops move. XLA's memory analysis of each plan's compiled program is
 the judge, XLA's cost analysis the price (``resolve.py``). A plan first keeps the
 layouts the search chose without the limit, as a user adds ``jax.checkpoint`` to a
 plan that is too large (one compile); only where they do not fit with it are the
-layouts searched again under the limit. Searching first would cost a search per
-plan, and it weighs collectives against compute: a layout that moves fewer bytes
-but splits the compute less recomputes more flops per device (``benchmarks/remat_case.py``,
-where only such a search fits: 1.58x the flops "Megatron + jax.checkpoint on every
-block" recomputes, at its memory).
+layouts searched again under the limit (searching first would cost a search per
+plan). That search prices layouts as plans are priced, by XLA's flops first
+(NOTE [auto floor], objective ``"flops"``): by estimated step time, a layout
+that moves fewer bytes but splits the compute less wins, and recomputes more
+flops per device (``benchmarks/remat_case.py`` at the memory of "Megatron +
+jax.checkpoint on every block": 1.58x its recomputed flops by time, 1.00x by flops).
 
 Only scans at the top of the traced program are blocks; equal layers of an
 unrolled stack are not rewritten (their residuals are ordinary values the

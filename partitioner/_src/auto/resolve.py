@@ -279,9 +279,8 @@ def _rematerialize(
         if o is None:  # the layouts too must change: searched under the limit
             problem = _problem(trial, in_paths, out_paths)
             try:
-                o = solve(
-                    problem, functools.partial(_measure, trial), memory_limit, describe, plan.api
-                )
+                measure = functools.partial(_measure, trial)
+                o = solve(problem, measure, memory_limit, describe, plan.api, "flops")
             except NoLayoutFits as e:
                 smallest = min(smallest, (e.memory_bytes, f"{e.smallest}, {what} rematerialized"))
                 continue
