@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from ._src.auto.confirm import NoLayoutFits
     from ._src.colocated.api import colocated_cpu_devices, colocated_python
     from ._src.colocated.objects import colocated_python_class
+    from ._src.pipeline.run import Pipelined, PipelinePlan, pipeline
     from ._src.pmap import PmapWrapped, pmap
     from ._src.residuals import Residual, residuals
     from ._src.sharding.sharding_spec import sharding_spec_of
@@ -55,6 +56,9 @@ else:
             "colocated_python": "partitioner._src.colocated.api",
             "colocated_python_class": "partitioner._src.colocated.objects",
             "NoLayoutFits": "partitioner._src.auto.confirm",
+            "pipeline": "partitioner._src.pipeline.run",
+            "Pipelined": "partitioner._src.pipeline.run",
+            "PipelinePlan": "partitioner._src.pipeline.run",
             "PmapWrapped": "partitioner._src.pmap",
             "pmap": "partitioner._src.pmap",
             "Residual": "partitioner._src.residuals",
@@ -77,6 +81,8 @@ __all__ = [
     "NoLayoutFits",
     "PjitWrapped",
     "PmapWrapped",
+    "Pipelined",
+    "PipelinePlan",
     "SpecSync",
     "Traced",
     "add_listener",
@@ -92,6 +98,7 @@ __all__ = [
     "mesh",
     "options",
     "parse_op_sharding",
+    "pipeline",
     "pjit",
     "pmap",
     "prepare_axis_resources",

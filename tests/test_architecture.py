@@ -42,7 +42,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("_src.jit", "_src.pjit", "_src.pmap"),  # the front doors: siblings, none imports another
     # report(f, *args) with the residuals, both partitioners; the inspect package's own
     # __init__ (a docstring) sits here, so its modules below are placed by their names.
-    ("_src.colocated", "_src.inspect.api", "_src.inspect"),
+    ("_src.colocated", "_src.pipeline", "_src.inspect.api", "_src.inspect"),
     (
         "options",
         "inspect",

@@ -1,0 +1,330 @@
+"""``partitioner.pipeline(layer, axis=...)``: the checks, the plan, and the program.
+
+The program is NOTE [pipeline] (``__init__.py``); the schedule's arithmetic is
+NOTE [pipeline schedule]; the microbatch choice NOTE [pipeline microbatches].
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec
+from jax.tree_util import keystr, tree_flatten_with_path
+
+from ..primitives.constraint import with_sharding_constraint
+from ..sharding.mesh_env import maybe_current_mesh
+from . import microbatches as choice
+from .schedule import SCHEDULES, Schedule
+
+_API = "partitioner.pipeline"
+_OPEN = PartitionSpec.UNCONSTRAINED
+
+
+def pipeline(
+    layer: Callable[[Any, Any], Any],
+    *,
+    axis: str,
+    microbatches: int | None = None,
+    schedule: str = "gpipe",
+) -> Pipelined:
+    """A function ``run(stacked_params, x)`` whose value is the plain scan's,
+    ``lax.scan(lambda h, p: (layer(p, h), None), x, stacked_params)[0]``, run as a
+    pipeline over the mesh axis ``axis`` inside the enclosing program (NOTE [pipeline]).
+
+    Args:
+        layer: ``layer(params, h) -> h``, one layer: the same structure, shapes and
+            dtypes out as in. It acts on each example of the batch on its own (a
+            layer mixing examples, as batch norm does, would see microbatches).
+        axis: the mesh axis whose devices are the stages.
+        microbatches: how many pieces the batch (``x``'s leading dimension) is cut
+            into; None: chosen by partitioner (NOTE [pipeline microbatches]).
+        schedule: ``"gpipe"`` (each stage holds ``L / S`` contiguous layers) or
+            ``"circular"`` (layer ``i`` on stage ``i mod S``, ``L / S`` visits: a
+            smaller bubble).
+
+    Raises:
+        TypeError: ``layer`` not callable, ``axis`` not a string, ``microbatches``
+            not an int.
+        ValueError: ``microbatches`` below 1, an unknown ``schedule``. At the call:
+            see :meth:`Pipelined.plan`.
+    """
+    if not callable(layer):
+        raise TypeError(f"{_API}: layer must be callable, got {type(layer).__name__}")
+    if not isinstance(axis, str):
+        raise TypeError(f"{_API}: axis must be a mesh axis name (a str), got {axis!r}")
+    if microbatches is not None:
+        if isinstance(microbatches, bool) or not isinstance(microbatches, (int, np.integer)):
+            raise TypeError(
+                f"{_API}: microbatches must be an int or None, got {type(microbatches).__name__}"
+            )
+        if microbatches < 1:
+            raise ValueError(f"{_API}: microbatches must be >= 1, got {microbatches}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"{_API}: schedule must be one of {SCHEDULES}, got {schedule!r}")
+    return Pipelined(layer, axis, None if microbatches is None else int(microbatches), schedule)
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelinePlan:
+    """What a pipelined call does (``Pipelined.plan``), for the report and the docs.
+
+    Attributes:
+        schedule: the shape (layers, stages, microbatches) and its arithmetic.
+        axis: the mesh axis of the stages.
+        stage_devices: per stage, the ids of the devices that run it.
+        chosen: whether partitioner chose the microbatch count.
+        estimates: the model's figures per microbatch count, where it chose.
+        permute_bytes: bytes moved between neighbouring stages per step (one
+            microbatch's activations, whole: the other mesh axes may split them).
+    """
+
+    schedule: Schedule
+    axis: str
+    stage_devices: tuple[tuple[int, ...], ...]
+    chosen: bool
+    estimates: tuple[choice.Estimate, ...]
+    permute_bytes: int
+
+    def __str__(self) -> str:
+        s = self.schedule
+        how = "chosen by partitioner" if self.chosen else "given"
+        lines = [
+            f"pipeline over mesh axis {self.axis!r}: {s.kind}, {s.layers} layers on "
+            f"{s.stages} stages, {s.microbatches} microbatches ({how}), {s.steps} steps",
+            f"  bubble fraction {s.bubble_fraction:.3f}; collective-permute "
+            f"{self.permute_bytes:,} bytes per step",
+        ]
+        for k, devices in enumerate(self.stage_devices):
+            lines.append(
+                f"  stage {k}: layers {_ranges(s.layers_of(k))} on devices {list(devices)}"
+            )
+        return "\n".join(lines)
+
+    def chart(self) -> str:
+        """The schedule as text: a row per stage, a column per step, each cell the
+        microbatch the stage works on (with its visit for circular: ``3b`` is
+        microbatch 3 on its second visit) or ``.`` for the bubble."""
+        s = self.schedule
+        width = len(str(s.microbatches - 1)) + (1 if s.repeats > 1 else 0)
+        rows = []
+        for k in range(s.stages):
+            cells = []
+            for t in range(s.steps):
+                micro, visit, busy = (int(np.asarray(v)[k]) for v in s.at(np.int32(t)))
+                cell = str(micro) + (chr(ord("a") + visit) if s.repeats > 1 else "")
+                cells.append((cell if busy else ".").rjust(width))
+            rows.append(f"stage {k} | " + " ".join(cells))
+        return "\n".join(rows)
+
+
+class Pipelined:
+    """The function :func:`pipeline` returns."""
+
+    def __init__(
+        self, layer: Callable[[Any, Any], Any], axis: str, microbatches: int | None, schedule: str
+    ) -> None:
+        self.layer, self.axis = layer, axis
+        self.microbatches, self.schedule = microbatches, schedule
+        functools.update_wrapper(self, layer)  # type: ignore[arg-type]
+
+    def __call__(self, stacked_params: Any, x: Any) -> Any:
+        plan = self.plan(stacked_params, x)
+        return _program(self.layer, plan.schedule, self.axis, stacked_params, x)
+
+    def plan(self, stacked_params: Any, x: Any) -> PipelinePlan:
+        """The stages, microbatches and schedule a call with these arguments runs
+        (arrays or ``jax.ShapeDtypeStruct``s), under the mesh in context.
+
+        Raises:
+            RuntimeError: no mesh in context.
+            ValueError: ``axis`` not in the mesh; parameters without a common
+                leading (layer) dimension; layers not divisible by the stages; a
+                batch not divisible by ``microbatches``; a layer whose output
+                differs from its input in structure, shape or dtype.
+        """
+        mesh = maybe_current_mesh()
+        if mesh is None:
+            raise RuntimeError(
+                f"{_API}: no mesh in context; call the pipelined function under "
+                "`partitioner.mesh(...)` or `jax.set_mesh(...)` (inside a pjit or jit)"
+            )
+        if self.axis not in mesh.axis_names:
+            raise ValueError(
+                f"{_API}: axis {self.axis!r} is not an axis of the mesh in context "
+                f"{dict(mesh.shape)}"
+            )
+        stages = int(mesh.shape[self.axis])
+        layers = _layers(stacked_params, self.axis, stages)
+        batch = _batch(x)
+        _check_layer(self.layer, stacked_params, x)
+        estimates: tuple[choice.Estimate, ...] = ()
+        m = self.microbatches
+        if m is None:
+            m, estimates = self._choose(stacked_params, x, layers, stages, batch)
+        elif batch % m:
+            raise ValueError(
+                f"{_API}: the batch (x's leading dimension, {batch}) is not divisible by "
+                f"microbatches={m}; use a divisor of {batch}, or microbatches=None"
+            )
+        devices = np.moveaxis(
+            np.vectorize(lambda d: d.id)(mesh.devices), mesh.axis_names.index(self.axis), 0
+        )
+        stage_devices = tuple(tuple(int(i) for i in row.flat) for row in devices)
+        return PipelinePlan(
+            Schedule(self.schedule, layers, stages, m),
+            self.axis,
+            stage_devices,
+            self.microbatches is None,
+            estimates,
+            _bytes(x) // m,
+        )
+
+    def _choose(
+        self, params: Any, x: Any, layers: int, stages: int, batch: int
+    ) -> tuple[int, tuple[choice.Estimate, ...]]:
+        one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), params)
+        h = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), x)
+        key = (self.layer, self.schedule, layers, stages, str(jax.tree.structure((one, h))),
+               tuple((a.shape, str(a.dtype)) for a in jax.tree.leaves((one, h))))  # fmt: skip
+        return choice.chosen_for(
+            key,
+            lambda: choice.choose(
+                self.schedule,
+                layers,
+                stages,
+                batch,
+                choice.layer_flops(self.layer, one, h),
+                float(_bytes(x)),
+            ),  # fmt: skip
+        )
+
+
+# --- the checks ---
+
+
+def _layers(params: Any, axis: str, stages: int) -> int:
+    leaves = tree_flatten_with_path(params)[0]
+    if not leaves:
+        raise ValueError(f"{_API}: stacked_params has no arrays (a layer needs parameters)")
+    sizes = {}
+    for path, a in leaves:
+        if np.ndim(a) < 1:
+            raise ValueError(
+                f"{_API}: stacked_params{keystr(path)} is a scalar; every parameter needs a "
+                "leading (layer) dimension"
+            )
+        sizes[f"stacked_params{keystr(path)}"] = np.shape(a)[0]
+    if len(set(sizes.values())) > 1:
+        raise ValueError(
+            f"{_API}: the parameters' leading (layer) dimensions differ: "
+            + ", ".join(f"{k} has {v}" for k, v in sizes.items())
+        )
+    layers = next(iter(sizes.values()))
+    if layers % stages:
+        raise ValueError(
+            f"{_API}: {layers} layers are not divisible by the {stages} devices of mesh axis "
+            f"{axis!r}; use a number of layers that is a multiple of {stages}"
+        )
+    return int(layers)
+
+
+def _batch(x: Any) -> int:
+    leaves = tree_flatten_with_path(x)[0]
+    if not leaves:
+        raise ValueError(f"{_API}: x has no arrays")
+    sizes = {f"x{keystr(p)}": (np.shape(a)[0] if np.ndim(a) else None) for p, a in leaves}
+    if None in sizes.values() or len(set(sizes.values())) > 1:
+        raise ValueError(
+            f"{_API}: every leaf of x needs the same leading (batch) dimension: "
+            + ", ".join(
+                f"{k} has shape {np.shape(a)}" for (k, a) in zip(sizes, (a for _, a in leaves))
+            )
+        )
+    (size,) = set(sizes.values())
+    return int(size or 0)
+
+
+def _check_layer(layer: Callable[..., Any], params: Any, x: Any) -> None:
+    one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a)[1:], a.dtype), params)
+    h = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), x)
+    out = jax.eval_shape(layer, one, h)
+    if str(jax.tree.structure(out)) != str(jax.tree.structure(h)):
+        raise ValueError(
+            f"{_API}: the layer returns {jax.tree.structure(out)}, not the structure of its "
+            f"input h ({jax.tree.structure(h)}): a stack of layers needs them equal"
+        )
+    for (path, o), i in zip(tree_flatten_with_path(out)[0], jax.tree.leaves(h), strict=True):
+        if (o.shape, o.dtype) != (i.shape, i.dtype):
+            raise ValueError(
+                f"{_API}: the layer's output{keystr(path)} is {o.dtype}{list(o.shape)} but its "
+                f"input is {i.dtype}{list(i.shape)}: a stack of layers needs them equal"
+            )
+
+
+def _bytes(x: Any) -> int:
+    return sum(int(np.prod(np.shape(a))) * np.dtype(a.dtype).itemsize for a in jax.tree.leaves(x))
+
+
+def _ranges(layers: Sequence[int]) -> str:
+    if len(layers) > 1 and all(b - a == 1 for a, b in zip(layers, layers[1:])):
+        return f"{layers[0]}-{layers[-1]}"
+    return ", ".join(map(str, layers))
+
+
+# --- the program (NOTE [pipeline]) ---
+
+
+def _program(layer: Callable[..., Any], s: Schedule, axis: str, params: Any, x: Any) -> Any:
+    n, m = s.stages, s.microbatches
+    last_visit = s.repeats - 1
+
+    def split(a: Any, spec: Callable[[int], PartitionSpec]) -> Any:
+        return with_sharding_constraint(a, spec(np.ndim(a)))
+
+    def staged(nd: int) -> PartitionSpec:
+        return PartitionSpec(axis, *[_OPEN] * (nd - 1))
+
+    # [layers, ...] -> [repeats, stages, per_visit, ...], the stages over the axis.
+    p = jax.tree.map(
+        lambda a: split(
+            a.reshape(s.repeats, n, s.per_visit, *a.shape[1:]),
+            lambda nd: PartitionSpec(None, axis, *[_OPEN] * (nd - 2)),
+        ),
+        params,
+    )
+    # [batch, ...] -> [microbatches, batch / microbatches, ...]: microbatch k takes every
+    # m-th example, so each device's block of a batch split over other axes stays local.
+    xm = jax.tree.map(lambda a: jnp.swapaxes(a.reshape(-1, m, *a.shape[1:]), 0, 1), x)
+
+    def visit(pr: Any, h: Any) -> Any:  # one stage's layers of one visit
+        return jax.lax.scan(lambda c, q: (layer(q, c), None), h, pr)[0]
+
+    def per_stage(k: Any, pr: Any, h: Any, out: Any, micro: Any, rep: Any, busy: Any) -> Any:
+        mi, ri = jnp.clip(micro, 0, m - 1), jnp.clip(rep, 0, last_visit)
+        fresh = (k == 0) & (rep == 0)
+        h = jax.tree.map(lambda a, f: jnp.where(fresh, f[mi], a), h, xm)
+        new = visit(jax.tree.map(lambda a: a[ri], pr), h)
+        done = busy & (k == n - 1) & (rep == last_visit)
+        out = jax.tree.map(lambda o, v: o.at[mi].set(jnp.where(done, v, o[mi])), out, new)
+        return new, out
+
+    stage_map = jax.vmap(per_stage, in_axes=(0, 1, 0, 0, 0, 0, 0), spmd_axis_name=axis)
+
+    def step(carry: Any, t: Any) -> Any:
+        state, out = carry
+        micro, rep, busy = s.at(t)
+        shifted = jax.tree.map(lambda a: jnp.roll(a, 1, axis=0), state)  # to the next stage
+        new, out = stage_map(jnp.arange(n), p, shifted, out, micro, rep, busy)
+        return (jax.tree.map(lambda a: split(a, staged), new),
+                jax.tree.map(lambda a: split(a, staged), out)), None  # fmt: skip
+
+    state0 = jax.tree.map(lambda a: split(jnp.zeros((n, *a.shape[1:]), a.dtype), staged), xm)
+    out0 = jax.tree.map(lambda a: split(jnp.zeros((n, *a.shape), a.dtype), staged), xm)
+    (_, out), _ = jax.lax.scan(step, (state0, out0), jnp.arange(s.steps))
+    return jax.tree.map(lambda o, a: jnp.swapaxes(o[n - 1], 0, 1).reshape(a.shape), out, x)

@@ -1,0 +1,268 @@
+"""``partitioner.pipeline``: a stack of layers as pipeline stages over a mesh axis.
+
+Every value is compared with jax.jit running the plain scan
+``lax.scan(lambda h, p: (layer(p, h), None), x, stacked_params)`` on the same inputs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import partitioner
+from partitioner import PartitionSpec as P
+from partitioner import with_sharding_constraint
+
+LAYERS, BATCH, WIDTH, HIDDEN = 8, 16, 16, 32
+STACK = {"w1": P("stage"), "w2": P("stage"), "b": P("stage")}
+
+
+def stacked_params(layers: int = LAYERS) -> dict[str, jax.Array]:
+    k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
+    return {
+        "w1": jax.random.normal(k1, (layers, WIDTH, HIDDEN)) / math.sqrt(WIDTH),
+        "w2": jax.random.normal(k2, (layers, HIDDEN, WIDTH)) / math.sqrt(HIDDEN),
+        "b": jax.random.normal(k3, (layers, WIDTH)) * 0.1,
+    }
+
+
+def batch() -> tuple[jax.Array, jax.Array]:
+    kx, ky = jax.random.split(jax.random.key(1))
+    return jax.random.normal(kx, (BATCH, WIDTH)), jax.random.normal(ky, (BATCH, WIDTH))
+
+
+def layer(p: dict[str, jax.Array], h: jax.Array) -> jax.Array:
+    """A residual MLP block, tensor parallel over "model" where the mesh has it."""
+    hidden = jax.nn.gelu(h @ p["w1"])
+    mesh = jax.sharding.get_abstract_mesh()
+    if "model" in mesh.axis_names:
+        hidden = with_sharding_constraint(hidden, P("data", "model"))
+    return h + hidden @ p["w2"] + p["b"]
+
+
+def plain(params: dict[str, jax.Array], x: jax.Array) -> jax.Array:
+    return jax.lax.scan(lambda h, p: (layer(p, h), None), x, params)[0]
+
+
+def train_step(forward):
+    def loss(params, x, y):
+        return jnp.mean((forward(params, x) - y) ** 2)
+
+    return jax.value_and_grad(loss)
+
+
+def mesh_of(names: tuple[str, ...]) -> jax.sharding.Mesh:
+    shape = {2: (4, 2), 3: (2, 2, 2)}[len(names)]
+    return jax.sharding.Mesh(np.array(jax.devices()[:8]).reshape(shape), names)
+
+
+def close(ours, theirs, what: str = "") -> None:
+    """Microbatches sum the gradient in another order than the plain scan."""
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5, err_msg=what)
+
+
+# --- values and gradients, side by side with jax.jit's plain scan ---
+
+
+@pytest.mark.parametrize("names", [("stage", "data"), ("stage", "data", "model")])
+def test_a_train_step_equals_the_plain_scan(names, partitioner_mode) -> None:
+    """Both schedules and microbatches 1, 2, 4, 8 and None, in one program (one compile)."""
+    params, (x, y) = stacked_params(), batch()
+    mesh = mesh_of(names)
+    steps = {
+        (schedule, m): train_step(
+            partitioner.pipeline(layer, axis="stage", microbatches=m, schedule=schedule)
+        )
+        for schedule in ("gpipe", "circular")
+        for m in (1, 2, 4, 8, None)
+    }
+
+    def every(params, x, y):
+        return {f"{k[0]}/{k[1]}": step(params, x, y) for k, step in steps.items()}
+
+    f = partitioner.pjit(
+        every, in_axis_resources=(STACK, P("data"), P("data")), out_axis_resources=None
+    )
+    with jax.set_mesh(mesh):
+        ours = f(params, x, y)
+        theirs = jax.jit(train_step(plain))(params, x, y)
+    for key, value in ours.items():
+        close(value, theirs, key)
+
+
+def test_the_stages_hold_their_layers_and_pass_activations_to_their_neighbours() -> None:
+    params, (x, y) = stacked_params(), batch()
+    run = partitioner.pipeline(layer, axis="stage", microbatches=4)
+    f = partitioner.pjit(
+        train_step(run), in_axis_resources=(STACK, P("data"), P("data")), out_axis_resources=None
+    )
+    with jax.set_mesh(mesh_of(("stage", "data"))):
+        compiled = f.lower(params, x, y).compile()
+        plan = run.plan(params, x)
+    text = compiled.as_text()
+    assert "collective-permute" in text
+    (w1,) = [s for s in jax.tree.leaves(compiled.input_shardings[0][0]) if s][:1]
+    assert w1.shard_shape((LAYERS, WIDTH, HIDDEN))[0] == LAYERS // 4  # each stage, its layers
+    assert plan.stage_devices == ((0, 1), (2, 3), (4, 5), (6, 7))
+    assert [plan.schedule.layers_of(k) for k in range(4)] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert plan.schedule.bubble_fraction == pytest.approx(3 / 7)
+    assert plan.permute_bytes == BATCH // 4 * WIDTH * 4
+    assert "stage 3: layers 6-7 on devices [6, 7]" in str(plan)
+
+
+def test_circular_puts_layer_i_on_stage_i_mod_s_with_a_smaller_bubble() -> None:
+    params, (x, _) = stacked_params(), batch()
+    with jax.set_mesh(mesh_of(("stage", "data"))):
+        gpipe = partitioner.pipeline(layer, axis="stage", microbatches=4).plan(params, x)
+        circ = partitioner.pipeline(layer, axis="stage", microbatches=4, schedule="circular").plan(
+            params, x
+        )
+    assert [circ.schedule.layers_of(k) for k in range(4)] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert circ.schedule.bubble_fraction == pytest.approx(3 / 11)
+    assert circ.schedule.bubble_fraction < gpipe.schedule.bubble_fraction
+    assert gpipe.chart().splitlines()[1] == "stage 1 | . 0 1 2 3 . ."
+    assert circ.chart().splitlines()[0] == "stage 0 | 0a 1a 2a 3a 0b 1b 2b 3b  .  .  ."
+
+
+def test_partitioner_chooses_the_microbatches_once_and_says_so() -> None:
+    params, (x, _) = stacked_params(), batch()
+    run = partitioner.pipeline(layer, axis="stage")
+    with jax.set_mesh(mesh_of(("stage", "data"))):
+        plan = run.plan(params, x)
+        again = run.plan(params, x)
+    assert plan.chosen and plan.schedule.microbatches == again.schedule.microbatches
+    assert plan.estimates is again.estimates  # kept, not estimated again
+    counts = [e.microbatches for e in plan.estimates]
+    assert counts == [d for d in range(1, BATCH + 1) if BATCH % d == 0]
+    best = min(e.total_s for e in plan.estimates)
+    (mine,) = [e for e in plan.estimates if e.microbatches == plan.schedule.microbatches]
+    assert mine.total_s <= best * 1.01
+    assert "chosen by partitioner" in str(plan)
+
+
+# --- composing with jax's transformations ---
+
+
+def test_vmap_over_another_dimension_and_checkpointed_layers() -> None:
+    params, (x, y) = stacked_params(), batch()
+    xs = jnp.stack([x, 2 * x, -x])
+    run = partitioner.pipeline(jax.checkpoint(layer), axis="stage", microbatches=2)
+    f = partitioner.pjit(jax.vmap(run, in_axes=(None, 0)), in_axis_resources=(STACK, P()))
+    with jax.set_mesh(mesh_of(("stage", "data"))):
+        ours = f(params, xs)
+        grads = partitioner.pjit(train_step(run), in_axis_resources=(STACK, P("data"), P("data")))(
+            params, x, y
+        )
+        theirs = jax.jit(jax.vmap(plain, in_axes=(None, 0)))(params, xs)
+        their_grads = jax.jit(train_step(plain))(params, x, y)
+    close(ours, theirs)
+    close(grads, their_grads)
+
+
+def test_a_flax_scanned_model() -> None:
+    nn = pytest.importorskip("flax.linen")
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, h):
+            return h + nn.Dense(WIDTH)(nn.gelu(nn.Dense(HIDDEN)(h)))
+
+    block = Block()
+    x, y = batch()
+    keys = jax.random.split(jax.random.key(3), LAYERS)
+    stacked = jax.jit(jax.vmap(lambda k: block.init(k, x)["params"]))(keys)
+
+    def apply(p, h):
+        return block.apply({"params": p}, h)
+
+    def scanned(p, h):  # what flax's nn.scan over Block computes
+        return jax.lax.scan(lambda c, q: (apply(q, c), None), h, p)[0]
+
+    run = partitioner.pipeline(apply, axis="stage", microbatches=4, schedule="circular")
+    specs = jax.tree.map(lambda _: P("stage"), stacked)
+    f = partitioner.pjit(train_step(run), in_axis_resources=(specs, P("data"), P("data")))
+    with jax.set_mesh(mesh_of(("stage", "data"))):
+        ours = f(stacked, x, y)
+    close(ours, jax.jit(train_step(scanned))(stacked, x, y))
+
+
+# --- bad input ---
+
+
+def _plan(run, params=None, x=None, names=("stage", "data")):
+    params = stacked_params() if params is None else params
+    x = batch()[0] if x is None else x
+    with jax.set_mesh(mesh_of(names)):
+        return run.plan(params, x)
+
+
+def test_layers_not_divisible_by_the_stages() -> None:
+    run = partitioner.pipeline(layer, axis="stage")
+    with pytest.raises(
+        ValueError, match=r"6 layers are not divisible by the 4 devices of mesh axis 'stage'"
+    ):
+        _plan(run, stacked_params(6))
+
+
+def test_a_batch_not_divisible_by_the_microbatches() -> None:
+    run = partitioner.pipeline(layer, axis="stage", microbatches=3)
+    with pytest.raises(ValueError, match=r"batch .*16.* not divisible by microbatches=3"):
+        _plan(run)
+
+
+def test_an_axis_not_in_the_mesh() -> None:
+    run = partitioner.pipeline(layer, axis="pipe")
+    with pytest.raises(ValueError, match=r"axis 'pipe' is not an axis of the mesh.*'stage': 4"):
+        _plan(run)
+
+
+def test_parameters_without_a_common_leading_dimension() -> None:
+    params = dict(stacked_params(), b=jnp.zeros((4, WIDTH)))
+    with pytest.raises(ValueError, match=r"leading \(layer\) dimensions differ.*\['b'\] has 4"):
+        _plan(partitioner.pipeline(layer, axis="stage"), params)
+    params = dict(stacked_params(), scale=jnp.float32(1.0))
+    with pytest.raises(ValueError, match=r"stacked_params\['scale'\] is a scalar"):
+        _plan(partitioner.pipeline(layer, axis="stage"), params)
+
+
+def test_a_layer_whose_output_differs_from_its_input() -> None:
+    def widening(p, h):
+        return h @ p["w1"]
+
+    with pytest.raises(
+        ValueError, match=r"output is float32\[16, 32\] but its input is float32\[16, 16\]"
+    ):
+        _plan(partitioner.pipeline(widening, axis="stage"))
+
+    def casting(p, h):
+        return layer(p, h).astype(jnp.bfloat16)
+
+    with pytest.raises(ValueError, match=r"bfloat16.* but its input is float32"):
+        _plan(partitioner.pipeline(casting, axis="stage"))
+
+
+def test_no_mesh_in_context() -> None:
+    run = partitioner.pipeline(layer, axis="stage")
+    with pytest.raises(RuntimeError, match="no mesh in context"):
+        run.plan(stacked_params(), batch()[0])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"axis": 0}, TypeError, "axis must be a mesh axis name"),
+        ({"axis": "stage", "microbatches": 0}, ValueError, "microbatches must be >= 1"),
+        ({"axis": "stage", "microbatches": 2.0}, TypeError, "microbatches must be an int"),
+        ({"axis": "stage", "schedule": "1f1b"}, ValueError, "schedule must be one of"),
+    ],
+)
+def test_bad_arguments(kwargs, error, message) -> None:
+    with pytest.raises(error, match=message):
+        partitioner.pipeline(layer, **kwargs)
+    with pytest.raises(TypeError, match="layer must be callable"):
+        partitioner.pipeline(None, axis="stage")
