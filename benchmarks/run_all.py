@@ -29,6 +29,7 @@ FIGURES = (
     "colocated",
     "pmap",
     "auto",
+    "pipeline",
     "startup",
 )
 

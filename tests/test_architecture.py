@@ -33,7 +33,12 @@ LAYERS: list[tuple[str, ...]] = [
     ("_src.lower",),
     ("_src.compiler",),  # lower -> compile -> executable -> cache
     ("_src.dispatch",),
-    ("_src.inspect.tables", "_src.inspect.collectives", "_src.inspect.visualize"),  # report tables
+    (
+        "_src.inspect.tables",
+        "_src.inspect.collectives",
+        "_src.inspect.visualize",
+        "_src.inspect.pipelines",
+    ),  # fmt: skip  # report tables
     ("_src.stages", "_src.residuals"),
     ("_src.auto",),  # chooses AUTO specs; compiles finalists through the cache, reads reports
     ("_src.registry", "_src.host_callback", "_src.distributed"),

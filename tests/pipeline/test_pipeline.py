@@ -104,8 +104,17 @@ def test_the_stages_hold_their_layers_and_pass_activations_to_their_neighbours()
     with jax.set_mesh(mesh_of(("stage", "data"))):
         compiled = f.lower(params, x, y).compile()
         plan = run.plan(params, x)
-    text = compiled.as_text()
-    assert "collective-permute" in text
+    report = compiled.report()
+    (table,) = report.pipelines
+    assert (table.axis, table.schedule, table.microbatches, table.steps) == ("stage", "gpipe", 4, 7)
+    assert table.stage_layers == ("0-1", "2-3", "4-5", "6-7")
+    assert table.stage_devices == ((0, 1), (2, 3), (4, 5), (6, 7))
+    permutes = [c for c in report.collectives if c.kind == "collective-permute"]
+    assert permutes and table.permute_bytes == sum(c.bytes_per_device * c.count for c in permutes)
+    assert all(c.axes == ("stage",) for c in permutes)  # neighbours along the stage axis only
+    text = str(report)
+    assert "pipeline over mesh axis 'stage': gpipe, 8 layers on 4 stages, 4 microbatches" in text
+    assert "bubble fraction 0.429" in text and "stage 2: layers 4-5 on devices [4, 5]" in text
     (w1,) = [s for s in jax.tree.leaves(compiled.input_shardings[0][0]) if s][:1]
     assert w1.shard_shape((LAYERS, WIDTH, HIDDEN))[0] == LAYERS // 4  # each stage, its layers
     assert plan.stage_devices == ((0, 1), (2, 3), (4, 5), (6, 7))
@@ -266,3 +275,23 @@ def test_bad_arguments(kwargs, error, message) -> None:
         partitioner.pipeline(layer, **kwargs)
     with pytest.raises(TypeError, match="layer must be callable"):
         partitioner.pipeline(None, axis="stage")
+
+
+def cli_forward(w1, w2, b, x):
+    """A pipelined forward pass as ``python -m partitioner.inspect`` takes it (flat arrays)."""
+    run = partitioner.pipeline(layer, axis="stage", microbatches=2, schedule="circular")
+    return run({"w1": w1, "w2": w2, "b": b}, x)
+
+
+def test_the_inspect_shell_shows_the_pipeline(capsys) -> None:
+    from partitioner.inspect.__main__ import main
+
+    shapes = [f"f32[{LAYERS},{WIDTH},{HIDDEN}]", f"f32[{LAYERS},{HIDDEN},{WIDTH}]"]
+    shapes += [f"f32[{LAYERS},{WIDTH}]", f"f32[{BATCH},{WIDTH}]"]
+    argv = ["tests.pipeline.test_pipeline:cli_forward", "--mesh", "stage=4,data=2"]
+    for shape, spec in zip(shapes, ["P('stage')"] * 3 + ["P('data')"], strict=True):
+        argv += ["--arg", shape, "--in", spec]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "pipeline over mesh axis 'stage': circular, 8 layers on 4 stages, 2 microbatches" in out
+    assert "stage 1: layers 1, 5 on devices [2, 3]" in out

@@ -26,6 +26,9 @@ from ..primitives.call_plan import CallPlan
 from ..primitives.constraint import ConstraintParams, sharding_constraint_p
 from ..sharding.parsed import ParsedPartitionSpec
 from .collectives import Collective, collectives
+from .pipelines import PipelineTable
+from .pipelines import found as pipelines_in
+from .pipelines import lines as pipeline_lines
 from .visualize import ChosenLayout, visualize_choice
 
 
@@ -138,6 +141,7 @@ class Report:
     memory: Memory | None
     cost: Cost | None
     auto: AutoTable | None = None
+    pipelines: tuple[PipelineTable, ...] = ()
 
     def with_values(self, extra: Sequence[ValueRow]) -> Report:
         return dataclasses.replace(self, values=(*self.values, *extra))
@@ -200,6 +204,8 @@ class Report:
                 f"cost per device: {c.flops:,.0f} flops, {c.bytes_accessed:,.0f} bytes accessed, "
                 f"{c.transcendentals:,.0f} transcendentals"
             )
+        for p in self.pipelines:
+            lines += ["", *pipeline_lines(p)]
         if self.auto is not None:
             lines += ["", *_auto_lines(self.auto)]
         return "\n".join(lines)
@@ -376,6 +382,7 @@ def build(plan: CallPlan, executable: Executable, shardy: bool) -> Report:
         memory=memory,
         cost=_cost(loaded),
         auto=auto,
+        pipelines=pipelines_in(params.jaxpr.jaxpr, found, mesh),
     )
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from jax.sharding import PartitionSpec
 from jax.tree_util import keystr, tree_flatten_with_path
 
+from ..inspect.pipelines import marker, stage_devices
 from ..primitives.constraint import with_sharding_constraint
 from ..sharding.mesh_env import maybe_current_mesh
 from . import microbatches as choice
@@ -135,7 +136,13 @@ class Pipelined:
 
     def __call__(self, stacked_params: Any, x: Any) -> Any:
         plan = self.plan(stacked_params, x)
-        return _program(self.layer, plan.schedule, self.axis, stacked_params, x)
+        s = plan.schedule
+        scope = marker(
+            self.axis, s.kind, s.layers, s.stages, s.microbatches, s.steps, s.bubble_fraction,
+            plan.chosen, [_ranges(s.layers_of(k)) for k in range(s.stages)],
+        )  # fmt: skip
+        with jax.named_scope(scope):  # NOTE [pipeline in the report]
+            return _program(self.layer, s, self.axis, stacked_params, x)
 
     def plan(self, stacked_params: Any, x: Any) -> PipelinePlan:
         """The stages, microbatches and schedule a call with these arguments runs
@@ -172,14 +179,10 @@ class Pipelined:
                 f"{_API}: the batch (x's leading dimension, {batch}) is not divisible by "
                 f"microbatches={m}; use a divisor of {batch}, or microbatches=None"
             )
-        devices = np.moveaxis(
-            np.vectorize(lambda d: d.id)(mesh.devices), mesh.axis_names.index(self.axis), 0
-        )
-        stage_devices = tuple(tuple(int(i) for i in row.flat) for row in devices)
         return PipelinePlan(
             Schedule(self.schedule, layers, stages, m),
             self.axis,
-            stage_devices,
+            stage_devices(mesh, self.axis),
             self.microbatches is None,
             estimates,
             _bytes(x) // m,
