@@ -173,6 +173,22 @@ def test_vmap_over_another_dimension_and_checkpointed_layers() -> None:
     close(grads, their_grads)
 
 
+def test_auto_chooses_the_parameters_layouts_around_the_stages() -> None:
+    params, (x, y) = stacked_params(), batch()
+    run = partitioner.pipeline(layer, axis="stage", microbatches=4)
+    f = partitioner.pjit(
+        train_step(run), in_axis_resources=(partitioner.AUTO, P("data"), P("data"))
+    )
+    with jax.set_mesh(mesh_of(("stage", "data", "model"))):
+        report = f.lower(params, x, y).compile().report()
+        ours = f(params, x, y)
+        theirs = jax.jit(train_step(plain))(params, x, y)
+    close(ours, theirs)
+    chosen = dict(zip(report.auto.choice.paths, report.auto.choice.chosen.specs, strict=True))
+    assert chosen["args[0]['w1']"].startswith("P('stage'"), chosen  # each stage, its layers
+    assert report.pipelines[0].stages == 2
+
+
 def test_a_flax_scanned_model() -> None:
     nn = pytest.importorskip("flax.linen")
 
