@@ -23,6 +23,7 @@ def lint(session: nox.Session) -> None:
         "ruff",
         "check",
         "partitioner",
+        "_partitioner_pytest",
         "tests",
         "benchmarks",
         "examples",
@@ -34,6 +35,7 @@ def lint(session: nox.Session) -> None:
         "format",
         "--check",
         "partitioner",
+        "_partitioner_pytest",
         "tests",
         "benchmarks",
         "examples",
@@ -45,7 +47,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     session.install("-e", ".", "mypy")
-    session.run("mypy", "partitioner")
+    session.run("mypy", "partitioner", "_partitioner_pytest")
 
 
 @nox.session
@@ -99,8 +101,9 @@ root = pathlib.Path(partitioner.__file__).parent
 assert 'site-packages' in str(root), f'imported from the source tree: {root}'
 assert (root / 'py.typed').is_file(), 'py.typed missing from the wheel'
 assert (root / 'testing' / 'plugin.py').is_file(), 'partitioner/testing missing from the wheel'
+import _partitioner_pytest  # the plugin's own package, beside partitioner
 plugins = {e.name: e.value for e in md.entry_points(group='pytest11')}
-assert plugins.get('partitioner') == 'partitioner.testing.plugin', plugins
+assert plugins.get('partitioner') == '_partitioner_pytest', plugins
 print('installed wheel:', root)
 """
 TYPED_USER = """

@@ -45,13 +45,14 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 MSG_NO_PLUGIN = """\
 partitioner's pytest plugin is not loaded, so this suite would run on one device. It is \
 loaded through the pytest11 entry point of an installed partitioner: pip install -e \
-".[test]" (or name it: python -m pytest -p partitioner.testing.plugin)."""
+".[test]" (or name it: python -m pytest -p _partitioner_pytest)."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Stop at once, with the fix, when the plugin that gives the suite its devices is missing."""
     plugins = config.pluginmanager
-    if not (plugins.has_plugin("partitioner") or plugins.has_plugin("partitioner.testing.plugin")):
+    named = ("partitioner", "_partitioner_pytest", "partitioner.testing.plugin")
+    if not any(plugins.has_plugin(name) for name in named):
         raise pytest.UsageError(MSG_NO_PLUGIN)
 
 

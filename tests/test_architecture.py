@@ -438,7 +438,7 @@ def test_gateway_exports_names_not_modules() -> None:
 
     Names that are not identifiers are not exports: pytest's assertion rewriting binds
     ``@py_builtins`` and ``@pytest_ar`` in every module of a distribution that has a
-    pytest plugin, as partitioner does (``partitioner.testing.plugin``).
+    pytest plugin, as partitioner does (``_partitioner_pytest``).
     """
     modules = sorted(
         name

@@ -25,9 +25,8 @@ def test_wheel_ships_py_typed_testing_and_plugin(tmp_path: pathlib.Path) -> None
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    shutil.copytree(
-        ROOT / "partitioner", src / "partitioner", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    for package in ("partitioner", "_partitioner_pytest"):
+        shutil.copytree(ROOT / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(src)],
         check=True,
@@ -41,4 +40,5 @@ def test_wheel_ships_py_typed_testing_and_plugin(tmp_path: pathlib.Path) -> None
         plugin_entry = zf.read(entry_points).decode()
     assert "partitioner/py.typed" in names
     assert {"partitioner/testing/plugin.py", "partitioner/testing/strategies.py"} <= names
-    assert "[pytest11]\npartitioner = partitioner.testing.plugin" in plugin_entry
+    assert "_partitioner_pytest/__init__.py" in names
+    assert "[pytest11]\npartitioner = _partitioner_pytest" in plugin_entry

@@ -1,151 +1,38 @@
-"""partitioner's pytest plugin: virtual CPU devices, a mesh fixture, a device-count marker.
+"""partitioner's pytest plugin, under the name users import: ``--virtual-devices N``, the
+``mesh`` fixture, the ``needs_devices(n)`` marker.
 
-pytest loads it by itself wherever partitioner is installed (the ``pytest11`` entry
-point ``partitioner``); ``-p no:partitioner`` turns it off. Loaded, it only adds
-names: the device count changes only when asked.
-
-- ``--virtual-devices N`` (or ``virtual_devices = N`` in the ini file; the option
-  wins) runs the session on N virtual CPU devices. Every JAX project's
-  ``conftest.py`` has to set ``--xla_force_host_platform_device_count`` before jax
-  creates its devices, and a conftest that imports a module importing jax first
-  silently gets one device. The plugin sets it from pytest's earliest hook for
-  plugins, before any conftest is imported: ``XLA_FLAGS`` (so processes the tests
-  start inherit it) and jax's ``jax_num_cpu_devices``, and it makes the CPU jax's
-  platform unless ``JAX_PLATFORMS`` says otherwise. If jax's devices exist already
-  (another plugin used jax), the count can no longer change and the run stops with
-  a usage error saying so.
-- ``mesh``: a fixture that builds meshes, ``mesh((4, 2), ("data", "model"))``, over
-  the first devices (Auto axes unless ``axis_types=`` says otherwise), and skips the
-  test when there are too few devices.
-- ``@pytest.mark.needs_devices(n)``: skips a test when jax has fewer than ``n``
-  devices.
+pytest loads the plugin from the ``_partitioner_pytest`` package (the ``pytest11``
+entry point ``partitioner``), which sits beside ``partitioner`` so that loading it
+imports neither jax nor partitioner: every pytest run where partitioner is installed
+loads it, and most never ask for it. This module is the same plugin (its hooks, the
+fixture, the constants), for ``-p partitioner.testing.plugin`` where the entry point is
+not installed, and for the names a user's conftest refers to.
 """
 
 from __future__ import annotations
 
-import math
-import os
-import re
-from collections.abc import Callable, Sequence
-from typing import Any
+from _partitioner_pytest import (
+    INI,
+    MSG_TOO_LATE,
+    OPTION,
+    XLA_FLAG,
+    MeshFactory,
+    mesh,
+    pytest_addoption,
+    pytest_configure,
+    pytest_load_initial_conftests,
+    pytest_runtest_setup,
+)
 
-import jax
-import pytest
-from jax.sharding import AxisType, Mesh
-
-from .._src import jax_private as jp
-
-OPTION = "--virtual-devices"
-INI = "virtual_devices"
-XLA_FLAG = "--xla_force_host_platform_device_count"
-
-MSG_TOO_LATE = """\
-{option} {n}: jax's devices were created before partitioner's pytest plugin could set \
-the count (jax has {have} devices): something initialised jax's backends while pytest \
-was starting, before any conftest (another plugin, or a -p module, that ran jax). Set \
-the count before that code runs, or drop it from the plugins loaded first."""
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("partitioner", "partitioner (JAX device meshes)")
-    group.addoption(
-        OPTION,
-        dest="virtual_devices",
-        type=int,
-        default=None,
-        metavar="N",
-        help="run on N virtual CPU devices (set before jax creates its devices)",
-    )
-    parser.addini(INI, "run on this many virtual CPU devices (as --virtual-devices)", default="")
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    """Set the device count before the first conftest (and whatever it imports) runs."""
-    n = _requested(early_config)
-    if n is not None:
-        _set_virtual_devices(n, OPTION)
-
-
-def _requested(config: pytest.Config) -> int | None:
-    """The device count asked for: the option, else the ini setting, else None."""
-    n = config.known_args_namespace.virtual_devices
-    where = OPTION
-    if n is None:
-        text = str(config.getini(INI)).strip()
-        if not text:
-            return None
-        where = f"the ini setting {INI}"
-        try:
-            n = int(text)
-        except ValueError:
-            raise pytest.UsageError(f"{where} must be a whole number, got {text!r}") from None
-    if n < 1:
-        raise pytest.UsageError(f"{where} must be at least 1, got {n}")
-    return n
-
-
-def _set_virtual_devices(n: int, option: str = OPTION) -> None:
-    """Make jax create ``n`` CPU devices, and run on the CPU unless JAX_PLATFORMS says otherwise.
-
-    Raises:
-        pytest.UsageError: jax's devices exist already, and not ``n`` of them.
-    """
-    if jp.backends_are_initialized():
-        have = len(jax.devices("cpu"))
-        if have != n:
-            raise pytest.UsageError(MSG_TOO_LATE.format(option=option, n=n, have=have))
-        return
-    flags = re.sub(rf"{XLA_FLAG}=\S*", "", os.environ.get("XLA_FLAGS", "")).split()
-    os.environ["XLA_FLAGS"] = " ".join([*flags, f"{XLA_FLAG}={n}"])
-    jax.config.update("jax_num_cpu_devices", n)
-    if not os.environ.get("JAX_PLATFORMS"):
-        jax.config.update("jax_platforms", "cpu")
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "needs_devices(n): skip the test when jax has fewer than n devices"
-    )
-
-
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    marker = item.get_closest_marker("needs_devices")
-    if marker is None:
-        return
-    (n,) = marker.args
-    have = jax.device_count()
-    if have < n:
-        pytest.skip(f"needs {n} devices, jax has {have} (run pytest with {OPTION} {n})")
-
-
-MeshFactory = Callable[..., Mesh]
-
-
-@pytest.fixture
-def mesh() -> MeshFactory:
-    """Build a mesh over the first devices: ``mesh((4, 2), ("data", "model"))``.
-
-    Axes are Auto (as ``pjit`` expects) unless ``axis_types=`` gives one type for
-    all or one per axis; ``devices=`` picks others than ``jax.devices()``. The test
-    is skipped when the mesh needs more devices than there are.
-    """
-
-    def make(
-        shape: Sequence[int],
-        axis_names: Sequence[str],
-        *,
-        axis_types: AxisType | Sequence[AxisType] = AxisType.Auto,
-        devices: Sequence[Any] | None = None,
-    ) -> Mesh:
-        shape, names = tuple(shape), tuple(axis_names)
-        if len(shape) != len(names):
-            raise ValueError(f"mesh: shape {shape} and axis_names {names} differ in length")
-        pool = list(jax.devices() if devices is None else devices)
-        n = math.prod(shape)
-        if n > len(pool):
-            pytest.skip(f"a {shape} mesh needs {n} devices, there are {len(pool)}")
-        types = (axis_types,) * len(shape) if isinstance(axis_types, AxisType) else axis_types
-        return jax.make_mesh(shape, names, axis_types=tuple(types), devices=pool[:n])
-
-    return make
+__all__ = [
+    "INI",
+    "MSG_TOO_LATE",
+    "OPTION",
+    "XLA_FLAG",
+    "MeshFactory",
+    "mesh",
+    "pytest_addoption",
+    "pytest_configure",
+    "pytest_load_initial_conftests",
+    "pytest_runtest_setup",
+]

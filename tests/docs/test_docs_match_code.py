@@ -24,7 +24,8 @@ def test_api_doc_names_every_export() -> None:
 
 def _msg_constants() -> dict[str, Path]:
     found = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
+    plugin = sorted((ROOT / "_partitioner_pytest").rglob("*.py"))  # the pytest plugin's package
+    for path in [*sorted(PACKAGE.rglob("*.py")), *plugin]:
         for node in ast.parse(path.read_text()).body:
             if isinstance(node, ast.Assign):
                 for t in node.targets:

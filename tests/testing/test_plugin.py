@@ -29,7 +29,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 HOWTO = ROOT / "docs" / "howto" / "property-tests.md"
-PLUGIN = "partitioner.testing.plugin"
+PLUGIN = "_partitioner_pytest"
 TIMEOUT_S = 240
 
 #: How the plugin is loaded here: its entry point, else named with -p.
