@@ -12,6 +12,8 @@ such code what partitioner's own tests use:
   layout as an OpSharding, as HLO sharding text, as a NamedSharding and as pmap's
   ShardingSpec), one check per form, and :func:`assert_same_layout` (the same devices
   hold the same index ranges).
+- :func:`assert_sharding_invariant` (needs hypothesis too): a function gives the
+  answer ``jax.jit`` gives on one device, whatever the mesh and its arguments' layouts.
 - A pytest plugin (``partitioner.testing.plugin``), which pytest loads by itself once
   partitioner is installed: ``pytest --virtual-devices 8`` (or ``virtual_devices = 8``
   in the ini file) runs the tests on 8 virtual CPU devices, set before jax creates
@@ -20,6 +22,8 @@ such code what partitioner's own tests use:
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from .round_trips import (
     assert_hlo_text_round_trip,
@@ -30,11 +34,26 @@ from .round_trips import (
     assert_sharding_spec_round_trip,
 )
 
+if TYPE_CHECKING:
+    from .invariance import assert_sharding_invariant
+
+
+def __getattr__(name: str) -> Any:
+    """``assert_sharding_invariant`` needs hypothesis (the testing extra): imported when
+    asked for, so the round-trip checks work without it."""
+    if name == "assert_sharding_invariant":
+        from .invariance import assert_sharding_invariant
+
+        return assert_sharding_invariant
+    raise AttributeError(f"module 'partitioner.testing' has no attribute {name!r}")
+
+
 __all__ = [
     "assert_hlo_text_round_trip",
     "assert_named_sharding_round_trip",
     "assert_op_sharding_round_trip",
     "assert_round_trips",
     "assert_same_layout",
+    "assert_sharding_invariant",
     "assert_sharding_spec_round_trip",
 ]

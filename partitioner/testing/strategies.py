@@ -122,10 +122,18 @@ def _meshes(
     shuffle_devices: bool,
 ) -> Mesh:
     devices = pool if pool is not None else tuple(jax.devices())
-    n_axes = draw(st.integers(min_axes, max_axes))
+    # NOTE [edge cases drawn often]: a mesh is "drawn" (what a failure shrinks to) or,
+    # one time in three, the largest over its number of axes: every device, spread as
+    # evenly as the axes allow. Both kinds make the same draws, so that a failure found
+    # on the largest mesh shrinks on: the shrinker turns the kind to "drawn", and the
+    # drawn sizes take over. The most axes are drawn more often than the others.
+    maximal = draw(st.sampled_from(_MESH_KINDS)) == "maximal"
+    counts = (*range(min_axes, max_axes + 1), max_axes, max_axes)
+    n_axes = draw(st.sampled_from(counts))  # the fewest first: what a failure shrinks to
     axis_names = draw(
         st.lists(st.sampled_from(names), min_size=n_axes, max_size=n_axes, unique=True)
     )
+    spread = draw(st.permutations(_spread(len(devices), n_axes, max_axis_size)))
     # Every axis draws from the same choices (the divisors of the device count), cut
     # down to what is left: a draw whose choices depended on the sizes before it
     # would shift every later draw when one of those shrinks, and stall the shrinker.
@@ -134,6 +142,7 @@ def _meshes(
         size = math.gcd(draw(st.sampled_from(_divisors(len(devices), max_axis_size))), left)
         sizes.append(size)
         left //= size
+    sizes = list(spread) if maximal else sizes
     axis_types = tuple(draw(st.sampled_from(types)) for _ in range(n_axes))
     n = math.prod(sizes)
     chosen: Sequence[int] = range(n)
@@ -149,6 +158,46 @@ def _meshes(
 @functools.lru_cache(maxsize=256)
 def _divisors(n: int, cap: int | None) -> tuple[int, ...]:
     return tuple(d for d in range(1, n + 1) if n % d == 0 and (cap is None or d <= cap))
+
+
+#: NOTE [edge cases drawn often]: helpers that model code writes by hand break where
+#: hypothesis, drawing each choice on its own, seldom goes: every mesh axis in one
+#: dimension, tuples of three axes and more, size-1 axes inside tuples, the largest
+#: mesh (all devices, the most axes). So a mesh is the largest one a third of the time
+#: and a spec puts every axis, or a long tuple of them, in one dimension half the time.
+#: The first entry is the ordinary draw, what a failure shrinks to.
+_MESH_KINDS = ("drawn", "drawn", "maximal")
+_SPEC_KINDS = ("scattered", "scattered", "every axis in one dimension", "a long tuple")
+
+
+def _remainders(k: int) -> st.SearchStrategy[int]:
+    """What is left over past a multiple of ``k`` pieces (NOTE [edge cases drawn often]):
+    any of ``1 .. k-1``; or, three times in four, a divisor of ``k`` larger than 1 (half of a
+    2x2 split, where a check of each axis on its own passes and the whole split does
+    not); or one piece more or one short."""
+    larger = _divisors(k, k - 1)[1:]
+    kinds = [st.integers(1, k - 1), st.sampled_from(sorted({1, k - 1}))]
+    if larger:  # half of the pieces (the largest divisor) is the most telling
+        kinds += [st.sampled_from(larger), st.sampled_from(larger), st.just(larger[-1])] * 2
+    return st.sampled_from(kinds).flatmap(lambda s: s)
+
+
+@functools.lru_cache(maxsize=256)
+def _spread(n: int, n_axes: int, cap: int | None) -> tuple[int, ...]:
+    """Axis sizes multiplying to as much of ``n`` as ``cap`` allows, its prime factors
+    dealt out one by one so that as many axes as possible are larger than 1."""
+    factors, m, p = [], n, 2
+    while m > 1:
+        while m % p == 0:
+            factors.append(p)
+            m //= p
+        p += 1
+    sizes = [1] * n_axes
+    for k, f in enumerate(sorted(factors)):
+        axis = min(range(n_axes), key=lambda i: (sizes[i], i)) if k >= n_axes else k
+        if cap is None or sizes[axis] * f <= cap:
+            sizes[axis] *= f
+    return tuple(sizes)
 
 
 # --- partition specs and shapes ---
@@ -184,8 +233,16 @@ def _specs(
     rank = draw(st.sampled_from(ranks))
     dims: list[list[Hashable]] = [[] for _ in range(rank)]
     if rank:
-        for axis in draw(st.permutations(mesh.axis_names)):
-            d = draw(st.sampled_from((None, *range(rank))))  # None (unused) first: shrinks
+        # NOTE [edge cases drawn often]; every kind makes the same draws, so a failure
+        # found with a long tuple shrinks on to a scattered spec.
+        kind = draw(st.sampled_from(_SPEC_KINDS))
+        axes = draw(st.permutations(mesh.axis_names))
+        long = draw(st.integers(min(3, len(axes)), len(axes)))
+        together = draw(st.integers(0, rank - 1))
+        scattered = [draw(st.sampled_from((None, *range(rank)))) for _ in axes]  # None first
+        many = {"scattered": 0, "a long tuple": long}.get(kind, len(axes))
+        dims[together] += axes[:many]
+        for axis, d in zip(axes[many:], scattered[many:], strict=True):
             if d is not None:
                 dims[d].append(axis)
     sizes = dict(mesh.shape)
@@ -267,7 +324,8 @@ def _shapes(
     shape = []
     for d, k in enumerate(pieces):
         if d in ragged:
-            shape.append(k * draw(st.integers(0, max_multiple - 1)) + draw(st.integers(1, k - 1)))
+            rest = draw(_remainders(k))
+            shape.append(k * draw(st.integers(0, max_multiple - 1)) + rest)
         else:
             shape.append(k * draw(st.integers(1, max_multiple)))
     return tuple(shape)
@@ -419,6 +477,51 @@ def arrays(
     return values.map(lambda x: jax.device_put(x, sharding))
 
 
+def argument_shardings(mesh: Mesh, args: Any) -> st.SearchStrategy[Any]:
+    """A ``NamedSharding`` over ``mesh`` for every array leaf of the pytree ``args``, each
+    dividing its leaf's shape evenly (``None`` for a leaf that is not an array, or has
+    rank 0 and nothing to split): the layouts a function's arguments may arrive in.
+
+    Drawn as :func:`partition_specs` draws (every axis in one dimension, long tuples,
+    size-1 axes, unused axes), then each dimension keeps the longest run of its axes
+    whose sizes divide it. Shrinks towards every leaf replicated.
+
+    Args:
+        mesh: the mesh.
+        args: a pytree whose leaves are arrays, ``jax.ShapeDtypeStruct`` s or other
+            values (left alone).
+    """
+    _check_mesh(mesh, "argument_shardings")
+    leaves, tree = jax.tree.flatten(args)
+    return st.tuples(*(_leaf_sharding(mesh, leaf) for leaf in leaves)).map(
+        lambda drawn: jax.tree.unflatten(tree, drawn)
+    )
+
+
+def _leaf_sharding(mesh: Mesh, leaf: Any) -> st.SearchStrategy[NamedSharding | None]:
+    shape = getattr(leaf, "shape", None)
+    if shape is None or not hasattr(leaf, "dtype"):
+        return st.none()
+    shape = tuple(shape)
+    return _specs(mesh, (len(shape),), False, False).map(
+        lambda spec: NamedSharding(mesh, _dividing(spec, shape, mesh))
+    )
+
+
+def _dividing(spec: Spec, shape: tuple[int, ...], mesh: Mesh) -> Spec:
+    """``spec`` with each dimension keeping the longest prefix of its axes that divides it."""
+    sizes, entries = dict(mesh.shape), []
+    for d, entry in enumerate(tuple(spec) + (None,) * (len(shape) - len(spec))):
+        axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+        kept: list[Hashable] = []
+        for a in axes:
+            if shape[d] % (math.prod(sizes[k] for k in kept) * sizes[a]):
+                break
+            kept.append(a)
+        entries.append(None if not kept else kept[0] if len(kept) == 1 else tuple(kept))
+    return PartitionSpec(*entries)
+
+
 # --- argument checks ---
 
 
@@ -449,6 +552,7 @@ def _ranks(ndim: int | None, max_ndim: int, where: str, minimum: int = 0) -> tup
 __all__ = [
     "DEFAULT_AXIS_NAMES",
     "ENCODINGS",
+    "argument_shardings",
     "arrays",
     "meshes",
     "named_shardings",

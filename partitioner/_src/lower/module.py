@@ -366,7 +366,10 @@ def _lower_main(
         ordered_effects=list(ordered),
         platforms=[backend.platform],
         backend=backend,
-        axis_context=jp.ShardingContext(len(devices), devices),
+        # The abstract mesh too, as jax.jit's own context has it: a lowering rule that
+        # builds shardings from it (custom_partitioning's callbacks get NamedShardings
+        # over the call's mesh, not GSPMDShardings) sees what it sees under jax.jit.
+        axis_context=jp.ShardingContext(len(devices), devices, params.mesh.abstract_mesh),
         # Aliases are decided by plan_donation; jax's own matching would add
         # buffer donors on top, which XLA rejects.
         donated_args=[False] * n_in,
