@@ -19,6 +19,8 @@ help the next:
 - whole process: ``python script.py`` of a restarted job (import, the cache, the
   mesh, the parameters, one step of the transformer block's train step), timed from
   outside; and ``python -m partitioner.inspect`` on a small program (reported).
+- pytest start-up on a one-test file with partitioner's plugin loaded against
+  ``-p no:partitioner`` (the plugin loads wherever partitioner is installed).
 
 The byte-code cache is allowed (``PYTHONDONTWRITEBYTECODE`` is dropped for the
 children, and a warm-up process writes it): an installed package has one, and
@@ -30,6 +32,7 @@ from __future__ import annotations
 import common  # first: sets XLA_FLAGS before jax is imported
 
 # isort: split
+import dataclasses
 import json
 import os
 import resource
@@ -47,6 +50,7 @@ HERE = Path(__file__).resolve().parent
 WORKER = HERE / "startup_worker.py"
 TIMEOUT_S = 300  # one process; a hang fails the figure instead of stalling the run
 IMPORT_BUDGET_S = 0.1
+PLUGIN_BUDGET_S = 0.05  # pytest start-up with the plugin over without it
 FIRST_CALL = common.Target("<= 1.00x", hi=1.0)
 WHOLE_PROCESS = common.Target("<= 1.05x", hi=1.05)
 INSPECT_ARGS = (
@@ -236,6 +240,39 @@ def inspect_row(rounds: int) -> tuple[common.Row, dict[str, Any]]:
     return row, {"inspect_process_s": samples}
 
 
+def plugin_row(rounds: int) -> tuple[common.Row, dict[str, Any]]:
+    """pytest's start-up on a one-test file with partitioner's plugin loaded (its
+    ``pytest11`` entry point) against ``-p no:partitioner``: the plugin loads in every
+    pytest run where partitioner is installed, so loading it must cost nothing
+    (target: within 0.05 s)."""
+    with tempfile.TemporaryDirectory() as folder:
+        test = os.path.join(folder, "test_one.py")
+        with open(test, "w") as f:
+            f.write("def test_one():\n    assert 1 + 1 == 2\n")
+        base = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", folder, test]
+        samples = _sampled(
+            {
+                "with the plugin": lambda: _process(base)[0],
+                "-p no:partitioner": lambda: _process([*base, "-p", "no:partitioner"])[0],
+            },
+            rounds,
+        )
+    ours, theirs = samples["with the plugin"], samples["-p no:partitioner"]
+    over = statistics.median(a.wall - b.wall for a, b in zip(ours, theirs, strict=True))
+    row = common.compare(
+        "pytest start-up, one test: plugin loaded / -p no:partitioner",
+        "ms",
+        ours,
+        theirs,
+        None,
+        1e3,
+        over_ms=1e3 * over,
+    )
+    met = over <= PLUGIN_BUDGET_S
+    row = dataclasses.replace(row, target="<= +50 ms", met=met, status="ok" if met else "MISSED")
+    return row, {"plugin_s": samples}
+
+
 def main() -> None:
     args = common.parse_args(__doc__.splitlines()[0])
     scale = 1 if args.quick else None
@@ -249,6 +286,8 @@ def main() -> None:
     row, raw["train_step"] = train_step_row(scale or 11)
     rows.append(row)
     row, raw["inspect"] = inspect_row(scale or 5)
+    rows.append(row)
+    row, raw["plugin"] = plugin_row(scale or 20)
     rows.append(row)
     common.print_rows("start-up: new processes (import, first calls, whole scripts)", rows)
     for r in rows:

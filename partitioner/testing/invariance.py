@@ -80,7 +80,8 @@ def assert_sharding_invariant(
         AssertionError: an output differs from ``jax.jit``'s on one device; names the
             (shrunk) mesh, every argument's layout, the output's path and both values.
         TypeError, ValueError: a bad argument (``f`` not callable, ``axis_types``
-            unknown, ``argnums`` out of range).
+            unknown, ``argnums`` out of range), or arguments no mesh over the devices
+            can split (every dimension prime to the device count, or no arrays).
     """
     if not callable(f):
         raise TypeError(f"assert_sharding_invariant: f must be callable, got {type(f).__name__}")
@@ -95,6 +96,7 @@ def assert_sharding_invariant(
             f"{len(args)} positional arguments"
         )
     laid = tuple(sorted({i % len(args) for i in laid})) if args else ()
+    _check_divisible(tuple(args[i] for i in laid), jax.device_count())
     kind = AxisType.Explicit if axis_types == "explicit" else AxisType.Auto
     mesh_strategy = meshes if meshes is not None else strategies.meshes(axis_types=(kind,))
     one = jax.devices()[0]
@@ -138,6 +140,24 @@ def assert_sharding_invariant(
         _compare(got, expected, rtol, atol, mesh, laid, chosen)
 
     check()
+
+
+def _check_divisible(laid: tuple[Any, ...], n_devices: int) -> None:
+    """A ValueError where no mesh over these devices can split any argument laid out:
+    every layout would be the replicated one, and the check would test nothing."""
+    shapes = {
+        f"args{keystr(p)}": tuple(np.shape(x))
+        for p, x in tree_flatten_with_path(laid)[0]
+        if hasattr(x, "shape") and hasattr(x, "dtype")
+    }
+    if not any(math.gcd(n, n_devices) > 1 for shape in shapes.values() for n in shape):
+        raise ValueError(
+            "assert_sharding_invariant: no mesh over the "
+            f"{n_devices} devices can split any argument laid out (shapes "
+            f"{shapes or 'none'}): every layout would be replicated. Give arguments with a "
+            f"dimension sharing a factor with {n_devices}, or run on more devices "
+            "(pytest --virtual-devices 8)."
+        )
 
 
 def _put(x: Any, sharding: Any) -> Any:

@@ -164,10 +164,10 @@ def _divisors(n: int, cap: int | None) -> tuple[int, ...]:
 #: hypothesis, drawing each choice on its own, seldom goes: every mesh axis in one
 #: dimension, tuples of three axes and more, size-1 axes inside tuples, the largest
 #: mesh (all devices, the most axes). So a mesh is the largest one a third of the time
-#: and a spec puts every axis, or a long tuple of them, in one dimension half the time.
+#: and a spec puts every axis, or a long tuple of them, in one dimension two times in three.
 #: The first entry is the ordinary draw, what a failure shrinks to.
 _MESH_KINDS = ("drawn", "drawn", "maximal")
-_SPEC_KINDS = ("scattered", "scattered", "every axis in one dimension", "a long tuple")
+_SPEC_KINDS = ("scattered", "every axis in one dimension", "a long tuple")
 
 
 def _remainders(k: int) -> st.SearchStrategy[int]:

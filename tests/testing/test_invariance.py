@@ -117,6 +117,11 @@ def test_only_the_arguments_asked_for_are_laid_out() -> None:
             ValueError,
             "argnums .* out of range for 1 positional",
         ),
+        (
+            lambda: assert_sharding_invariant(jnp.sin, np.ones((3, 5)), np.float32(2.0)),
+            ValueError,
+            r"no mesh over the 8 devices can split any argument .*\(3, 5\)",
+        ),
     ],
 )
 def test_bad_arguments(call, error, message) -> None:
@@ -140,3 +145,49 @@ def test_argument_shardings_divide_every_leaf(data) -> None:
         shape = np.shape(args[name])
         block = drawn[name].shard_shape(shape)  # raises where it does not divide
         assert all(n % b == 0 for n, b in zip(shape, block))
+
+
+def test_finds_a_shard_map_missing_its_psum() -> None:
+    def column_sums(x):
+        # Each device sums its rows; the psum over "x" that would add the blocks is missing.
+        partial = jax.shard_map(
+            lambda b: b.sum(0, keepdims=True), in_specs=P("x"), out_specs=P(), check_vma=False
+        )
+        return partial(x)
+
+    one_axis = strategies.meshes(axis_names=("x",), max_axes=1, axis_types=(AxisType.Auto,))
+    with pytest.raises(AssertionError, match="output differs"):
+        assert_sharding_invariant(column_sums, X, meshes=one_axis, max_examples=10)
+
+    def with_psum(x):
+        summed = jax.shard_map(
+            lambda b: jax.lax.psum(b.sum(0, keepdims=True), "x"),
+            in_specs=P("x"),
+            out_specs=P(),
+            check_vma=False,
+        )
+        return summed(x)
+
+    assert_sharding_invariant(with_psum, X, meshes=one_axis, max_examples=10)
+
+
+def test_a_flax_model_and_an_optax_update_pass() -> None:
+    nn = pytest.importorskip("flax.linen")
+    optax = pytest.importorskip("optax")
+
+    class MLP(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.Dense(4)(nn.gelu(nn.Dense(16)(x)))
+
+    model, tx = MLP(), optax.adamw(1e-2)
+    params = jax.jit(model.init)(jax.random.key(0), X)
+    state = jax.jit(tx.init)(params)
+
+    def step(params, state, x):
+        loss, grads = jax.value_and_grad(lambda p: jnp.mean(model.apply(p, x) ** 2))(params)
+        updates, state = tx.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, loss
+
+    assert_sharding_invariant(model.apply, params, X, max_examples=8)
+    assert_sharding_invariant(step, params, state, X, max_examples=8, rtol=1e-4, atol=1e-5)
