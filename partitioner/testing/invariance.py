@@ -63,7 +63,7 @@ def assert_sharding_invariant(
 
     Args:
         f: the function (not already jitted: it is traced by both sides).
-        args, kwargs: its arguments; ``kwargs`` are passed as they are to both sides.
+        *args: its positional arguments.
         argnums: the positional arguments to lay out (default: all); the others are
             passed as they are (placed replicated).
         meshes: the meshes to draw (default: ``strategies.meshes`` over all devices,
@@ -72,9 +72,12 @@ def assert_sharding_invariant(
             axis_names=...)``.
         axis_types: ``"auto"`` (the default) or ``"explicit"``: the drawn meshes' axes.
         out_shardings: also draw a layout for every output and ask for it.
-        max_examples, deadline: hypothesis' settings (each example compiles a program).
-        rtol, atol: tolerances for floating outputs (default: by dtype, ``TOLERANCES``);
-            integer and boolean outputs compare exactly.
+        max_examples: hypothesis' number of examples (each compiles a program).
+        deadline: hypothesis' time limit per example (None: none).
+        rtol: relative tolerance for floating outputs (default: by dtype,
+            ``TOLERANCES``); integer and boolean outputs compare exactly.
+        atol: absolute tolerance, likewise.
+        **kwargs: its keyword arguments, passed as they are to both sides.
 
     Raises:
         AssertionError: an output differs from ``jax.jit``'s on one device; names the
