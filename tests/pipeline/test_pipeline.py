@@ -216,6 +216,28 @@ def test_a_flax_scanned_model() -> None:
     close(ours, jax.jit(train_step(scanned))(stacked, x, y))
 
 
+def test_bubble_slots_put_no_nan_into_the_gradients() -> None:
+    """A layer undefined at zero: the bubble computes on real activations, never read."""
+
+    def normalised(p, h):  # NaN where h is all zeros
+        return layer(p, h / jnp.sqrt(jnp.sum(h**2, axis=-1, keepdims=True)))
+
+    params, (x, y) = stacked_params(), batch()
+    run = partitioner.pipeline(normalised, axis="stage", microbatches=2)
+    f = partitioner.pjit(
+        train_step(run), in_axis_resources=(STACK, P("data"), P("data")), out_axis_resources=None
+    )
+
+    def scanned(p, h):
+        return jax.lax.scan(lambda c, q: (normalised(q, c), None), h, p)[0]
+
+    with jax.set_mesh(mesh_of(("stage", "data"))):
+        ours = f(params, x, y)
+        theirs = jax.jit(train_step(scanned))(params, x, y)
+    assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(ours))
+    close(ours, theirs)
+
+
 # --- bad input ---
 
 

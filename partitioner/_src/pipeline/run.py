@@ -327,7 +327,10 @@ def _program(layer: Callable[..., Any], s: Schedule, axis: str, params: Any, x: 
         return (jax.tree.map(lambda a: split(a, staged), new),
                 jax.tree.map(lambda a: split(a, staged), out)), None  # fmt: skip
 
-    state0 = jax.tree.map(lambda a: split(jnp.zeros((n, *a.shape[1:]), a.dtype), staged), xm)
+    # Bubble slots compute on whatever the stage holds; start them on a real microbatch,
+    # not zeros, so that a layer undefined at zero (a norm without an epsilon) cannot put
+    # a NaN into the gradients through a slot whose result is never read.
+    state0 = jax.tree.map(lambda a: split(jnp.broadcast_to(a[0], (n, *a.shape[1:])), staged), xm)
     out0 = jax.tree.map(lambda a: split(jnp.zeros((n, *a.shape), a.dtype), staged), xm)
     (_, out), _ = jax.lax.scan(step, (state0, out0), jnp.arange(s.steps))
     return jax.tree.map(lambda o, a: jnp.swapaxes(o[n - 1], 0, 1).reshape(a.shape), out, x)
