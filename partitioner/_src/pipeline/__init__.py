@@ -12,7 +12,9 @@ stage dimension, which XLA's partitioner turns into a collective-permute between
 neighbours. Stage 0 takes a fresh microbatch where its schedule says so; the last
 stage's results are kept in its own slot of the output buffer (no traffic per
 step) and leave it once at the end. Bubble slots compute on values that are
-never read, so values and gradients are the plain scan's (``jax.grad``,
+never read (real activations: the stages start on the first microbatch, so a
+layer undefined at zero puts no NaN into the gradients), so values and gradients
+are the plain scan's (``jax.grad``,
 ``jax.vmap`` and ``jax.checkpoint`` go through ordinary jax operations).
 ``schedule.py`` says which microbatch and which repeat every stage works on at
 every step; ``microbatches.py`` chooses their number when it is not given.
