@@ -259,7 +259,9 @@ def _under_type_checking(path: Path, node: ast.AST) -> bool:
     tree = ast.parse(path.read_text())
     for block in ast.walk(tree):
         if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test):
-            if any(n.lineno == getattr(node, "lineno", -1) for n in ast.walk(block)):
+            if any(
+                getattr(n, "lineno", None) == getattr(node, "lineno", -1) for n in ast.walk(block)
+            ):
                 return True
     return False
 

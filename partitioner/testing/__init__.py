@@ -23,8 +23,9 @@ such code what partitioner's own tests use:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._src import lazy
 from .round_trips import (
     assert_hlo_text_round_trip,
     assert_named_sharding_round_trip,
@@ -34,19 +35,14 @@ from .round_trips import (
     assert_sharding_spec_round_trip,
 )
 
+# assert_sharding_invariant needs hypothesis (the testing extra): loaded when first read,
+# so the round-trip checks work without it.
 if TYPE_CHECKING:
     from .invariance import assert_sharding_invariant
-
-
-def __getattr__(name: str) -> Any:
-    """``assert_sharding_invariant`` needs hypothesis (the testing extra): imported when
-    asked for, so the round-trip checks work without it."""
-    if name == "assert_sharding_invariant":
-        from .invariance import assert_sharding_invariant
-
-        return assert_sharding_invariant
-    raise AttributeError(f"module 'partitioner.testing' has no attribute {name!r}")
-
+else:
+    __getattr__, __dir__ = lazy.attach(
+        __name__, {"assert_sharding_invariant": "partitioner.testing.invariance"}
+    )
 
 __all__ = [
     "assert_hlo_text_round_trip",
