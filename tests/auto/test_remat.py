@@ -21,7 +21,7 @@ from jax.sharding import Mesh
 import partitioner
 from partitioner import AUTO, NoLayoutFits
 from partitioner import PartitionSpec as P
-from partitioner._src.auto import remat
+from partitioner._src.auto import confirm, remat
 
 LAYERS, BATCH_SIZE, SEQ, WIDTH, HIDDEN, HEADS = 8, 16, 32, 32, 128, 2
 BATCH = (P("data"), P("data"))
@@ -186,12 +186,20 @@ def test_a_model_that_fits_only_rematerialized_gets_jax_jits_values(layout_only)
     )
 
 
+def _fewer_finalists(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One finalist of each kind under the limit (the searches' compiles are most of
+    these tests' time; what they check does not need more)."""
+    monkeypatch.setattr(confirm, "FINALISTS", 1)
+    monkeypatch.setattr(confirm, "EXTRA_FOR_LIMIT", 1)
+
+
 @pytest.mark.slow
 def test_a_limit_nothing_meets_names_the_smallest_plan_and_its_size(layout_only, monkeypatch):
     layout_only = layout_only.memory.total
     # A limit nothing meets makes AUTO search every plan; the policy that keeps least, on
     # a block without names, is enough to fail here (the fitting test tries them all).
     monkeypatch.setattr(remat, "POLICIES", {"nothing_saveable": remat.POLICIES["nothing_saveable"]})
+    _fewer_finalists(monkeypatch)
     limit = int(0.05 * layout_only)
     untagged = functools.partial(block, tag=False)
     f = auto_step(untagged, auto_memory_limit=limit)
@@ -221,6 +229,7 @@ def test_under_the_hand_plans_memory_auto_recomputes_no_more_than_it(monkeypatch
     bytes but splits the compute less would recompute more per device). One plan, the
     hand plan's policy (the block has no names): the layouts are what is tested."""
     monkeypatch.setattr(remat, "POLICIES", {"nothing_saveable": remat.POLICIES["nothing_saveable"]})
+    _fewer_finalists(monkeypatch)
     params, batch = stacked_params(), batch_of()
     untagged = functools.partial(block, tag=False)
 
