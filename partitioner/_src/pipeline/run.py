@@ -306,6 +306,8 @@ def _program(layer: Callable[..., Any], s: Schedule, axis: str, params: Any, x: 
     xm = jax.tree.map(lambda a: jnp.swapaxes(a.reshape(-1, m, *a.shape[1:]), 0, 1), x)
 
     def visit(pr: Any, h: Any) -> Any:  # one stage's layers of one visit
+        if s.per_visit == 1:  # circular: one layer, no loop of one step to compile and run
+            return layer(jax.tree.map(lambda a: a[0], pr), h)
         return jax.lax.scan(lambda c, q: (layer(q, c), None), h, pr)[0]
 
     def per_stage(k: Any, pr: Any, h: Any, out: Any, micro: Any, rep: Any, busy: Any) -> Any:
