@@ -26,6 +26,7 @@ from jax.sharding import Mesh
 import partitioner
 from partitioner import AUTO
 from partitioner import PartitionSpec as P
+from partitioner._src.auto import confirm
 from partitioner._testing import AutoEstimator
 
 pytestmark = pytest.mark.slow
@@ -216,6 +217,14 @@ def test_scanned_mlp_stack_gets_its_unrolled_twins_plan(loop: Callable[..., Any]
                 _layer_path)  # fmt: skip
 
 
+@pytest.fixture
+def one_finalist(monkeypatch: pytest.MonkeyPatch) -> None:
+    """XLA confirms one finalist beside the baselines on both twins (the twins' plans come
+    from the search either way; its compiles are most of these tests' time)."""
+    monkeypatch.setattr(confirm, "FINALISTS", 1)
+
+
+@pytest.mark.usefixtures("one_finalist")
 def test_scanned_transformer_blocks_get_their_unrolled_twins_plan() -> None:
     layers = [block_params(i) for i in range(LAYERS)]
     batch = (_normal(96, (8, 16, D)), _normal(97, (8, 16, D)))
@@ -223,6 +232,7 @@ def test_scanned_transformer_blocks_get_their_unrolled_twins_plan() -> None:
                 "args[0][0]", _layer_path)  # fmt: skip
 
 
+@pytest.mark.usefixtures("one_finalist")
 def test_a_flax_nn_scan_model_gets_its_unrolled_twins_plan() -> None:
     nn = pytest.importorskip("flax.linen")
 
