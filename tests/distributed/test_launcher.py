@@ -144,6 +144,36 @@ def test_sigterm_to_the_launcher_stops_every_process() -> None:
     assert _all_gone(pids)
 
 
+def test_a_second_sigterm_while_stopping_does_not_cut_the_stopping_short() -> None:
+    """`timeout` forwards its SIGTERM twice; one arriving while the launcher waits for
+    children that ignore SIGTERM must not end the launcher before it has killed them."""
+    proc = _launch(
+        """
+        import os, signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("PID", os.getpid(), flush=True)
+        time.sleep(600)
+        """,
+        "-n",
+        "2",
+    )
+    pids: list[int] = []
+    deadline = time.monotonic() + 30
+    assert proc.stdout is not None
+    while len(pids) < 2 and time.monotonic() < deadline:
+        pids += _pids(proc.stdout.readline())
+    assert len(pids) == 2
+    with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:  # timeout's child
+        (launcher,) = (int(p) for p in f.read().split())
+    os.kill(launcher, signal.SIGTERM)
+    time.sleep(1.0)  # the launcher is now waiting up to 3 s before SIGKILL
+    os.kill(launcher, signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert "interrupted: stopping every process" in err
+    assert proc.returncode == 130, err  # not a second interrupt's death (-2 via timeout)
+    assert _all_gone(pids)
+
+
 def test_children_die_with_a_killed_launcher() -> None:
     launcher = subprocess.Popen(
         [

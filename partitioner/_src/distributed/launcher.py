@@ -167,6 +167,9 @@ def launch(
 
 
 def _interrupt(signum: int, frame: object) -> None:
+    # Stop once: `timeout` sends its SIGTERM twice (to the launcher, then to its process
+    # group), and a second KeyboardInterrupt inside the stopping would abandon it.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
