@@ -60,6 +60,17 @@ def _pids(stdout: str) -> list[int]:
     return [int(line.split()[-1]) for line in stdout.splitlines() if " PID " in line]
 
 
+def _two_pids(proc: subprocess.Popen[str]) -> list[int]:
+    """The pids the launcher's two children print first (within 30 s)."""
+    pids: list[int] = []
+    deadline = time.monotonic() + 30
+    assert proc.stdout is not None
+    while len(pids) < 2 and time.monotonic() < deadline:
+        pids += _pids(proc.stdout.readline())
+    assert len(pids) == 2
+    return pids
+
+
 def test_prefixes_every_line_and_sets_the_environment() -> None:
     proc = _launch(
         """
@@ -131,12 +142,7 @@ def test_sigterm_to_the_launcher_stops_every_process() -> None:
         "-n",
         "2",
     )
-    pids: list[int] = []
-    deadline = time.monotonic() + 30
-    assert proc.stdout is not None
-    while len(pids) < 2 and time.monotonic() < deadline:
-        pids += _pids(proc.stdout.readline())
-    assert len(pids) == 2
+    pids = _two_pids(proc)
     proc.send_signal(signal.SIGTERM)  # to `timeout`, which passes it on to the launcher
     _, err = proc.communicate(timeout=60)
     assert "interrupted: stopping every process" in err  # the launcher stopped them itself
@@ -157,12 +163,7 @@ def test_a_second_sigterm_while_stopping_does_not_cut_the_stopping_short() -> No
         "-n",
         "2",
     )
-    pids: list[int] = []
-    deadline = time.monotonic() + 30
-    assert proc.stdout is not None
-    while len(pids) < 2 and time.monotonic() < deadline:
-        pids += _pids(proc.stdout.readline())
-    assert len(pids) == 2
+    pids = _two_pids(proc)
     with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:  # timeout's child
         (launcher,) = (int(p) for p in f.read().split())
     os.kill(launcher, signal.SIGTERM)
@@ -192,11 +193,7 @@ def test_children_die_with_a_killed_launcher() -> None:
         cwd=ROOT,
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
     )
-    pids: list[int] = []
-    assert launcher.stdout is not None
-    deadline = time.monotonic() + 30
-    while len(pids) < 2 and time.monotonic() < deadline:
-        pids += _pids(launcher.stdout.readline())
+    pids = _two_pids(launcher)
     launcher.kill()  # SIGKILL: no chance to clean up
     launcher.wait(timeout=10)
     assert _all_gone(pids)
