@@ -512,6 +512,8 @@ def layer_rows(prog: Program, rounds: int) -> tuple[list[common.Row], dict[str, 
             rows.append(common.compare(name, "KiB/device", [ours[key]], theirs_, None, 1 / 1024))
     others = {"hand": figures["hand"], "replicated": figures["replicated"]}
     for b in choice.baselines:
+        if b.candidate.measured_memory_bytes is None:
+            continue  # a large program's baseline the model ruled out (NOTE [auto floor])
         others[b.name] = {
             "collective_bytes": b.candidate.measured_collective_bytes,
             "memory_bytes": b.candidate.measured_memory_bytes,

@@ -734,6 +734,15 @@ def distributed_client() -> Any:
 # --- host callbacks: checkpoint policies, the while loop ---
 
 
+def gives_no_layout(eqn: Any) -> bool:
+    """Whether a ``jax.jit`` call equation gives its operands and results no sharding or
+    layout (inlining its body then changes nothing XLA is told)."""
+    given = (*eqn.params["in_shardings"], *eqn.params["out_shardings"])
+    layouts = (*eqn.params["in_layouts"], *eqn.params["out_layouts"])
+    unspecified = _sharding_impls.UnspecifiedValue
+    return all(isinstance(s, unspecified) for s in given) and all(x is None for x in layouts)
+
+
 def remat_policy(decision: Any) -> str:
     """A checkpoint policy's decision for one equation: ``"save"``, ``"recompute"``, ``"offload"``."""
     case = _pe.ensure_enum(decision)

@@ -19,6 +19,7 @@ from jax.sharding import Mesh, NamedSharding
 import partitioner
 from partitioner import AUTO
 from partitioner import PartitionSpec as P
+from partitioner._src.auto import confirm
 
 # among the slowest modules measured (--durations)
 pytestmark = pytest.mark.slow
@@ -438,6 +439,35 @@ def test_with_an_auto_batch_data_parallelism_is_a_baseline_of_its_own():
     for b in by_name.values():
         theirs = (b.measured_collective_bytes, b.measured_memory_bytes)
         assert not (theirs[0] <= mine[0] and theirs[1] <= mine[1] and theirs != mine), str(report)
+
+
+def test_a_large_programs_baseline_the_model_rules_out_is_not_compiled(monkeypatch):
+    """NOTE [auto floor]: in a large program (every program, here) without a memory
+    limit, a baseline whose compute alone exceeds the finalist's time on XLA's figures
+    and whose estimated memory is MARGIN above the finalist's is not compiled; the
+    choice is the one measuring it gives, and XLA's figures for it agree with the model."""
+    monkeypatch.setattr(confirm, "LARGE_PROGRAM", 0)
+    params, batch = mlp_params(), batch_of((512, 128))
+
+    def choose() -> partitioner.Report:
+        partitioner.clear_caches()
+        f = partitioner.pjit(sgd_step(mlp_loss), (AUTO, (P("data"), P("data"))), (AUTO, P()))
+        with jax.set_mesh(mesh_4x2()):
+            return f.lower(params, batch).report()
+
+    ruled = choose()
+    ((name, skipped),) = [(b.name, b.candidate) for b in ruled.auto.choice.baselines]
+    assert name == "replicated = data-parallel"
+    assert ruled.auto.choice.compiles == 1 and skipped.measured_memory_bytes is None
+    monkeypatch.setattr(confirm, "MARGIN", math.inf)  # no memory is that far above
+    measured = choose()
+    ((_, compiled),) = [(b.name, b.candidate) for b in measured.auto.choice.baselines]
+    assert measured.auto.choice.compiles == 2 and compiled.measured_memory_bytes is not None
+    assert ruled.auto.choice.chosen.specs == measured.auto.choice.chosen.specs
+    assert compiled.measured_memory_bytes > measured.auto.memory_bytes
+    assert compiled.estimate.compute_s > measured.auto.choice.chosen.estimate.time_s
+    (row,) = [r for r in str(ruled).splitlines() if r.lstrip().startswith(name) and " - " in r]
+    assert f"{skipped.estimate.memory_bytes:,.0f}" in row
 
 
 def test_the_choice_is_drawn(tmp_path):

@@ -126,6 +126,41 @@ def test_each_policy_rewrite_computes_what_the_program_computes():
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
+def test_a_flax_nn_scan_stack_is_a_block_whose_rewrites_keep_its_values():
+    """flax's ``nn.scan`` traces to a ``lax.scan``: its train step has one block, and
+    every policy's rewrite computes what the step computes."""
+    nn = pytest.importorskip("flax.linen")
+
+    class Layer(nn.Module):
+        @nn.compact
+        def __call__(self, x: jax.Array, _: None) -> tuple[jax.Array, None]:
+            return x + nn.Dense(WIDTH)(jax.nn.gelu(nn.Dense(HIDDEN)(x))), None
+
+    class Stack(nn.Module):
+        @nn.compact
+        def __call__(self, x: jax.Array) -> jax.Array:
+            layers = nn.scan(Layer, variable_axes={"params": 0}, split_rngs={"params": True},
+                             length=LAYERS)  # fmt: skip
+            return layers()(x, None)[0]
+
+    x, y = batch_of()
+    params = jax.jit(Stack().init)(jax.random.key(0), x)
+
+    def flax_step(params, x, y):
+        return jax.grad(lambda p: jnp.mean((Stack().apply(p, x) - y) ** 2))(params)
+
+    closed = jax.make_jaxpr(flax_step)(params, x, y)
+    (found,) = remat.blocks(closed)
+    assert found.length == LAYERS
+    leaves = jax.tree.leaves((params, x, y))
+    expected = jax.tree.leaves(jax.jit(flax_step)(params, x, y))
+    for plan in remat.plans([found]):
+        body = remat.rewrite(closed, plan)
+        got = jax.jit(functools.partial(jax.core.eval_jaxpr, body.jaxpr, body.consts))(*leaves)
+        for a, b in zip(got, expected, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=str(plan.policies))
+
+
 def test_a_program_without_a_differentiated_scan_has_no_block():
     def forward(params, batch):
         h, _ = jax.lax.scan(block, batch[0], params)
@@ -212,6 +247,36 @@ def test_a_limit_nothing_meets_names_the_smallest_plan_and_its_size(layout_only,
     assert "rematerialized" in err.smallest and "args[0]['w1']" in err.smallest
     assert limit < err.memory_bytes < 0.6 * layout_only
     assert f"{err.memory_bytes:,.0f} bytes per device" in str(err)
+
+
+@pytest.mark.slow
+def test_a_scan_differentiated_inside_a_jax_jit_call_is_rematerialized(layout_only, monkeypatch):
+    """A loss written as a jitted function: under grad its forward scan and its backward
+    scan are in two jax.jit calls; they are inlined, and the scan recomputed to fit."""
+    monkeypatch.setattr(remat, "POLICIES", {"dots_saveable": remat.POLICIES["dots_saveable"]})
+    _fewer_finalists(monkeypatch)
+
+    @jax.jit
+    def loss(p, batch):
+        h, _ = jax.lax.scan(block, batch[0], p)
+        return jnp.mean((h - batch[1]) ** 2)
+
+    def jitted_loss_step(params, batch):
+        value, grads = jax.value_and_grad(loss)(params, batch)
+        return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), value
+
+    params, batch = stacked_params(), batch_of()
+    assert remat.blocks(jax.make_jaxpr(jitted_loss_step)(params, batch)) == []  # in the calls
+    limit = int(0.6 * layout_only.memory.total)
+    f = partitioner.pjit(jitted_loss_step, (AUTO, BATCH), (AUTO, P()), auto_memory_limit=limit)
+    with jax.set_mesh(mesh_4x2()):
+        report = f.lower(params, batch).report()
+        ours = f(params, batch)
+    assert report.memory.total <= limit, str(report)
+    assert report.auto.choice.remat == ((f"scan #1 ({LAYERS} steps)", "dots_saveable"),)
+    theirs = jax.jit(jitted_loss_step)(params, batch)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
 
 
 MEGATRON = {

@@ -26,9 +26,12 @@ that moves fewer bytes but splits the compute less wins, and recomputes more
 flops per device (``benchmarks/remat_case.py`` at the memory of "Megatron +
 jax.checkpoint on every block": 1.58x its recomputed flops by time, 1.00x by flops).
 
-Only scans at the top of the traced program are blocks; equal layers of an
-unrolled stack are not rewritten (their residuals are ordinary values the
-backward pass reads, with no body to recompute them in).
+A scan differentiated inside a ``jax.jit`` call (a loss written as a jitted function,
+as many training loops are) has its forward scan in one call and its backward scan
+in another: such calls, when they give their operands and results no layout, are
+inlined first (``inlined``), so their scans are blocks as top-level ones are.
+Equal layers of an unrolled stack are not rewritten (their residuals are ordinary
+values the backward pass reads, with no body to recompute them in).
 """
 
 from __future__ import annotations
@@ -127,6 +130,37 @@ def blocks(closed: Any) -> list[Block]:
                 Block(i, j, f.params["length"], tuple(residuals), _names(f.params["jaxpr"]))
             )
     return found
+
+
+def inlined(closed: Any) -> Any:
+    """``closed`` with every ``jax.jit`` call that gives no layout replaced by its body,
+    recursively (NOTE [auto remat]); ``closed`` itself where there is none."""
+    if not any(_inlinable(e) for e in closed.jaxpr.eqns):
+        return closed
+
+    def run(*args: Any) -> list[Any]:
+        return _inline(closed.jaxpr, closed.consts, args)
+
+    avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in closed.in_avals]
+    return jax.make_jaxpr(run)(*avals)
+
+
+def _inlinable(eqn: Any) -> bool:
+    return eqn.primitive.name == "jit" and jp.gives_no_layout(eqn)
+
+
+def _inline(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> list[Any]:
+    env: dict[Any, Any] = dict(zip(jaxpr.constvars, consts, strict=True))
+    env.update(zip(jaxpr.invars, args, strict=True))
+    for eqn in jaxpr.eqns:
+        ins = [_read(env, v) for v in eqn.invars]
+        if _inlinable(eqn):
+            body = eqn.params["jaxpr"]
+            outs = _inline(body.jaxpr, body.consts, ins)
+        else:
+            outs = _bind(eqn, ins)
+        env.update(zip(eqn.outvars, outs, strict=True))
+    return [_read(env, v) for v in jaxpr.outvars]
 
 
 def _backward_of(f: Any, b: Any, v: Any) -> bool:

@@ -54,12 +54,13 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Baseline:
-    """A layout XLA always measures beside the choice (NOTE [auto floor]).
+    """A layout XLA measures beside the choice (NOTE [auto floor]).
 
     Attributes:
         name: ``"replicated"``, ``"data-parallel"``, or ``"replicated =
             data-parallel"`` where the two are one program (the batch is given).
-        candidate: its specs and figures, XLA's included.
+        candidate: its specs and figures, XLA's included (none where a large
+            program's baseline was ruled out by the model and not compiled).
     """
 
     name: str
@@ -79,7 +80,8 @@ class AutoChoice:
             spent confirming finalists.
         search_s: wall time of the whole search, confirmations included;
             ``confirm_s`` the part of it XLA spent compiling finalists and baselines.
-        baselines: the replicated and data-parallel layouts, as XLA measured them;
+        baselines: the replicated and data-parallel layouts, as XLA measured them
+            (a large program's baseline the model rules out: as the model scored it);
             the chosen layout is never beaten by one of them on both collective
             bytes and memory.
         shapes: each AUTO input's shape, and ``layouts`` its chosen layout (per
