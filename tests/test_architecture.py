@@ -13,6 +13,7 @@ reads a private attribute of a jax object.
 from __future__ import annotations
 
 import ast
+import functools
 import types
 from pathlib import Path
 
@@ -68,7 +69,9 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" and len(parts) > 1 else parts)
 
 
+@functools.cache
 def _modules() -> dict[str, Path]:
+    """Every module of the package by name (read once: the checks below ask per import)."""
     return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
@@ -83,6 +86,7 @@ def _relative_target(node: ast.ImportFrom, here: str) -> str:
     return ".".join([*base, *(node.module.split(".") if node.module else [])])
 
 
+@functools.cache
 def _imports(name: str, path: Path) -> list[tuple[str, ast.AST, bool]]:
     """``(imported partitioner module, node, at module level)`` for every import."""
     tree = ast.parse(path.read_text())
