@@ -736,11 +736,12 @@ def distributed_client() -> Any:
 
 def gives_no_layout(eqn: Any) -> bool:
     """Whether a ``jax.jit`` call equation gives its operands and results no sharding or
-    layout (inlining its body then changes nothing XLA is told)."""
+    layout and donates nothing (inlining its body then changes nothing XLA is told)."""
     given = (*eqn.params["in_shardings"], *eqn.params["out_shardings"])
     layouts = (*eqn.params["in_layouts"], *eqn.params["out_layouts"])
     unspecified = _sharding_impls.UnspecifiedValue
-    return all(isinstance(s, unspecified) for s in given) and all(x is None for x in layouts)
+    free = all(isinstance(s, unspecified) for s in given) and all(x is None for x in layouts)
+    return free and not any(eqn.params["donated_invars"])
 
 
 def remat_policy(decision: Any) -> str:

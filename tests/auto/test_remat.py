@@ -250,13 +250,14 @@ def test_a_limit_nothing_meets_names_the_smallest_plan_and_its_size(layout_only,
 
 
 @pytest.mark.slow
-def test_a_scan_differentiated_inside_a_jax_jit_call_is_rematerialized(layout_only, monkeypatch):
+@pytest.mark.parametrize("jit", [jax.jit, partitioner.jit], ids=["jax.jit", "partitioner.jit"])
+def test_a_scan_differentiated_inside_a_jit_call_is_rematerialized(layout_only, monkeypatch, jit):
     """A loss written as a jitted function: under grad its forward scan and its backward
-    scan are in two jax.jit calls; they are inlined, and the scan recomputed to fit."""
+    scan are in two jit calls; they are inlined, and the scan recomputed to fit."""
     monkeypatch.setattr(remat, "POLICIES", {"dots_saveable": remat.POLICIES["dots_saveable"]})
     _fewer_finalists(monkeypatch)
 
-    @jax.jit
+    @jit
     def loss(p, batch):
         h, _ = jax.lax.scan(block, batch[0], p)
         return jnp.mean((h - batch[1]) ** 2)

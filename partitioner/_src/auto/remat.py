@@ -26,10 +26,11 @@ that moves fewer bytes but splits the compute less wins, and recomputes more
 flops per device (``benchmarks/remat_case.py`` at the memory of "Megatron +
 jax.checkpoint on every block": 1.58x its recomputed flops by time, 1.00x by flops).
 
-A scan differentiated inside a ``jax.jit`` call (a loss written as a jitted function,
-as many training loops are) has its forward scan in one call and its backward scan
-in another: such calls, when they give their operands and results no layout, are
-inlined first (``inlined``), so their scans are blocks as top-level ones are.
+A scan differentiated inside a ``jax.jit`` (or a nested ``partitioner.jit``) call, a
+loss written as a jitted function as many training loops are, has its forward scan
+in one call and its backward scan in another: such calls, when they give their
+operands and results no layout, are inlined first (``inlined``), so their scans are
+blocks as top-level ones are.
 Equal layers of an unrolled stack are not rewritten (their residuals are ordinary
 values the backward pass reads, with no body to recompute them in).
 """
@@ -45,6 +46,7 @@ import jax
 from jax import ad_checkpoint, lax
 
 from .. import jax_private as jp
+from ..primitives.pjit_call import PjitParams, pjit_p
 
 _policies = ad_checkpoint.checkpoint_policies
 #: jax's policies tried on each block, each keeping a subset of what the one before keeps
@@ -146,6 +148,12 @@ def inlined(closed: Any) -> Any:
 
 
 def _inlinable(eqn: Any) -> bool:
+    """A ``jax.jit`` call, or a nested ``partitioner.jit``/``pjit`` one, that asks for no
+    layout, donation or compiler option: its body inlined is the same program to XLA."""
+    if eqn.primitive is pjit_p:
+        p = PjitParams.of(eqn.params)
+        free = all(s is None for s in (*p.in_axis_resources, *p.out_axis_resources))
+        return free and not p.compiler_options and not any(p.donated_invars)
     return eqn.primitive.name == "jit" and jp.gives_no_layout(eqn)
 
 
