@@ -135,8 +135,9 @@ def blocks(closed: Any) -> list[Block]:
 
 
 def inlined(closed: Any) -> Any:
-    """``closed`` with every ``jax.jit`` call that gives no layout replaced by its body,
-    recursively (NOTE [auto remat]); ``closed`` itself where there is none."""
+    """``closed`` with every jit call that asks for nothing of its own (``_inlinable``)
+    replaced by its body, recursively (NOTE [auto remat]); ``closed`` itself where there
+    is none."""
     if not any(_inlinable(e) for e in closed.jaxpr.eqns):
         return closed
 
@@ -158,6 +159,7 @@ def _inlinable(eqn: Any) -> bool:
 
 
 def _inline(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> list[Any]:
+    """Evaluate ``jaxpr`` under the trace ``inlined`` makes, entering inlinable calls."""
     env: dict[Any, Any] = dict(zip(jaxpr.constvars, consts, strict=True))
     env.update(zip(jaxpr.invars, args, strict=True))
     for eqn in jaxpr.eqns:

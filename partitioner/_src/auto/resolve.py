@@ -257,7 +257,7 @@ def _rematerialize(
     seen: set[str] = set()
     fitting: list[remat.Plan] = []
     found = remat.blocks(plan.params.jaxpr)
-    if not found:  # perhaps differentiated inside jax.jit calls (NOTE [auto remat])
+    if not found:  # perhaps differentiated inside jit calls (NOTE [auto remat])
         inlined = remat.inlined(plan.params.jaxpr)
         found = remat.blocks(inlined)
         plan = dataclasses.replace(plan, params=dataclasses.replace(plan.params, jaxpr=inlined))
