@@ -449,7 +449,7 @@ def test_a_large_programs_baseline_the_model_rules_out_is_not_compiled(monkeypat
     monkeypatch.setattr(confirm, "LARGE_PROGRAM", 0)
     params, batch = mlp_params(), batch_of((512, 128))
 
-    def choose() -> partitioner.Report:
+    def choose() -> partitioner.inspect.Report:
         partitioner.clear_caches()
         f = partitioner.pjit(sgd_step(mlp_loss), (AUTO, (P("data"), P("data"))), (AUTO, P()))
         with jax.set_mesh(mesh_4x2()):
