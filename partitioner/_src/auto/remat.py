@@ -141,11 +141,7 @@ def inlined(closed: Any) -> Any:
     if not any(_inlinable(e) for e in closed.jaxpr.eqns):
         return closed
 
-    def run(*args: Any) -> list[Any]:
-        return _inline(closed.jaxpr, closed.consts, args)
-
-    avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in closed.in_avals]
-    return jax.make_jaxpr(run)(*avals)
+    return _retraced(closed, lambda *args: _inline(closed.jaxpr, closed.consts, args))
 
 
 def _inlinable(eqn: Any) -> bool:
@@ -231,6 +227,12 @@ def rewrite(closed: Any, plan: Plan) -> Any:
             env.update((v, x) for v, x in zip(eqn.outvars, outs, strict=True) if x is not None)
         return [_read(env, v) for v in jaxpr.outvars]
 
+    return _retraced(closed, run)
+
+
+def _retraced(closed: Any, run: Callable[..., list[Any]]) -> Any:
+    """``run`` (``closed`` evaluated with some equations replaced) traced on ``closed``'s
+    input types, weak types kept: a program with the same inputs and outputs."""
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in closed.in_avals]
     return jax.make_jaxpr(run)(*avals)
 

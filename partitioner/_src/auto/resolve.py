@@ -260,7 +260,7 @@ def _rematerialize(
     if not found:  # perhaps differentiated inside jit calls (NOTE [auto remat])
         inlined = remat.inlined(plan.params.jaxpr)
         found = remat.blocks(inlined)
-        plan = dataclasses.replace(plan, params=dataclasses.replace(plan.params, jaxpr=inlined))
+        plan = _with_program(plan, inlined)
     if not found:  # nothing differentiated to recompute: the layouts were all there was
         raise failed
     for rp in remat.plans(found):
@@ -274,7 +274,7 @@ def _rematerialize(
         ):  # two policies that keep the same values; or types retracing cannot keep
             continue
         seen.add(str(body.jaxpr))
-        trial = dataclasses.replace(plan, params=dataclasses.replace(plan.params, jaxpr=body))
+        trial = _with_program(plan, body)
         what = ", ".join(f"{b} with {p}" for b, p in rp.rematerialized())
         o, kept = _keeping_layouts(trial, failed.unconstrained, memory_limit)
         if kept is not None and o is None:
@@ -298,6 +298,11 @@ def _rematerialize(
         )
     _, rp, body, o = best
     return _Rematerialized(rp, body, o, _measure(plan, o.chosen, True).flops)
+
+
+def _with_program(plan: CallPlan, jaxpr: Any) -> CallPlan:
+    """``plan`` running ``jaxpr`` (the same inputs and outputs) instead of its own body."""
+    return dataclasses.replace(plan, params=dataclasses.replace(plan.params, jaxpr=jaxpr))
 
 
 def _keeping_layouts(
