@@ -31,8 +31,9 @@ loss written as a jitted function as many training loops are, has its forward sc
 in one call and its backward scan in another: such calls, when they give their
 operands and results no layout, are inlined first (``inlined``), so their scans are
 blocks as top-level ones are.
-Equal layers of an unrolled stack are not rewritten (their residuals are ordinary
-values the backward pass reads, with no body to recompute them in).
+A program with no such scan may be an unrolled stack of equal layers: those are
+rewritten layer by layer (NOTE [auto remat unrolled] in ``remat_unrolled.py``), with
+the same policies, judge and price.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 from jax import ad_checkpoint, lax
@@ -75,11 +76,21 @@ class Block:
         return f"scan #{number} ({self.length} steps)"
 
 
+class Recomputable(Protocol):
+    """What a plan gives a policy: a scan's :class:`Block`, or a layer of an unrolled
+    stack (``remat_unrolled.Layer``)."""
+
+    @property
+    def names(self) -> tuple[str, ...]: ...  # checkpoint_name tags among its equations
+
+    def describe(self, number: int) -> str: ...
+
+
 @dataclass(frozen=True)
 class Plan:
     """A policy name (or ``None``: residuals kept as jax saved them) per block."""
 
-    blocks: tuple[Block, ...]
+    blocks: tuple[Recomputable, ...]
     policies: tuple[str | None, ...]
 
     def recomputes_more_than(self, other: Plan) -> bool:
@@ -141,7 +152,7 @@ def inlined(closed: Any) -> Any:
     if not any(_inlinable(e) for e in closed.jaxpr.eqns):
         return closed
 
-    return _retraced(closed, lambda *args: _inline(closed.jaxpr, closed.consts, args))
+    return retraced(closed, lambda *args: _inline(closed.jaxpr, closed.consts, args))
 
 
 def _inlinable(eqn: Any) -> bool:
@@ -159,14 +170,14 @@ def _inline(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> list[Any]
     env: dict[Any, Any] = dict(zip(jaxpr.constvars, consts, strict=True))
     env.update(zip(jaxpr.invars, args, strict=True))
     for eqn in jaxpr.eqns:
-        ins = [_read(env, v) for v in eqn.invars]
+        ins = [read(env, v) for v in eqn.invars]
         if _inlinable(eqn):
             body = eqn.params["jaxpr"]
             outs = _inline(body.jaxpr, body.consts, ins)
         else:
             outs = _bind(eqn, ins)
         env.update(zip(eqn.outvars, outs, strict=True))
-    return [_read(env, v) for v in jaxpr.outvars]
+    return [read(env, v) for v in jaxpr.outvars]
 
 
 def _backward_of(f: Any, b: Any, v: Any) -> bool:
@@ -183,7 +194,7 @@ def _names(body: Any) -> tuple[str, ...]:
     return tuple(sorted({e.params["name"] for e in body.jaxpr.eqns if e.primitive.name == "name"}))
 
 
-def plans(found: Sequence[Block]) -> list[Plan]:
+def plans(found: Sequence[Recomputable]) -> list[Plan]:
     """Every plan to try, least recomputed first per block; one policy for all blocks
     when the product passes :data:`MAX_PLANS`."""
     choices = [_choices(b) for b in found]
@@ -194,7 +205,7 @@ def plans(found: Sequence[Block]) -> list[Plan]:
     return [Plan(tuple(found), tuple(p)) for p in product]
 
 
-def _choices(b: Block) -> list[str]:
+def _choices(b: Recomputable) -> list[str]:
     tagged = [f"save_only_these_names:{','.join(b.names)}"] if b.names else []
     return [*tagged, *POLICIES]
 
@@ -206,8 +217,9 @@ def rewrite(closed: Any, plan: Plan) -> Any:
     """``closed`` with each block of ``plan`` rematerialized (NOTE [auto remat]); the
     same inputs and outputs."""
     jaxpr = closed.jaxpr
-    forward = {b.forward: (b, p) for b, p in zip(plan.blocks, plan.policies, strict=True) if p}
-    backward = {b.backward: b.forward for b in plan.blocks if b.forward in forward}
+    pairs = zip(plan.blocks, plan.policies, strict=True)
+    forward = {b.forward: (b, p) for b, p in pairs if isinstance(b, Block) and p}
+    backward = {b.backward: i for i, (b, _) in forward.items()}
     kept: dict[int, _Kept] = {}
 
     def run(*args: Any) -> list[Any]:
@@ -225,19 +237,19 @@ def rewrite(closed: Any, plan: Plan) -> Any:
             else:
                 outs = _bind(eqn, ins)
             env.update((v, x) for v, x in zip(eqn.outvars, outs, strict=True) if x is not None)
-        return [_read(env, v) for v in jaxpr.outvars]
+        return [read(env, v) for v in jaxpr.outvars]
 
-    return _retraced(closed, run)
+    return retraced(closed, run)
 
 
-def _retraced(closed: Any, run: Callable[..., list[Any]]) -> Any:
+def retraced(closed: Any, run: Callable[..., list[Any]]) -> Any:
     """``run`` (``closed`` evaluated with some equations replaced) traced on ``closed``'s
     input types, weak types kept: a program with the same inputs and outputs."""
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in closed.in_avals]
     return jax.make_jaxpr(run)(*avals)
 
 
-def _read(env: dict[Any, Any], v: Any) -> Any:
+def read(env: dict[Any, Any], v: Any) -> Any:
     return v.val if isinstance(v, jp.Literal) else env[v]
 
 
@@ -248,14 +260,14 @@ def _bind(eqn: Any, ins: Sequence[Any]) -> list[Any]:
     return list(out) if eqn.primitive.multiple_results else [out]
 
 
-def _evaluate(eqns: Sequence[Any], env: dict[Any, Any]) -> dict[Any, Any]:
+def evaluate(eqns: Sequence[Any], env: dict[Any, Any]) -> dict[Any, Any]:
     for eqn in eqns:
-        outs = _bind(eqn, [_read(env, v) for v in eqn.invars])
+        outs = _bind(eqn, [read(env, v) for v in eqn.invars])
         env.update(zip(eqn.outvars, outs, strict=True))
     return env
 
 
-def _saveable(eqn: Any, policy: Callable[..., Any]) -> bool:
+def saveable(eqn: Any, policy: Callable[..., Any]) -> bool:
     """Whether jax's ``policy`` keeps ``eqn``'s outputs (an effect is never recomputed)."""
     if eqn.effects:
         return True
@@ -293,7 +305,7 @@ class _Kept:
             if not hit:
                 continue
             needed.difference_update(e.outvars)
-            if _saveable(e, policy):
+            if saveable(e, policy):
                 saved += hit
             else:
                 recompute.append(e)
@@ -318,10 +330,10 @@ class _Kept:
         def step(carry: list[Any], xs: list[Any]) -> tuple[list[Any], list[Any]]:
             env = dict(zip(jaxpr.constvars, self.body.consts, strict=True))
             env.update(zip(jaxpr.invars, [*ins[:c], *carry, *xs], strict=True))
-            _evaluate(jaxpr.eqns, env)
-            ys = [_read(env, v) for j, v in enumerate(jaxpr.outvars[k:]) if j not in self.dropped]
+            evaluate(jaxpr.eqns, env)
+            ys = [read(env, v) for j, v in enumerate(jaxpr.outvars[k:]) if j not in self.dropped]
             extra = [env[v] for v in self.saved] + [env[jaxpr.invars[p]] for p in carried]
-            return [_read(env, v) for v in jaxpr.outvars[:k]], ys + extra
+            return [read(env, v) for v in jaxpr.outvars[:k]], ys + extra
 
         carry, ys = _scan(eqn, step, list(ins[c : c + k]), list(ins[c + k :]))
         n_extra = len(self.saved) + len(carried)
@@ -350,14 +362,14 @@ class _Kept:
             order = [*self.saved, *(fwd.invars[p] for p in self._carried())]
             order += [fwd.invars[p] for p in sliced]
             env.update(zip(order, theirs, strict=True))
-            _evaluate(self.recompute, env)
+            evaluate(self.recompute, env)
             full = [next(mine) if s is None else env[fwd_ys[self.dropped[s]]] for s in slots]
             body = eqn.params["jaxpr"]
             benv = dict(zip(jaxpr.constvars, body.consts, strict=True))
             benv.update(zip(jaxpr.invars, [*ins[:c], *carry, *full], strict=True))
-            _evaluate(jaxpr.eqns, benv)
-            return [_read(benv, v) for v in jaxpr.outvars[:k]], [
-                _read(benv, v) for v in jaxpr.outvars[k:]
+            evaluate(jaxpr.eqns, benv)
+            return [read(benv, v) for v in jaxpr.outvars[:k]], [
+                read(benv, v) for v in jaxpr.outvars[k:]
             ]
 
         carry, ys = _scan(eqn, step, list(ins[c : c + k]), xs + extra)

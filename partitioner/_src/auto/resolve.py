@@ -29,7 +29,7 @@ from ..primitives.auto_choice import AutoChoice, Baseline, Candidate
 from ..primitives.call_plan import CallPlan
 from ..sharding.auto import AUTO
 from ..sharding.parsed import ParsedPartitionSpec
-from . import remat
+from . import remat, remat_unrolled
 from .confirm import Measured, NoLayoutFits, Outcome, no_fit, solve
 from .cost import spec_layout
 from .layouts import Layout
@@ -256,17 +256,21 @@ def _rematerialize(
     best: tuple[tuple[float, float], remat.Plan, Any, Outcome] | None = None
     seen: set[str] = set()
     fitting: list[remat.Plan] = []
-    found = remat.blocks(plan.params.jaxpr)
+    found: list[remat.Recomputable] = list(remat.blocks(plan.params.jaxpr))
     if not found:  # perhaps differentiated inside jit calls (NOTE [auto remat])
         inlined = remat.inlined(plan.params.jaxpr)
-        found = remat.blocks(inlined)
+        found = list(remat.blocks(inlined))
         plan = _with_program(plan, inlined)
+    rewrite = remat.rewrite
+    if not found:  # perhaps an unrolled stack (NOTE [auto remat unrolled])
+        found = list(remat_unrolled.layers(plan.params.jaxpr, in_paths))
+        rewrite = remat_unrolled.rewrite
     if not found:  # nothing differentiated to recompute: the layouts were all there was
         raise failed
     for rp in remat.plans(found):
         if any(rp.recomputes_more_than(f) for f in fitting):
             continue  # no cheaper than a plan that fits
-        body = remat.rewrite(plan.params.jaxpr, rp)
+        body = rewrite(plan.params.jaxpr, rp)
         traced = plan.params.jaxpr
         if str(body.jaxpr) in seen or (body.in_avals, body.out_avals) != (
             traced.in_avals,

@@ -86,6 +86,30 @@ def family(path: KeyPath) -> str:
     return "".join(parts)
 
 
+def layer_of(path: KeyPath) -> tuple[str, str] | None:
+    """The stack ``path`` sits in and its layer there, by the first key naming a layer
+    (NOTE [auto repeats]): ``args[0][3]['wq']`` -> (``args[0][#]``, ``args[0][3]``),
+    ``['Block_2']['Dense_0']`` -> (``['Block_#']``, ``['Block_2']``); ``None`` for a path
+    outside any stack."""
+    for k in range(1, len(path)):
+        key = path[k]
+        if isinstance(key, (SequenceKey, FlattenedIndexKey)) or (
+            isinstance(key, DictKey) and not isinstance(key.key, str)
+        ):
+            free = "[#]"
+        elif isinstance(key, (DictKey, GetAttrKey)):
+            name = key.key if isinstance(key, DictKey) else key.name
+            if _layer_free(name) == name:
+                continue
+            free = (
+                f"[{_layer_free(name)!r}]" if isinstance(key, DictKey) else "." + _layer_free(name)
+            )
+        else:
+            continue
+        return keystr(tuple(path[:k])) + free, keystr(tuple(path[: k + 1]))
+    return None
+
+
 def _layer_free(name: str) -> str:
     """``Block_3`` -> ``Block_#``, ``3`` -> ``#``; ``w1`` stays ``w1`` (a role, not a layer)."""
     return "#" if name.isdigit() else re.sub(r"_\d+\b", "_#", name)

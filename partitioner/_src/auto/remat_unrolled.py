@@ -1,0 +1,211 @@
+"""Rematerialization of the equal layers of an unrolled stack (NOTE [auto remat unrolled]).
+
+NOTE [auto remat unrolled]: a stack written as a Python loop over layers (a list of
+parameter dicts, flax's ``Block_0``, ``Block_1``...) is, once ``jax.grad`` has run
+inside the call, one flat program: every layer's forward equations, in order, then
+the backward pass reading the values they computed (the residuals). There is no loop
+body to recompute in, so the rewrite does what ``jax.checkpoint`` on each layer
+would have done, in the flat program:
+
+- *Layers* are found by their parameters: inputs whose paths differ only in the layer
+  (``structure.layer_of``). Layer k's forward equations run from the first one reading
+  its parameters to the first one reading layer k+1's. Values a layer's equations
+  compute that a later layer's forward reads (its output, the next layer's input) are
+  kept, as ``jax.checkpoint`` keeps a block's inputs; the others that the backward
+  reads are the residuals the policy may drop.
+- Under a policy, walking back from a layer's residuals through its equations, an
+  equation the policy calls saveable keeps its outputs; any other one is recomputed,
+  just before the backward pass first reads one of the layer's residuals, from the
+  kept values.
+- The recomputation runs as both branches of a ``cond`` whose predicate is a value
+  of the backward pass at that point (one element of the first reader's other
+  operand, equal to itself unless it is NaN: either branch computes the same). The
+  ``optimization_barrier`` ``jax.checkpoint`` relies on is not enough here: XLA's CPU
+  pipeline expands barriers before its common-subexpression pass, which merges the
+  recomputed equations back into the forward ones (jax's own ``jax.checkpoint`` on
+  each block of an unrolled stack leaves XLA:CPU's memory figure as it was; the
+  ``cond`` brings the tests' model from 14.2 to 5.1 MB). A branch is not merged with
+  the equations outside it, and it cannot run before its predicate is known.
+- The last layer is not rewritten: the backward pass reads its residuals first, at
+  the peak, so recomputing them would add flops and lower nothing.
+
+The equations computed again are the same operations on the same values: results
+are unchanged. XLA's memory and cost analyses judge and price the plan, as for scans
+(NOTE [auto remat]).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax.numpy as jnp
+from jax import lax
+from jax.tree_util import KeyPath
+
+from .. import jax_private as jp
+from .remat import Plan, evaluate, policy_of, read, retraced, saveable
+from .structure import layer_of
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of an unrolled stack: its forward equations ``start:end``; reads of its
+    values from ``late`` on are the backward pass's."""
+
+    name: str  # its parameters' path prefix, e.g. ``args[0]['layers'][3]``
+    start: int
+    end: int
+    late: int
+    names: tuple[str, ...]  # checkpoint_name tags among its equations
+
+    def describe(self, number: int) -> str:
+        return f"layer {self.name}"
+
+
+def layers(closed: Any, in_paths: Sequence[KeyPath]) -> list[Layer]:
+    """The layers of ``closed``'s unrolled stacks that a policy may rewrite (NOTE [auto
+    remat unrolled]); ``in_paths`` are its inputs' key paths."""
+    eqns = closed.jaxpr.eqns
+    first: dict[Any, int] = {}
+    for i, eqn in enumerate(eqns):
+        for v in eqn.invars:
+            if isinstance(v, jp.Var):
+                first.setdefault(v, i)
+    stacks: dict[str, dict[str, int]] = {}
+    for path, v in zip(in_paths, closed.jaxpr.invars, strict=True):
+        where = layer_of(path)
+        if where is None or v not in first:
+            continue
+        starts = stacks.setdefault(where[0], {})
+        starts[where[1]] = min(starts.get(where[1], len(eqns)), first[v])
+    found: list[Layer] = []
+    for starts in stacks.values():
+        order = sorted(starts.items(), key=lambda kv: kv[1])
+        bounds = [s for _, s in order]
+        if len(bounds) < 3 or len(set(bounds)) < len(bounds):
+            continue  # parameters read all at once (a cast before the stack), or too few
+        late = bounds[-1] + (bounds[-1] - bounds[-2])  # the last layer's forward ends
+        spans = list(zip(bounds, [*bounds[1:], late], strict=True))
+        shapes = [tuple(_kind(e) for e in eqns[a:b]) for a, b in spans]
+        for k, ((name, start), end) in enumerate(zip(order[:-1], bounds[1:], strict=False)):
+            if shapes[k] not in (shapes[k - 1] if k else None, shapes[k + 1]):
+                continue  # not a repeat of its neighbours: arguments alike, not layers
+            tags = {e.params["name"] for e in eqns[start:end] if e.primitive.name == "name"}
+            found.append(Layer(f"args{name}", start, end, late, tuple(sorted(tags))))
+    return sorted(found, key=lambda layer: layer.start)
+
+
+def _kind(eqn: Any) -> tuple[Any, ...]:
+    """What equal layers' equations share: the operation and its operands' and results'
+    shapes and types (not the avals' shardings, which differ where a layer reads the
+    call's own inputs)."""
+    types = tuple((v.aval.shape, v.aval.dtype) for v in (*eqn.invars, *eqn.outvars))
+    return (eqn.primitive, types)
+
+
+def rewrite(closed: Any, plan: Plan) -> Any:
+    """``closed`` with each layer of ``plan`` rematerialized (NOTE [auto remat
+    unrolled]); the same inputs and outputs."""
+    jaxpr = closed.jaxpr
+    readers: dict[Any, list[int]] = {}
+    for i, eqn in enumerate(jaxpr.eqns):
+        for v in eqn.invars:
+            if isinstance(v, jp.Var):
+                readers.setdefault(v, []).append(i)
+    made = (v for e in jaxpr.eqns for v in e.outvars)
+    order = {v: k for k, v in enumerate(itertools.chain(jaxpr.constvars, jaxpr.invars, made))}
+    at: dict[int, list[_Recompute]] = {}
+    for layer, name in zip(plan.blocks, plan.policies, strict=True):
+        if name is not None and isinstance(layer, Layer):
+            r = _Recompute.of(jaxpr, layer, policy_of(name), readers, order)
+            if r is not None:
+                at.setdefault(r.before, []).append(r)
+
+    def run(*args: Any) -> list[Any]:
+        env: dict[Any, Any] = dict(zip(jaxpr.constvars, closed.consts, strict=True))
+        env.update(zip(jaxpr.invars, args, strict=True))
+        for i, eqn in enumerate(jaxpr.eqns):
+            for r in at.get(i, ()):
+                r.run(env)
+            evaluate([eqn], env)
+        return [read(env, v) for v in jaxpr.outvars]
+
+    return retraced(closed, run)
+
+
+@dataclass(frozen=True)
+class _Recompute:
+    """One layer under one policy: the equations computed again ``before`` the
+    equation of that index, from ``inputs``, once ``probe`` (a floating value that
+    equation reads) is known, giving ``residuals`` anew."""
+
+    before: int
+    inputs: tuple[Any, ...]
+    probe: Any
+    eqns: tuple[Any, ...]
+    residuals: tuple[Any, ...]
+
+    @classmethod
+    def of(
+        cls,
+        jaxpr: Any,
+        layer: Layer,
+        policy: Callable[..., Any],
+        readers: dict[Any, list[int]],
+        order: dict[Any, int],
+    ) -> _Recompute | None:
+        mine = jaxpr.eqns[layer.start : layer.end]
+        residuals, kept = [], set()
+        for eqn in mine:
+            for v in eqn.outvars:
+                reads = readers.get(v, ())
+                if any(layer.end <= i < layer.late for i in reads):
+                    kept.add(v)  # a later layer's forward reads it: a boundary
+                elif any(i >= layer.late for i in reads):
+                    residuals.append(v)
+        needed, recompute = set(residuals), []
+        for eqn in reversed(mine):
+            hit = [v for v in eqn.outvars if v in needed]
+            if not hit or saveable(eqn, policy) or any(v in kept for v in eqn.outvars):
+                continue
+            needed.difference_update(eqn.outvars)
+            needed.update(v for v in eqn.invars if isinstance(v, jp.Var))
+            recompute.append(eqn)
+        if not recompute:
+            return None
+        before = min(i for v in residuals for i in readers[v] if i >= layer.late)
+        made = {v for e in recompute for v in e.outvars}
+        probe = _probe([*jaxpr.eqns[before].invars, *needed], made)
+        if probe is None:
+            return None  # nothing floating to wait for: XLA would merge the recomputation
+        outs = tuple(v for v in residuals if v in made)
+        inputs = tuple(sorted(needed, key=order.__getitem__))  # in the program's order
+        return cls(before, inputs, probe, tuple(reversed(recompute)), outs)
+
+    def run(self, env: dict[Any, Any]) -> None:
+        """The residuals recomputed into ``env``, for the backward pass to read."""
+        probe = env[self.probe]
+        probe = lax.slice(probe, (0,) * probe.ndim, (1,) * probe.ndim).reshape(())
+
+        def again(ins: list[Any]) -> list[Any]:
+            local = dict(zip(self.inputs, ins, strict=True))
+            evaluate(self.eqns, local)
+            return [local[v] for v in self.residuals]
+
+        # NaN, the one value unequal to itself, takes the other branch: the same one
+        outs = lax.cond(probe == probe, again, again, [env[v] for v in self.inputs])
+        env.update(zip(self.residuals, outs, strict=True))
+
+
+def _probe(candidates: Sequence[Any], made: set[Any]) -> Any | None:
+    """The first non-empty floating value among ``candidates`` not recomputed: a ``cond``
+    predicate XLA cannot fold (``x == x`` is false for NaN)."""
+    for v in candidates:
+        if isinstance(v, jp.Var) and v not in made:
+            aval: Any = v.aval
+            if aval.size and jnp.issubdtype(aval.dtype, jnp.floating):
+                return v
+    return None

@@ -1,0 +1,172 @@
+"""AUTO under a memory limit recomputes the layers of an unrolled stack to fit.
+
+The model is test_remat's train step with its 8 transformer blocks written as a
+Python loop over a list of parameter dicts: after ``jax.grad`` one flat program, no
+scan to recompute in (NOTE [auto remat unrolled]). Every figure is XLA's, every
+value is compared with jax.jit's.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.tree_util import DictKey, GetAttrKey, SequenceKey, tree_flatten_with_path
+
+import partitioner
+from partitioner import AUTO
+from partitioner import PartitionSpec as P
+from partitioner._src.auto import remat, remat_unrolled
+from partitioner._src.auto.structure import layer_of
+
+from .test_remat import BATCH, LAYERS, _fewer_finalists, batch_of, block, mesh_4x2, stacked_params
+
+
+def unrolled_step(params, batch, tag=True):
+    def loss(layers, batch):
+        x, y = batch
+        for p in layers:
+            x, _ = block(x, p, tag)
+        return jnp.mean((x - y) ** 2)
+
+    value, grads = jax.value_and_grad(loss)(params, batch)
+    return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), value
+
+
+def layer_params() -> list[dict[str, jax.Array]]:
+    stacked = stacked_params()
+    return [jax.tree.map(lambda a, i=i: a[i], stacked) for i in range(LAYERS)]
+
+
+def traced(step, *args):
+    closed = jax.make_jaxpr(step)(*args)
+    return closed, [path for path, _ in tree_flatten_with_path(args)[0]]
+
+
+def run(closed, leaves):
+    return jax.jit(functools.partial(jax.core.eval_jaxpr, closed.jaxpr, closed.consts))(*leaves)
+
+
+def test_a_path_names_its_stack_and_layer_by_the_first_key_naming_a_layer():
+    assert layer_of((SequenceKey(0), SequenceKey(3), DictKey("wq"))) == ("[0][#]", "[0][3]")
+    flax = (SequenceKey(0), DictKey("params"), DictKey("Block_2"), DictKey("Dense_0"))
+    assert layer_of(flax) == ("[0]['params']['Block_#']", "[0]['params']['Block_2']")
+    assert layer_of((SequenceKey(1), GetAttrKey("layers_4"))) == ("[1].layers_#", "[1].layers_4")
+    assert layer_of((SequenceKey(0), DictKey("ln1"), DictKey("scale"))) is None
+
+
+def test_the_layers_of_an_unrolled_stack_are_found_but_not_its_last_or_the_batch():
+    """Every layer but the last (its residuals are read first, at the peak); the batch
+    tuple ``(x, y)`` looks like a stack of two but is not one."""
+    closed, paths = traced(unrolled_step, layer_params(), batch_of())
+    found = remat_unrolled.layers(closed, paths)
+    assert [layer.name for layer in found] == [f"args[0][{k}]" for k in range(LAYERS - 1)]
+    assert all(layer.names == ("hidden",) for layer in found)
+    sizes = {layer.end - layer.start for layer in found}
+    assert len(sizes) == 1, sizes  # equal layers, equal spans of equations
+    assert found[-1].end <= found[-1].late < len(closed.jaxpr.eqns)
+
+
+def test_a_scanned_stack_or_a_forward_only_program_has_no_layer_to_rewrite():
+    def forward(params, batch):
+        x = batch[0]
+        for p in params:
+            x, _ = block(x, p)
+        return x.sum()
+
+    closed, paths = traced(forward, layer_params(), batch_of())
+    layers = remat_unrolled.layers(closed, paths)
+    plan = remat.Plan(tuple(layers), ("nothing_saveable",) * len(layers))
+    assert str(remat_unrolled.rewrite(closed, plan).jaxpr) == str(closed.jaxpr)  # no residual
+
+
+@pytest.mark.slow
+def test_each_policy_rewrite_keeps_the_values_and_lowers_xlas_memory():
+    """Every plan computes what the step computes, in less memory by XLA's figure. The
+    recomputation survives XLA:CPU's common-subexpression pass (an
+    ``optimization_barrier`` does not: jax.checkpoint on each block leaves the memory as
+    it was)."""
+    params, batch = layer_params(), batch_of()
+    closed, paths = traced(unrolled_step, params, batch)
+    leaves = jax.tree.leaves((params, batch))
+    expected = jax.tree.leaves(jax.jit(unrolled_step)(params, batch))
+
+    def memory(c) -> int:
+        f = jax.jit(functools.partial(jax.core.eval_jaxpr, c.jaxpr, c.consts))
+        return f.lower(*leaves).compile().memory_analysis().temp_size_in_bytes
+
+    plain = memory(closed)
+    for plan in remat.plans(remat_unrolled.layers(closed, paths)):
+        body = remat_unrolled.rewrite(closed, plan)
+        assert body.in_avals == closed.in_avals and body.out_avals == closed.out_avals
+        for a, b in zip(run(body, leaves), expected, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=str(plan.policies))
+        assert memory(body) < 0.7 * plain, plan.policies
+
+
+def test_a_flax_linen_stack_of_modules_is_rewritten_layer_by_layer():
+    """flax's ``Block_0``, ``Block_1``... submodules, unrolled: their layers are found
+    by their parameters' paths and every policy keeps the values."""
+    nn = pytest.importorskip("flax.linen")
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x: jax.Array) -> jax.Array:
+            return x + nn.Dense(x.shape[-1])(jax.nn.gelu(nn.Dense(64)(x)))
+
+    class Stack(nn.Module):
+        @nn.compact
+        def __call__(self, x: jax.Array) -> jax.Array:
+            for _ in range(4):
+                x = Block()(x)
+            return x
+
+    x, y = (jax.random.normal(k, (8, 16)) for k in jax.random.split(jax.random.key(0)))
+    params = Stack().init(jax.random.key(1), x)
+
+    def flax_step(params, x, y):
+        return jax.grad(lambda p: jnp.mean((Stack().apply(p, x) - y) ** 2))(params)
+
+    closed, paths = traced(flax_step, params, x, y)
+    found = remat_unrolled.layers(closed, paths)
+    assert [layer.name for layer in found] == [f"args[0]['params']['Block_{k}']" for k in range(3)]
+    leaves = jax.tree.leaves((params, x, y))
+    expected = jax.tree.leaves(jax.jit(flax_step)(params, x, y))
+    for plan in remat.plans(found):
+        got = run(remat_unrolled.rewrite(closed, plan), leaves)
+        for a, b in zip(got, expected, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=str(plan.policies))
+
+
+@pytest.mark.slow
+def test_an_unrolled_model_that_fits_only_rematerialized_gets_jax_jits_values(monkeypatch):
+    """A limit 0.6x AUTO's layout-only memory: the layers are recomputed to fit, and
+    the step computes what jax.jit's does. One policy (the one that keeps least) on
+    untagged blocks: the choice among policies is test_remat's; what is new here is the
+    unrolled rewrite."""
+    monkeypatch.setattr(remat, "POLICIES", {"nothing_saveable": remat.POLICIES["nothing_saveable"]})
+    _fewer_finalists(monkeypatch)
+    params, batch = layer_params(), batch_of()
+
+    def auto(**kw):
+        step = functools.partial(unrolled_step, tag=False)
+        return partitioner.pjit(step, (AUTO, BATCH), (AUTO, P()), **kw)
+
+    with jax.set_mesh(mesh_4x2()):
+        layout_only = auto().lower(params, batch).report().memory.total
+        limit = int(0.6 * layout_only)
+        f = auto(auto_memory_limit=limit)
+        report = f.lower(params, batch).report()
+        ours = f(params, batch)
+    assert report.memory.total <= limit < layout_only, str(report)
+    choice = report.auto.choice
+    assert choice.remat == tuple(
+        (f"layer args[0][{k}]", "nothing_saveable") for k in range(LAYERS - 1)
+    )
+    assert choice.flops_added is not None and choice.flops_added > 0
+    theirs = jax.jit(unrolled_step)(params, batch)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
