@@ -24,7 +24,8 @@ mesh, the batch laid out ``P("data")`` and the parameters (and updated parameter
   assignments scored and XLA's compiles;
 - under a memory limit no layout meets (``remat_case.py``): AUTO's rematerialized plan
   against the hand plan "Megatron + ``jax.checkpoint`` on every block", on XLA's memory
-  and recomputed flops (targets: both <= the hand plan's);
+  and recomputed flops (targets: both <= the hand plan's); and the same blocks
+  unrolled, under 0.6x AUTO's layout-only memory (its layers recomputed);
 - the layers beyond the MLP and the block (``layer_models.py``): a CNN, an embedding
   with a tied softmax, a mixture of experts, a transformer as a scan over stacked
   layers and unrolled; for each the chosen layout's XLA figures against the hand
@@ -569,7 +570,7 @@ def main() -> None:
             details[prog.name] = info
         if not args.quick:
             rows += scaling_rows(STACKS)
-            rows += remat_case.remat_rows()
+            rows += remat_case.remat_rows() + remat_case.unrolled_rows()
             rows += twin_rows(8)
             rows += scan_scaling_rows(SCANNED)
     common.print_rows("AUTO layouts: chosen vs hand vs replicated, 4x2 mesh", rows)
