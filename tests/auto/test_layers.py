@@ -269,10 +269,12 @@ def test_the_choice_trains_as_jax_jit(name: str) -> None:
 
 def test_scan_and_unrolled_twins_get_equal_figures() -> None:
     """The same layers as a scan over stacked parameters and unrolled: equal collective
-    bytes, and memory against each twin's own replicated program alike (XLA keeps a
-    loop's stacked residuals in buffers of its own, so the scanned program is larger
-    for every layout)."""
-    scan, scan_repl = judge("scan")["auto"], judge("scan")["replicated"]
-    unrolled, unrolled_repl = judge("unrolled")["auto"], judge("unrolled")["replicated"]
+    bytes, and memory close: the scan's body keeps only its matmuls' outputs, as XLA
+    does for the unrolled twin (NOTE [auto scan residuals]; without it the scan held
+    1.47x here). Within 15% over 3 layers, where the loop's own buffers weigh more
+    than over bench_auto's 8 (0.90x there)."""
+    scan, unrolled = judge("scan")["auto"], judge("unrolled")["auto"]
     assert scan[0] == pytest.approx(unrolled[0], rel=0.05)
-    assert scan[1] / scan_repl[1] == pytest.approx(unrolled[1] / unrolled_repl[1], rel=0.05)
+    assert scan[1] <= 1.15 * unrolled[1], (scan[:2], unrolled[:2])
+    assert scan[2].auto.choice.remat == ((f"scan #1 ({LAYERS} steps)", "dots_saveable"),)
+    assert not scan[2].auto.choice.remat_to_fit

@@ -182,12 +182,36 @@ def test_a_plan_that_keeps_less_recomputes_more():
 
 @pytest.fixture(scope="module")
 def layout_only():
-    """XLA's memory for AUTO's plan without a limit (no recomputation)."""
+    """XLA's memory for AUTO's plan without a limit, recomputing nothing (not even the
+    element-wise work NOTE [auto scan residuals] recomputes without a limit)."""
     params, batch = stacked_params(), batch_of()
-    with jax.set_mesh(mesh_4x2()):
+    with jax.set_mesh(mesh_4x2()), pytest.MonkeyPatch.context() as m:
+        m.setattr(remat, "TRIM_FLOPS", -1.0)  # no plan costs fewer flops than none
         report = auto_step().lower(params, batch).report()
+    partitioner.clear_caches()  # the signature's choice made so is not the one to reuse
     assert not report.auto.choice.remat and report.auto.choice.flops_added is None
     return report
+
+
+def test_without_a_limit_a_scan_keeps_only_what_xla_keeps_of_its_unrolled_twin(layout_only):
+    """NOTE [auto scan residuals]: the layouts chosen without a limit, the scan's body
+    under dots_saveable (the element-wise work recomputed, as XLA recomputes it in an
+    unrolled stack): less memory for at most 2% more flops, and jax.jit's values."""
+    params, batch = stacked_params(), batch_of()
+    f = auto_step()
+    with jax.set_mesh(mesh_4x2()):
+        report = f.lower(params, batch).report()
+        ours = f(params, batch)
+    choice, plain = report.auto.choice, layout_only.auto.choice
+    assert choice.chosen.specs == plain.chosen.specs
+    assert choice.remat == ((f"scan #1 ({LAYERS} steps)", remat.TRIM),) and not choice.remat_to_fit
+    assert report.memory.total < 0.8 * layout_only.memory.total, (report.memory, layout_only.memory)
+    assert choice.flops_added is not None
+    assert 0 < choice.flops_added <= remat.TRIM_FLOPS * layout_only.cost.flops
+    assert "rematerialized (element-wise work, as if unrolled)" in str(report)
+    theirs = jax.jit(step)(params, batch)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.slow

@@ -46,7 +46,7 @@ from jax import lax
 from jax.tree_util import KeyPath
 
 from .. import jax_private as jp
-from .remat import Plan, evaluate, policy_of, read, retraced, saveable
+from .remat import Plan, evaluate, policy_of, read, readers_of, retraced, saveable
 from .structure import layer_of
 
 
@@ -69,11 +69,7 @@ def layers(closed: Any, in_paths: Sequence[KeyPath]) -> list[Layer]:
     """The layers of ``closed``'s unrolled stacks that a policy may rewrite (NOTE [auto
     remat unrolled]); ``in_paths`` are its inputs' key paths."""
     eqns = closed.jaxpr.eqns
-    first: dict[Any, int] = {}
-    for i, eqn in enumerate(eqns):
-        for v in eqn.invars:
-            if isinstance(v, jp.Var):
-                first.setdefault(v, i)
+    first = {v: reads[0] for v, reads in readers_of(closed.jaxpr).items()}
     stacks: dict[str, dict[str, int]] = {}
     for path, v in zip(in_paths, closed.jaxpr.invars, strict=True):
         where = layer_of(path)
@@ -110,11 +106,7 @@ def rewrite(closed: Any, plan: Plan) -> Any:
     """``closed`` with each layer of ``plan`` rematerialized (NOTE [auto remat
     unrolled]); the same inputs and outputs."""
     jaxpr = closed.jaxpr
-    readers: dict[Any, list[int]] = {}
-    for i, eqn in enumerate(jaxpr.eqns):
-        for v in eqn.invars:
-            if isinstance(v, jp.Var):
-                readers.setdefault(v, []).append(i)
+    readers = readers_of(jaxpr)
     made = (v for e in jaxpr.eqns for v in e.outvars)
     order = {v: k for k, v in enumerate(itertools.chain(jaxpr.constvars, jaxpr.invars, made))}
     at: dict[int, list[_Recompute]] = {}

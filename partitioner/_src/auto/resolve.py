@@ -210,6 +210,9 @@ def _search(
             raise
         chosen = _rematerialize(plan, in_paths, out_paths, memory_limit, describe, failed)
         outcome = chosen.outcome
+    if chosen is None and not n_consts:  # NOTE [auto scan residuals] in remat.py
+        chosen = _trimmed(plan, outcome)
+        outcome = outcome if chosen is None else chosen.outcome
     compiles = 0 if n_consts else outcome.compiles  # the model stood in for XLA
     measured = outcome.chosen_measured
     emit(
@@ -230,6 +233,7 @@ def _search(
         record,
         remat=chosen.plan.rematerialized(),
         flops_added=chosen.outcome.chosen_measured.flops - chosen.layout_only_flops,
+        remat_to_fit=chosen.to_fit,
     )
     return (*_specs_of(plan, outcome.chosen), record, chosen.body)
 
@@ -240,6 +244,7 @@ class _Rematerialized:
     body: Any  # the program rewritten as ``plan`` says
     outcome: Outcome
     layout_only_flops: float  # XLA's flops for the same layouts, nothing recomputed
+    to_fit: bool = True  # chosen to meet the limit (not NOTE [auto scan residuals])
 
 
 def _rematerialize(
@@ -302,6 +307,37 @@ def _rematerialize(
         )
     _, rp, body, o = best
     return _Rematerialized(rp, body, o, _measure(plan, o.chosen, True).flops)
+
+
+def _trimmed(plan: CallPlan, outcome: Outcome) -> _Rematerialized | None:
+    """The chosen layouts with every differentiated scan's body under
+    :data:`remat.TRIM`, where XLA's figures say it costs nothing worth counting
+    (NOTE [auto scan residuals]); ``None`` where there is no such scan or it does not."""
+    found = remat.blocks(plan.params.jaxpr)
+    if not found:
+        return None
+    rp = remat.Plan(tuple(found), (remat.TRIM,) * len(found))
+    body = remat.rewrite(plan.params.jaxpr, rp)
+    traced = plan.params.jaxpr
+    if (body.in_avals, body.out_avals) != (traced.in_avals, traced.out_avals):
+        return None  # types retracing cannot keep
+    t0 = time.perf_counter()
+    m = _measure(_with_program(plan, body), outcome.chosen, True)
+    spent = time.perf_counter() - t0
+    base = outcome.chosen_measured
+    cheap = m.flops <= base.flops * (1 + remat.TRIM_FLOPS)
+    if not (m.memory_bytes < base.memory_bytes and cheap):
+        return None
+    if m.collective_bytes > base.collective_bytes:
+        return None  # collectives in the body, run again: not free
+    trimmed = dataclasses.replace(
+        outcome,
+        chosen_measured=m,
+        compiles=outcome.compiles + 1,
+        search_s=outcome.search_s + spent,
+        confirm_s=outcome.confirm_s + spent,
+    )
+    return _Rematerialized(rp, body, trimmed, base.flops, to_fit=False)
 
 
 def _with_program(plan: CallPlan, jaxpr: Any) -> CallPlan:

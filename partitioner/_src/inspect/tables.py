@@ -263,9 +263,10 @@ def _auto_lines(t: AutoTable) -> list[str]:
         "per device"
     )
     if c.remat:
+        why = "to fit the memory limit" if c.remat_to_fit else "(element-wise work, as if unrolled)"
         lines += [
             "",
-            f"  rematerialized to fit the memory limit: {c.flops_added or 0:,.0f} flops added",
+            f"  rematerialized {why}: {c.flops_added or 0:,.0f} flops added",
         ]
         lines += _table(("block", "policy"), list(c.remat))
     return lines

@@ -87,10 +87,13 @@ class AutoChoice:
         shapes: each AUTO input's shape, and ``layouts`` its chosen layout (per
             dimension, the mesh axes splitting it): what the report's picture draws.
         remat: ``(block, policy)`` for each block the chosen program recomputes in its
-            backward pass (``("scan #1 (8 steps)", "dots_saveable")``), empty when no
-            layout alone exceeded ``memory_limit``; ``flops_added`` what that costs,
-            XLA's flops (cost analysis) of the chosen program minus those of the same
-            layouts recomputing nothing (``None`` without rematerialization).
+            backward pass (``("scan #1 (8 steps)", "dots_saveable")``): to fit
+            ``memory_limit`` where no layout alone does (``remat_to_fit``), or, for a
+            differentiated scan, the element-wise work XLA recomputes in an unrolled
+            stack (``dots_saveable``, kept only where it costs at most 2% more flops);
+            ``flops_added`` what that costs, XLA's flops (cost analysis) of the chosen
+            program minus those of the same layouts recomputing nothing (``None``
+            without rematerialization).
     """
 
     paths: tuple[str, ...]
@@ -108,3 +111,4 @@ class AutoChoice:
     layouts: tuple[tuple[tuple[str, ...], ...], ...] = ()
     remat: tuple[tuple[str, str], ...] = ()
     flops_added: float | None = None
+    remat_to_fit: bool = False
