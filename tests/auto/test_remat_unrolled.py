@@ -36,9 +36,9 @@ def unrolled_step(params, batch, tag=True):
     return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), value
 
 
-def layer_params() -> list[dict[str, jax.Array]]:
+def layer_params(n: int = LAYERS) -> list[dict[str, jax.Array]]:
     stacked = stacked_params()
-    return [jax.tree.map(lambda a, i=i: a[i], stacked) for i in range(LAYERS)]
+    return [jax.tree.map(lambda a, i=i: a[i], stacked) for i in range(n)]
 
 
 def traced(step, *args):
@@ -88,8 +88,8 @@ def test_each_policy_rewrite_keeps_the_values_and_lowers_xlas_memory():
     """Every plan computes what the step computes, in less memory by XLA's figure. The
     recomputation survives XLA:CPU's common-subexpression pass (an
     ``optimization_barrier`` does not: jax.checkpoint on each block leaves the memory as
-    it was)."""
-    params, batch = layer_params(), batch_of()
+    it was). Four layers: XLA's compile of an unrolled program grows faster than it."""
+    params, batch = layer_params(4), batch_of()
     closed, paths = traced(unrolled_step, params, batch)
     leaves = jax.tree.leaves((params, batch))
     expected = jax.tree.leaves(jax.jit(unrolled_step)(params, batch))
@@ -147,7 +147,8 @@ def test_a_flax_linen_stack_of_modules_is_rewritten_layer_by_layer():
 
 @pytest.mark.slow
 def test_an_unrolled_model_that_fits_only_rematerialized_gets_jax_jits_values(monkeypatch):
-    """A limit 0.6x AUTO's layout-only memory: the layers are recomputed to fit, and
+    """A limit 0.6x AUTO's layout-only memory (stated, as measured: searching the plan
+    without it would double the test): the layers are recomputed to fit, and
     the step computes what jax.jit's does. One policy (the one that keeps least) on
     untagged blocks: the choice among policies is test_remat's; what is new here is the
     unrolled rewrite."""
@@ -159,14 +160,14 @@ def test_an_unrolled_model_that_fits_only_rematerialized_gets_jax_jits_values(mo
         step = functools.partial(unrolled_step, tag=False)
         return partitioner.pjit(step, (AUTO, BATCH), (AUTO, P()), **kw)
 
+    limit = 1_950_000  # 0.6x AUTO's plan without it: 3,253,267 bytes per device
     with jax.set_mesh(mesh_4x2()):
-        layout_only = auto().lower(params, batch).report().memory.total
-        limit = int(0.6 * layout_only)
         f = auto(auto_memory_limit=limit)
         report = f.lower(params, batch).report()
         ours = f(params, batch)
-    assert report.memory.total <= limit < layout_only, str(report)
+    assert report.memory.total <= limit, str(report)
     choice = report.auto.choice
+    assert choice.remat_to_fit  # no layout alone fitted
     assert choice.remat == tuple(
         (f"layer args[0][{k}]", "nothing_saveable") for k in range(LAYERS - 1)
     )
@@ -213,12 +214,12 @@ def test_a_flax_nnx_stack_trained_with_optax_fits_rematerialized(monkeypatch):
     def auto(**kw):
         return partitioner.jit(step, in_shardings=(AUTO, AUTO, P("data")), out_shardings=(AUTO, AUTO, None), **kw)  # fmt: skip
 
+    limit = 649_000  # 0.7x AUTO's plan without it: 927,396 bytes per device
     with jax.set_mesh(mesh_4x2()):
-        layout_only = auto().lower(state, opt, x).report().memory.total
-        f = auto(auto_memory_limit=int(0.7 * layout_only))
+        f = auto(auto_memory_limit=limit)
         report = f.lower(state, opt, x).report()
         ours = f(state, opt, x)
-    assert report.memory.total <= 0.7 * layout_only, str(report)
+    assert report.memory.total <= limit and report.auto.choice.remat_to_fit, str(report)
     assert [b for b, _ in report.auto.choice.remat] == [
         f"layer args[0]['blocks'][{k}]" for k in range(3)
     ]
