@@ -20,7 +20,7 @@ import partitioner
 from partitioner import AUTO
 from partitioner import PartitionSpec as P
 from partitioner._src.auto import remat, remat_unrolled
-from partitioner._src.auto.structure import layer_of
+from partitioner._src.auto.structure import layer_keys
 
 from .test_remat import BATCH, LAYERS, _fewer_finalists, batch_of, block, mesh_4x2, stacked_params
 
@@ -50,12 +50,35 @@ def run(closed, leaves):
     return jax.jit(functools.partial(jax.core.eval_jaxpr, closed.jaxpr, closed.consts))(*leaves)
 
 
-def test_a_path_names_its_stack_and_layer_by_the_first_key_naming_a_layer():
-    assert layer_of((SequenceKey(0), SequenceKey(3), DictKey("wq"))) == ("[0][#]", "[0][3]")
+def test_a_path_offers_each_key_that_may_name_a_layer():
+    assert layer_keys((SequenceKey(0), SequenceKey(3), DictKey("wq"))) == [(1, "[0][#]", "[0][3]")]
     flax = (SequenceKey(0), DictKey("params"), DictKey("Block_2"), DictKey("Dense_0"))
-    assert layer_of(flax) == ("[0]['params']['Block_#']", "[0]['params']['Block_2']")
-    assert layer_of((SequenceKey(1), GetAttrKey("layers_4"))) == ("[1].layers_#", "[1].layers_4")
-    assert layer_of((SequenceKey(0), DictKey("ln1"), DictKey("scale"))) is None
+    assert layer_keys(flax) == [
+        (2, "[0]['params']['Block_#']", "[0]['params']['Block_2']"),
+        (3, "[0]['params']['Block_2']['Dense_#']", "[0]['params']['Block_2']['Dense_0']"),
+    ]
+    assert layer_keys((SequenceKey(1), GetAttrKey("layers_4"))) == [
+        (1, "[1].layers_#", "[1].layers_4")
+    ]
+    assert layer_keys((SequenceKey(0), DictKey("ln1"), DictKey("scale"))) == []
+
+
+def test_a_state_tuples_index_is_not_taken_for_a_layer():
+    """``(params, momentum)`` in one argument: its index is the first key that may name
+    a layer, but two entries holding different leaves are no stack; the layers are the
+    parameters' (the momentum's, read only by the update, have nothing to recompute)."""
+
+    def step(state, batch):
+        params, momentum = state
+        new, value = unrolled_step(params, batch)
+        momentum = jax.tree.map(lambda m, p, q: 0.9 * m + p - q, momentum, params, new)
+        return (new, momentum), value
+
+    params = layer_params()
+    state = (params, jax.tree.map(jnp.zeros_like, params))
+    closed, paths = traced(step, state, batch_of())
+    found = remat_unrolled.layers(closed, paths)
+    assert [layer.name for layer in found] == [f"args[0][0][{k}]" for k in range(LAYERS - 1)]
 
 
 def test_the_layers_of_an_unrolled_stack_are_found_but_not_its_last_or_the_batch():

@@ -8,7 +8,8 @@ body to recompute in, so the rewrite does what ``jax.checkpoint`` on each layer
 would have done, in the flat program:
 
 - *Layers* are found by their parameters: inputs whose paths differ only in the layer
-  (``structure.layer_of``). Layer k's forward equations run from the first one reading
+  (``structure.layer_keys``; the outermost key under which 3 layers or more hold the
+  same leaves, so the index of a ``(params, opt_state)`` tuple is not taken for one). Layer k's forward equations run from the first one reading
   its parameters to the first one reading layer k+1's. Values a layer's equations
   compute that a later layer's forward reads (its output, the next layer's input) are
   kept, as ``jax.checkpoint`` keeps a block's inputs; the others that the backward
@@ -36,6 +37,7 @@ are unchanged. XLA's memory and cost analyses judge and price the plan, as for s
 
 from __future__ import annotations
 
+import collections
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,11 +45,11 @@ from typing import Any
 
 import jax.numpy as jnp
 from jax import lax
-from jax.tree_util import KeyPath
+from jax.tree_util import KeyPath, keystr
 
 from .. import jax_private as jp
 from .remat import Plan, evaluate, policy_of, read, readers_of, retraced, saveable
-from .structure import layer_of
+from .structure import layer_keys
 
 
 @dataclass(frozen=True)
@@ -69,16 +71,16 @@ def layers(closed: Any, in_paths: Sequence[KeyPath]) -> list[Layer]:
     """The layers of ``closed``'s unrolled stacks that a policy may rewrite (NOTE [auto
     remat unrolled]); ``in_paths`` are its inputs' key paths."""
     eqns = closed.jaxpr.eqns
-    first = {v: reads[0] for v, reads in readers_of(closed.jaxpr).items()}
-    stacks: dict[str, dict[str, int]] = {}
-    for path, v in zip(in_paths, closed.jaxpr.invars, strict=True):
-        where = layer_of(path)
-        if where is None or v not in first:
-            continue
-        starts = stacks.setdefault(where[0], {})
-        starts[where[1]] = min(starts.get(where[1], len(eqns)), first[v])
+    readers = readers_of(closed.jaxpr)
+    stacks: dict[str, dict[str, list[Any]]] = {}
+    for (stack, layer), v in zip(
+        _layers_of(in_paths, closed.in_avals), closed.jaxpr.invars, strict=True
+    ):
+        if stack and v in readers:
+            stacks.setdefault(stack, {}).setdefault(layer, []).append(v)
     found: list[Layer] = []
-    for starts in stacks.values():
+    for held in stacks.values():
+        starts = {layer: min(readers[v][0] for v in vs) for layer, vs in held.items()}
         order = sorted(starts.items(), key=lambda kv: kv[1])
         bounds = [s for _, s in order]
         if len(bounds) < 3 or len(set(bounds)) < len(bounds):
@@ -89,9 +91,36 @@ def layers(closed: Any, in_paths: Sequence[KeyPath]) -> list[Layer]:
         for k, ((name, start), end) in enumerate(zip(order[:-1], bounds[1:], strict=False)):
             if shapes[k] not in (shapes[k - 1] if k else None, shapes[k + 1]):
                 continue  # not a repeat of its neighbours: arguments alike, not layers
+            if all(readers[v][-1] < late for v in held[name]):
+                continue  # its inputs not read again after the stack: not differentiated
+            made = (v for e in eqns[start:end] for v in e.outvars)
+            if not any(i >= late for v in made for i in readers.get(v, ())):
+                continue  # nothing of it read after the stack: no residual
             tags = {e.params["name"] for e in eqns[start:end] if e.primitive.name == "name"}
             found.append(Layer(f"args{name}", start, end, late, tuple(sorted(tags))))
     return sorted(found, key=lambda layer: layer.start)
+
+
+def _layers_of(in_paths: Sequence[KeyPath], avals: Sequence[Any]) -> list[tuple[str, str]]:
+    """Per input, its (stack, layer), or ``("", "")`` outside any: of the keys of its
+    path that may name a layer (``structure.layer_keys``), the outermost under which 3
+    layers or more hold the same leaves (paths below the key, shapes and types); the
+    layers holding other leaves are not the stack's."""
+    candidates = [layer_keys(p) for p in in_paths]
+    held: dict[str, dict[str, set[Any]]] = {}
+    for path, aval, keys in zip(in_paths, avals, candidates, strict=True):
+        for k, stack, layer in keys:
+            leaf = (keystr(tuple(path[k + 1 :])), aval.shape, aval.dtype)
+            held.setdefault(stack, {}).setdefault(layer, set()).add(leaf)
+    members: dict[str, set[str]] = {}
+    for stack, layers in held.items():
+        common, count = collections.Counter(frozenset(v) for v in layers.values()).most_common(1)[0]
+        if count >= 3:
+            members[stack] = {name for name, v in layers.items() if v == common}
+    return [
+        next(((s, name) for _, s, name in keys if name in members.get(s, ())), ("", ""))
+        for keys in candidates
+    ]
 
 
 def _kind(eqn: Any) -> tuple[Any, ...]:

@@ -86,11 +86,14 @@ def family(path: KeyPath) -> str:
     return "".join(parts)
 
 
-def layer_of(path: KeyPath) -> tuple[str, str] | None:
-    """The stack ``path`` sits in and its layer there, by the first key naming a layer
-    (NOTE [auto repeats]): ``args[0][3]['wq']`` -> (``args[0][#]``, ``args[0][3]``),
-    ``['Block_2']['Dense_0']`` -> (``['Block_#']``, ``['Block_2']``); ``None`` for a path
-    outside any stack."""
+def layer_keys(path: KeyPath) -> list[tuple[int, str, str]]:
+    """Each key of ``path`` that may name a layer (NOTE [auto repeats]), outermost
+    first, as (its position, the stack: the path up to it with the layer left out, the
+    layer: the path up to it): ``[0][3]['wq']`` -> ``(1, '[0][#]', '[0][3]')``;
+    ``['Block_2']['Dense_0']`` -> ``['Block_#']`` then ``['Block_2']['Dense_#']``. Which
+    one is the stack's is for the caller to tell (a ``(params, opt_state)`` tuple's
+    index names no layer)."""
+    found = []
     for k in range(1, len(path)):
         key = path[k]
         if isinstance(key, (SequenceKey, FlattenedIndexKey)) or (
@@ -106,8 +109,8 @@ def layer_of(path: KeyPath) -> tuple[str, str] | None:
             )
         else:
             continue
-        return keystr(tuple(path[:k])) + free, keystr(tuple(path[: k + 1]))
-    return None
+        found.append((k, keystr(tuple(path[:k])) + free, keystr(tuple(path[: k + 1]))))
+    return found
 
 
 def _layer_free(name: str) -> str:
