@@ -73,9 +73,9 @@ POLICIES: dict[str, Callable[..., Any]] = {
 }
 #: At most this many plans are compiled; with more blocks, one policy for every block.
 MAX_PLANS = 16
-#: Without a limit to meet, the policy every differentiated scan's body is tried
-#: with, and kept where XLA counts at most this share more flops for it (NOTE [auto
-#: scan residuals]).
+#: Where layouts alone fit (any limit, or none), the policy every differentiated scan's
+#: body is tried with, kept where XLA counts at most this share more flops for it
+#: (NOTE [auto scan residuals]).
 TRIM, TRIM_FLOPS = "dots_saveable", 0.02
 
 

@@ -110,8 +110,9 @@ class AutoTable:
         Returns one line per input (also printed unless ``show=False``); ``png=path``
         also saves a picture with a panel per input (up to 12), each block coloured
         by the devices holding it, as ``inspect.visualize`` colours an array's
-        (needs matplotlib). A plan that recomputes blocks to fit ``auto_memory_limit``
-        says which, with which policy, in a last line and the picture's title.
+        (needs matplotlib). A plan that recomputes blocks (to fit
+        ``auto_memory_limit``, or a scan's element-wise work) says which, with which
+        policy, in a last line and the picture's title.
         """
         c = self.choice
         inputs = [
