@@ -9,8 +9,9 @@ would have done, in the flat program:
 
 - *Layers* are found by their parameters: inputs whose paths differ only in the layer
   (``structure.layer_keys``; the outermost key under which 3 layers or more hold the
-  same leaves, so the index of a ``(params, opt_state)`` tuple is not taken for one). Layer k's forward equations run from the first one reading
-  its parameters to the first one reading layer k+1's. Values a layer's equations
+  same leaves, so the index of a ``(params, opt_state)`` tuple is not taken for one).
+  Layer k's forward equations run from the first one reading its parameters to the
+  first one reading layer k+1's. Values a layer's equations
   compute that a later layer's forward reads (its output, the next layer's input) are
   kept, as ``jax.checkpoint`` keeps a block's inputs; the others that the backward
   reads are the residuals the policy may drop.
@@ -197,12 +198,12 @@ class _Recompute:
             recompute.append(eqn)
         if not recompute:
             return None
-        before = min(i for v in residuals for i in readers[v] if i >= layer.late)
         made = {v for e in recompute for v in e.outvars}
+        outs = tuple(v for v in residuals if v in made)
+        before = min(i for v in outs for i in readers[v] if i >= layer.late)
         probe = _probe([*jaxpr.eqns[before].invars, *needed], made)
         if probe is None:
             return None  # nothing floating to wait for: XLA would merge the recomputation
-        outs = tuple(v for v in residuals if v in made)
         inputs = tuple(sorted(needed, key=order.__getitem__))  # in the program's order
         return cls(before, inputs, probe, tuple(reversed(recompute)), outs)
 
