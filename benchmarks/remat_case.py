@@ -94,6 +94,31 @@ def _collective_bytes(report: Any) -> int:
     return sum(c.bytes_per_device * c.count for c in report.collectives)
 
 
+def _against_hand(
+    name: str, ours: Any, hand: Any, hand_added: float, extra: dict[str, Any]
+) -> list[common.Row]:
+    """The two targets: AUTO's memory and recomputed flops, each <= the hand plan's."""
+    return [
+        common.compare(
+            f"{name}: memory / Megatron + checkpoint",
+            "KiB/device",
+            [ours.memory.total],
+            [hand.memory.total],
+            AT_MOST,
+            1 / 1024,
+            **extra,
+        ),
+        common.compare(
+            f"{name}: flops recomputed / Megatron + checkpoint",
+            "Mflop",
+            [ours.auto.choice.flops_added or 0.0],
+            [hand_added],
+            AT_MOST,
+            1e-6,
+        ),
+    ]
+
+
 def remat_rows() -> list[common.Row]:
     """AUTO's plan under the hand plan's memory against the hand plan (module docstring)."""
     plain = _report(_step(_block), MEGATRON)
@@ -116,23 +141,7 @@ def remat_rows() -> list[common.Row]:
         "auto_specs": dict(zip(choice.paths, choice.chosen.specs, strict=True)),
     }
     return [
-        common.compare(
-            "remat: memory / Megatron + checkpoint",
-            "KiB/device",
-            [ours.memory.total],
-            [hand.memory.total],
-            AT_MOST,
-            1 / 1024,
-            **extra,
-        ),
-        common.compare(
-            "remat: flops recomputed / Megatron + checkpoint",
-            "Mflop",
-            [choice.flops_added or 0.0],
-            [hand_added],
-            AT_MOST,
-            1e-6,
-        ),
+        *_against_hand("remat", ours, hand, hand_added, extra),
         common.compare(
             "remat: flops per device / Megatron + checkpoint",
             "Mflop",
@@ -177,23 +186,7 @@ def unrolled_rows() -> list[common.Row]:
         "search_s": choice.search_s,
     }
     return [
-        common.compare(
-            "remat unrolled: memory / Megatron + checkpoint",
-            "KiB/device",
-            [ours.memory.total],
-            [hand.memory.total],
-            AT_MOST,
-            1 / 1024,
-            **extra,
-        ),
-        common.compare(
-            "remat unrolled: flops recomputed / Megatron + checkpoint",
-            "Mflop",
-            [choice.flops_added or 0.0],
-            [hand_added],
-            AT_MOST,
-            1e-6,
-        ),
+        *_against_hand("remat unrolled", ours, hand, hand_added, extra),
         common.compare(
             "remat unrolled: memory / AUTO layout-only",
             "KiB/device",

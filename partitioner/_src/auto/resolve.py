@@ -276,12 +276,8 @@ def _rematerialize(
         if any(rp.recomputes_more_than(f) for f in fitting):
             continue  # no cheaper than a plan that fits
         body = rewrite(plan.params.jaxpr, rp)
-        traced = plan.params.jaxpr
-        if str(body.jaxpr) in seen or (body.in_avals, body.out_avals) != (
-            traced.in_avals,
-            traced.out_avals,
-        ):  # two policies that keep the same values; or types retracing cannot keep
-            continue
+        if str(body.jaxpr) in seen or not _same_types(body, plan.params.jaxpr):
+            continue  # two policies that keep the same values; or types retracing cannot keep
         seen.add(str(body.jaxpr))
         trial = _with_program(plan, body)
         what = ", ".join(f"{b} with {p}" for b, p in rp.rematerialized())
@@ -318,9 +314,8 @@ def _trimmed(plan: CallPlan, outcome: Outcome) -> _Rematerialized | None:
         return None
     rp = remat.Plan(tuple(found), (remat.TRIM,) * len(found))
     body = remat.rewrite(plan.params.jaxpr, rp)
-    traced = plan.params.jaxpr
-    if (body.in_avals, body.out_avals) != (traced.in_avals, traced.out_avals):
-        return None  # types retracing cannot keep
+    if not _same_types(body, plan.params.jaxpr):
+        return None
     t0 = time.perf_counter()
     m = _measure(_with_program(plan, body), outcome.chosen, True)
     spent = time.perf_counter() - t0
@@ -338,6 +333,12 @@ def _trimmed(plan: CallPlan, outcome: Outcome) -> _Rematerialized | None:
         confirm_s=outcome.confirm_s + spent,
     )
     return _Rematerialized(rp, body, trimmed, base.flops, to_fit=False)
+
+
+def _same_types(body: Any, traced: Any) -> bool:
+    """Whether the rewritten ``body`` kept ``traced``'s input and output types (a plan
+    whose retracing does not keep them is not tried)."""
+    return (body.in_avals, body.out_avals) == (traced.in_avals, traced.out_avals)
 
 
 def _with_program(plan: CallPlan, jaxpr: Any) -> CallPlan:

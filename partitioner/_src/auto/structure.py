@@ -73,17 +73,7 @@ class Structures:
 
 def family(path: KeyPath) -> str:
     """``path`` with the layer left out (NOTE [auto repeats])."""
-    parts = [keystr(tuple(path[:1]))]
-    for k in path[1:]:
-        if isinstance(k, (SequenceKey, FlattenedIndexKey)):
-            parts.append("[#]")
-        elif isinstance(k, DictKey):
-            parts.append(f"[{_layer_free(k.key)!r}]" if isinstance(k.key, str) else "[#]")
-        elif isinstance(k, GetAttrKey):
-            parts.append("." + _layer_free(k.name))
-        else:
-            parts.append(keystr((k,)))
-    return "".join(parts)
+    return keystr(tuple(path[:1])) + "".join(_free(k) for k in path[1:])
 
 
 def layer_keys(path: KeyPath) -> list[tuple[int, str, str]]:
@@ -93,24 +83,23 @@ def layer_keys(path: KeyPath) -> list[tuple[int, str, str]]:
     ``['Block_2']['Dense_0']`` -> ``['Block_#']`` then ``['Block_2']['Dense_#']``. Which
     one is the stack's is for the caller to tell (a ``(params, opt_state)`` tuple's
     index names no layer)."""
-    found = []
-    for k in range(1, len(path)):
-        key = path[k]
-        if isinstance(key, (SequenceKey, FlattenedIndexKey)) or (
-            isinstance(key, DictKey) and not isinstance(key.key, str)
-        ):
-            free = "[#]"
-        elif isinstance(key, (DictKey, GetAttrKey)):
-            name = key.key if isinstance(key, DictKey) else key.name
-            if _layer_free(name) == name:
-                continue
-            free = (
-                f"[{_layer_free(name)!r}]" if isinstance(key, DictKey) else "." + _layer_free(name)
-            )
-        else:
-            continue
-        found.append((k, keystr(tuple(path[:k])) + free, keystr(tuple(path[: k + 1]))))
-    return found
+    return [
+        (k, keystr(tuple(path[:k])) + _free(key), keystr(tuple(path[: k + 1])))
+        for k, key in enumerate(path)
+        if k and _free(key) != keystr((key,))
+    ]
+
+
+def _free(key: Any) -> str:
+    """One key as :func:`family` spells it: an index or a number ``[#]``, a name with
+    its layer number left out; other keys as they are."""
+    if isinstance(key, (SequenceKey, FlattenedIndexKey)):
+        return "[#]"
+    if isinstance(key, DictKey):
+        return f"[{_layer_free(key.key)!r}]" if isinstance(key.key, str) else "[#]"
+    if isinstance(key, GetAttrKey):
+        return "." + _layer_free(key.name)
+    return keystr((key,))
 
 
 def _layer_free(name: str) -> str:
