@@ -233,7 +233,7 @@ jaxpr_forwarding = _pe._jaxpr_forwarding  # per output: the input it forwards, o
 
 # Source locations jax records for equations (and XLA keeps in op metadata) name the
 # user's line, not partitioner's: jax skips its own files the same way.
-_source_info_util.register_exclusion(_os.path.dirname(__file__))
+_source_info_util.register_exclusion(_os.path.dirname(_os.path.dirname(__file__)))  # _src/
 
 
 # --- the ambient mesh (shared with `with jax.sharding.Mesh(...)`) ---
