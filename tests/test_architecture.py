@@ -5,9 +5,9 @@ between them, and fails on a cycle, on an import that points up the pipeline, on
 import hidden inside a function, and on a module reaching into another module's
 private names. docs/architecture.md draws the same layers.
 
-The gateway to private jax is checked too: ``jax_private`` (imported for
-this) exports names, not modules, and no other module reads through a jax module or
-reads a private attribute of a jax object.
+The gateway to private jax is checked too: ``jax_private`` (a package, imported for
+this) exports names, not modules, and no module outside it imports ``jax._src`` or one
+of its modules, reads through a jax module or reads a private attribute of a jax object.
 """
 
 from __future__ import annotations
@@ -278,7 +278,7 @@ PUBLIC_UNDERSCORED = {"os._exit"}
 def test_no_module_reads_another_modules_private_names() -> None:
     bad = []
     for name, path in _modules().items():
-        if name == "_src.jax_private":
+        if _in_gateway(name):
             continue  # the one gateway to jax's private API, by design
         tree = ast.parse(path.read_text())
         aliases = {
@@ -412,7 +412,7 @@ def test_registrations_live_in_the_registry() -> None:
     bad = [
         f"{name}:{line}"
         for name, path in _modules().items()
-        if name not in REGISTRIES and name != GATEWAY  # the gateway's own documented helpers
+        if name not in REGISTRIES and not _in_gateway(name)  # the gateway's documented helpers
         for line in _registrations(path.read_text())
     ]
     assert not bad, "registrations outside the registry:\n" + "\n".join(bad)
@@ -439,18 +439,29 @@ def test_registration_check_catches(source: str) -> None:
 GATEWAY = "_src.jax_private"
 
 
+def _in_gateway(name: str) -> bool:
+    """Whether module ``name`` is the gateway package or one of its modules."""
+    return name == GATEWAY or name.startswith(GATEWAY + ".")
+
+
 def test_gateway_exports_names_not_modules() -> None:
     """Every public name of jax_private is a jax object, never a module: a module
     would let any caller reach every private attribute of it unseen.
 
-    Names that are not identifiers are not exports: pytest's assertion rewriting binds
-    ``@py_builtins`` and ``@pytest_ar`` in every module of a distribution that has a
-    pytest plugin, as partitioner does (``_partitioner_pytest``).
+    The package's own modules (``jax_private.mesh``) are attributes of it, as every
+    imported submodule is of its package; they are not exports, and reading through
+    one fails the check below. Names that are not identifiers are not exports either:
+    pytest's assertion rewriting binds ``@py_builtins`` and ``@pytest_ar`` in every
+    module of a distribution that has a pytest plugin, as partitioner does
+    (``_partitioner_pytest``).
     """
     modules = sorted(
         name
         for name, value in vars(jax_private).items()
-        if name.isidentifier() and not name.startswith("_") and isinstance(value, types.ModuleType)
+        if name.isidentifier()
+        and not name.startswith("_")
+        and isinstance(value, types.ModuleType)
+        and not value.__name__.startswith(jax_private.__name__ + ".")
     )
     assert not modules, f"jax_private exports modules {modules}: export their names instead"
 
@@ -503,10 +514,14 @@ def _jax_kind(node: ast.expr, bound: dict[str, str]) -> str | None:
 
 
 def _gateway_violations(name: str, path: Path, source: str) -> list[str]:
-    """Reads through a module of jax_private, and private attributes of jax objects."""
+    """Imports of ``jax._src`` or of a module inside jax_private, reads through a module
+    of jax_private, and private attributes of jax objects."""
     tree = ast.parse(source)
     bound = _jax_bindings(name, path, tree)
     bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bad += _import_violations(name, _package_of(name, path), node)
     for node in ast.walk(tree):
         if not isinstance(node, ast.Attribute):
             continue
@@ -529,11 +544,34 @@ def _gateway_violations(name: str, path: Path, source: str) -> list[str]:
     return bad
 
 
+def _import_violations(name: str, here: str, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """An import of ``jax._src`` (only the gateway imports it), or of a module inside
+    the gateway (its names are read as ``jp.Name``)."""
+    if isinstance(node, ast.Import):
+        targets = [alias.name for alias in node.names]
+    else:
+        module = _relative_target(node, here) if node.level else node.module or ""
+        targets = [module, *(f"{module}.{alias.name}" for alias in node.names)]
+    for target in targets:
+        if target == "jax._src" or target.startswith("jax._src."):
+            return [
+                f"{name}:{node.lineno} imports {target}: only jax_private imports jax._src; "
+                "add the name there and read jp.<name>"
+            ]
+        ours = target.removeprefix("partitioner.") if target.startswith("partitioner.") else target
+        if ours.startswith(GATEWAY + ".") and ours in _modules():
+            return [
+                f"{name}:{node.lineno} imports {ours}, inside the gateway: import jax_private "
+                "and read jp.<name>"
+            ]
+    return []
+
+
 def test_private_jax_is_read_through_named_exports_only() -> None:
     bad = [
         line
         for name, path in _modules().items()
-        if name != GATEWAY
+        if not _in_gateway(name)
         for line in _gateway_violations(name, path, path.read_text())
     ]
     assert not bad, "private jax read around the gateway:\n" + "\n".join(bad)
@@ -553,6 +591,13 @@ def test_private_jax_is_read_through_named_exports_only() -> None:
             "private",
         ),
         ("import jax\njax._src.core", "private"),
+        ("from jax._src import core\ncore.Tracer", "only jax_private imports jax._src"),
+        ("from jax._src.core import Tracer", "only jax_private imports jax._src"),
+        ("import jax._src.dispatch", "only jax_private imports jax._src"),
+        ("from jax import _src", "only jax_private imports jax._src"),
+        ("from ..jax_private.mesh import push_mesh", "inside the gateway"),
+        ("from partitioner._src.jax_private import tracing", "inside the gateway"),
+        ("from ..jax_private import mesh\nmesh.push_mesh()", "not a named export"),
     ],
 )
 def test_gateway_check_catches(source: str, complaint: str) -> None:
@@ -569,6 +614,10 @@ def test_gateway_check_accepts_named_exports() -> None:
         "isinstance(x, jp.Tracer)\n"
         "jp.jaxpr_forwarding(j)\n"
         "self._cache = jp.Zero(aval)\n"
+        "jp.push_mesh(m)\n"
+        "from .. import jax_private\n"
+        "from ..jax_private import ClosedJaxpr\n"
+        "from jax.sharding import NamedSharding\n"
     )
     path = PACKAGE / "_src" / "rules" / "example.py"
     assert _gateway_violations("_src.rules.example", path, source) == []
