@@ -69,8 +69,9 @@ from . import tracing as _tracing
 from . import values as _values
 
 # --- named exports: every public name of the gateway, one line each ---
-# Grouped by module and sorted: jax's, then this package's. Elsewhere use `jp.Name`,
-# never a module's attribute: tests/test_architecture.py fails on a module exported here.
+# Grouped by module, names sorted in each group: jax's modules sorted, then this
+# package's in pipeline order. Elsewhere use `jp.Name`, never a module's attribute:
+# tests/test_architecture.py fails on a module exported here.
 
 # jax._src.api_util
 debug_info = _api_util.debug_info
@@ -98,7 +99,8 @@ extend_axis_env_nd = _core.extend_axis_env_nd
 Jaxpr = _core.Jaxpr
 jaxprs_in_params = _core.jaxprs_in_params
 Literal = _core.Literal
-mem_kind_to_space = _core.mem_kind_to_space  # memory kinds: NOTE [memory kinds] in lower/memory.py
+# Memory kinds of values (NOTE [memory kinds] in lower/memory.py), these three:
+mem_kind_to_space = _core.mem_kind_to_space
 mem_space_to_kind = _core.mem_space_to_kind
 MemorySpace = _core.MemorySpace
 new_jaxpr_eqn = _core.new_jaxpr_eqn

@@ -1,9 +1,9 @@
-"""The two process-wide patches of jax, applied where ``registry.py`` asks (at its import).
+"""The two process-wide patches of jax, installed only where ``registry.py`` calls them.
 
-Each wraps a module attribute of jax's that jax itself reads through the module at
-call time, checks first that jax still reads it that way (else ImportError naming
-the supported jax), and is a no-op when installed twice. docs/architecture.md has a
-section on each.
+Each replaces a function of a jax module that jax reads through the module at call
+time (so every caller in the process gets the wrapper), fails with an ImportError
+naming the supported jax when the function it wraps is gone, and is a no-op when
+installed twice. docs/architecture.md has a section on each.
 """
 
 from __future__ import annotations

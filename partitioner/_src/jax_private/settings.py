@@ -18,6 +18,7 @@ def shardy_config(enabled: bool) -> Any:
 
 
 def jax_uses_shardy() -> bool:
+    """Whether jax's ``jax_use_shardy_partitioner`` is on (in this thread's context)."""
     return bool(_config.use_shardy_partitioner.value)
 
 

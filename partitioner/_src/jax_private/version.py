@@ -9,10 +9,10 @@ SUPPORTED_JAX = ((0, 10), (0, 11))
 
 
 def check_jax_version(version: str) -> None:
-    """Raise ImportError unless ``version`` is a jax release this module supports.
+    """Raise ImportError unless ``version`` is a jax release the gateway supports.
 
-    Every name below is private to jax and may change in any release, so an
-    unsupported jax fails here, at import, with what to install, rather than
+    Every name the gateway reads is private to jax and may change in any release,
+    so an unsupported jax fails here, at import, with what to install, rather than
     later with an AttributeError deep inside a trace or a lowering.
     """
     found = _re.match(r"(\d+)\.(\d+)", version)
