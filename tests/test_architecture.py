@@ -534,12 +534,12 @@ def _gateway_violations(name: str, path: Path, source: str) -> list[str]:
                 bad.append(
                     f"{name}:{node.lineno} reads {ast.unparse(node)} through jax_private."
                     f"{kind[3:]}, which is not a named export: add `{node.attr} = "
-                    f"_module.{node.attr}` to jax_private.py and read jp.{node.attr}"
+                    f"_module.{node.attr}` to jax_private's block of names and read jp.{node.attr}"
                 )
         if _private(node.attr):
             bad.append(
                 f"{name}:{node.lineno} reads jax's private {ast.unparse(node)}: give it a "
-                "documented name or function in jax_private.py"
+                "documented name or function in jax_private"
             )
     return bad
 
