@@ -1,12 +1,12 @@
-"""AOT stages (``lower`` / ``compile`` / ``Compiled``) and the trace/compile caches.
+"""AOT stages (``lower`` / ``compile`` / ``Compiled``) and the executable cache.
 
-Caches are observed through ``partitioner.recording()`` event counts. Errors
-from calling a ``Compiled`` with other arguments are in ``test_pjit_errors.py``.
+Caches are observed through ``partitioner.recording()`` event counts; what the trace
+cache alone keys on is in ``tests/trace/test_trace_cache.py``. Errors from calling a
+``Compiled`` with other arguments are in ``test_pjit_errors.py``.
 """
 
 from __future__ import annotations
 
-import gc
 from typing import Any
 
 import jax
@@ -220,50 +220,6 @@ def test_second_call_does_not_trace_or_compile() -> None:
     assert second["cache_miss"] == 0
 
 
-def test_fresh_wrapper_around_same_function_does_not_retrace() -> None:
-    def f(x: Any) -> Any:
-        return x + 3
-
-    x = arange(8, 4)
-    with mesh_ctx(*MESH_2D):
-        jax.block_until_ready(pjit(f, P("a"), P("a"))(x))
-        with partitioner.recording() as events:
-            jax.block_until_ready(pjit(f, P("a"), P("a"))(x))
-            jax.block_until_ready(pjit(f, jax.sharding.PartitionSpec("a"), P(("a",)))(x))
-    assert events["trace"] == 0 and events["compile"] == 0
-
-
-def test_equal_recreated_mesh_does_not_retrace() -> None:
-    def f(x: Any) -> Any:
-        return x * x
-
-    x = arange(8, 4)
-    g = pjit(f, P("a", "b"), P("a"))
-    with partitioner.mesh(devices(4, 2), ("a", "b")):
-        jax.block_until_ready(g(x))
-    with partitioner.recording() as events:
-        with partitioner.mesh(devices(4, 2), ("a", "b")):  # equal, newly built
-            jax.block_until_ready(g(x))
-        with partitioner.mesh(np.array(jax.devices()[:8]).reshape(4, 2), ["a", "b"]):
-            jax.block_until_ready(g(x))
-    assert events["trace"] == 0 and events["compile"] == 0
-
-
-@pytest.mark.filterwarnings("ignore:.*context manager has been deprecated:DeprecationWarning")
-def test_jax_mesh_equal_to_ours_does_not_retrace() -> None:
-    def f(x: Any) -> Any:
-        return x - 1
-
-    x = arange(8, 4)
-    g = pjit(f, P("a"), P("a"))
-    with partitioner.mesh(devices(4, 2), ("a", "b")):
-        jax.block_until_ready(g(x))
-    with partitioner.recording() as events:
-        with jax.sharding.Mesh(devices(4, 2), ("a", "b")):
-            jax.block_until_ready(g(x))
-    assert events["trace"] == 0 and events["compile"] == 0
-
-
 @pytest.mark.parametrize(
     "change",
     ["shape", "dtype", "mesh", "static", "in_spec", "out_spec", "weak_type"],
@@ -305,18 +261,6 @@ def test_what_retraces_or_recompiles(change: str) -> None:
         assert events["trace"] == 1 and events["compile"] >= 1
 
 
-def test_new_shape_retraces_then_both_are_cached() -> None:
-    def f(x: Any) -> Any:
-        return x.sum(0)
-
-    g = pjit(f, P("a"), None)
-    with mesh_ctx(*MESH_2D):
-        with partitioner.recording() as events:
-            for n in (8, 16, 8, 16):
-                jax.block_until_ready(g(arange(n, 2)))
-    assert events["trace"] == 2 and events["compile"] == 2
-
-
 def test_partitioner_choice_is_part_of_the_executable_key() -> None:
     def f(x: Any) -> Any:
         return x * 4
@@ -333,21 +277,3 @@ def test_partitioner_choice_is_part_of_the_executable_key() -> None:
     # of the executable key: the GSPMD executable is not reused for Shardy.
     assert events["compile"] >= 1
     assert_close(a, b)
-
-
-def test_dropped_function_frees_its_trace() -> None:
-    import weakref
-
-    def make() -> Any:
-        def f(x: Any) -> Any:
-            return x + 1
-
-        return f
-
-    f = make()
-    ref = weakref.ref(f)
-    with mesh_ctx(*MESH_2D):
-        jax.block_until_ready(pjit(f, P("a"), P("a"))(arange(8, 4)))
-    del f
-    gc.collect()
-    assert ref() is None, "the trace cache must not keep user functions alive"
