@@ -9,9 +9,9 @@ that use it. What jax needs to know about each primitive is then wired here,
 once, in the order jax meets a primitive (trace, transform, lower, run), so
 "what does jax do with ``pjit_p``" is one block to read.
 ``tests/test_architecture.py`` checks that no registration happens anywhere
-else, and ``tests/test_rules_registry.py`` that no primitive misses one. Importing this module (the front doors'
-common module does) installs everything, jax's two process-wide patches
-included; importing it again changes nothing.
+else, and ``tests/primitives/test_rules_registry.py`` that no primitive misses one.
+Importing this module (the front doors' common module does) installs everything,
+jax's two process-wide patches included; importing it again changes nothing.
 The host callback package keeps its own two primitives in its own registry
 (``host_callback/registry.py``): it sits beside this module on one layer, and
 neither may import the other.

@@ -2,7 +2,7 @@
 
 Caches are observed through ``partitioner.recording()`` event counts; what the trace
 cache alone keys on is in ``tests/trace/test_trace_cache.py``. Errors from calling a
-``Compiled`` with other arguments are in ``test_pjit_errors.py``.
+``Compiled`` with other arguments are in ``tests/pjit/test_pjit_errors.py``.
 """
 
 from __future__ import annotations

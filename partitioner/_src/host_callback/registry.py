@@ -6,9 +6,9 @@ home per primitive"): each rule lives where it belongs (``primitive.py`` and
 ``lowering.py``: the compiled callbacks), and what jax needs to know about them
 is wired here, once, in the order jax meets a primitive (trace, transform, lower,
 run). ``tests/test_architecture.py`` fails on a registration anywhere else in the
-package, and ``tests/test_rules_registry.py`` on a rule missing. A registry of
-its own because the package sits beside the core's registry on one layer, and
-neither may import the other. The package's ``__init__`` imports this module, so
+package, and ``tests/primitives/test_rules_registry.py`` on a rule missing. A
+registry of its own because the package sits beside the core's registry on one
+layer, and neither may import the other. The package's ``__init__`` imports this module, so
 importing any part of the package installs everything; importing it again
 changes nothing.
 """
