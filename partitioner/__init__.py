@@ -41,7 +41,7 @@ from ._src.wrapped import clear_caches
 # and the API reference read the imports below.
 if TYPE_CHECKING:
     from . import distributed, host_callback, inspect, sharding_spec
-    from ._src.auto.confirm import NoLayoutFits
+    from ._src.auto.search.confirm import NoLayoutFits
     from ._src.colocated.api import colocated_cpu_devices, colocated_python
     from ._src.colocated.objects import colocated_python_class
     from ._src.pipeline.run import Pipelined, PipelinePlan, pipeline
@@ -55,7 +55,7 @@ else:
             "colocated_cpu_devices": "partitioner._src.colocated.api",
             "colocated_python": "partitioner._src.colocated.api",
             "colocated_python_class": "partitioner._src.colocated.objects",
-            "NoLayoutFits": "partitioner._src.auto.confirm",
+            "NoLayoutFits": "partitioner._src.auto.search.confirm",
             "pipeline": "partitioner._src.pipeline.run",
             "Pipelined": "partitioner._src.pipeline.run",
             "PipelinePlan": "partitioner._src.pipeline.run",

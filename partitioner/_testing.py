@@ -48,9 +48,9 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from ._src.auto.layouts import candidates as auto_candidates
-from ._src.auto.layouts import moves as auto_moves
-from ._src.auto.walk import Estimator as AutoEstimator
+from ._src.auto.cost.layouts import candidates as auto_candidates
+from ._src.auto.cost.layouts import moves as auto_moves
+from ._src.auto.cost.walk import Estimator as AutoEstimator
 from ._src.colocated import runtime as colocated_runtime
 from ._src.compiler.cache import ExecutableCache
 from ._src.compiler.cache import executables as executable_cache

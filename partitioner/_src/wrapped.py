@@ -31,9 +31,9 @@ from .stages import Lowered, Traced, lower_plan
 from .trace.tracing import trace_cache
 
 if TYPE_CHECKING:
-    from .auto import resolve as auto_resolve
+    from .auto import choices as auto_choices
 else:  # loaded by the first plan with an AUTO leaf (NOTE [lazy AUTO] in planner/jit_plan.py)
-    auto_resolve = lazy.module("partitioner._src.auto.resolve")
+    auto_choices = lazy.module("partitioner._src.auto.choices")
 
 W = TypeVar("W", bound="Wrapped")
 
@@ -113,5 +113,5 @@ def clear_caches() -> None:
     for first.
     """
     clear_dispatch_caches()
-    if lazy.loaded(auto_resolve):  # else no AUTO choice was ever made
-        auto_resolve.clear()
+    if lazy.loaded(auto_choices):  # else no AUTO or pipeline choice was ever made
+        auto_choices.clear()

@@ -19,7 +19,7 @@ from jax.sharding import Mesh, NamedSharding
 import partitioner
 from partitioner import AUTO
 from partitioner import PartitionSpec as P
-from partitioner._src.auto import confirm
+from partitioner._src.auto.search import confirm
 
 # among the slowest modules measured (--durations)
 pytestmark = pytest.mark.slow

@@ -21,7 +21,8 @@ from jax.sharding import Mesh
 import partitioner
 from partitioner import AUTO, NoLayoutFits
 from partitioner import PartitionSpec as P
-from partitioner._src.auto import confirm, remat
+from partitioner._src.auto.remat import policies, scans
+from partitioner._src.auto.search import confirm
 
 LAYERS, BATCH_SIZE, SEQ, WIDTH, HIDDEN, HEADS = 8, 16, 32, 32, 128, 2
 BATCH = (P("data"), P("data"))
@@ -99,9 +100,9 @@ def auto_step(body=block, **kw):
 def test_each_policy_rewrite_computes_what_the_program_computes():
     params, batch = stacked_params(), batch_of()
     closed = jax.make_jaxpr(step)(params, batch)
-    (found,) = remat.blocks(closed)
+    (found,) = scans.blocks(closed)
     assert found.length == LAYERS and found.names == ("hidden",)
-    plans = remat.plans([found])
+    plans = policies.plans([found])
     assert [p.policies for p in plans] == [
         ("save_only_these_names:hidden",),
         ("dots_saveable",),
@@ -116,7 +117,7 @@ def test_each_policy_rewrite_computes_what_the_program_computes():
         return sum(v.aval.size for v in eqn.outvars[eqn.params["num_carry"] :])
 
     for plan in plans:
-        body = remat.rewrite(closed, plan)
+        body = scans.rewrite(closed, plan)
         assert body.in_avals == closed.in_avals and body.out_avals == closed.out_avals
         assert stacked_bytes(body) < stacked_bytes(closed), plan
         got = jax.jit(lambda *a, body=body: jax.core.eval_jaxpr(body.jaxpr, body.consts, *a))(
@@ -150,12 +151,12 @@ def test_a_flax_nn_scan_stack_is_a_block_whose_rewrites_keep_its_values():
         return jax.grad(lambda p: jnp.mean((Stack().apply(p, x) - y) ** 2))(params)
 
     closed = jax.make_jaxpr(flax_step)(params, x, y)
-    (found,) = remat.blocks(closed)
+    (found,) = scans.blocks(closed)
     assert found.length == LAYERS
     leaves = jax.tree.leaves((params, x, y))
     expected = jax.tree.leaves(jax.jit(flax_step)(params, x, y))
-    for plan in remat.plans([found]):
-        body = remat.rewrite(closed, plan)
+    for plan in policies.plans([found]):
+        body = scans.rewrite(closed, plan)
         got = jax.jit(functools.partial(jax.core.eval_jaxpr, body.jaxpr, body.consts))(*leaves)
         for a, b in zip(got, expected, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=str(plan.policies))
@@ -166,12 +167,12 @@ def test_a_program_without_a_differentiated_scan_has_no_block():
         h, _ = jax.lax.scan(block, batch[0], params)
         return h.sum()
 
-    assert remat.blocks(jax.make_jaxpr(forward)(stacked_params(), batch_of())) == []
+    assert scans.blocks(jax.make_jaxpr(forward)(stacked_params(), batch_of())) == []
 
 
 def test_a_plan_that_keeps_less_recomputes_more():
-    (found,) = remat.blocks(jax.make_jaxpr(step)(stacked_params(), batch_of()))
-    named, dots, no_batch, nothing = remat.plans([found])
+    (found,) = scans.blocks(jax.make_jaxpr(step)(stacked_params(), batch_of()))
+    named, dots, no_batch, nothing = policies.plans([found])
     assert nothing.recomputes_more_than(dots) and no_batch.recomputes_more_than(dots)
     assert not dots.recomputes_more_than(nothing)
     assert not nothing.recomputes_more_than(named) and not named.recomputes_more_than(dots)
@@ -186,7 +187,7 @@ def layout_only():
     element-wise work NOTE [auto scan residuals] recomputes without a limit)."""
     params, batch = stacked_params(), batch_of()
     with jax.set_mesh(mesh_4x2()), pytest.MonkeyPatch.context() as m:
-        m.setattr(remat, "TRIM_FLOPS", -1.0)  # no plan costs fewer flops than none
+        m.setattr(policies, "TRIM_FLOPS", -1.0)  # no plan costs fewer flops than none
         report = auto_step().lower(params, batch).report()
     partitioner.clear_caches()  # the signature's choice made so is not the one to reuse
     assert not report.auto.choice.remat and report.auto.choice.flops_added is None
@@ -204,10 +205,12 @@ def test_without_a_limit_a_scan_keeps_only_what_xla_keeps_of_its_unrolled_twin(l
         ours = f(params, batch)
     choice, plain = report.auto.choice, layout_only.auto.choice
     assert choice.chosen.specs == plain.chosen.specs
-    assert choice.remat == ((f"scan #1 ({LAYERS} steps)", remat.TRIM),) and not choice.remat_to_fit
+    assert (
+        choice.remat == ((f"scan #1 ({LAYERS} steps)", policies.TRIM),) and not choice.remat_to_fit
+    )
     assert report.memory.total < 0.8 * layout_only.memory.total, (report.memory, layout_only.memory)
     assert choice.flops_added is not None
-    assert 0 < choice.flops_added <= remat.TRIM_FLOPS * layout_only.cost.flops
+    assert 0 < choice.flops_added <= policies.TRIM_FLOPS * layout_only.cost.flops
     assert "rematerialized (element-wise work, as if unrolled)" in str(report)
     theirs = jax.jit(step)(params, batch)
     for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
@@ -235,7 +238,7 @@ def test_a_model_that_fits_only_rematerialized_gets_jax_jits_values(layout_only,
     assert choice.compiles == 1, choice
     ((where, policy),) = choice.remat
     assert where == f"scan #1 ({LAYERS} steps)"
-    assert policy in (*remat.POLICIES, "save_only_these_names:hidden")
+    assert policy in (*policies.POLICIES, "save_only_these_names:hidden")
     assert choice.flops_added is not None and choice.flops_added > 0
     text = str(report)
     assert "rematerialized to fit the memory limit" in text and policy in text
@@ -258,7 +261,9 @@ def test_a_limit_nothing_meets_names_the_smallest_plan_and_its_size(layout_only,
     layout_only = layout_only.memory.total
     # A limit nothing meets makes AUTO search every plan; the policy that keeps least, on
     # a block without names, is enough to fail here (the fitting test tries them all).
-    monkeypatch.setattr(remat, "POLICIES", {"nothing_saveable": remat.POLICIES["nothing_saveable"]})
+    monkeypatch.setattr(
+        policies, "POLICIES", {"nothing_saveable": policies.POLICIES["nothing_saveable"]}
+    )
     _fewer_finalists(monkeypatch)
     limit = int(0.05 * layout_only)
     untagged = functools.partial(block, tag=False)
@@ -278,7 +283,7 @@ def test_a_limit_nothing_meets_names_the_smallest_plan_and_its_size(layout_only,
 def test_a_scan_differentiated_inside_a_jit_call_is_rematerialized(layout_only, monkeypatch, jit):
     """A loss written as a jitted function: under grad its forward scan and its backward
     scan are in two jit calls; they are inlined, and the scan recomputed to fit."""
-    monkeypatch.setattr(remat, "POLICIES", {"dots_saveable": remat.POLICIES["dots_saveable"]})
+    monkeypatch.setattr(policies, "POLICIES", {"dots_saveable": policies.POLICIES["dots_saveable"]})
     _fewer_finalists(monkeypatch)
 
     @jit
@@ -291,7 +296,7 @@ def test_a_scan_differentiated_inside_a_jit_call_is_rematerialized(layout_only, 
         return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), value
 
     params, batch = stacked_params(), batch_of()
-    assert remat.blocks(jax.make_jaxpr(jitted_loss_step)(params, batch)) == []  # in the calls
+    assert scans.blocks(jax.make_jaxpr(jitted_loss_step)(params, batch)) == []  # in the calls
     limit = int(0.6 * layout_only.memory.total)
     f = partitioner.pjit(jitted_loss_step, (AUTO, BATCH), (AUTO, P()), auto_memory_limit=limit)
     with jax.set_mesh(mesh_4x2()):
@@ -319,7 +324,9 @@ def test_under_the_hand_plans_memory_auto_recomputes_no_more_than_it(monkeypatch
     price, so AUTO recomputes no more than the hand plan (a layout that moves fewer
     bytes but splits the compute less would recompute more per device). One plan, the
     hand plan's policy (the block has no names): the layouts are what is tested."""
-    monkeypatch.setattr(remat, "POLICIES", {"nothing_saveable": remat.POLICIES["nothing_saveable"]})
+    monkeypatch.setattr(
+        policies, "POLICIES", {"nothing_saveable": policies.POLICIES["nothing_saveable"]}
+    )
     _fewer_finalists(monkeypatch)
     params, batch = stacked_params(), batch_of()
     untagged = functools.partial(block, tag=False)

@@ -14,13 +14,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.tree_util import DictKey, GetAttrKey, SequenceKey, tree_flatten_with_path
+from jax.tree_util import tree_flatten_with_path
 
 import partitioner
 from partitioner import AUTO
 from partitioner import PartitionSpec as P
-from partitioner._src.auto import remat, remat_unrolled
-from partitioner._src.auto.structure import layer_keys
+from partitioner._src.auto.remat import policies, unrolled
 
 from .test_remat import BATCH, LAYERS, _fewer_finalists, batch_of, block, mesh_4x2, stacked_params
 
@@ -50,19 +49,6 @@ def run(closed, leaves):
     return jax.jit(functools.partial(jax.core.eval_jaxpr, closed.jaxpr, closed.consts))(*leaves)
 
 
-def test_a_path_offers_each_key_that_may_name_a_layer():
-    assert layer_keys((SequenceKey(0), SequenceKey(3), DictKey("wq"))) == [(1, "[0][#]", "[0][3]")]
-    flax = (SequenceKey(0), DictKey("params"), DictKey("Block_2"), DictKey("Dense_0"))
-    assert layer_keys(flax) == [
-        (2, "[0]['params']['Block_#']", "[0]['params']['Block_2']"),
-        (3, "[0]['params']['Block_2']['Dense_#']", "[0]['params']['Block_2']['Dense_0']"),
-    ]
-    assert layer_keys((SequenceKey(1), GetAttrKey("layers_4"))) == [
-        (1, "[1].layers_#", "[1].layers_4")
-    ]
-    assert layer_keys((SequenceKey(0), DictKey("ln1"), DictKey("scale"))) == []
-
-
 def test_a_state_tuples_index_is_not_taken_for_a_layer():
     """``(params, momentum)`` in one argument: its index is the first key that may name
     a layer, but two entries holding different leaves are no stack; the layers are the
@@ -77,7 +63,7 @@ def test_a_state_tuples_index_is_not_taken_for_a_layer():
     params = layer_params()
     state = (params, jax.tree.map(jnp.zeros_like, params))
     closed, paths = traced(step, state, batch_of())
-    found = remat_unrolled.layers(closed, paths)
+    found = unrolled.layers(closed, paths)
     assert [layer.name for layer in found] == [f"args[0][0][{k}]" for k in range(LAYERS - 1)]
 
 
@@ -85,7 +71,7 @@ def test_the_layers_of_an_unrolled_stack_are_found_but_not_its_last_or_the_batch
     """Every layer but the last (its residuals are read first, at the peak); the batch
     tuple ``(x, y)`` looks like a stack of two but is not one."""
     closed, paths = traced(unrolled_step, layer_params(), batch_of())
-    found = remat_unrolled.layers(closed, paths)
+    found = unrolled.layers(closed, paths)
     assert [layer.name for layer in found] == [f"args[0][{k}]" for k in range(LAYERS - 1)]
     assert all(layer.names == ("hidden",) for layer in found)
     sizes = {layer.end - layer.start for layer in found}
@@ -101,9 +87,9 @@ def test_a_scanned_stack_or_a_forward_only_program_has_no_layer_to_rewrite():
         return x.sum()
 
     closed, paths = traced(forward, layer_params(), batch_of())
-    layers = remat_unrolled.layers(closed, paths)
-    plan = remat.Plan(tuple(layers), ("nothing_saveable",) * len(layers))
-    assert str(remat_unrolled.rewrite(closed, plan).jaxpr) == str(closed.jaxpr)  # no residual
+    layers = unrolled.layers(closed, paths)
+    plan = policies.Plan(tuple(layers), ("nothing_saveable",) * len(layers))
+    assert str(unrolled.rewrite(closed, plan).jaxpr) == str(closed.jaxpr)  # no residual
 
 
 @pytest.mark.slow
@@ -125,8 +111,8 @@ def test_each_policy_rewrite_keeps_the_values_and_lowers_xlas_memory():
         return program.memory_analysis().temp_size_in_bytes
 
     plain = memory(compiled(closed))
-    for plan in remat.plans(remat_unrolled.layers(closed, paths)):
-        body = remat_unrolled.rewrite(closed, plan)
+    for plan in policies.plans(unrolled.layers(closed, paths)):
+        body = unrolled.rewrite(closed, plan)
         assert body.in_avals == closed.in_avals and body.out_avals == closed.out_avals
         program = compiled(body)
         for a, b in zip(program(*leaves), expected, strict=True):
@@ -158,12 +144,12 @@ def test_a_flax_linen_stack_of_modules_is_rewritten_layer_by_layer():
         return jax.grad(lambda p: jnp.mean((Stack().apply(p, x) - y) ** 2))(params)
 
     closed, paths = traced(flax_step, params, x, y)
-    found = remat_unrolled.layers(closed, paths)
+    found = unrolled.layers(closed, paths)
     assert [layer.name for layer in found] == [f"args[0]['params']['Block_{k}']" for k in range(3)]
     leaves = jax.tree.leaves((params, x, y))
     expected = jax.tree.leaves(jax.jit(flax_step)(params, x, y))
-    for plan in remat.plans(found):
-        got = run(remat_unrolled.rewrite(closed, plan), leaves)
+    for plan in policies.plans(found):
+        got = run(unrolled.rewrite(closed, plan), leaves)
         for a, b in zip(got, expected, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=str(plan.policies))
 
@@ -175,7 +161,9 @@ def test_an_unrolled_model_that_fits_only_rematerialized_gets_jax_jits_values(mo
     the step computes what jax.jit's does. One policy (the one that keeps least) on
     untagged blocks: the choice among policies is test_remat's; what is new here is the
     unrolled rewrite."""
-    monkeypatch.setattr(remat, "POLICIES", {"nothing_saveable": remat.POLICIES["nothing_saveable"]})
+    monkeypatch.setattr(
+        policies, "POLICIES", {"nothing_saveable": policies.POLICIES["nothing_saveable"]}
+    )
     _fewer_finalists(monkeypatch)
     params, batch = layer_params(), batch_of()
 

@@ -26,7 +26,7 @@ from jax.sharding import Mesh
 import partitioner
 from partitioner import AUTO
 from partitioner import PartitionSpec as P
-from partitioner._src.auto import confirm
+from partitioner._src.auto.search import confirm
 from partitioner._testing import AutoEstimator
 
 pytestmark = pytest.mark.slow

@@ -28,7 +28,6 @@ from ..sharding.parsed import ParsedPartitionSpec
 from .collectives import Collective, collectives
 from .pipelines import PipelineTable
 from .pipelines import found as pipelines_in
-from .pipelines import lines as pipeline_lines
 from .visualize import ChosenLayout, visualize_choice
 
 
@@ -206,7 +205,7 @@ class Report:
                 f"{c.transcendentals:,.0f} transcendentals"
             )
         for p in self.pipelines:
-            lines += ["", *pipeline_lines(p)]
+            lines += ["", *p.text()]
         if self.auto is not None:
             lines += ["", *_auto_lines(self.auto)]
         return "\n".join(lines)

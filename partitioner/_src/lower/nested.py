@@ -137,7 +137,7 @@ def constraint_lowering(
 def intermediate_shardings(jaxpr: Any) -> Iterator[tuple[NamedSharding, Any, str]]:
     """One sharding over the mesh of each of our equations in ``jaxpr`` (this level only).
 
-    NOTE [device assignment under jax.jit] in ``jax_private.py``: the enclosing
+    NOTE [device assignment under jax.jit] in ``jax_private/patches.py``: the enclosing
     computation then runs on the mesh's devices, as it does around jax's own
     ``jit(..., in_shardings=...)``, and two different device sets are an error.
     """

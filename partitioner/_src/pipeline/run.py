@@ -17,7 +17,7 @@ import numpy as np
 from jax.sharding import PartitionSpec
 from jax.tree_util import keystr, tree_flatten_with_path
 
-from ..inspect.pipelines import marker, stage_devices
+from ..inspect.pipelines import PipelineSummary, stage_devices
 from ..primitives.constraint import with_sharding_constraint
 from ..sharding.mesh_env import maybe_current_mesh
 from . import microbatches as choice
@@ -89,23 +89,28 @@ class PipelinePlan:
     axis: str
     stage_devices: tuple[tuple[int, ...], ...]
     chosen: bool
-    estimates: tuple[choice.Estimate, ...]
+    estimates: tuple[choice.MicrobatchOption, ...]
     permute_bytes: int
 
-    def __str__(self) -> str:
+    def summary(self) -> PipelineSummary:
+        """The record the program carries and the report reads back (NOTE [pipeline in
+        the report])."""
         s = self.schedule
-        how = "chosen by partitioner" if self.chosen else "given"
-        lines = [
-            f"pipeline over mesh axis {self.axis!r}: {s.kind}, {s.layers} layers on "
-            f"{s.stages} stages, {s.microbatches} microbatches ({how}), {s.steps} steps",
-            f"  bubble fraction {s.bubble_fraction:.3f}; collective-permute "
-            f"{self.permute_bytes:,} bytes per step",
-        ]
-        for k, devices in enumerate(self.stage_devices):
-            lines.append(
-                f"  stage {k}: layers {_ranges(s.layers_of(k))} on devices {list(devices)}"
-            )
-        return "\n".join(lines)
+        return PipelineSummary(
+            axis=self.axis,
+            schedule=s.kind,
+            layers=s.layers,
+            stages=s.stages,
+            microbatches=s.microbatches,
+            steps=s.steps,
+            bubble_fraction=s.bubble_fraction,
+            chosen=self.chosen,
+            stage_layers=tuple(_ranges(s.layers_of(k)) for k in range(s.stages)),
+        )
+
+    def __str__(self) -> str:
+        traffic = f"collective-permute {self.permute_bytes:,} bytes per step (expected)"
+        return "\n".join(self.summary().lines(self.stage_devices, traffic))
 
     def chart(self) -> str:
         """The schedule as text: a row per stage, a column per step, each cell the
@@ -136,13 +141,8 @@ class Pipelined:
 
     def __call__(self, stacked_params: Any, x: Any) -> Any:
         plan = self.plan(stacked_params, x)
-        s = plan.schedule
-        scope = marker(
-            self.axis, s.kind, s.layers, s.stages, s.microbatches, s.steps, s.bubble_fraction,
-            plan.chosen, [_ranges(s.layers_of(k)) for k in range(s.stages)],
-        )  # fmt: skip
-        with jax.named_scope(scope):  # NOTE [pipeline in the report]
-            return _program(self.layer, s, self.axis, stacked_params, x)
+        with jax.named_scope(plan.summary().marker()):  # NOTE [pipeline in the report]
+            return _program(self.layer, plan.schedule, self.axis, stacked_params, x)
 
     def plan(self, stacked_params: Any, x: Any) -> PipelinePlan:
         """The stages, microbatches and schedule a call with these arguments runs
@@ -170,7 +170,7 @@ class Pipelined:
         layers = _layers(stacked_params, self.axis, stages)
         batch = _batch(x)
         _check_layer(self.layer, stacked_params, x)
-        estimates: tuple[choice.Estimate, ...] = ()
+        estimates: tuple[choice.MicrobatchOption, ...] = ()
         m = self.microbatches
         if m is None:
             m, estimates = self._choose(stacked_params, x, layers, stages, batch)
@@ -190,7 +190,7 @@ class Pipelined:
 
     def _choose(
         self, params: Any, x: Any, layers: int, stages: int, batch: int
-    ) -> tuple[int, tuple[choice.Estimate, ...]]:
+    ) -> tuple[int, tuple[choice.MicrobatchOption, ...]]:
         one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), params)
         h = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), x)
         key = (self.layer, self.schedule, layers, stages, str(jax.tree.structure((one, h))),
@@ -283,56 +283,71 @@ def _ranges(layers: Sequence[int]) -> str:
 # --- the program (NOTE [pipeline]) ---
 
 
-def _program(layer: Callable[..., Any], s: Schedule, axis: str, params: Any, x: Any) -> Any:
-    n, m = s.stages, s.microbatches
-    last_visit = s.repeats - 1
+def _program(layer: Callable[..., Any], schedule: Schedule, axis: str, params: Any, x: Any) -> Any:
+    stages, microbatches = schedule.stages, schedule.microbatches
+    last_visit = schedule.repeats - 1
 
-    def split(a: Any, spec: Callable[[int], PartitionSpec]) -> Any:
-        return with_sharding_constraint(a, spec(np.ndim(a)))
+    def pinned(array: Any, spec: Callable[[int], PartitionSpec]) -> Any:
+        return with_sharding_constraint(array, spec(np.ndim(array)))
 
-    def staged(nd: int) -> PartitionSpec:
-        return PartitionSpec(axis, *[_OPEN] * (nd - 1))
+    def staged(ndim: int) -> PartitionSpec:
+        return PartitionSpec(axis, *[_OPEN] * (ndim - 1))
 
     # [layers, ...] -> [repeats, stages, per_visit, ...], the stages over the axis.
-    p = jax.tree.map(
-        lambda a: split(
-            a.reshape(s.repeats, n, s.per_visit, *a.shape[1:]),
-            lambda nd: PartitionSpec(None, axis, *[_OPEN] * (nd - 2)),
+    stage_params = jax.tree.map(
+        lambda leaf: pinned(
+            leaf.reshape(schedule.repeats, stages, schedule.per_visit, *leaf.shape[1:]),
+            lambda ndim: PartitionSpec(None, axis, *[_OPEN] * (ndim - 2)),
         ),
         params,
     )
     # [batch, ...] -> [microbatches, batch / microbatches, ...]: microbatch k takes every
     # m-th example, so each device's block of a batch split over other axes stays local.
-    xm = jax.tree.map(lambda a: jnp.swapaxes(a.reshape(-1, m, *a.shape[1:]), 0, 1), x)
+    inputs = jax.tree.map(
+        lambda leaf: jnp.swapaxes(leaf.reshape(-1, microbatches, *leaf.shape[1:]), 0, 1), x
+    )
 
-    def visit(pr: Any, h: Any) -> Any:  # one stage's layers of one visit
-        if s.per_visit == 1:  # circular: one layer, no loop of one step to compile and run
-            return layer(jax.tree.map(lambda a: a[0], pr), h)
-        return jax.lax.scan(lambda c, q: (layer(q, c), None), h, pr)[0]
+    def visit(visit_params: Any, h: Any) -> Any:  # one stage's layers of one visit
+        if schedule.per_visit == 1:  # circular: one layer, no loop of one step to compile
+            return layer(jax.tree.map(lambda leaf: leaf[0], visit_params), h)
+        return jax.lax.scan(lambda carry, one: (layer(one, carry), None), h, visit_params)[0]
 
-    def per_stage(k: Any, pr: Any, h: Any, out: Any, micro: Any, rep: Any, busy: Any) -> Any:
-        mi, ri = jnp.clip(micro, 0, m - 1), jnp.clip(rep, 0, last_visit)
-        fresh = (k == 0) & (rep == 0)
-        h = jax.tree.map(lambda a, f: jnp.where(fresh, f[mi], a), h, xm)
-        new = visit(jax.tree.map(lambda a: a[ri], pr), h)
-        done = busy & (k == n - 1) & (rep == last_visit)
-        out = jax.tree.map(lambda o, v: o.at[mi].set(jnp.where(done, v, o[mi])), out, new)
+    def per_stage(
+        stage: Any, own_params: Any, h: Any, out: Any, micro: Any, repeat: Any, busy: Any
+    ) -> Any:
+        micro_at = jnp.clip(micro, 0, microbatches - 1)
+        repeat_at = jnp.clip(repeat, 0, last_visit)
+        fresh = (stage == 0) & (repeat == 0)
+        h = jax.tree.map(lambda held, given: jnp.where(fresh, given[micro_at], held), h, inputs)
+        new = visit(jax.tree.map(lambda leaf: leaf[repeat_at], own_params), h)
+        done = busy & (stage == stages - 1) & (repeat == last_visit)
+        out = jax.tree.map(
+            lambda buffer, value: buffer.at[micro_at].set(jnp.where(done, value, buffer[micro_at])),
+            out,
+            new,
+        )
         return new, out
 
     stage_map = jax.vmap(per_stage, in_axes=(0, 1, 0, 0, 0, 0, 0), spmd_axis_name=axis)
 
     def step(carry: Any, t: Any) -> Any:
         state, out = carry
-        micro, rep, busy = s.at(t)
-        shifted = jax.tree.map(lambda a: jnp.roll(a, 1, axis=0), state)  # to the next stage
-        new, out = stage_map(jnp.arange(n), p, shifted, out, micro, rep, busy)
-        return (jax.tree.map(lambda a: split(a, staged), new),
-                jax.tree.map(lambda a: split(a, staged), out)), None  # fmt: skip
+        micro, repeat, busy = schedule.at(t)
+        shifted = jax.tree.map(lambda leaf: jnp.roll(leaf, 1, axis=0), state)  # next stage
+        new, out = stage_map(jnp.arange(stages), stage_params, shifted, out, micro, repeat, busy)
+        return (jax.tree.map(lambda leaf: pinned(leaf, staged), new),
+                jax.tree.map(lambda leaf: pinned(leaf, staged), out)), None  # fmt: skip
 
     # Bubble slots compute on whatever the stage holds; start them on a real microbatch,
     # not zeros, so that a layer undefined at zero (a norm without an epsilon) cannot put
     # a NaN into the gradients through a slot whose result is never read.
-    state0 = jax.tree.map(lambda a: split(jnp.broadcast_to(a[0], (n, *a.shape[1:])), staged), xm)
-    out0 = jax.tree.map(lambda a: split(jnp.zeros((n, *a.shape), a.dtype), staged), xm)
-    (_, out), _ = jax.lax.scan(step, (state0, out0), jnp.arange(s.steps))
-    return jax.tree.map(lambda o, a: jnp.swapaxes(o[n - 1], 0, 1).reshape(a.shape), out, x)
+    state0 = jax.tree.map(
+        lambda leaf: pinned(jnp.broadcast_to(leaf[0], (stages, *leaf.shape[1:])), staged), inputs
+    )
+    out0 = jax.tree.map(
+        lambda leaf: pinned(jnp.zeros((stages, *leaf.shape), leaf.dtype), staged), inputs
+    )
+    (_, out), _ = jax.lax.scan(step, (state0, out0), jnp.arange(schedule.steps))
+    return jax.tree.map(
+        lambda buffer, leaf: jnp.swapaxes(buffer[stages - 1], 0, 1).reshape(leaf.shape), out, x
+    )

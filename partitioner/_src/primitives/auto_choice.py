@@ -1,6 +1,6 @@
 """The record of how the AUTO stage chose a signature's layouts, and the cost model's figures.
 
-Why here and not beside the cost model (``auto/cost.py``): the record travels
+Why here and not beside the cost model (``auto/cost/``): the record travels
 with the call plan (``CallPlan.auto``) down to the report's tables, and both sit
 below the AUTO stage; the stage fills it in (``auto/resolve.py``), the report
 reads it.

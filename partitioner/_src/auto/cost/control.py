@@ -7,20 +7,21 @@ as the body returns them where that is cheaper (NOTE [loop carry layout]), its
 sliced inputs whole along the scanned dimension (NOTE [scanned stack gather]); a
 ``while`` body counts its trip count where the loop counts a literal bound from a
 literal start (``i < n``, ``i + 1``), else once; moves of a loop's constants are
-paid once, outside it (NOTE [loop invariants] in ``cost.py``); a ``cond`` its
-dearest branch. They register in ``cost.HANDLERS`` by primitive name;
-the walk picks :func:`pinned_call` for our own pjit and :func:`call` for other
-call-like equations (``cost.call_body``).
+paid once, outside it (NOTE [loop invariants] in ``values.py``); a ``cond`` its
+dearest branch. ``rules.py`` registers them by primitive name, and picks
+:func:`pinned_call` for our own pjit and :func:`call` for other call-like equations
+(``equations.call_body``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .. import jax_private as jp
-from ..primitives.pjit_call import PjitParams
-from .cost import HANDLERS, Frame, Outside, State, Tally, Values, shape_of, spec_layout
+from ... import jax_private as jp
+from ...primitives.pjit_call import PjitParams
+from .equations import shape_of, trip_count
 from .layouts import NO_AXES, Layout
+from .values import Frame, Outside, State, Tally, Values, spec_layout
 
 
 def call(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float, body: Any) -> float:
@@ -55,7 +56,7 @@ def pinned_call(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float
     return peak
 
 
-def _scan(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
+def scan(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
     p = eqn.params
     n_consts, n_carry, length = p["num_consts"], p["num_carry"], p["length"]
     states: list[State] = []
@@ -105,7 +106,7 @@ def _loop(
 ) -> tuple[Tally, list[State], float]:
     """A loop body walked from ``states``, its carried results moved back to the layouts
     they entered in (every trip): the tally, the body's output states and its peak.
-    ``outside``: the body's loop invariants (NOTE [loop invariants] in ``cost.py``).
+    ``outside``: the body's loop invariants (NOTE [loop invariants] in ``values.py``).
 
     NOTE [loop carry layout]: XLA lays a loop's state out as its body makes it, not as
     its initial value happens to be (a stack of gradients, accumulated layer by layer
@@ -118,9 +119,6 @@ def _loop(
     for v, s, want in zip(body.outvars, outs, states[carry], strict=False):
         t.pay(model.steps(v, s[0], s[1], want[0]), mult)
     return t, outs, peak
-
-
-HANDLERS["scan"] = _scan
 
 
 def _stack_whole(
@@ -143,31 +141,7 @@ def _stack_whole(
     return layout, model.nbytes(v, layout)
 
 
-def trip_count(eqn: Any) -> int:
-    """The trips of a ``while`` that counts ``i`` from a literal up to a literal bound by
-    one (``fori_loop`` with a traced body), else 1 (unknown: counted once)."""
-    p = eqn.params
-    nc, nb = p["cond_nconsts"], p["body_nconsts"]
-    cond, body = p["cond_jaxpr"].jaxpr, p["body_jaxpr"].jaxpr
-    if len(cond.eqns) != 1 or cond.eqns[0].primitive.name != "lt":
-        return 1
-    counter, bound = cond.eqns[0].invars
-    if not isinstance(bound, jp.Literal) or counter not in cond.invars[nc:]:
-        return 1
-    k = cond.invars[nc:].index(counter)
-    start = eqn.invars[nc + nb + k]
-    if not isinstance(start, jp.Literal):
-        return 1
-    carried = body.invars[nb + k]
-    for e in body.eqns:
-        if e.outvars and e.outvars[0] is body.outvars[k] and e.primitive.name == "add":
-            one = [v for v in e.invars if v is not carried]
-            if len(one) == 1 and isinstance(one[0], jp.Literal) and int(one[0].val) == 1:
-                return max(int(bound.val) - int(start.val), 0)
-    return 1
-
-
-def _while(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
+def while_loop(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
     p = eqn.params
     nc, nb = p["cond_nconsts"], p["body_nconsts"]
     trips = trip_count(eqn)
@@ -186,10 +160,7 @@ def _while(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> 
     return max(peak, cond_peak)
 
 
-HANDLERS["while"] = _while
-
-
-def _cond(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
+def cond(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
     states = [model.settled(v, frame, tally, mult) for v in eqn.invars[1:]]
     best: tuple[Tally, list[State], float] | None = None
     for branch in eqn.params["branches"]:
@@ -202,6 +173,3 @@ def _cond(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> f
     for v, s in zip(eqn.outvars, best[1], strict=True):
         model.set(frame, v, s)
     return best[2]
-
-
-HANDLERS["cond"] = _cond

@@ -15,40 +15,18 @@ two traces of one layer share their effects.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import jax_private as jp
-from ..primitives.auto_choice import Estimate
-from ..primitives.constraint import ConstraintParams, sharding_constraint_p
-from ..primitives.pjit_call import pjit_p
-from . import layers as _layers  # noqa: F401  (registers the layer strategies)
-from .control import call, pinned_call
-from .cost import (
-    BYTES_PER_S,
-    FLOPS_PER_S,
-    HANDLERS,
-    LATENCY_S,
-    REDUCE_BY_SUM,
-    REDUCE_OTHER,
-    Frame,
-    Outside,
-    Rule,
-    State,
-    Tally,
-    Values,
-    aliased,
-    call_body,
-    itemsize_of,
-    no_peak,
-    shape_of,
-    spec_layout,
-)
-from .layouts import NO_AXES, Layout, canonical, replicated
-from .strategies import elementwise, is_elementwise
-from .structure import Structures
+from ... import jax_private as jp
+from ...primitives.auto_choice import Estimate
+from .equations import Structures, call_body, is_elementwise, itemsize_of, shape_of
+from .flops import REDUCE_BY_SUM, REDUCE_OTHER
+from .layouts import NO_AXES, Layout, replicated
+from .rates import BYTES_PER_S, FLOPS_PER_S, LATENCY_S
+from .rules import RULES, rule_for
+from .values import Frame, Outside, Rule, State, Tally, Values, aliased
 
 
 @dataclass(frozen=True)
@@ -265,38 +243,6 @@ class Estimator(Values):
         return peak
 
 
-def rule_for(eqn: Any, model: Values) -> Rule:
-    """How the walk applies ``eqn`` (NOTE [auto cost model])."""
-    prim = eqn.primitive
-    name = prim.name
-    ndim = len(shape_of(eqn.outvars[0])) if eqn.outvars else 0
-    if prim is pjit_p:
-        return pinned_call
-    if prim is sharding_constraint_p:
-        spec = ConstraintParams.of(eqn.params).axis_resources
-        layout = spec_layout(spec, ndim, model.order)
-        return functools.partial(_fixed, layout=layout)
-    if name == "sharding_constraint" and "sharding" in eqn.params:  # jax's own
-        return functools.partial(_fixed, layout=_named_layout(model, eqn.params["sharding"], ndim))
-    handler = HANDLERS.get(name)
-    if handler is not None:
-        return handler
-    body = call_body(eqn)
-    if body is not None:
-        return functools.partial(call, body=body)
-    return no_peak(elementwise if is_elementwise(eqn) else Values.gather_all)
-
-
-def _named_layout(model: Values, sharding: Any, ndim: int) -> Layout:
-    """A jax sharding's layout over this mesh (replicated where it names other axes)."""
-    spec = list(getattr(sharding, "spec", ()) or ())
-    dims = [[] if p is None else [p] if isinstance(p, str) else list(p) for p in spec]
-    dims = (dims + [[] for _ in range(ndim)])[:ndim]
-    if any(a not in model.sizes for d in dims for a in d):
-        return replicated(ndim)
-    return canonical(dims, model.order)
-
-
 def _replay(effect: Effect, eqn: Any, frame: Frame, tally: Tally) -> float:
     """An equation's remembered effect, applied (inline in ``_walk_top``, for speed)."""
     invars = eqn.invars
@@ -310,15 +256,6 @@ def _replay(effect: Effect, eqn: Any, frame: Frame, tally: Tally) -> float:
         if s is not None:
             env[v] = s
     return effect.peak
-
-
-def _fixed(
-    model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float, layout: Layout
-) -> float:
-    """A sharding constraint: its operand moves to ``layout``."""
-    model.move(eqn.invars[0], layout, frame, tally, mult)
-    model.set(frame, eqn.outvars[0], (layout, NO_AXES))
-    return 0.0
 
 
 # --- what the top-level walk counts as memory (NOTE [auto cost model]) ---
@@ -340,7 +277,7 @@ def _fusible(eqn: Any) -> bool:
     """Whether XLA fuses this equation into its consumers (elementwise and layout ops)."""
     name = eqn.primitive.name
     return name in ("broadcast_in_dim", "reshape", "transpose", "squeeze", "expand_dims") or (
-        name not in HANDLERS and call_body(eqn) is None and is_elementwise(eqn)
+        name not in RULES and call_body(eqn) is None and is_elementwise(eqn)
     )
 
 

@@ -48,9 +48,10 @@ import jax.numpy as jnp
 from jax import lax
 from jax.tree_util import KeyPath, keystr
 
-from .. import jax_private as jp
-from .remat import Plan, evaluate, policy_of, read, readers_of, retraced, saveable
-from .structure import layer_keys
+from ... import jax_private as jp
+from ..search.structure import layer_keys
+from .interpret import Env, as_traced, evaluate, outputs, readers_of, retraced, run_equations
+from .policies import Plan, saveable, tags
 
 
 @dataclass(frozen=True)
@@ -97,8 +98,7 @@ def layers(closed: Any, in_paths: Sequence[KeyPath]) -> list[Layer]:
             made = (v for e in eqns[start:end] for v in e.outvars)
             if not any(i >= late for v in made for i in readers.get(v, ())):
                 continue  # nothing of it read after the stack: no residual
-            tags = {e.params["name"] for e in eqns[start:end] if e.primitive.name == "name"}
-            found.append(Layer(f"args{name}", start, end, late, tuple(sorted(tags))))
+            found.append(Layer(f"args{name}", start, end, late, tags(eqns[start:end])))
     return sorted(found, key=lambda layer: layer.start)
 
 
@@ -132,30 +132,27 @@ def _kind(eqn: Any) -> tuple[Any, ...]:
     return (eqn.primitive, types)
 
 
-def rewrite(closed: Any, plan: Plan) -> Any:
+def rewrite(closed: Any, plan: Plan[Layer]) -> Any:
     """``closed`` with each layer of ``plan`` rematerialized (NOTE [auto remat
     unrolled]); the same inputs and outputs."""
     jaxpr = closed.jaxpr
     readers = readers_of(jaxpr)
     made = (v for e in jaxpr.eqns for v in e.outvars)
     order = {v: k for k, v in enumerate(itertools.chain(jaxpr.constvars, jaxpr.invars, made))}
-    at: dict[int, list[_Recompute]] = {}
-    for layer, name in zip(plan.blocks, plan.policies, strict=True):
-        if name is not None and isinstance(layer, Layer):
-            r = _Recompute.of(jaxpr, layer, policy_of(name), readers, order)
-            if r is not None:
-                at.setdefault(r.before, []).append(r)
+    before: dict[int, list[_Recompute]] = {}
+    for layer, policy in plan.chosen():
+        recompute = _Recompute.of(jaxpr, layer, policy, readers, order)
+        if recompute is not None:
+            before.setdefault(recompute.before, []).append(recompute)
 
-    def run(*args: Any) -> list[Any]:
-        env: dict[Any, Any] = dict(zip(jaxpr.constvars, closed.consts, strict=True))
-        env.update(zip(jaxpr.invars, args, strict=True))
-        for i, eqn in enumerate(jaxpr.eqns):
-            for r in at.get(i, ()):
-                r.run(env)
-            evaluate([eqn], env)
-        return [read(env, v) for v in jaxpr.outvars]
+    def step(index: int, eqn: Any, env: Env) -> list[Any]:
+        for recompute in before.get(index, ()):
+            recompute.run(env)
+        return as_traced(index, eqn, env)
 
-    return retraced(closed, run)
+    return retraced(
+        closed, lambda *args: outputs(jaxpr, evaluate(jaxpr, closed.consts, args, step))
+    )
 
 
 @dataclass(frozen=True)
@@ -207,14 +204,13 @@ class _Recompute:
         inputs = tuple(sorted(needed, key=order.__getitem__))  # in the program's order
         return cls(before, inputs, probe, tuple(reversed(recompute)), outs)
 
-    def run(self, env: dict[Any, Any]) -> None:
+    def run(self, env: Env) -> None:
         """The residuals recomputed into ``env``, for the backward pass to read."""
         probe = env[self.probe]
         probe = lax.slice(probe, (0,) * probe.ndim, (1,) * probe.ndim).reshape(())
 
         def again(ins: list[Any]) -> list[Any]:
-            local = dict(zip(self.inputs, ins, strict=True))
-            evaluate(self.eqns, local)
+            local = run_equations(self.eqns, dict(zip(self.inputs, ins, strict=True)))
             return [local[v] for v in self.residuals]
 
         # NaN, the one value unequal to itself, takes the other branch: the same one

@@ -32,42 +32,19 @@ Other AUTO outputs keep the layout they arrive in.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..primitives.auto_choice import Estimate
-from .layouts import Layout, candidates, canonical, local_elements, replicated, shards
+from ...primitives.auto_choice import Estimate
+from ..cost.layouts import Layout, candidates, canonical, local_elements, replicated, shards
+from ..cost.walk import Estimator
+from .problem import Problem
 from .structure import tie
-from .walk import Estimator
 
 _MAX_SWEEPS = 4
 
 Assignment = tuple[int, ...]  # a candidate index per group of tied AUTO input leaves
-
-
-@dataclass(frozen=True)
-class Problem:
-    """What the search needs, flat and in the jaxpr's input/output order.
-
-    ``in_layouts``/``out_layouts``: a fixed layout, or None for an AUTO leaf.
-    ``out_ties``: for an AUTO output, the input at the same path (or None).
-    ``free_axes``: the mesh axes an AUTO leaf may be split over (the Auto ones: an
-    Explicit axis is part of the traced types, which the search cannot change).
-    ``in_families``: per input, its path with the layer left out (NOTE [auto
-    repeats]; None: never tied). ``in_forced``: per input, the layout a given output
-    spec at the same path asks for (the data-parallel baseline keeps it).
-    """
-
-    jaxpr: Any
-    mesh_shape: Mapping[str, int]
-    free_axes: tuple[str, ...]
-    in_layouts: tuple[Layout | None, ...]
-    out_layouts: tuple[Layout | None, ...]
-    out_ties: tuple[int | None, ...]
-    donated: tuple[bool, ...]
-    in_families: tuple[str | None, ...] = ()
-    in_forced: tuple[Layout | None, ...] = ()
 
 
 @dataclass(frozen=True)

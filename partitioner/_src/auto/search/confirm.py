@@ -48,14 +48,17 @@ baseline with the model's figures only.
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import jax_private as jp
-from .cost import BYTES_PER_S, LATENCY_S
-from .search import Assignment, Problem, Scored, Search, distinct, rank
+from ... import jax_private as jp
+from ..cost.rates import BYTES_PER_S, LATENCY_S
+from .descent import Assignment, Scored, Search, distinct, rank
+from .measure import Measured
+from .problem import Problem
 
 #: Finalists compiled to confirm the model's ranking (more only to meet a memory limit).
 FINALISTS = 3
@@ -73,18 +76,23 @@ EXTRA_FOR_LIMIT = 3
 MARGIN = 0.25
 
 
-@dataclass(frozen=True)
-class Measured:
-    """XLA's figures for a compiled finalist."""
+class Objective(enum.Enum):
+    """What XLA's figures decide by first (NOTE [auto floor]): the estimated step time,
+    or, for a rematerialized program, XLA's flops (the price of recomputing)."""
 
-    collective_bytes: float
-    memory_bytes: float
-    collectives: float  # executions of collectives per run
-    flops: float = 0.0  # XLA's cost analysis (the price of rematerializing, remat.py)
+    TIME = "time"
+    FLOPS = "flops"
+
+
+#: XLA's figures for a compiled finalist (``measure(scored, quick=...)``).
+Measure = Callable[..., Measured]
 
 
 @dataclass(frozen=True)
 class Outcome:
+    """What a search decided: the chosen layouts with XLA's figures, the runners-up and
+    the baselines (XLA's figures where compiled), and what it cost."""
+
     chosen: Scored
     chosen_measured: Measured
     others: list[tuple[Scored, Measured | None]]
@@ -93,6 +101,13 @@ class Outcome:
     compiles: int
     search_s: float
     confirm_s: float
+
+    @classmethod
+    def compiled_once(cls, chosen: Scored, measured: Measured, seconds: float) -> Outcome:
+        """Layouts known beforehand, confirmed by one compile and no search (a plan that
+        keeps the layouts chosen without a limit, NOTE [auto remat])."""
+        return cls(chosen, measured, [], [], evaluations=0, compiles=1,
+                   search_s=seconds, confirm_s=seconds)  # fmt: skip
 
 
 class NoLayoutFits(ValueError):
@@ -106,7 +121,11 @@ class NoLayoutFits(ValueError):
     """
 
     def __init__(
-        self, message: str, smallest: str = "", memory_bytes: float = 0.0, unconstrained: Any = None
+        self,
+        message: str,
+        smallest: str = "",
+        memory_bytes: float = 0.0,
+        unconstrained: Scored | None = None,
     ) -> None:
         super().__init__(message)
         self.smallest = smallest
@@ -148,7 +167,7 @@ class _Judge:
     (its executable is the one the first call runs if it wins), the others quickly
     (``measure(s, quick=True)``: XLA's figures without optimizing the machine code)."""
 
-    def __init__(self, measure: Callable[[Scored, bool], Measured]) -> None:
+    def __init__(self, measure: Measure) -> None:
         self.measure = measure
         self.measured: dict[Assignment, Measured] = {}
         self.seconds = 0.0
@@ -156,28 +175,27 @@ class _Judge:
     def __call__(self, s: Scored) -> Measured:
         if s.assignment not in self.measured:
             t0 = time.perf_counter()
-            self.measured[s.assignment] = self.measure(s, bool(self.measured))
+            self.measured[s.assignment] = self.measure(s, quick=bool(self.measured))
             self.seconds += time.perf_counter() - t0
         return self.measured[s.assignment]
 
-    def key(self, s: Scored, limit: float | None, objective: str) -> tuple[float, ...]:
+    def key(self, s: Scored, limit: float | None, objective: Objective) -> tuple[float, ...]:
         """XLA's figures decide exactly: time (flops first where ``objective`` is
-        ``"flops"``), then memory, then the model's order."""
+        :attr:`Objective.FLOPS`), then memory, then the model's order."""
         m = self.measured[s.assignment]
-        first = (m.flops,) if objective == "flops" else ()
+        first = (m.flops,) if objective is Objective.FLOPS else ()
         return (*first, round(measured_time(s, m), 12), m.memory_bytes, *rank(s, limit))
 
 
-def solve(
-    problem: Problem,
-    measure: Callable[[Scored, bool], Measured],
-    memory_limit: int | None,
-    describe: Callable[[Scored], str],
-    api: str,
-    objective: str = "time",
-) -> Outcome:
-    """Search, then confirm finalists and baselines with XLA (NOTE [auto floor]);
-    ``objective``: ``"time"``, or ``"flops"`` for a rematerialized program."""
+def solve(problem: Problem, measure: Measure, objective: Objective = Objective.TIME) -> Outcome:
+    """Search, then confirm finalists and baselines with XLA (NOTE [auto floor]) under
+    ``problem.memory_limit``; ``objective``: :attr:`Objective.FLOPS` for a
+    rematerialized program.
+
+    Raises:
+        NoLayoutFits: no layout measured fits the limit.
+    """
+    memory_limit = problem.memory_limit
     t0 = time.perf_counter()
     small = equations(problem.jaxpr) < LARGE_PROGRAM
     search = Search(problem, refine=small)
@@ -196,12 +214,10 @@ def solve(
 
     pool = [s for s in pool if allowed(s)]
     if not pool:
-        failed = _no_fit(search, judge, memory_limit or 0, describe, api)
-        failed.unconstrained = search.descents(None)[0]
-        raise failed
+        raise _no_fit(search, judge, problem, unconstrained=search.descents(None)[0])
 
     def best() -> Scored:
-        undominated = _undominated(pool, judge, objective == "flops")
+        undominated = _undominated(pool, judge, with_flops=objective is Objective.FLOPS)
         return min(undominated, key=lambda s: judge.key(s, est_limit, objective))
 
     chosen = best()
@@ -227,7 +243,7 @@ def solve(
 
 
 def _finalists(
-    search: Search, judge: _Judge, memory_limit: int | None, many: int, objective: str
+    search: Search, judge: _Judge, memory_limit: int | None, many: int, objective: Objective
 ) -> tuple[list[Scored], float | None]:
     """The finalists (NOTE [auto floor]) and, with a limit, the limit calibrated to the
     model's memory (the finalists are then searched again under it)."""
@@ -258,44 +274,58 @@ def _calibrated(judge: _Judge, first: Scored, memory_limit: int) -> float:
     return memory_limit / scale
 
 
-def _under_limit(search: Search, est_limit: float, many: int, objective: str) -> list[Scored]:
+def _under_limit(search: Search, est_limit: float, many: int, objective: Objective) -> list[Scored]:
     """Search again under the (calibrated) limit: the best that fit, and the smallest;
-    for ``"flops"``, also those that fit with the least estimated compute."""
+    for :attr:`Objective.FLOPS`, also those that fit with the least estimated compute."""
     best = search.descend(est_limit)
     ranked = [best, *search.ranked(est_limit)]
     fitting = [s for s in ranked if s.estimate.memory_bytes <= est_limit]
     smallest = sorted(search.scored.values(), key=lambda s: s.estimate.memory_bytes)
     finalists = distinct(fitting, many) + distinct(smallest, EXTRA_FOR_LIMIT)
-    if objective == "flops":
+    if objective is Objective.FLOPS:
         least = sorted(fitting, key=lambda s: (s.estimate.compute_s, s.estimate.time_s))
         finalists += distinct(least, many)
     return list({s.assignment: s for s in finalists}.values())
 
 
-def _undominated(pool: list[Scored], judge: _Judge, flops: bool) -> list[Scored]:
+def _undominated(pool: list[Scored], judge: _Judge, *, with_flops: bool) -> list[Scored]:
     """The measured layouts no other one beats on XLA's collective bytes and memory (and
-    ``flops``, where they are the price) (NOTE [auto floor]): the baselines among the
-    others, so none of them beats the choice."""
-    return [s for s in pool if not any(_beats(judge(o), judge(s), flops) for o in pool)]
+    flops, ``with_flops``: where they are the price) (NOTE [auto floor]): the baselines
+    among the others, so none of them beats the choice."""
+    return [
+        s for s in pool if not any(_beats(judge(o), judge(s), with_flops=with_flops) for o in pool)
+    ]
 
 
-def _beats(a: Measured, b: Measured, flops: bool) -> bool:
+def _beats(a: Measured, b: Measured, *, with_flops: bool) -> bool:
     pairs = [(a.collective_bytes, b.collective_bytes), (a.memory_bytes, b.memory_bytes)]
-    if flops:
+    if with_flops:
         pairs.append((a.flops, b.flops))
     return all(x <= y for x, y in pairs) and any(x < y for x, y in pairs)
 
 
 def _no_fit(
-    search: Search, judge: _Judge, limit: int, describe: Callable[[Scored], str], api: str
+    search: Search, judge: _Judge, problem: Problem, *, unconstrained: Scored
 ) -> NoLayoutFits:
     every = [s for a, s in search.scored.items() if a in judge.measured]
     small = min(every, key=lambda s: judge.measured[s.assignment].memory_bytes)
-    return no_fit(api, limit, describe(small), judge.measured[small.assignment].memory_bytes)
+    return no_fit(
+        problem.api,
+        problem.memory_limit or 0,
+        problem.describe(small.in_layouts),
+        judge.measured[small.assignment].memory_bytes,
+        unconstrained=unconstrained,
+    )
 
 
 def no_fit(
-    api: str, limit: int, smallest: str, memory_bytes: float, what: str = "layout"
+    api: str,
+    limit: int,
+    smallest: str,
+    memory_bytes: float,
+    what: str = "layout",
+    *,
+    unconstrained: Scored | None = None,
 ) -> NoLayoutFits:
     """The error for a limit nothing found meets, naming the smallest found and its size."""
     return NoLayoutFits(
@@ -305,4 +335,5 @@ def no_fit(
         "hand.",
         smallest,
         memory_bytes,
+        unconstrained,
     )

@@ -33,42 +33,11 @@ from typing import Any
 
 from jax.tree_util import DictKey, FlattenedIndexKey, GetAttrKey, KeyPath, SequenceKey, keystr
 
-from .. import jax_private as jp
+from ... import jax_private as jp
+from ..cost.equations import Structures
 
 #: Refinement rounds: a label takes in the program this many equations around a value.
 ROUNDS = 4
-
-
-class Structures:
-    """Small ints naming equations' structures: the primitive, its params (bodies by
-    their text, which names variables canonically) and its operands' and results'
-    types; equal for the equations of equal layers (NOTE [auto walk memo])."""
-
-    def __init__(self) -> None:
-        self._ids: dict[Any, int] = {}
-        self._texts: dict[int, tuple[Any, str]] = {}  # id(jaxpr) -> (jaxpr, its text)
-
-    def of(self, eqn: Any) -> int:
-        params = tuple(sorted((k, self._param(v)) for k, v in eqn.params.items()))
-        ins = tuple((isinstance(v, jp.Literal), v.aval) for v in eqn.invars)
-        outs = tuple((isinstance(v, jp.DropVar), v.aval) for v in eqn.outvars)
-        return self._ids.setdefault((eqn.primitive, params, ins, outs), len(self._ids))
-
-    def _param(self, value: Any) -> Any:
-        if isinstance(value, (jp.ClosedJaxpr, jp.Jaxpr)):
-            known = self._texts.get(id(value))
-            if known is None:  # the jaxpr is kept so that its id is not reused
-                known = self._texts[id(value)] = (value, str(value))
-            return ("jaxpr", known[1])
-        if isinstance(value, (tuple, list)):
-            return tuple(self._param(x) for x in value)
-        if callable(value) and not isinstance(value, type):
-            return "fn"  # the model never calls a param (jvp and transpose thunks)
-        try:
-            hash(value)
-        except TypeError:
-            return ("id", id(value))
-        return value
 
 
 def family(path: KeyPath) -> str:

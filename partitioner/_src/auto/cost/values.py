@@ -25,26 +25,29 @@ custom derivatives and nested pjits are followed inside; a ``scan`` body counts
 literal bound (``fori_loop``), else once, a ``cond`` its dearest branch.
 
 Time is ``flops / FLOPS_PER_S + collective bytes / BYTES_PER_S + collectives *
-LATENCY_S`` per device (docs/howto/auto.md states the model); memory is arguments
+LATENCY_S`` per device (``rates.py``) (docs/howto/auto.md states the model); memory is arguments
 + outputs + the peak of live temporaries - donated inputs an output of the same
 per-device size can reuse. Temporaries are the values XLA materializes: results
 of equations it does not fuse (dots, reductions, calls) and the fused values such
 an equation reads; copies moved to a second layout count while the value lives.
 
 This module holds what every rule reads and pays through (:class:`Values`); the
-walk over a jaxpr is ``walk.py``, the rules ``strategies.py``, ``layers.py`` and
-``control.py``.
+walk over a jaxpr is ``walk.py``; the rules are in ``contractions.py``,
+``elementwise.py``, ``slices.py`` and ``control.py``, registered in ``rules.py``; the
+work each equation does is ``flops.py``'s, the rates ``rates.py``'s.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import jax_private as jp
-from ..sharding.parsed import ParsedPartitionSpec
+from ... import jax_private as jp
+from ...sharding.parsed import ParsedPartitionSpec
+from . import rates
+from .equations import itemsize_of, shape_of
+from .flops import counted
 from .layouts import (
     NO_AXES,
     Axes,
@@ -56,48 +59,13 @@ from .layouts import (
     shards,
 )
 
-#: Modelled floating-point rate of one device (FLOP/s).
-FLOPS_PER_S = 1e11
-#: Modelled collective bandwidth of one device (operand bytes/s).
-BYTES_PER_S = 1e10
-#: Modelled fixed cost of launching one collective (s): splitting a tiny vector to
-#: save a few bytes is not worth a collective more.
-LATENCY_S = 2e-6
-
 State = tuple[Layout, Axes]  # a value's layout and the axes it is a partial sum over
 Step = tuple[str, int, float]  # a collective: kind, devices per group, operand bytes
-
-REDUCE_BY_SUM = {"reduce_sum"}
-REDUCE_OTHER = {
-    "reduce_max",
-    "reduce_min",
-    "reduce_prod",
-    "argmax",
-    "argmin",
-    "reduce_and",
-    "reduce_or",
-}
 
 
 def spec_layout(spec: ParsedPartitionSpec, ndim: int, order: Sequence[str]) -> Layout:
     parts = list(spec.partitions) + [()] * (ndim - len(spec.partitions))
     return canonical([[str(a) for a in p] for p in parts[:ndim]], order)
-
-
-def shape_of(v: Any) -> tuple[int, ...]:
-    return getattr(v.aval, "shape", ())  # a tuple already: no copy on this hot path
-
-
-def itemsize_of(v: Any) -> int:
-    """Bytes per element; an extended dtype (a typed key) counts its physical words."""
-    aval = v.aval
-    if getattr(aval, "dtype", None) is None:
-        return 0
-    if jp.is_extended(aval):
-        physical = jp.physical_aval(aval)
-        extra = math.prod(physical.shape[len(aval.shape) :])
-        return int(physical.dtype.itemsize * extra)
-    return int(aval.dtype.itemsize)
 
 
 @dataclass
@@ -119,11 +87,7 @@ class Tally:
         self.collectives += other.collectives
 
     def seconds(self) -> float:
-        return (
-            self.flops / FLOPS_PER_S
-            + self.collective_bytes / BYTES_PER_S
-            + self.collectives * LATENCY_S
-        )
+        return rates.seconds(self.flops, self.collective_bytes, self.collectives)
 
 
 @dataclass
@@ -275,9 +239,12 @@ class Values:
             return state
         return (self.settle(v, state, None, frame, tally, mult), NO_AXES)
 
-    def work(self, v: Any, layout: Layout, tally: Tally, mult: float) -> None:
-        """One flop per element of ``v``'s block (elementwise work; dots count their own)."""
-        tally.flops += self.local(shape_of(v), layout) * mult
+    def work(self, eqn: Any, layout: Layout | None, tally: Tally, mult: float) -> None:
+        """``eqn``'s flops (``flops.counted``) on one device's block of what it counts,
+        laid out as ``layout`` (``None``: whole); dots count theirs as contractions."""
+        for v, per_element in counted(eqn):
+            block = replicated(len(shape_of(v))) if layout is None else layout
+            tally.flops += self.local(shape_of(v), block) * per_element * mult
 
     def walk(
         self,
@@ -298,19 +265,14 @@ class Values:
         for v in eqn.invars:
             if not isinstance(v, jp.Literal):
                 self.move(v, replicated(len(shape_of(v))), frame, tally, mult)
+        self.work(eqn, None, tally, mult)
         for v in eqn.outvars:
-            self.work(v, replicated(len(shape_of(v))), tally, mult)
             self.set(frame, v, (replicated(len(shape_of(v))), NO_AXES))
 
 
 #: A rule: applies one equation to the walk's frame (``(model, eqn, frame, tally,
 #: mult)``) and returns the peak bytes of its inner temporaries (calls; else 0).
 Rule = Callable[[Any, Any, Frame, Tally, float], float]
-
-#: The strategies of the primitives the model knows, by name, registered by
-#: ``strategies.py``, ``layers.py`` and ``control.py`` right after each definition
-#: (NOTE [auto cost model]); elementwise operations are the walk's default.
-HANDLERS: dict[str, Rule] = {}
 
 
 def no_peak(apply: Callable[[Any, Any, Frame, Tally, float], None]) -> Rule:
@@ -322,20 +284,6 @@ def no_peak(apply: Callable[[Any, Any, Frame, Tally, float], None]) -> Rule:
 
     rule.__name__ = rule.__qualname__ = getattr(apply, "__name__", "rule")
     return rule
-
-
-def call_body(eqn: Any) -> Any:
-    """The jaxpr a call-like equation runs on its operands (pjit, remat, custom
-    derivatives, closed calls), or None."""
-    for value in eqn.params.values():
-        jaxpr = value.jaxpr if isinstance(value, jp.ClosedJaxpr) else value
-        if (
-            isinstance(jaxpr, jp.Jaxpr)
-            and len(jaxpr.invars) == len(eqn.invars)
-            and len(jaxpr.outvars) == len(eqn.outvars)
-        ):
-            return value
-    return None
 
 
 def aliased(

@@ -1,0 +1,168 @@
+"""The search's view of a call: fixed layouts, AUTO leaves, ties, families and the limit.
+
+Why a module of its own: the search (``descent.py``), XLA's confirmation
+(``confirm.py``) and rematerialization (``../remat/``, which searches a rewritten
+program's layouts again) all start from a call plan's :class:`Problem`; built here
+once from the plan, it carries everything they need, the memory limit included,
+so no stage has to pass the limit back up to another.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from jax.sharding import AxisType, Mesh
+from jax.tree_util import KeyPath, keystr
+
+from ...primitives.call_plan import CallPlan
+from ...sharding.auto import AUTO
+from ...sharding.parsed import ParsedPartitionSpec
+from ..cost.layouts import Layout
+from ..cost.values import spec_layout
+from .structure import family
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What the search needs, flat and in the jaxpr's input/output order.
+
+    ``in_layouts``/``out_layouts``: a fixed layout, or None for an AUTO leaf.
+    ``out_ties``: for an AUTO output, the input at the same path (or None).
+    ``free_axes``: the mesh axes an AUTO leaf may be split over (the Auto ones: an
+    Explicit axis is part of the traced types, which the search cannot change).
+    ``in_families``: per input, its path with the layer left out (NOTE [auto
+    repeats]; None: never tied). ``in_forced``: per input, the layout a given output
+    spec at the same path asks for (the data-parallel baseline keeps it).
+    ``memory_limit``: ``auto_memory_limit``, bytes per device (None: no limit).
+    ``auto_names``: how messages name the AUTO inputs (``args[0]['w']``), and ``api``
+    the call (``"jit step"``).
+    """
+
+    jaxpr: Any
+    mesh_shape: Mapping[str, int]
+    free_axes: tuple[str, ...]
+    in_layouts: tuple[Layout | None, ...]
+    out_layouts: tuple[Layout | None, ...]
+    out_ties: tuple[int | None, ...]
+    donated: tuple[bool, ...]
+    in_families: tuple[str | None, ...] = ()
+    in_forced: tuple[Layout | None, ...] = ()
+    memory_limit: int | None = None
+    auto_names: tuple[str, ...] = ()
+    api: str = ""
+
+    @property
+    def auto_inputs(self) -> list[int]:
+        """The positions of the AUTO inputs."""
+        return [i for i, layout in enumerate(self.in_layouts) if layout is None]
+
+    def describe(self, in_layouts: Sequence[Layout]) -> str:
+        """The AUTO inputs laid out as ``in_layouts``, as messages name them."""
+        return ", ".join(
+            f"{name}: {spec_text(in_layouts[i])}"
+            for name, i in zip(self.auto_names, self.auto_inputs, strict=True)
+        )
+
+
+def to_spec(layout: Layout) -> ParsedPartitionSpec:
+    """A layout as a parsed spec, spelled as users write it (``to_partition_spec``)."""
+    return ParsedPartitionSpec(ParsedPartitionSpec(None, layout).to_partition_spec(), layout)
+
+
+def spec_text(layout: Layout) -> str:
+    """A layout as the ``PartitionSpec`` a user would write (``P('data', None)``)."""
+    return str(to_spec(layout).to_partition_spec())
+
+
+def problem_of(
+    plan: CallPlan,
+    in_paths: Sequence[KeyPath],
+    out_paths: Sequence[KeyPath],
+    memory_limit: int | None,
+) -> Problem:
+    """The search's view of ``plan``: fixed layouts, AUTO leaves, ties and families;
+    ``in_paths`` are the dynamic arguments' key paths (after the plan's constants),
+    ``out_paths`` the outputs'."""
+    params = plan.params
+    mesh: Mesh = params.mesh
+    order = tuple(str(a) for a in mesh.axis_names)
+    jaxpr = params.jaxpr
+    n_consts = plan.num_consts
+    in_specs, out_specs = params.in_axis_resources, params.out_axis_resources
+
+    def fixed(spec: Any, aval: Any) -> Layout | None:
+        if spec is AUTO:
+            return None
+        if spec is None:  # a tracer's layout, left to XLA: the model reads it as whole
+            return ((),) * len(aval.shape)
+        return spec_layout(spec, len(aval.shape), order)
+
+    out_fixed = tuple(
+        None if s is None or s is AUTO else spec_layout(s, len(a.shape), order)
+        for s, a in zip(out_specs, jaxpr.out_avals, strict=True)
+    )
+    tie_of = ties(in_paths, jaxpr.in_avals[n_consts:], out_paths, jaxpr.out_avals)
+    forced: list[Layout | None] = [None] * len(in_specs)
+    for j, t in enumerate(tie_of):
+        if t is not None and out_fixed[j] is not None:
+            forced[t + n_consts] = out_fixed[j]
+    return Problem(
+        jaxpr=jaxpr,
+        mesh_shape={str(a): int(n) for a, n in mesh.shape.items()},
+        free_axes=tuple(
+            str(a)
+            for a, t in zip(mesh.axis_names, mesh.axis_types, strict=True)
+            if t == AxisType.Auto
+        ),
+        in_layouts=tuple(fixed(s, a) for s, a in zip(in_specs, jaxpr.in_avals, strict=True)),
+        out_layouts=out_fixed,
+        out_ties=tuple(
+            None if (s is not AUTO or t is None) else t + n_consts
+            for s, t in zip(out_specs, tie_of, strict=True)
+        ),
+        donated=tuple(params.donated_invars),
+        in_families=(None,) * n_consts + tuple(family(p) for p in in_paths),
+        in_forced=tuple(forced),
+        memory_limit=memory_limit,
+        auto_names=tuple(
+            f"args{keystr(in_paths[i - n_consts])}"
+            for i, spec in enumerate(in_specs)
+            if spec is AUTO
+        ),
+        api=plan.api,
+    )
+
+
+def ties(
+    in_paths: Sequence[KeyPath],
+    in_avals: Sequence[Any],
+    out_paths: Sequence[KeyPath],
+    out_avals: Sequence[Any],
+) -> list[int | None]:
+    """For each output, the input at the same path with the same shape and dtype.
+
+    Paths match as written (``out[0]['w']`` and ``args[0]['w']``) or, failing
+    that, with the argument position dropped when exactly one input matches
+    (``step(params, batch) -> params``).
+    """
+
+    def same(i: int, j: int) -> bool:
+        a, b = in_avals[i], out_avals[j]
+        return tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype
+
+    exact = {keystr(p): i for i, p in enumerate(in_paths)}
+    stripped: dict[str, list[int]] = collections.defaultdict(list)
+    for k, p in enumerate(in_paths):
+        stripped[keystr(p[1:])].append(k)
+    found: list[int | None] = []
+    for j, p in enumerate(out_paths):
+        hit = exact.get(keystr(p))
+        if hit is not None and same(hit, j):
+            found.append(hit)
+            continue
+        near = [k for k in stripped.get(keystr(p), []) if same(k, j)]
+        found.append(near[0] if len(near) == 1 else None)
+    return found
