@@ -29,8 +29,6 @@ plugin under the name users import.
 from __future__ import annotations
 
 import math
-import os
-import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +39,6 @@ if TYPE_CHECKING:  # imported where used: loading the plugin imports no jax
 
 OPTION = "--virtual-devices"
 INI = "virtual_devices"
-XLA_FLAG = "--xla_force_host_platform_device_count"
 
 MSG_TOO_LATE = """\
 {option} {n}: jax's devices were created before partitioner's pytest plugin could set \
@@ -92,23 +89,17 @@ def _requested(config: pytest.Config) -> int | None:
 def _set_virtual_devices(n: int, option: str = OPTION) -> None:
     """Make jax create ``n`` CPU devices, and run on the CPU unless JAX_PLATFORMS says otherwise.
 
+    The helper is shared with ``python -m partitioner.inspect``, which sets the count
+    its ``--mesh`` needs the same way.
+
     Raises:
         pytest.UsageError: jax's devices exist already, and not ``n`` of them.
     """
-    import jax
+    from partitioner._src.cpu_devices import set_cpu_device_count
 
-    from partitioner._src import jax_private as jp
-
-    if jp.backends_are_initialized():
-        have = len(jax.devices("cpu"))
-        if have != n:
-            raise pytest.UsageError(MSG_TOO_LATE.format(option=option, n=n, have=have))
-        return
-    flags = re.sub(rf"{XLA_FLAG}=\S*", "", os.environ.get("XLA_FLAGS", "")).split()
-    os.environ["XLA_FLAGS"] = " ".join([*flags, f"{XLA_FLAG}={n}"])
-    jax.config.update("jax_num_cpu_devices", n)
-    if not os.environ.get("JAX_PLATFORMS"):
-        jax.config.update("jax_platforms", "cpu")
+    have = set_cpu_device_count(n, run_on_cpu=True)
+    if have is not None and have != n:
+        raise pytest.UsageError(MSG_TOO_LATE.format(option=option, n=n, have=have))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -28,7 +28,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "partitioner"
 #: package or from layers below (docs/architecture.md).
 LAYERS: list[tuple[str, ...]] = [
     ("_src.jax_private",),  # the one gateway to private jax (a package): imports none of ours
-    ("_src.events", "_src.options", "_src.warn", "_src.window", "_src.lazy"),
+    ("_src.events", "_src.options", "_src.warn", "_src.window", "_src.lazy", "_src.cpu_devices"),
     ("_src.sharding",),
     ("_src.trace",),
     ("_src.primitives",),  # one module per primitive: definition, params, abstract eval, rules

@@ -8,8 +8,12 @@ specs (a function that is already pjit- or pmap-ed is used as it is), lowered fo
 ``jax.ShapeDtypeStruct`` arguments (nothing is allocated or run) and compiled;
 the report is printed (``--json`` for JSON, ``--compare`` for GSPMD vs Shardy).
 A spec may be ``AUTO``: partitioner chooses it, and the report shows the choice.
-Devices are the backend's: on a CPU, give XLA several with
-``XLA_FLAGS=--xla_force_host_platform_device_count=8``.
+
+Devices are the backend's. On a CPU (``JAX_PLATFORMS`` unset or naming ``cpu``) the
+command makes jax create as many as ``--mesh`` needs, before anything creates them: the
+module named is imported after, so it may build arrays when imported. A count the
+environment asks for (``XLA_FLAGS=--xla_force_host_platform_device_count=N``,
+``JAX_NUM_CPU_DEVICES``) stands when it is enough, and is raised when it is not.
 
 Why here, in the public package, and not beside the tables in ``_src/inspect/``:
 the shell pjits the function it is given, so it sits above the front doors,
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import re
 import sys
 from collections.abc import Sequence
@@ -30,6 +35,7 @@ import numpy as np
 from jax.sharding import PartitionSpec
 
 from .._src import options
+from .._src.cpu_devices import requested_cpu_device_count, set_cpu_device_count
 from .._src.inspect.api import compare_partitioners, report
 from .._src.pjit import pjit
 from .._src.sharding.auto import AUTO
@@ -91,24 +97,52 @@ def parse_spec(text: str) -> PartitionSpec | None | Any:
 
 
 def parse_mesh(text: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    """``data=4,model=2`` as axis names and sizes.
+    """``data=4,model=2`` as axis names and sizes (text only: jax creates no devices).
 
     Raises:
-        ValueError: another spelling, or more devices than the backend has.
+        ValueError: another spelling.
     """
     axes = []
     for part in text.split(","):
         name, _, size = part.partition("=")
-        if not name.strip() or not size.strip().isdigit():
+        if not name.strip() or not size.strip().isdigit() or int(size) < 1:
             raise ValueError(f"--mesh {text!r}: expected name=size,... e.g. data=4,model=2")
         axes.append((name.strip(), int(size)))
-    sizes = tuple(s for _, s in axes)
-    if int(np.prod(sizes)) > jax.device_count():
-        raise ValueError(
-            f"--mesh {text!r} needs {int(np.prod(sizes))} devices, the backend has "
-            f"{jax.device_count()} (on CPU: XLA_FLAGS=--xla_force_host_platform_device_count=N)"
-        )
-    return tuple(n for n, _ in axes), sizes
+    return tuple(n for n, _ in axes), tuple(s for _, s in axes)
+
+
+def _provide_devices(n: int) -> str:
+    """On a CPU, make jax create at least the ``n`` devices a mesh needs, before anything
+    creates them (the pytest plugin's helper, so both set the count the same way). A
+    count the environment asks for stands when it is enough (a module may build a mesh
+    of its own when imported); an accelerator's devices are what they are.
+
+    Returns:
+        Why a CPU backend may have fewer than ``n`` devices after all: the hint for
+        the error ``_check_devices`` raises then.
+    """
+    platforms = jax.config.values["jax_platforms"] or ""
+    if platforms and "cpu" not in platforms.split(","):
+        return f"JAX_PLATFORMS={platforms} names no cpu"
+    asked = requested_cpu_device_count()
+    if (asked is None or asked < n) and set_cpu_device_count(n, run_on_cpu=False) is not None:
+        return "jax created its devices before the command could set the count"
+    return (
+        f"jax was to create {n} or more CPU devices, but the module imported set another "
+        "count (jax_num_cpu_devices) before creating them"
+    )
+
+
+def _check_devices(text: str, n: int, cpu_hint: str) -> None:
+    """Refuse a mesh needing more devices than the backend has, naming why.
+
+    Raises:
+        ValueError: fewer than ``n`` devices.
+    """
+    have, platform = jax.device_count(), jax.default_backend()
+    if n > have:
+        why = cpu_hint if platform == "cpu" else f"{platform}: the command sets CPU counts only"
+        raise ValueError(f"--mesh {text!r} needs {n} devices, the backend has {have} ({why})")
 
 
 def _target(text: str) -> Any:
@@ -136,6 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         names, sizes = parse_mesh(args.mesh)
+        hint = _provide_devices(math.prod(sizes))  # before anything creates jax's devices
         structs = [parse_arg(a) for a in args.arg]
         if args.ins and len(args.ins) not in (1, len(structs)):
             raise ValueError(f"give one --in per --arg ({len(structs)}), or one for all")
@@ -147,10 +182,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if callable(getattr(fun, "lower", None))
             else pjit(fun, in_specs, parse_spec(args.out))
         )
+        _check_devices(args.mesh, math.prod(sizes), hint)
     except (ValueError, ImportError, AttributeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    devices = np.array(jax.devices()[: int(np.prod(sizes))]).reshape(sizes)
+    devices = np.array(jax.devices()[: math.prod(sizes)]).reshape(sizes)
     with mesh_context(devices, names), options.spmd_partitioner(args.partitioner):
         if args.compare:
             print(compare_partitioners(f, *structs))

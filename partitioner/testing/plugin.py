@@ -15,7 +15,6 @@ from _partitioner_pytest import (
     INI,
     MSG_TOO_LATE,
     OPTION,
-    XLA_FLAG,
     MeshFactory,
     mesh,
     pytest_addoption,
@@ -23,6 +22,8 @@ from _partitioner_pytest import (
     pytest_load_initial_conftests,
     pytest_runtest_setup,
 )
+
+from .._src.cpu_devices import XLA_FLAG  # the flag the plugin sets (shared with the CLI)
 
 __all__ = [
     "INI",
