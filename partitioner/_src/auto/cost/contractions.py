@@ -40,36 +40,36 @@ def roles_from(
     """The roles each mesh axis may take: none, or the role of a dimension an operand
     already splits over it (``dims_of[i]``: operand ``i``'s dimension -> its role)."""
     roles: dict[str, list[Role]] = {}
-    for a in model.order:
-        if model.sizes[a] == 1:
+    for axis in model.order:
+        if model.sizes[axis] == 1:
             continue
         found: list[Role] = [("none", -1)]
         for state, dims in zip(states, dims_of, strict=True):
-            for d, on in enumerate(state[0]):
-                if a in on and d in dims:
-                    found.append(dims[d])
-        roles[a] = list(dict.fromkeys(found))
+            for dim, axes in enumerate(state[0]):
+                if axis in axes and dim in dims:
+                    found.append(dims[dim])
+        roles[axis] = list(dict.fromkeys(found))
     return roles
 
 
 def dot_dims(eqn: Any) -> tuple[dict[int, Role], dict[int, Role], dict[Role, tuple[int, ...]]]:
     """Each operand's dimension -> its role, and each role -> the dimensions it splits
     (lhs, rhs, out; -1 where an operand lacks it)."""
-    (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = eqn.params["dimension_numbers"]
     lrank, rrank = len(shape_of(eqn.invars[0])), len(shape_of(eqn.invars[1]))
-    lfree = [d for d in range(lrank) if d not in lc and d not in lb]
-    rfree = [d for d in range(rrank) if d not in rc and d not in rb]
+    lfree = [dim for dim in range(lrank) if dim not in lhs_contract and dim not in lhs_batch]
+    rfree = [dim for dim in range(rrank) if dim not in rhs_contract and dim not in rhs_batch]
     where: dict[Role, tuple[int, ...]] = {}
-    for k, (ld, rd) in enumerate(zip(lb, rb, strict=True)):
-        where[("batch", k)] = (ld, rd, k)
-    for k, (ld, rd) in enumerate(zip(lc, rc, strict=True)):
-        where[("contract", k)] = (ld, rd, -1)
-    for k, d in enumerate(lfree):
-        where[("lfree", k)] = (d, -1, len(lb) + k)
-    for k, d in enumerate(rfree):
-        where[("rfree", k)] = (-1, d, len(lb) + len(lfree) + k)
-    lhs = {w[0]: r for r, w in where.items() if w[0] >= 0}
-    rhs = {w[1]: r for r, w in where.items() if w[1] >= 0}
+    for k, (lhs_dim, rhs_dim) in enumerate(zip(lhs_batch, rhs_batch, strict=True)):
+        where[("batch", k)] = (lhs_dim, rhs_dim, k)
+    for k, (lhs_dim, rhs_dim) in enumerate(zip(lhs_contract, rhs_contract, strict=True)):
+        where[("contract", k)] = (lhs_dim, rhs_dim, -1)
+    for k, dim in enumerate(lfree):
+        where[("lfree", k)] = (dim, -1, len(lhs_batch) + k)
+    for k, dim in enumerate(rfree):
+        where[("rfree", k)] = (-1, dim, len(lhs_batch) + len(lfree) + k)
+    lhs = {dims[0]: role for role, dims in where.items() if dims[0] >= 0}
+    rhs = {dims[1]: role for role, dims in where.items() if dims[1] >= 0}
     return lhs, rhs, where
 
 
@@ -91,7 +91,7 @@ def contract(
     frame: Frame,
     tally: Tally,
     mult: float,
-    c: Contraction,
+    contraction: Contraction,
     roles: Mapping[str, Sequence[Role]],
 ) -> None:
     """Apply a contraction with the cheapest combination of roles: operands move to
@@ -102,26 +102,36 @@ def contract(
     gathering the experts' weights), then to more axes used."""
     out = eqn.outvars[0]
     ((_, flops_per_out),) = counted(eqn)  # per result element, before any split
-    shapes = tuple(shape_of(v) for v in c.operands) + (shape_of(out),)
+    shapes = tuple(shape_of(operand) for operand in contraction.operands) + (shape_of(out),)
     none = (-1,) * len(shapes)
     axes = list(roles)
     best: tuple[float, float, int, tuple[Layout, ...], Axes] | None = None
-    for combo in itertools.product(*(roles[a] for a in axes)):
-        dims: list[list[list[str]]] = [[[] for _ in s] for s in shapes]
-        for a, role in zip(axes, combo, strict=True):
-            for i, d in enumerate(c.where.get(role, none)):
-                if d >= 0:
-                    dims[i][d].append(a)
-        lay = tuple(canonical(x, model.order) for x in dims)
-        if not all(fits(s, x, model.sizes) for s, x in zip(shapes[:-1], lay, strict=False)):
+    for combo in itertools.product(*(roles[axis] for axis in axes)):
+        dims: list[list[list[str]]] = [[[] for _ in shape] for shape in shapes]
+        for axis, role in zip(axes, combo, strict=True):
+            for i, dim in enumerate(contraction.where.get(role, none)):
+                if dim >= 0:
+                    dims[i][dim].append(axis)
+        lay = tuple(canonical(split, model.order) for split in dims)
+        if not all(
+            fits(shape, layout, model.sizes)
+            for shape, layout in zip(shapes[:-1], lay, strict=False)
+        ):
             continue
-        used = [a for a, role in zip(axes, combo, strict=True) if role[0] != "none"]
-        costs = [model.move_cost(v, x, frame) for v, x in zip(c.operands, lay, strict=False)]
+        used = [axis for axis, role in zip(axes, combo, strict=True) if role[0] != "none"]
+        costs = [
+            model.move_cost(operand, layout, frame)
+            for operand, layout in zip(contraction.operands, lay, strict=False)
+        ]
         copies = sum(
-            model.nbytes(v, x) for v, x, t in zip(c.operands, lay, costs, strict=False) if t
+            model.nbytes(operand, layout)
+            for operand, layout, cost in zip(contraction.operands, lay, costs, strict=False)
+            if cost
         )
         work = math.prod(shapes[-1]) * flops_per_out / shards(used, model.sizes)
-        partial = frozenset(a for a, r in zip(axes, combo, strict=True) if r in c.summed)
+        partial = frozenset(
+            axis for axis, role in zip(axes, combo, strict=True) if role in contraction.summed
+        )
         comm = sum(costs)
         if partial:  # reduced later (an all-reduce or a reduce-scatter of the result)
             comm += model.move_cost(out, lay[-1], frame, partial)
@@ -129,10 +139,10 @@ def contract(
         if best is None or score < best[:3]:
             best = (*score, lay, partial)
     if best is None:  # nothing splits evenly: compute replicated
-        best = (0.0, 0.0, 0, tuple(replicated(len(s)) for s in shapes), NO_AXES)
+        best = (0.0, 0.0, 0, tuple(replicated(len(shape)) for shape in shapes), NO_AXES)
     *_, lay, partial = best
-    for v, x in zip(c.operands, lay, strict=False):
-        model.move(v, x, frame, tally, mult)
+    for operand, layout in zip(contraction.operands, lay, strict=False):
+        model.move(operand, layout, frame, tally, mult)
     local = model.local(shapes[-1], lay[-1]) * flops_per_out
     tally.flops += local / shards(sorted(partial), model.sizes) * mult
     model.set(frame, out, (lay[-1], partial))
@@ -143,7 +153,7 @@ def dot_general(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float
     lhs_dims, rhs_dims, where = dot_dims(eqn)
     states = (model.read(frame, lhs), model.read(frame, rhs))
     roles = roles_from(model, states, (lhs_dims, rhs_dims))
-    summed = frozenset(r for r in where if r[0] == "contract")
+    summed = frozenset(role for role in where if role[0] == "contract")
     contract(model, eqn, frame, tally, mult, Contraction((lhs, rhs), where, summed), roles)
 
 
@@ -154,18 +164,22 @@ def conv(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> No
     """``conv_general_dilated``: batch, output-feature (or feature-group) and
     input-feature splits; spatial dimensions whole (no halo exchange modelled)."""
     lhs, rhs = eqn.invars
-    p = eqn.params
-    dn = p["dimension_numbers"]
-    (lb, lf, *_), (ro, ri, *_), (ob, of, *_) = dn.lhs_spec, dn.rhs_spec, dn.out_spec
-    where: dict[Role, tuple[int, ...]] = {("rfree", 0): (-1, ro, of)}
-    if p["batch_group_count"] == 1:
-        where[("batch", 0)] = (lb, -1, ob)
-    if p["feature_group_count"] == 1:
-        where[("contract", 0)] = (lf, ri, -1)
+    params = eqn.params
+    numbers = params["dimension_numbers"]
+    (lhs_batch, lhs_feature, *_), (rhs_out, rhs_in, *_), (out_batch, out_feature, *_) = (
+        numbers.lhs_spec,
+        numbers.rhs_spec,
+        numbers.out_spec,
+    )
+    where: dict[Role, tuple[int, ...]] = {("rfree", 0): (-1, rhs_out, out_feature)}
+    if params["batch_group_count"] == 1:
+        where[("batch", 0)] = (lhs_batch, -1, out_batch)
+    if params["feature_group_count"] == 1:
+        where[("contract", 0)] = (lhs_feature, rhs_in, -1)
     else:  # feature groups (depthwise): a split of the groups splits all three alike
-        where[("rfree", 0)] = (lf, ro, of)
-    lhs_dims = {w[0]: r for r, w in where.items() if w[0] >= 0}
-    rhs_dims = {w[1]: r for r, w in where.items() if w[1] >= 0}
+        where[("rfree", 0)] = (lhs_feature, rhs_out, out_feature)
+    lhs_dims = {dims[0]: role for role, dims in where.items() if dims[0] >= 0}
+    rhs_dims = {dims[1]: role for role, dims in where.items() if dims[1] >= 0}
     states = (model.read(frame, lhs), model.read(frame, rhs))
     roles = roles_from(model, states, (lhs_dims, rhs_dims))
     summed = frozenset({("contract", 0)})
@@ -180,27 +194,27 @@ def gather(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> 
     split over a whole-slice dimension splits the result's matching offset dimension;
     split over a looked-up dimension (slices of one), a partial sum."""
     operand, indices = eqn.invars
-    dn = eqn.params["dimension_numbers"]
+    numbers = eqn.params["dimension_numbers"]
     sizes = eqn.params["slice_sizes"]
     oshape, ishape = shape_of(operand), shape_of(indices)
     out_rank = len(shape_of(eqn.outvars[0]))
-    batch_out = [d for d in range(out_rank) if d not in dn.offset_dims]
+    batch_out = [dim for dim in range(out_rank) if dim not in numbers.offset_dims]
     kept = [
-        d
-        for d in range(len(oshape))
-        if d not in dn.collapsed_slice_dims and d not in dn.operand_batching_dims
+        dim
+        for dim in range(len(oshape))
+        if dim not in numbers.collapsed_slice_dims and dim not in numbers.operand_batching_dims
     ]
     where: dict[Role, tuple[int, ...]] = {}
-    for k, d in enumerate(range(len(ishape) - 1)):  # the last dimension holds the index
-        paired = list(dn.start_indices_batching_dims)
-        od = dn.operand_batching_dims[paired.index(d)] if d in paired else -1
-        where[("batch", k)] = (od, d, batch_out[k])
-    for k, d in enumerate(kept):
-        if sizes[d] == oshape[d] and d not in dn.start_index_map:
-            where[("lfree", k)] = (d, -1, dn.offset_dims[k])
-    for d in dn.start_index_map:
-        if sizes[d] == 1 and d in dn.collapsed_slice_dims:
-            where[("contract", d)] = (d, -1, -1)
+    for k, dim in enumerate(range(len(ishape) - 1)):  # the last dimension holds the index
+        paired = list(numbers.start_indices_batching_dims)
+        operand_dim = numbers.operand_batching_dims[paired.index(dim)] if dim in paired else -1
+        where[("batch", k)] = (operand_dim, dim, batch_out[k])
+    for k, dim in enumerate(kept):
+        if sizes[dim] == oshape[dim] and dim not in numbers.start_index_map:
+            where[("lfree", k)] = (dim, -1, numbers.offset_dims[k])
+    for dim in numbers.start_index_map:
+        if sizes[dim] == 1 and dim in numbers.collapsed_slice_dims:
+            where[("contract", dim)] = (dim, -1, -1)
     _contract_like(model, eqn, frame, tally, mult, (operand, indices), where)
 
 
@@ -210,23 +224,23 @@ def scatter(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) ->
     the table split over an indexed dimension takes whole updates (each device
     applies those landing in its block). Other scatters keep only the last two."""
     operand, indices, updates = eqn.invars[:3]
-    dn = eqn.params["dimension_numbers"]
+    numbers = eqn.params["dimension_numbers"]
     oshape, ushape = shape_of(operand), shape_of(updates)
-    scatter_dims = [d for d in range(len(ushape)) if d not in dn.update_window_dims]
+    scatter_dims = [dim for dim in range(len(ushape)) if dim not in numbers.update_window_dims]
     window = [
-        d
-        for d in range(len(oshape))
-        if d not in dn.inserted_window_dims and d not in dn.operand_batching_dims
+        dim
+        for dim in range(len(oshape))
+        if dim not in numbers.inserted_window_dims and dim not in numbers.operand_batching_dims
     ]
     where: dict[Role, tuple[int, ...]] = {}
-    for k, d in enumerate(window):
-        where[("lfree", k)] = (d, -1, dn.update_window_dims[k], d)
-    for d in dn.scatter_dims_to_operand_dims:
-        if d in dn.inserted_window_dims:
-            where[("rfree", d)] = (d, -1, -1, d)
-    if eqn.primitive.name == "scatter-add" and not dn.operand_batching_dims:
-        for k, d in enumerate(range(len(shape_of(indices)) - 1)):
-            where[("contract", k)] = (-1, d, scatter_dims[k], -1)
+    for k, dim in enumerate(window):
+        where[("lfree", k)] = (dim, -1, numbers.update_window_dims[k], dim)
+    for dim in numbers.scatter_dims_to_operand_dims:
+        if dim in numbers.inserted_window_dims:
+            where[("rfree", dim)] = (dim, -1, -1, dim)
+    if eqn.primitive.name == "scatter-add" and not numbers.operand_batching_dims:
+        for k, dim in enumerate(range(len(shape_of(indices)) - 1)):
+            where[("contract", k)] = (-1, dim, scatter_dims[k], -1)
     _contract_like(model, eqn, frame, tally, mult, (operand, indices, updates), where)
 
 
@@ -241,8 +255,11 @@ def _contract_like(
 ) -> None:
     """A gather or scatter as a contraction (:func:`contract`): ``contract`` roles
     summed; partial operands reduced first."""
-    states = tuple(model.settled(v, frame, tally, mult) for v in operands)
-    dims_of = [{w[i]: r for r, w in where.items() if w[i] >= 0} for i in range(len(operands))]
+    states = tuple(model.settled(operand, frame, tally, mult) for operand in operands)
+    dims_of = [
+        {dims[i]: role for role, dims in where.items() if dims[i] >= 0}
+        for i in range(len(operands))
+    ]
     roles = roles_from(model, states, dims_of)
-    summed = frozenset(r for r in where if r[0] == "contract")
+    summed = frozenset(role for role in where if role[0] == "contract")
     contract(model, eqn, frame, tally, mult, Contraction(operands, where, summed), roles)

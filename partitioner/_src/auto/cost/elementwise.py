@@ -31,7 +31,7 @@ _LINEAR: dict[str, tuple[bool, ...] | None] = {
 
 def project(layout: Layout, shape: Sequence[int]) -> Layout:
     """``layout`` for an operand that broadcasts its size-1 dimensions (never split)."""
-    return tuple(() if n == 1 else d for d, n in zip(layout, shape, strict=True))
+    return tuple(() if size == 1 else axes for axes, size in zip(layout, shape, strict=True))
 
 
 def elementwise(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> None:
@@ -39,73 +39,83 @@ def elementwise(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float
     the output takes one operand's layout, whichever moves the fewest bytes."""
     out = eqn.outvars[0]
     shape = shape_of(out)
-    operands = [v for v in eqn.invars if len(shape_of(v)) == len(shape) and shape]
-    states = [model.read(frame, v) for v in operands]
-    options: list[State] = [(s[0], NO_AXES) for s in states] + [(replicated(len(shape)), NO_AXES)]
+    operands = [operand for operand in eqn.invars if len(shape_of(operand)) == len(shape) and shape]
+    states = [model.read(frame, operand) for operand in operands]
+    options: list[State] = [(state[0], NO_AXES) for state in states] + [
+        (replicated(len(shape)), NO_AXES)
+    ]
     p_options = _partial_options(eqn, operands, states)
 
-    def kept(st: State, layout: Layout, p: Axes, v: Any) -> bool:  # a partial operand as is
-        return bool(p) and st == (project(layout, shape_of(v)), p)
+    def kept(
+        state: State, layout: Layout, partial: Axes, operand: Any
+    ) -> bool:  # a partial operand as is
+        return bool(partial) and state == (project(layout, shape_of(operand)), partial)
 
     best: tuple[tuple[float, int], State] | None = None
-    for layout, p in dict.fromkeys(options + p_options):
+    for layout, partial in dict.fromkeys(options + p_options):
         cost = sum(
-            model.move_cost(v, project(layout, shape_of(v)), frame)
-            for v, st in zip(operands, states, strict=True)
-            if not kept(st, layout, p, v)
+            model.move_cost(operand, project(layout, shape_of(operand)), frame)
+            for operand, state in zip(operands, states, strict=True)
+            if not kept(state, layout, partial, operand)
         )
         local = model.local(shape, layout)
         score = (cost + local / FLOPS_PER_S, local)
         if best is None or score < best[0]:
-            best = (score, (layout, p))
+            best = (score, (layout, partial))
     assert best is not None
-    layout, p = best[1]
-    for v, st in zip(operands, states, strict=True):
-        if not kept(st, layout, p, v):
-            model.move(v, project(layout, shape_of(v)), frame, tally, mult)
+    layout, partial = best[1]
+    for operand, state in zip(operands, states, strict=True):
+        if not kept(state, layout, partial, operand):
+            model.move(operand, project(layout, shape_of(operand)), frame, tally, mult)
     model.work(eqn, layout, tally, mult)
-    for v in eqn.outvars:
-        same = shape_of(v) == shape
-        model.set(frame, v, (layout, p) if same else (replicated(len(shape_of(v))), NO_AXES))
+    for result in eqn.outvars:
+        same = shape_of(result) == shape
+        model.set(
+            frame,
+            result,
+            (layout, partial) if same else (replicated(len(shape_of(result))), NO_AXES),
+        )
 
 
 def _partial_options(eqn: Any, operands: list[Any], states: list[State]) -> list[State]:
     """Output states that keep a partial sum, where the operation is linear in it."""
     if len(operands) != len(eqn.invars) or eqn.primitive.name not in _LINEAR:
         return []
-    partials = {s[1] for s in states if s[1]}
+    partials = {state[1] for state in states if state[1]}
     if len(partials) != 1:
         return []
-    (p,) = partials
-    carriers = [i for i, s in enumerate(states) if s[1] == p]
+    (partial,) = partials
+    carriers = [i for i, state in enumerate(states) if state[1] == partial]
     linear = _LINEAR[eqn.primitive.name]
     layout = states[carriers[0]][0]
     if linear is None:  # sums: every operand a partial sum over the same axes
-        return [(layout, p)] if len(carriers) == len(states) else []
+        return [(layout, partial)] if len(carriers) == len(states) else []
     if eqn.primitive.name == "select_n":  # every case partial alike, the predicate not
-        ok = carriers == list(range(1, len(states))) and not (used_axes(states[0][0]) & p)
-        return [(layout, p)] if ok else []
-    # products: one partial factor, the others whole and not split over p
+        cases_partial = carriers == list(range(1, len(states))) and not (
+            used_axes(states[0][0]) & partial
+        )
+        return [(layout, partial)] if cases_partial else []
+    # products: one partial factor, the others whole and not split over the partial sum's axes
     if len(carriers) != 1 or not linear[min(carriers[0], len(linear) - 1)]:
         return []
-    if any(used_axes(s[0]) & p for i, s in enumerate(states) if i != carriers[0]):
+    if any(used_axes(state[0]) & partial for i, state in enumerate(states) if i != carriers[0]):
         return []
-    return [(layout, p)]
+    return [(layout, partial)]
 
 
 # --- reductions ---
 
 
 def reduce(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> None:
-    (v,) = eqn.invars[:1]
-    layout, partial = model.read(frame, v)
+    (operand,) = eqn.invars[:1]
+    layout, partial = model.read(frame, operand)
     if partial and eqn.primitive.name not in REDUCE_BY_SUM:
-        layout = model.settle(v, (layout, partial), None, frame, tally, mult)
+        layout = model.settle(operand, (layout, partial), None, frame, tally, mult)
         partial = NO_AXES
-    axes = set(eqn.params.get("axes", ()))
-    reduced = frozenset(a for d in axes for a in layout[d])
+    dims = set(eqn.params.get("axes", ()))
+    reduced = frozenset(axis for dim in dims for axis in layout[dim])
     model.work(eqn, layout, tally, mult)
-    out_layout = tuple(x for d, x in enumerate(layout) if d not in axes)
+    out_layout = tuple(split for dim, split in enumerate(layout) if dim not in dims)
     out = eqn.outvars[0]
     if eqn.primitive.name in REDUCE_BY_SUM:  # linear: partial sums stay partial
         model.set(frame, out, (out_layout, reduced | partial))
@@ -122,11 +132,11 @@ def reduce(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> 
 
 
 def broadcast_in_dim(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> None:
-    v, out = eqn.invars[0], eqn.outvars[0]
-    layout, partial = model.read(frame, v)
+    operand, out = eqn.invars[0], eqn.outvars[0]
+    layout, partial = model.read(frame, operand)
     out_shape = shape_of(out)
     dims: list[tuple[str, ...]] = [()] * len(out_shape)
-    in_shape = shape_of(v)
+    in_shape = shape_of(operand)
     for i, d in enumerate(eqn.params["broadcast_dimensions"]):
         if in_shape[i] == out_shape[d]:
             dims[d] = layout[i]
@@ -135,8 +145,8 @@ def broadcast_in_dim(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: 
 
 
 def transpose(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> None:
-    v, out = eqn.invars[0], eqn.outvars[0]
-    layout, partial = model.read(frame, v)
+    operand, out = eqn.invars[0], eqn.outvars[0]
+    layout, partial = model.read(frame, operand)
     model.set(frame, out, (tuple(layout[d] for d in eqn.params["permutation"]), partial))
 
 
@@ -144,16 +154,16 @@ def reshape(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) ->
     """reshape, and squeeze / expand_dims (reshapes that only drop or add size-1 dims):
     each group of dimensions that merge or split carries its axes to its major
     dimension where it can; a group that cannot is gathered first, the others kept."""
-    v, out = eqn.invars[0], eqn.outvars[0]
-    layout, partial = model.read(frame, v)
-    mapped = _reshape_layout(shape_of(v), shape_of(out), layout, model.sizes)
+    operand, out = eqn.invars[0], eqn.outvars[0]
+    layout, partial = model.read(frame, operand)
+    mapped = _reshape_layout(shape_of(operand), shape_of(out), layout, model.sizes)
     if mapped is None:  # shapes this rule does not follow: gathered first
-        model.move(v, replicated(len(shape_of(v))), frame, tally, mult)
+        model.move(operand, replicated(len(shape_of(operand))), frame, tally, mult)
         model.set(frame, out, (replicated(len(shape_of(out))), NO_AXES))
         return
     needed, carried = mapped
     if needed != layout:
-        model.move(v, needed, frame, tally, mult)
+        model.move(operand, needed, frame, tally, mult)
         partial = NO_AXES
     model.set(frame, out, (canonical(carried, model.order), partial))
 
@@ -167,23 +177,23 @@ def _reshape_groups(
     groups = []
     i = j = 0
     while i < len(src) and j < len(dst):
-        gi, gj = [i], [j]
-        a, b = src[i], dst[j]
-        while a != b:
-            if a < b and i + 1 < len(src):
+        src_group, dst_group = [i], [j]
+        src_size, dst_size = src[i], dst[j]
+        while src_size != dst_size:
+            if src_size < dst_size and i + 1 < len(src):
                 i += 1
-                gi.append(i)
-                a *= src[i]
-            elif a > b and j + 1 < len(dst):
+                src_group.append(i)
+                src_size *= src[i]
+            elif src_size > dst_size and j + 1 < len(dst):
                 j += 1
-                gj.append(j)
-                b *= dst[j]
+                dst_group.append(j)
+                dst_size *= dst[j]
             else:
                 return None
-        groups.append((gi, gj))
+        groups.append((src_group, dst_group))
         i += 1
         j += 1
-    if any(n != 1 for n in src[i:]) or any(n != 1 for n in dst[j:]):
+    if any(size != 1 for size in src[i:]) or any(size != 1 for size in dst[j:]):
         return None
     return groups
 
@@ -200,13 +210,13 @@ def _reshape_layout(
         return None
     needed: list[tuple[str, ...]] = [() for _ in src]
     out: list[tuple[str, ...]] = [()] * len(dst)
-    for gi, gj in groups:
-        axes = [x for k in gi for x in layout[k]]
+    for src_group, dst_group in groups:
+        axes = [axis for k in src_group for axis in layout[k]]
         if not axes:
             continue
-        major = next((k for k in gj if dst[k] > 1), gj[0])
-        sharded = [k for k in gi if layout[k]]
-        first = next((k for k in gi if src[k] > 1), gi[0])
+        major = next((k for k in dst_group if dst[k] > 1), dst_group[0])
+        sharded = [k for k in src_group if layout[k]]
+        first = next((k for k in src_group if src[k] > 1), src_group[0])
         if sharded == [first] and dst[major] % shards(axes, sizes) == 0:
             out[major] = tuple(axes)
             needed[first] = layout[first]
@@ -214,5 +224,5 @@ def _reshape_layout(
 
 
 def no_operands(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> None:
-    for v in eqn.outvars:
-        model.set(frame, v, (replicated(len(shape_of(v))), NO_AXES))
+    for out in eqn.outvars:
+        model.set(frame, out, (replicated(len(shape_of(out))), NO_AXES))

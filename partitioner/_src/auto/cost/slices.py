@@ -20,33 +20,33 @@ from .values import Frame, Tally, Values
 # --- windows (pooling) ---
 
 
-def _window_layout(model: Values, p: dict[str, Any], v: Any, layout: Layout) -> Layout:
+def _window_layout(model: Values, params: dict[str, Any], operand: Any, layout: Layout) -> Layout:
     """``layout`` with a split dimension kept only where windows tile each block: window
     and stride equal, no padding or dilation, and the block a whole number of windows."""
-    shape = shape_of(v)
+    shape = shape_of(operand)
     ones = (1,) * len(shape)
 
-    def keeps(d: int, axes: tuple[str, ...]) -> bool:
+    def keeps(dim: int, axes: tuple[str, ...]) -> bool:
         if not axes:
             return True
-        if tuple(p["padding"][d]) != (0, 0):
+        if tuple(params["padding"][dim]) != (0, 0):
             return False
-        if any(p.get(k, ones)[d] != 1 for k in ("base_dilation", "window_dilation")):
+        if any(params.get(name, ones)[dim] != 1 for name in ("base_dilation", "window_dilation")):
             return False
-        size, stride = p["window_dimensions"][d], p["window_strides"][d]
-        return size == stride and (shape[d] // shards(axes, model.sizes)) % size == 0
+        size, stride = params["window_dimensions"][dim], params["window_strides"][dim]
+        return size == stride and (shape[dim] // shards(axes, model.sizes)) % size == 0
 
-    return tuple(axes if keeps(d, axes) else () for d, axes in enumerate(layout))
+    return tuple(axes if keeps(dim, axes) else () for dim, axes in enumerate(layout))
 
 
 def window(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> None:
     """reduce_window_* (pooling), select_and_gather_add: one operand's layout, kept
     where windows tile the blocks; the others, of the same shape, follow it."""
-    v, out = eqn.invars[0], eqn.outvars[0]
-    layout = _window_layout(model, eqn.params, v, model.settled(v, frame, tally, mult)[0])
-    for w in eqn.invars:
-        if shape_of(w) == shape_of(v):
-            model.move(w, layout, frame, tally, mult)
+    first, out = eqn.invars[0], eqn.outvars[0]
+    layout = _window_layout(model, eqn.params, first, model.settled(first, frame, tally, mult)[0])
+    for operand in eqn.invars:
+        if shape_of(operand) == shape_of(first):
+            model.move(operand, layout, frame, tally, mult)
     model.work(eqn, layout, tally, mult)
     model.set(frame, out, (layout, NO_AXES))
 
@@ -70,17 +70,17 @@ def select_and_scatter_add(
 def sliced(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> None:
     """slice, pad, concatenate, dynamic_slice: dimensions whose size changes are whole;
     the others keep the first operand's axes; scalar operands (indices) whole."""
-    v, out = eqn.invars[0], eqn.outvars[0]
-    in_shape, out_shape = shape_of(v), shape_of(out)
+    first, out = eqn.invars[0], eqn.outvars[0]
+    in_shape, out_shape = shape_of(first), shape_of(out)
     if len(in_shape) != len(out_shape):
         return model.gather_all(eqn, frame, tally, mult)
-    keep = list(model.settled(v, frame, tally, mult)[0])
-    for w in eqn.invars:
-        ws = shape_of(w)
-        if len(ws) == len(out_shape):
-            for d in range(len(ws)):
-                if ws[d] != out_shape[d] or in_shape[d] != out_shape[d]:
-                    keep[d] = ()
+    keep = list(model.settled(first, frame, tally, mult)[0])
+    for operand in eqn.invars:
+        shape = shape_of(operand)
+        if len(shape) == len(out_shape):
+            for dim in range(len(shape)):
+                if shape[dim] != out_shape[dim] or in_shape[dim] != out_shape[dim]:
+                    keep[dim] = ()
     lay = tuple(keep)
     _move_operands(model, eqn, lay, frame, tally, mult)
     model.work(eqn, lay, tally, mult)
@@ -91,13 +91,13 @@ def _move_operands(
     model: Values, eqn: Any, layout: Layout, frame: Frame, tally: Tally, mult: float
 ) -> None:
     """Operands of ``layout``'s rank to ``layout`` (a size-1 dimension whole), others whole."""
-    for w in eqn.invars:
-        ws = shape_of(w)
-        if len(ws) == len(layout):
-            lay = tuple(() if n == 1 else d for d, n in zip(layout, ws, strict=True))
-            model.move(w, lay, frame, tally, mult)
-        elif not isinstance(w, jp.Literal):
-            model.move(w, replicated(len(ws)), frame, tally, mult)
+    for operand in eqn.invars:
+        shape = shape_of(operand)
+        if len(shape) == len(layout):
+            lay = tuple(() if size == 1 else axes for axes, size in zip(layout, shape, strict=True))
+            model.move(operand, lay, frame, tally, mult)
+        elif not isinstance(operand, jp.Literal):
+            model.move(operand, replicated(len(shape)), frame, tally, mult)
 
 
 def dynamic_update_slice(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> None:
@@ -111,7 +111,10 @@ def dynamic_update_slice(model: Values, eqn: Any, frame: Frame, tally: Tally, mu
     oshape, ushape = shape_of(operand), shape_of(update)
 
     def spanned(lay: Layout) -> Layout:
-        return tuple(d if n == m else () for d, n, m in zip(lay, ushape, oshape, strict=True))
+        return tuple(
+            axes if update_size == operand_size else ()
+            for axes, update_size, operand_size in zip(lay, ushape, oshape, strict=True)
+        )
 
     given = spanned(model.read(frame, update)[0])
     if given != layout and fits(oshape, given, model.sizes):
@@ -122,8 +125,8 @@ def dynamic_update_slice(model: Values, eqn: Any, frame: Frame, tally: Tally, mu
             layout = given
     upd = spanned(layout)
     model.move(update, upd, frame, tally, mult)
-    for w in eqn.invars[2:]:
-        model.move(w, replicated(len(shape_of(w))), frame, tally, mult)
+    for index in eqn.invars[2:]:
+        model.move(index, replicated(len(shape_of(index))), frame, tally, mult)
     model.work(eqn, upd, tally, mult)
     model.set(frame, eqn.outvars[0], (layout, NO_AXES))
 
@@ -133,24 +136,26 @@ def along_axis(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float)
     gathers them), the others as the first operand has them; every output alike. A sort
     instead moves the axes of its dimension to another one that takes them (XLA's
     all-to-all), when one does."""
-    v = eqn.invars[0]
-    p = eqn.params
-    shape = shape_of(v)
-    axes = p.get("dimensions") or (p.get("axis", p.get("dimension", len(shape) - 1)),)
-    axes = tuple(a % max(len(shape), 1) for a in axes)
-    layout = model.settled(v, frame, tally, mult)[0]
-    keep = [() if d in axes else x for d, x in enumerate(layout)]
-    moved = [a for d in axes for a in layout[d]]
+    first = eqn.invars[0]
+    params = eqn.params
+    shape = shape_of(first)
+    dims = params.get("dimensions") or (
+        params.get("axis", params.get("dimension", len(shape) - 1)),
+    )
+    dims = tuple(dim % max(len(shape), 1) for dim in dims)
+    layout = model.settled(first, frame, tally, mult)[0]
+    keep = [() if dim in dims else split for dim, split in enumerate(layout)]
+    moved = [axis for dim in dims for axis in layout[dim]]
     if moved and eqn.primitive.name == "sort":
-        for d, x in enumerate(keep):
-            if d not in axes and shape[d] % shards([*x, *moved], model.sizes) == 0:
-                keep[d] = canonical([[*x, *moved]], model.order)[0]
+        for dim, split in enumerate(keep):
+            if dim not in dims and shape[dim] % shards([*split, *moved], model.sizes) == 0:
+                keep[dim] = canonical([[*split, *moved]], model.order)[0]
                 break
     lay = tuple(keep)
-    for w in eqn.invars:
-        if len(shape_of(w)) == len(lay):
-            model.move(w, lay, frame, tally, mult)
+    for operand in eqn.invars:
+        if len(shape_of(operand)) == len(lay):
+            model.move(operand, lay, frame, tally, mult)
     model.work(eqn, lay, tally, mult)
-    for w in eqn.outvars:
-        same_rank = len(shape_of(w)) == len(lay)
-        model.set(frame, w, (lay if same_rank else replicated(len(shape_of(w))), NO_AXES))
+    for result in eqn.outvars:
+        same_rank = len(shape_of(result)) == len(lay)
+        model.set(frame, result, (lay if same_rank else replicated(len(shape_of(result))), NO_AXES))
