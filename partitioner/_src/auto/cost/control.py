@@ -27,10 +27,10 @@ from .values import Frame, Outside, State, Tally, Values, spec_layout
 def call(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float, body: Any) -> float:
     """A call-like equation (remat, custom derivatives, jax's own jit): its body inline."""
     jaxpr = body.jaxpr if isinstance(body, jp.ClosedJaxpr) else body
-    states = [model.read(frame, v) for v in eqn.invars]
+    states = [model.read(frame, operand) for operand in eqn.invars]
     outs, peak = model.walk(jaxpr, states, tally, mult)
-    for v, s in zip(eqn.outvars, outs, strict=True):
-        model.set(frame, v, s)
+    for result, state in zip(eqn.outvars, outs, strict=True):
+        model.set(frame, result, state)
     return peak
 
 
@@ -39,60 +39,61 @@ def pinned_call(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float
     its output specs say (or as propagated where it leaves them open)."""
     params = PjitParams.of(eqn.params)
     states = []
-    for v, spec in zip(eqn.invars, params.in_axis_resources, strict=True):
+    for operand, spec in zip(eqn.invars, params.in_axis_resources, strict=True):
         if spec is None:
-            states.append(model.read(frame, v))
+            states.append(model.read(frame, operand))
             continue
-        layout = spec_layout(spec, len(shape_of(v)), model.order)
-        model.move(v, layout, frame, tally, mult)
+        layout = spec_layout(spec, len(shape_of(operand)), model.order)
+        model.move(operand, layout, frame, tally, mult)
         states.append((layout, NO_AXES))
     outs, peak = model.walk(params.jaxpr.jaxpr, states, tally, mult)
-    for v, s, spec in zip(eqn.outvars, outs, params.out_axis_resources, strict=True):
+    for result, state, spec in zip(eqn.outvars, outs, params.out_axis_resources, strict=True):
         if spec is not None:
-            layout = spec_layout(spec, len(shape_of(v)), model.order)
-            tally.pay(model.steps(v, s[0], s[1], layout), mult)
-            s = (layout, NO_AXES)
-        model.set(frame, v, s)
+            layout = spec_layout(spec, len(shape_of(result)), model.order)
+            tally.pay(model.steps(result, state[0], state[1], layout), mult)
+            state = (layout, NO_AXES)
+        model.set(frame, result, state)
     return peak
 
 
 def scan(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
-    p = eqn.params
-    n_consts, n_carry, length = p["num_consts"], p["num_carry"], p["length"]
+    params = eqn.params
+    n_consts, n_carry, length = params["num_consts"], params["num_carry"], params["length"]
     states: list[State] = []
     stacks = 0.0
-    for i, v in enumerate(eqn.invars):
+    for i, operand in enumerate(eqn.invars):
         if i < n_consts + n_carry:
-            states.append(model.settled(v, frame, tally, mult))
+            states.append(model.settled(operand, frame, tally, mult))
         else:
-            layout, gathered = _stack_whole(model, v, frame, tally, mult)
+            layout, gathered = _stack_whole(model, operand, frame, tally, mult)
             stacks += gathered
             states.append((layout[1:], NO_AXES))
-    body = p["jaxpr"].jaxpr
+    body = params["jaxpr"].jaxpr
     carry = slice(n_consts, n_consts + n_carry)
-    outside = {i: Outside(v, frame, tally, mult) for i, v in enumerate(eqn.invars[:n_consts])
-               if not isinstance(v, jp.Literal)}  # fmt: skip
+    outside = {i: Outside(const, frame, tally, mult)
+               for i, const in enumerate(eqn.invars[:n_consts])
+               if not isinstance(const, jp.Literal)}  # fmt: skip
     loop = _loop(model, body, states, carry, mult * length, outside)
     found = [
-        (model.resolve_partial(v, s), NO_AXES)
-        for v, s in zip(body.outvars[:n_carry], loop[1][:n_carry], strict=True)
+        (model.resolve_partial(out, state), NO_AXES)
+        for out, state in zip(body.outvars[:n_carry], loop[1][:n_carry], strict=True)
     ]
     if found != states[carry]:  # NOTE [loop carry layout]
         other = states[: carry.start] + found + states[carry.stop :]
         entry = Tally()
-        for v, s in zip(eqn.invars[carry], found, strict=True):
-            entry.pay(model.steps(v, *model.read(frame, v), s[0]), mult)
+        for operand, state in zip(eqn.invars[carry], found, strict=True):
+            entry.pay(model.steps(operand, *model.read(frame, operand), state[0]), mult)
         again = _loop(model, body, other, carry, mult * length, outside)
         if entry.seconds() + again[0].seconds() < loop[0].seconds():
-            for v, s in zip(eqn.invars[carry], found, strict=True):
-                model.move(v, s[0], frame, tally, mult)
+            for operand, state in zip(eqn.invars[carry], found, strict=True):
+                model.move(operand, state[0], frame, tally, mult)
             states, loop = other, again
     looped, outs, peak = loop
     tally.add(looped)
-    for v, s in zip(eqn.outvars[:n_carry], states[carry], strict=True):
-        model.set(frame, v, s)
-    for v, s in zip(eqn.outvars[n_carry:], outs[n_carry:], strict=True):
-        model.set(frame, v, (((),) + s[0], s[1]))
+    for result, state in zip(eqn.outvars[:n_carry], states[carry], strict=True):
+        model.set(frame, result, state)
+    for result, state in zip(eqn.outvars[n_carry:], outs[n_carry:], strict=True):
+        model.set(frame, result, (((),) + state[0], state[1]))
     return peak + stacks
 
 
@@ -114,15 +115,15 @@ def _loop(
     carries as they enter; where the body returns them laid out otherwise, it is
     walked again with the carries entering as the body returns them (the initial
     values moved once, before the loop), and the cheaper kept."""
-    t = Tally()
-    outs, peak = model.walk(body, states, t, mult, outside)
-    for v, s, want in zip(body.outvars, outs, states[carry], strict=False):
-        t.pay(model.steps(v, s[0], s[1], want[0]), mult)
-    return t, outs, peak
+    looped = Tally()
+    outs, peak = model.walk(body, states, looped, mult, outside)
+    for out, state, want in zip(body.outvars, outs, states[carry], strict=False):
+        looped.pay(model.steps(out, state[0], state[1], want[0]), mult)
+    return looped, outs, peak
 
 
 def _stack_whole(
-    model: Values, v: Any, frame: Frame, tally: Tally, mult: float
+    model: Values, stack: Any, frame: Frame, tally: Tally, mult: float
 ) -> tuple[Layout, float]:
     """A scan's stacked operand laid out for the loop's slices: its leading dimension whole;
     the bytes of the gathered stack the loop holds (0 where none is gathered).
@@ -132,44 +133,51 @@ def _stack_whole(
     gathers it again for every loop that reads it (the forward scan and its
     transpose each pay the gather), and the whole stack is a temporary of the loop,
     not a copy a later equation reuses. Other splits move as any operand does."""
-    src, partial = model.read(frame, v)
+    src, partial = model.read(frame, stack)
     layout = ((),) + src[1:]
     if not src or not src[0]:
-        model.move(v, layout, frame, tally, mult)
+        model.move(stack, layout, frame, tally, mult)
         return layout, 0.0
-    tally.pay(model.steps(v, src, partial, layout), mult)
-    return layout, model.nbytes(v, layout)
+    tally.pay(model.steps(stack, src, partial, layout), mult)
+    return layout, model.nbytes(stack, layout)
 
 
 def while_loop(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
-    p = eqn.params
-    nc, nb = p["cond_nconsts"], p["body_nconsts"]
+    params = eqn.params
+    n_cond_consts, n_body_consts = params["cond_nconsts"], params["body_nconsts"]
     trips = trip_count(eqn)
-    states = [model.settled(v, frame, tally, mult) for v in eqn.invars]
-    carry = states[nc + nb :]
-    outside = {i: Outside(v, frame, tally, mult) for i, v in enumerate(eqn.invars[nc : nc + nb])
-               if not isinstance(v, jp.Literal)}  # fmt: skip
+    states = [model.settled(operand, frame, tally, mult) for operand in eqn.invars]
+    carry = states[n_cond_consts + n_body_consts :]
+    outside = {i: Outside(const, frame, tally, mult)
+               for i, const in enumerate(eqn.invars[n_cond_consts : n_cond_consts + n_body_consts])
+               if not isinstance(const, jp.Literal)}  # fmt: skip
     outs, peak = model.walk(
-        p["body_jaxpr"].jaxpr, states[nc : nc + nb] + carry, tally, mult * trips, outside
+        params["body_jaxpr"].jaxpr,
+        states[n_cond_consts : n_cond_consts + n_body_consts] + carry,
+        tally,
+        mult * trips,
+        outside,
     )
-    _, cond_peak = model.walk(p["cond_jaxpr"].jaxpr, states[:nc] + carry, tally, mult * trips)
-    for v, s, want in zip(p["body_jaxpr"].jaxpr.outvars, outs, carry, strict=True):
-        tally.pay(model.steps(v, s[0], s[1], want[0]), mult * trips)
-    for v, s in zip(eqn.outvars, carry, strict=True):
-        model.set(frame, v, s)
+    _, cond_peak = model.walk(
+        params["cond_jaxpr"].jaxpr, states[:n_cond_consts] + carry, tally, mult * trips
+    )
+    for out, state, want in zip(params["body_jaxpr"].jaxpr.outvars, outs, carry, strict=True):
+        tally.pay(model.steps(out, state[0], state[1], want[0]), mult * trips)
+    for result, state in zip(eqn.outvars, carry, strict=True):
+        model.set(frame, result, state)
     return max(peak, cond_peak)
 
 
 def cond(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
-    states = [model.settled(v, frame, tally, mult) for v in eqn.invars[1:]]
+    states = [model.settled(operand, frame, tally, mult) for operand in eqn.invars[1:]]
     best: tuple[Tally, list[State], float] | None = None
     for branch in eqn.params["branches"]:
-        t = Tally()
-        outs, peak = model.walk(branch.jaxpr, states, t, mult)
-        if best is None or t.seconds() > best[0].seconds():
-            best = (t, outs, peak)
+        branch_tally = Tally()
+        outs, peak = model.walk(branch.jaxpr, states, branch_tally, mult)
+        if best is None or branch_tally.seconds() > best[0].seconds():
+            best = (branch_tally, outs, peak)
     assert best is not None
     tally.add(best[0])
-    for v, s in zip(eqn.outvars, best[1], strict=True):
-        model.set(frame, v, s)
+    for result, state in zip(eqn.outvars, best[1], strict=True):
+        model.set(frame, result, state)
     return best[2]

@@ -38,13 +38,15 @@ def is_elementwise(eqn: Any) -> bool:
     if not eqn.outvars:
         return False
     shape = shape_of(eqn.outvars[0])
-    return all(shape_of(v) == shape for v in eqn.outvars) and all(
-        shape_of(v) == () or _broadcasts(shape_of(v), shape) for v in eqn.invars
+    return all(shape_of(out) == shape for out in eqn.outvars) and all(
+        shape_of(operand) == () or _broadcasts(shape_of(operand), shape) for operand in eqn.invars
     )
 
 
 def _broadcasts(src: Sequence[int], dst: Sequence[int]) -> bool:
-    return len(src) == len(dst) and all(a in (b, 1) for a, b in zip(src, dst, strict=True))
+    return len(src) == len(dst) and all(
+        size in (target, 1) for size, target in zip(src, dst, strict=True)
+    )
 
 
 def call_body(eqn: Any) -> Any:
@@ -64,9 +66,9 @@ def call_body(eqn: Any) -> Any:
 def trip_count(eqn: Any) -> int:
     """The trips of a ``while`` that counts ``i`` from a literal up to a literal bound by
     one (``fori_loop`` with a traced body), else 1 (unknown: counted once)."""
-    p = eqn.params
-    n_cond_consts, n_body_consts = p["cond_nconsts"], p["body_nconsts"]
-    cond, body = p["cond_jaxpr"].jaxpr, p["body_jaxpr"].jaxpr
+    params = eqn.params
+    n_cond_consts, n_body_consts = params["cond_nconsts"], params["body_nconsts"]
+    cond, body = params["cond_jaxpr"].jaxpr, params["body_jaxpr"].jaxpr
     if len(cond.eqns) != 1 or cond.eqns[0].primitive.name != "lt":
         return 1
     counter, bound = cond.eqns[0].invars
@@ -77,9 +79,13 @@ def trip_count(eqn: Any) -> int:
     if not isinstance(start, jp.Literal):
         return 1
     carried = body.invars[n_body_consts + k]
-    for e in body.eqns:
-        if e.outvars and e.outvars[0] is body.outvars[k] and e.primitive.name == "add":
-            one = [v for v in e.invars if v is not carried]
+    for body_eqn in body.eqns:
+        if (
+            body_eqn.outvars
+            and body_eqn.outvars[0] is body.outvars[k]
+            and body_eqn.primitive.name == "add"
+        ):
+            one = [operand for operand in body_eqn.invars if operand is not carried]
             if len(one) == 1 and isinstance(one[0], jp.Literal) and int(one[0].val) == 1:
                 return max(int(bound.val) - int(start.val), 0)
     return 1
@@ -95,9 +101,9 @@ class Structures:
         self._texts: dict[int, tuple[Any, str]] = {}  # id(jaxpr) -> (jaxpr, its text)
 
     def of(self, eqn: Any) -> int:
-        params = tuple(sorted((k, self._param(v)) for k, v in eqn.params.items()))
-        ins = tuple((isinstance(v, jp.Literal), v.aval) for v in eqn.invars)
-        outs = tuple((isinstance(v, jp.DropVar), v.aval) for v in eqn.outvars)
+        params = tuple(sorted((name, self._param(value)) for name, value in eqn.params.items()))
+        ins = tuple((isinstance(value, jp.Literal), value.aval) for value in eqn.invars)
+        outs = tuple((isinstance(value, jp.DropVar), value.aval) for value in eqn.outvars)
         return self._ids.setdefault((eqn.primitive, params, ins, outs), len(self._ids))
 
     def _param(self, value: Any) -> Any:
@@ -107,7 +113,7 @@ class Structures:
                 known = self._texts[id(value)] = (value, str(value))
             return ("jaxpr", known[1])
         if isinstance(value, (tuple, list)):
-            return tuple(self._param(x) for x in value)
+            return tuple(self._param(item) for item in value)
         if callable(value) and not isinstance(value, type):
             return "fn"  # the model never calls a param (jvp and transpose thunks)
         try:

@@ -56,11 +56,11 @@ def counted(eqn: Any) -> tuple[Counted, ...]:
     if name == "dot_general":
         (contract, _), _ = eqn.params["dimension_numbers"]
         lhs = shape_of(eqn.invars[0])
-        return ((eqn.outvars[0], 2.0 * math.prod(lhs[d] for d in contract)),)
+        return ((eqn.outvars[0], 2.0 * math.prod(lhs[dim] for dim in contract)),)
     if name == "conv_general_dilated":
         _, (_, features, *spatial), _ = _conv_specs(eqn)
         rhs = shape_of(eqn.invars[1])
-        return ((eqn.outvars[0], 2.0 * rhs[features] * math.prod(rhs[d] for d in spatial)),)
+        return ((eqn.outvars[0], 2.0 * rhs[features] * math.prod(rhs[dim] for dim in spatial)),)
     if name in REDUCE_BY_SUM | REDUCE_OTHER | ALONG_AXIS | WINDOWS:
         return ((eqn.invars[0], 1.0),)
     if name == "select_and_scatter_add":  # over the operand, the pooled input's shape
@@ -69,12 +69,12 @@ def counted(eqn: Any) -> tuple[Counted, ...]:
         return ((eqn.invars[1], 1.0),)
     if is_elementwise(eqn) or name in ("gather", "scatter", "scatter-add"):
         return ((eqn.outvars[0], 1.0),)
-    return tuple((v, 1.0) for v in eqn.outvars)
+    return tuple((out, 1.0) for out in eqn.outvars)
 
 
 def _conv_specs(eqn: Any) -> tuple[Any, Any, Any]:
-    dn = eqn.params["dimension_numbers"]
-    return dn.lhs_spec, dn.rhs_spec, dn.out_spec
+    numbers = eqn.params["dimension_numbers"]
+    return numbers.lhs_spec, numbers.rhs_spec, numbers.out_spec
 
 
 def equation(eqn: Any) -> float:
@@ -83,14 +83,14 @@ def equation(eqn: Any) -> float:
     if name == "scan":
         return eqn.params["length"] * program(eqn.params["jaxpr"])
     if name == "while":
-        p = eqn.params
-        return trip_count(eqn) * (program(p["body_jaxpr"]) + program(p["cond_jaxpr"]))
+        params = eqn.params
+        return trip_count(eqn) * (program(params["body_jaxpr"]) + program(params["cond_jaxpr"]))
     if name == "cond":
         return max(program(branch) for branch in eqn.params["branches"])
     body = call_body(eqn)
     if body is not None:
         return program(body)
-    return sum(per * math.prod(shape_of(v)) for v, per in counted(eqn))
+    return sum(per * math.prod(shape_of(value)) for value, per in counted(eqn))
 
 
 def program(jaxpr: Any) -> float:

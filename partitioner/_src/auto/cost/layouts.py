@@ -29,26 +29,28 @@ def replicated(ndim: int) -> Layout:
 
 def canonical(dims: Sequence[Sequence[str]], order: Sequence[str]) -> Layout:
     """``dims`` with each dimension's axes in mesh order (NOTE [auto layouts])."""
-    rank = {a: i for i, a in enumerate(order)}
-    return tuple(tuple(sorted(d, key=rank.__getitem__)) for d in dims)
+    rank = {axis: i for i, axis in enumerate(order)}
+    return tuple(tuple(sorted(axes, key=rank.__getitem__)) for axes in dims)
 
 
 def used_axes(layout: Layout) -> Axes:
-    return frozenset(a for d in layout for a in d)
+    return frozenset(axis for axes in layout for axis in axes)
 
 
 def shards(axes: Sequence[str], sizes: Mapping[str, int]) -> int:
-    return math.prod(sizes[a] for a in axes)
+    return math.prod(sizes[axis] for axis in axes)
 
 
 def local_elements(shape: Sequence[int], layout: Layout, sizes: Mapping[str, int]) -> int:
     """Elements of one device's block (the largest, for uneven splits)."""
-    return math.prod(-(-n // shards(d, sizes)) for n, d in zip(shape, layout, strict=True))
+    return math.prod(
+        -(-size // shards(axes, sizes)) for size, axes in zip(shape, layout, strict=True)
+    )
 
 
 def fits(shape: Sequence[int], layout: Layout, sizes: Mapping[str, int]) -> bool:
     """Whether every sharded dimension splits evenly."""
-    return all(n % shards(d, sizes) == 0 for n, d in zip(shape, layout, strict=True))
+    return all(size % shards(axes, sizes) == 0 for size, axes in zip(shape, layout, strict=True))
 
 
 def candidates(
@@ -59,13 +61,13 @@ def candidates(
 
     Replicated comes first (the search's starting point); axes of size 1 are never used.
     """
-    axes = [a for a in order if sizes[a] > 1 and a in free]
+    axes = [axis for axis in order if sizes[axis] > 1 and axis in free]
     found: list[Layout] = []
     for placement in itertools.product(range(-1, len(shape)), repeat=len(axes)):
         dims: list[list[str]] = [[] for _ in shape]
-        for a, d in zip(axes, placement, strict=True):
-            if d >= 0:
-                dims[d].append(a)
+        for axis, dim in zip(axes, placement, strict=True):
+            if dim >= 0:
+                dims[dim].append(axis)
         layout = canonical(dims, order)
         if fits(shape, layout, sizes) and layout not in found:
             found.append(layout)
@@ -85,27 +87,29 @@ def moves(
     Yields ``(kind, devices in each group, operand bytes per device)`` in the
     order they run (NOTE [auto layouts]).
     """
-    cur = [list(d) for d in src]
+    cur = [list(axes) for axes in src]
     block = float(local_elements(shape, src, sizes) * itemsize)
-    dst_axis_dim = {a: i for i, d in enumerate(dst) for a in d}
+    dst_axis_dim = {axis: i for i, axes in enumerate(dst) for axis in axes}
     if partial:
-        scatter = sorted(a for a in partial if a in dst_axis_dim and a not in used_axes(src))
+        scatter = sorted(
+            axis for axis in partial if axis in dst_axis_dim and axis not in used_axes(src)
+        )
         reduce = sorted(partial - set(scatter))
         if reduce:
             yield "all-reduce", shards(reduce, sizes), block
         if scatter:
             yield "reduce-scatter", shards(scatter, sizes), block
-            for a in scatter:
-                cur[dst_axis_dim[a]].append(a)
+            for axis in scatter:
+                cur[dst_axis_dim[axis]].append(axis)
             block /= shards(scatter, sizes)
-    moved = [a for i, d in enumerate(cur) for a in d if dst_axis_dim.get(a, i) != i]
+    moved = [axis for i, axes in enumerate(cur) for axis in axes if dst_axis_dim.get(axis, i) != i]
     if moved:
         yield "all-to-all", shards(moved, sizes), block
-        for a in moved:
-            for d in cur:
-                if a in d:
-                    d.remove(a)
-            cur[dst_axis_dim[a]].append(a)
-    gathered = [a for d in cur for a in d if a not in dst_axis_dim]
+        for axis in moved:
+            for axes in cur:
+                if axis in axes:
+                    axes.remove(axis)
+            cur[dst_axis_dim[axis]].append(axis)
+    gathered = [axis for axes in cur for axis in axes if axis not in dst_axis_dim]
     if gathered:
         yield "all-gather", shards(gathered, sizes), block

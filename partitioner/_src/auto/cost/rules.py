@@ -81,9 +81,12 @@ def rule_for(eqn: Any, model: Values) -> Rule:
 def _named_layout(model: Values, sharding: Any, ndim: int) -> Layout:
     """A jax sharding's layout over this mesh (replicated where it names other axes)."""
     spec = list(getattr(sharding, "spec", ()) or ())
-    dims = [[] if p is None else [p] if isinstance(p, str) else list(p) for p in spec]
+    dims = [
+        [] if entry is None else [entry] if isinstance(entry, str) else list(entry)
+        for entry in spec
+    ]
     dims = (dims + [[] for _ in range(ndim)])[:ndim]
-    if any(a not in model.sizes for d in dims for a in d):
+    if any(axis not in model.sizes for split in dims for axis in split):
         return replicated(ndim)
     return canonical(dims, model.order)
 

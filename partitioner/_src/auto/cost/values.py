@@ -65,7 +65,7 @@ Step = tuple[str, int, float]  # a collective: kind, devices per group, operand 
 
 def spec_layout(spec: ParsedPartitionSpec, ndim: int, order: Sequence[str]) -> Layout:
     parts = list(spec.partitions) + [()] * (ndim - len(spec.partitions))
-    return canonical([[str(a) for a in p] for p in parts[:ndim]], order)
+    return canonical([[str(axis) for axis in part] for part in parts[:ndim]], order)
 
 
 @dataclass
@@ -76,7 +76,7 @@ class Tally:
 
     def pay(self, steps: Sequence[Step], mult: float) -> float:
         """Count the collectives of a move (groups of one device cost nothing); their bytes."""
-        paid = [b for _, n, b in steps if n > 1]
+        paid = [nbytes for _, devices, nbytes in steps if devices > 1]
         self.collective_bytes += sum(paid) * mult
         self.collectives += len(paid) * mult
         return sum(paid)
@@ -106,9 +106,9 @@ class Frame:
     log: list[tuple[Any, Layout, float]] | None = None
     outside: dict[Any, Outside] = field(default_factory=dict)  # a loop body's invariants
 
-    def note_move(self, v: Any, dst: Layout, copy: float) -> None:
-        self.moved[v] = self.moved.get(v, ()) + (dst,)
-        self.extra_bytes[v] = self.extra_bytes.get(v, 0.0) + copy
+    def note_move(self, var: Any, dst: Layout, copy: float) -> None:
+        self.moved[var] = self.moved.get(var, ()) + (dst,)
+        self.extra_bytes[var] = self.extra_bytes.get(var, 0.0) + copy
         self.extra_live += copy
 
 
@@ -151,100 +151,100 @@ class Values:
             found = self._locals[key] = local_elements(shape, layout, self.sizes)
         return found
 
-    def steps(self, v: Any, src: Layout, partial: Axes, dst: Layout) -> tuple[Step, ...]:
-        """The collectives that move ``v`` from ``src`` (+ ``partial``) to ``dst``."""
-        key = (shape_of(v), itemsize_of(v), src, partial, dst)
+    def steps(self, var: Any, src: Layout, partial: Axes, dst: Layout) -> tuple[Step, ...]:
+        """The collectives that move ``var`` from ``src`` (+ ``partial``) to ``dst``."""
+        key = (shape_of(var), itemsize_of(var), src, partial, dst)
         found = self._steps.get(key)
         if found is None:
             found = self._steps[key] = tuple(moves(*key, self.sizes))
         return found
 
-    def read(self, frame: Frame, v: Any) -> State:
-        if isinstance(v, jp.Literal) or v not in frame.env:
-            return (replicated(len(shape_of(v))), NO_AXES)
-        return frame.env[v]
+    def read(self, frame: Frame, var: Any) -> State:
+        if isinstance(var, jp.Literal) or var not in frame.env:
+            return (replicated(len(shape_of(var))), NO_AXES)
+        return frame.env[var]
 
-    def set(self, frame: Frame, v: Any, state: State) -> None:
-        if not isinstance(v, jp.DropVar):
-            frame.env[v] = state
+    def set(self, frame: Frame, var: Any, state: State) -> None:
+        if not isinstance(var, jp.DropVar):
+            frame.env[var] = state
 
-    def nbytes(self, v: Any, layout: Layout) -> float:
-        return float(self.local(shape_of(v), layout) * itemsize_of(v))
+    def nbytes(self, var: Any, layout: Layout) -> float:
+        return float(self.local(shape_of(var), layout) * itemsize_of(var))
 
-    def move(self, v: Any, dst: Layout, frame: Frame, tally: Tally, mult: float) -> float:
-        """Bring ``v`` to ``dst``; the operand bytes of the collectives (counted once per layout)."""
-        if isinstance(v, jp.Literal):
+    def move(self, var: Any, dst: Layout, frame: Frame, tally: Tally, mult: float) -> float:
+        """Bring ``var`` to ``dst``; the operand bytes of the collectives (counted once per layout)."""
+        if isinstance(var, jp.Literal):
             return 0.0
-        src, partial = self.read(frame, v)
-        if (src == dst and not partial) or dst in frame.moved.get(v, ()):
+        src, partial = self.read(frame, var)
+        if (src == dst and not partial) or dst in frame.moved.get(var, ()):
             return 0.0
-        outside = frame.outside.get(v) if frame.outside else None
+        outside = frame.outside.get(var) if frame.outside else None
         if outside is not None:  # NOTE [loop invariants]
-            frame.note_move(v, dst, 0.0)
+            frame.note_move(var, dst, 0.0)
             return self.move(outside.var, dst, outside.frame, outside.tally, outside.mult)
-        cost = tally.pay(self.steps(v, src, partial, dst), mult)
-        copy = self.nbytes(v, dst)
-        frame.note_move(v, dst, copy)
+        cost = tally.pay(self.steps(var, src, partial, dst), mult)
+        copy = self.nbytes(var, dst)
+        frame.note_move(var, dst, copy)
         if frame.log is not None:
-            frame.log.append((v, dst, copy))
+            frame.log.append((var, dst, copy))
         return cost
 
-    def move_cost(self, v: Any, dst: Layout, frame: Frame, partial: Axes | None = None) -> float:
+    def move_cost(self, var: Any, dst: Layout, frame: Frame, partial: Axes | None = None) -> float:
         """The seconds :meth:`move` would cost, without paying them; ``partial``: those of
-        ``v`` laid out as ``dst`` and a partial sum over these axes, reduced in place."""
-        if isinstance(v, jp.Literal):
+        ``var`` laid out as ``dst`` and a partial sum over these axes, reduced in place."""
+        if isinstance(var, jp.Literal):
             return 0.0
         if partial is not None:
             src = dst
         else:
-            src, partial = self.read(frame, v)
-        if (src == dst and not partial) or dst in frame.moved.get(v, ()):
+            src, partial = self.read(frame, var)
+        if (src == dst and not partial) or dst in frame.moved.get(var, ()):
             return 0.0
-        key = (shape_of(v), itemsize_of(v), src, partial, dst)
+        key = (shape_of(var), itemsize_of(var), src, partial, dst)
         found = self._seconds.get(key)
         if found is None:
-            t = Tally()
-            t.pay(self.steps(v, src, partial, dst), 1.0)
-            found = self._seconds[key] = t.seconds()
+            tally = Tally()
+            tally.pay(self.steps(var, src, partial, dst), 1.0)
+            found = self._seconds[key] = tally.seconds()
         return found
 
-    def resolve_partial(self, v: Any, state: State) -> Layout:
+    def resolve_partial(self, var: Any, state: State) -> Layout:
         """Where a partial output goes when nothing asks: reduce-scattered over its first
         free dimension that splits evenly, else all-reduced (less memory, fewer bytes)."""
         layout, partial = state
         if not partial:
             return layout
-        n = shards(sorted(partial), self.sizes)
-        shape = shape_of(v)
-        for d, axes in enumerate(layout):
-            if shape[d] % (shards(axes, self.sizes) * n) == 0:
-                dims = [list(x) for x in layout]
-                dims[d] += sorted(partial)
+        partial_shards = shards(sorted(partial), self.sizes)
+        shape = shape_of(var)
+        for dim, axes in enumerate(layout):
+            if shape[dim] % (shards(axes, self.sizes) * partial_shards) == 0:
+                dims = [list(split) for split in layout]
+                dims[dim] += sorted(partial)
                 return canonical(dims, self.order)
         return layout
 
     def settle(
-        self, v: Any, state: State, target: Layout | None, frame: Frame, tally: Tally, mult: float
+        self, var: Any, state: State, target: Layout | None, frame: Frame, tally: Tally, mult: float
     ) -> Layout:
-        layout = target if target is not None else self.resolve_partial(v, state)
-        if isinstance(v, jp.Literal):
+        layout = target if target is not None else self.resolve_partial(var, state)
+        if isinstance(var, jp.Literal):
             return layout
-        self.move(v, layout, frame, tally, mult)
+        self.move(var, layout, frame, tally, mult)
         return layout
 
-    def settled(self, v: Any, frame: Frame, tally: Tally, mult: float) -> State:
-        """``v``'s state with any partial sum reduced (where a rule needs whole values)."""
-        state = self.read(frame, v)
+    def settled(self, var: Any, frame: Frame, tally: Tally, mult: float) -> State:
+        """``var``'s state with any partial sum reduced (where a rule needs whole values)."""
+        state = self.read(frame, var)
         if not state[1]:
             return state
-        return (self.settle(v, state, None, frame, tally, mult), NO_AXES)
+        return (self.settle(var, state, None, frame, tally, mult), NO_AXES)
 
     def work(self, eqn: Any, layout: Layout | None, tally: Tally, mult: float) -> None:
         """``eqn``'s flops (``flops.counted``) on one device's block of what it counts,
         laid out as ``layout`` (``None``: whole); dots count theirs as contractions."""
-        for v, per_element in counted(eqn):
-            block = replicated(len(shape_of(v))) if layout is None else layout
-            tally.flops += self.local(shape_of(v), block) * per_element * mult
+        for var, per_element in counted(eqn):
+            block = replicated(len(shape_of(var))) if layout is None else layout
+            tally.flops += self.local(shape_of(var), block) * per_element * mult
 
     def walk(
         self,
@@ -262,12 +262,12 @@ class Values:
 
     def gather_all(self, eqn: Any, frame: Frame, tally: Tally, mult: float) -> None:
         """An operation the model does not know: operands replicated, outputs replicated."""
-        for v in eqn.invars:
-            if not isinstance(v, jp.Literal):
-                self.move(v, replicated(len(shape_of(v))), frame, tally, mult)
+        for operand in eqn.invars:
+            if not isinstance(operand, jp.Literal):
+                self.move(operand, replicated(len(shape_of(operand))), frame, tally, mult)
         self.work(eqn, None, tally, mult)
-        for v in eqn.outvars:
-            self.set(frame, v, (replicated(len(shape_of(v))), NO_AXES))
+        for result in eqn.outvars:
+            self.set(frame, result, (replicated(len(shape_of(result))), NO_AXES))
 
 
 #: A rule: applies one equation to the walk's frame (``(model, eqn, frame, tally,
@@ -290,10 +290,12 @@ def aliased(
     arg_bytes: Sequence[float], donated: Sequence[bool], out_bytes: Sequence[float]
 ) -> float:
     """Bytes of donated inputs an output of the same per-device size takes over."""
-    pool = sorted((b for b, d in zip(arg_bytes, donated, strict=True) if d), reverse=True)
+    pool = sorted(
+        (nbytes for nbytes, given in zip(arg_bytes, donated, strict=True) if given), reverse=True
+    )
     total = 0.0
-    for b in sorted(out_bytes, reverse=True):
-        if b in pool:
-            pool.remove(b)
-            total += b
+    for nbytes in sorted(out_bytes, reverse=True):
+        if nbytes in pool:
+            pool.remove(nbytes)
+            total += nbytes
     return total

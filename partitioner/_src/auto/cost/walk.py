@@ -58,7 +58,7 @@ class Estimator(Values):
         self._top = [
             (
                 self.structures.of(eqn),
-                tuple(v for v in eqn.invars if not isinstance(v, jp.Literal)),
+                tuple(var for var in eqn.invars if not isinstance(var, jp.Literal)),
                 *memory,
             )
             for eqn, memory in zip(top.eqns, plan, strict=True)
@@ -79,16 +79,18 @@ class Estimator(Values):
         tally = Tally()
         frame = Frame()
         jaxpr = self.jaxpr.jaxpr
-        for v in jaxpr.constvars:
-            frame.env[v] = (replicated(len(shape_of(v))), NO_AXES)
-        for v, layout in zip(jaxpr.invars, in_layouts, strict=True):
-            frame.env[v] = (layout, NO_AXES)
+        for var in jaxpr.constvars:
+            frame.env[var] = (replicated(len(shape_of(var))), NO_AXES)
+        for var, layout in zip(jaxpr.invars, in_layouts, strict=True):
+            frame.env[var] = (layout, NO_AXES)
         peak = self._walk_top(jaxpr, frame, tally)
         outs: list[Layout] = []
-        for v, target in zip(jaxpr.outvars, out_targets, strict=True):
-            outs.append(self.settle(v, self.read(frame, v), target, frame, tally, 1.0))
-        arg_bytes = [self.nbytes(v, lay) for v, lay in zip(jaxpr.invars, in_layouts, strict=True)]
-        out_bytes = [self.nbytes(v, lay) for v, lay in zip(jaxpr.outvars, outs, strict=True)]
+        for var, target in zip(jaxpr.outvars, out_targets, strict=True):
+            outs.append(self.settle(var, self.read(frame, var), target, frame, tally, 1.0))
+        arg_bytes = [
+            self.nbytes(var, lay) for var, lay in zip(jaxpr.invars, in_layouts, strict=True)
+        ]
+        out_bytes = [self.nbytes(var, lay) for var, lay in zip(jaxpr.outvars, outs, strict=True)]
         memory = sum(arg_bytes) + sum(out_bytes) + peak - aliased(arg_bytes, donated, out_bytes)
         compute = tally.flops / FLOPS_PER_S
         comm = tally.collective_bytes / BYTES_PER_S + tally.collectives * LATENCY_S
@@ -116,14 +118,14 @@ class Estimator(Values):
             jaxpr.eqns, self._top, strict=True
         ):
             if len(operands) == 1:
-                v = operands[0]
-                key: tuple[Any, ...] = (structure, 1.0, env.get(v), moved.get(v))
+                var = operands[0]
+                key: tuple[Any, ...] = (structure, 1.0, env.get(var), moved.get(var))
             else:
                 key = (
                     structure,
                     1.0,
-                    tuple([env.get(v) for v in operands]),
-                    tuple([moved.get(v) for v in operands]),
+                    tuple([env.get(var) for var in operands]),
+                    tuple([moved.get(var) for var in operands]),
                 )
             effect = memo.get(key)
             if effect is None:
@@ -137,22 +139,22 @@ class Estimator(Values):
                 tally.flops += flops
                 tally.collective_bytes += collective_bytes
                 tally.collectives += collectives
-                for v, state in zip(eqn.outvars, effect.outs, strict=True):
+                for var, state in zip(eqn.outvars, effect.outs, strict=True):
                     if state is not None:
-                        env[v] = state
+                        env[var] = state
             produced = 0.0
-            for v, shape, item in counted:
-                state = env.get(v)
+            for var, shape, item in counted:
+                state = env.get(var)
                 if state is not None:
                     produced += block(shape, item, state[0])
             here = live + frame.extra_live + produced + inner
             if here > peak:
                 peak = here
             live += produced
-            for v in last:
-                frame.extra_live -= extra.pop(v, 0.0)
-            for v, shape, item in freed:
-                live -= block(shape, item, env[v][0])
+            for var in last:
+                frame.extra_live -= extra.pop(var, 0.0)
+            for var, shape, item in freed:
+                live -= block(shape, item, env[var][0])
         return peak
 
     def _block_bytes(self, shape: tuple[int, ...], itemsize: int, layout: Layout) -> float:
@@ -171,17 +173,19 @@ class Estimator(Values):
     ) -> tuple[list[State], float]:
         frame = Frame()
         if outside:
-            frame.outside = {jaxpr.invars[i]: o for i, o in outside.items()}
-        for v in jaxpr.constvars:
-            frame.env[v] = (replicated(len(shape_of(v))), NO_AXES)
-        for v, s in zip(jaxpr.invars, in_states, strict=True):
-            frame.env[v] = s
+            frame.outside = {jaxpr.invars[i]: invariant for i, invariant in outside.items()}
+        for var in jaxpr.constvars:
+            frame.env[var] = (replicated(len(shape_of(var))), NO_AXES)
+        for var, state in zip(jaxpr.invars, in_states, strict=True):
+            frame.env[var] = state
         peak = 0.0
         for eqn in jaxpr.eqns:
             inner = self._eqn(eqn, frame, tally, mult)
-            made = sum(self.nbytes(v, frame.env[v][0]) for v in eqn.outvars if v in frame.env)
+            made = sum(
+                self.nbytes(var, frame.env[var][0]) for var in eqn.outvars if var in frame.env
+            )
             peak = max(peak, inner + made)
-        return [self.read(frame, v) for v in jaxpr.outvars], peak
+        return [self.read(frame, var) for var in jaxpr.outvars], peak
 
     # --- equations, remembered (NOTE [auto walk memo]) ---
 
@@ -191,16 +195,16 @@ class Estimator(Values):
         structure, _, operands = self._kind(eqn)
         env, moved = frame.env, frame.moved
         if len(operands) == 1:
-            (v,) = operands
-            key: tuple[Any, ...] = (structure, mult, env.get(v), moved.get(v))
+            (var,) = operands
+            key: tuple[Any, ...] = (structure, mult, env.get(var), moved.get(var))
         else:
             key = (
                 structure,
                 mult,
-                tuple([env.get(v) for v in operands]),
-                tuple([moved.get(v) for v in operands]),
+                tuple([env.get(var) for var in operands]),
+                tuple([moved.get(var) for var in operands]),
             )
-        if frame.outside and any(v in frame.outside for v in operands):
+        if frame.outside and any(var in frame.outside for var in operands):
             return self._apply(eqn, frame, tally, mult, None)  # pays outside: not replayable
         effect = self._memo.get(key)
         if effect is None:
@@ -212,7 +216,7 @@ class Estimator(Values):
         its rule and its operands that are not literals."""
         found = self._eqns.get(id(eqn))
         if found is None:
-            operands = tuple(v for v in eqn.invars if not isinstance(v, jp.Literal))
+            operands = tuple(var for var in eqn.invars if not isinstance(var, jp.Literal))
             found = self._eqns[id(eqn)] = (self.structures.of(eqn), rule_for(eqn, self), operands)
         return found
 
@@ -220,24 +224,24 @@ class Estimator(Values):
         """Work ``eqn`` out by its rule and remember its effect under ``key`` (None: not)."""
         self.applied += 1
         rule = self._kind(eqn)[1]
-        t = Tally()
+        eqn_tally = Tally()
         log: list[Any] = []
         frame.log = log
         try:
-            peak = rule(self, eqn, frame, t, mult)
+            peak = rule(self, eqn, frame, eqn_tally, mult)
         finally:
             frame.log = None
-        tally.add(t)
-        position = {v: i for i, v in reversed(list(enumerate(eqn.invars)))
-                    if not isinstance(v, jp.Literal)}  # fmt: skip
-        if key is not None and all(v in position for v, _, _ in log):
+        tally.add(eqn_tally)
+        position = {var: i for i, var in reversed(list(enumerate(eqn.invars)))
+                    if not isinstance(var, jp.Literal)}  # fmt: skip
+        if key is not None and all(var in position for var, _, _ in log):
             env = frame.env
             self._memo[key] = Effect(
                 outs=tuple(
-                    env.get(v) if not isinstance(v, jp.DropVar) else None for v in eqn.outvars
+                    env.get(var) if not isinstance(var, jp.DropVar) else None for var in eqn.outvars
                 ),
-                moves=tuple((position[v], dst, copy) for v, dst, copy in log),
-                tally=(t.flops, t.collective_bytes, t.collectives),
+                moves=tuple((position[var], dst, copy) for var, dst, copy in log),
+                tally=(eqn_tally.flops, eqn_tally.collective_bytes, eqn_tally.collectives),
                 peak=peak,
             )
         return peak
@@ -252,9 +256,9 @@ def _replay(effect: Effect, eqn: Any, frame: Frame, tally: Tally) -> float:
     tally.collective_bytes += effect.tally[1]
     tally.collectives += effect.tally[2]
     env = frame.env
-    for v, s in zip(eqn.outvars, effect.outs, strict=True):
-        if s is not None:
-            env[v] = s
+    for var, state in zip(eqn.outvars, effect.outs, strict=True):
+        if state is not None:
+            env[var] = state
     return effect.peak
 
 
@@ -264,12 +268,12 @@ def _replay(effect: Effect, eqn: Any, frame: Frame, tally: Tally) -> float:
 def _last_uses(jaxpr: Any) -> dict[Any, int]:
     last: dict[Any, int] = {}
     for i, eqn in enumerate(jaxpr.eqns):
-        for v in eqn.invars:
-            if not isinstance(v, jp.Literal):
-                last[v] = i
-    for v in jaxpr.outvars:
-        if not isinstance(v, jp.Literal):
-            last[v] = len(jaxpr.eqns)
+        for var in eqn.invars:
+            if not isinstance(var, jp.Literal):
+                last[var] = i
+    for var in jaxpr.outvars:
+        if not isinstance(var, jp.Literal):
+            last[var] = len(jaxpr.eqns)
     return last
 
 
@@ -289,7 +293,7 @@ def _materialized(jaxpr: Any) -> set[Any]:
         if not _fusible(eqn):
             kept.update(eqn.outvars)
             if eqn.primitive.name not in REDUCE_BY_SUM | REDUCE_OTHER:
-                kept.update(v for v in eqn.invars if not isinstance(v, jp.Literal))
+                kept.update(var for var in eqn.invars if not isinstance(var, jp.Literal))
     return kept
 
 
@@ -299,17 +303,17 @@ def _top_plan(
     """Per top-level equation: the results it adds to the live temporaries, the
     operands it reads last, and those of them that leave the live temporaries (each
     counted one with its shape and item size)."""
-    pinned = {v for v in jaxpr.outvars if not isinstance(v, jp.Literal)}
+    pinned = {var for var in jaxpr.outvars if not isinstance(var, jp.Literal)}
     pinned |= set(jaxpr.invars) | set(jaxpr.constvars)  # counted as arguments/outputs
 
-    def sized(vs: Any) -> tuple[Any, ...]:
-        kept = (v for v in vs if v not in pinned and v in materialized)
-        return tuple((v, shape_of(v), itemsize_of(v)) for v in kept)
+    def sized(values: Any) -> tuple[Any, ...]:
+        kept = (var for var in values if var not in pinned and var in materialized)
+        return tuple((var, shape_of(var), itemsize_of(var)) for var in kept)
 
     plan = []
     for i, eqn in enumerate(jaxpr.eqns):
         last = tuple(dict.fromkeys(
-            v for v in eqn.invars if not isinstance(v, jp.Literal) and last_use.get(v) == i
+            var for var in eqn.invars if not isinstance(var, jp.Literal) and last_use.get(var) == i
         ))  # fmt: skip
         plan.append((sized(eqn.outvars), last, sized(last)))
     return plan
