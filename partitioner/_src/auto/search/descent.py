@@ -68,8 +68,8 @@ class Search:
         self.groups = tie(problem.jaxpr, auto, families, self.estimator.structures)
         order = tuple(problem.mesh_shape)
         self.options: list[list[Layout]] = [
-            candidates(self.shape(g), order, problem.mesh_shape, problem.free_axes)
-            for g in self.groups
+            candidates(self.shape(group), order, problem.mesh_shape, problem.free_axes)
+            for group in self.groups
         ]
         self.scored: dict[Assignment, Scored] = {}
 
@@ -85,15 +85,15 @@ class Search:
         if found is not None:
             return found
         ins = list(self.problem.in_layouts)
-        for var, group, opts in zip(assignment, self.groups, self.options, strict=True):
+        for option, group, opts in zip(assignment, self.groups, self.options, strict=True):
             for i in group:
-                ins[i] = opts[var]
+                ins[i] = opts[option]
         in_layouts: tuple[Layout, ...] = tuple(ins)  # type: ignore[arg-type]
         targets: list[Layout | None] = []
         for fixed, tie_ in zip(self.problem.out_layouts, self.problem.out_ties, strict=True):
             targets.append(fixed if fixed is not None or tie_ is None else in_layouts[tie_])
         estimate, outs = self.estimator.run(in_layouts, targets, self.problem.donated)
-        used = sum(len(d) for g in self.groups for i in g for d in in_layouts[i])
+        used = sum(len(axes) for group in self.groups for i in group for axes in in_layouts[i])
         found = self.scored[assignment] = Scored(
             assignment, in_layouts, tuple(outs), estimate, used
         )
@@ -117,10 +117,10 @@ class Search:
         for start in self.starts():
             found.append(self._settle(self.score(start), families, limit))
         best = found[0]
-        for s in found[1:]:
-            if improves(s, best, limit):
-                best = s
-        rest = [s for s in found if s is not best]
+        for candidate in found[1:]:
+            if improves(candidate, best, limit):
+                best = candidate
+        rest = [candidate for candidate in found if candidate is not best]
         return [self._settle(best, groups, limit) if self.refine else best, *rest]
 
     def starts(self) -> list[Assignment]:
@@ -128,16 +128,18 @@ class Search:
         split over the last free mesh axis (a tensor-parallel axis, by convention) along
         its largest dimension that takes it: coordinate descent from each."""
         sizes = self.problem.mesh_shape
-        free = [a for a in sizes if a in self.problem.free_axes and sizes[a] > 1]
+        free = [axis for axis in sizes if axis in self.problem.free_axes and sizes[axis] > 1]
         finest, parallel = [], []
-        for g, opts in zip(self.groups, self.options, strict=True):
-            shape = self.shape(g)
-            blocks = [local_elements(shape, o, sizes) for o in opts]
+        for group, opts in zip(self.groups, self.options, strict=True):
+            shape = self.shape(group)
+            blocks = [local_elements(shape, layout, sizes) for layout in opts]
             finest.append(blocks.index(min(blocks)))
             split = [
-                k for k, o in enumerate(opts) if free and [a for d in o for a in d] == [free[-1]]
+                k
+                for k, layout in enumerate(opts)
+                if free and [axis for axes in layout for axis in axes] == [free[-1]]
             ]
-            dims = [next(d for d, axes in enumerate(opts[k]) if axes) for k in split]
+            dims = [next(dim for dim, axes in enumerate(opts[k]) if axes) for k in split]
             pick = max(split, key=lambda k: shape[dims[split.index(k)]], default=0)
             parallel.append(pick)
         replicated_ = (0,) * len(self.groups)
@@ -147,8 +149,8 @@ class Search:
         """Groups whose leaves share a family and a type, together (NOTE [auto repeats])."""
         merged: dict[Any, list[int]] = {}
         families = self.problem.in_families or (None,) * len(self.problem.in_layouts)
-        for k, g in enumerate(self.groups):
-            key = (k,) if families[g[0]] is None else (families[g[0]], self.shape(g))
+        for k, group in enumerate(self.groups):
+            key = (k,) if families[group[0]] is None else (families[group[0]], self.shape(group))
             merged.setdefault(key, []).append(k)
         return list(merged.values())
 
@@ -156,7 +158,7 @@ class Search:
         def size(block: list[int]) -> int:
             return sum(math.prod(self.shape(self.groups[k])) * len(self.groups[k]) for k in block)
 
-        return sorted(blocks, key=lambda b: -size(b))
+        return sorted(blocks, key=lambda block: -size(block))
 
     def _settle(self, current: Scored, blocks: Sequence[list[int]], limit: float | None) -> Scored:
         """Sweeps of coordinate descent from ``current``, each block of groups taking one
@@ -175,47 +177,53 @@ class Search:
                 break
         return current
 
-    def simplified(self, s: Scored, small: float) -> Scored:
-        """``s`` with every group whose leaves hold less than ``small`` of the AUTO
+    def simplified(self, scored: Scored, small: float) -> Scored:
+        """``scored`` with every group whose leaves hold less than ``small`` of the AUTO
         leaves' bytes replicated."""
-        size = [math.prod(self.shape(g)) * len(g) for g in self.groups]
+        size = [math.prod(self.shape(group)) * len(group) for group in self.groups]
         total = sum(size) or 1
         return self.score(
-            tuple(0 if n < small * total else o for n, o in zip(size, s.assignment, strict=True))
+            tuple(
+                0 if group_size < small * total else option
+                for group_size, option in zip(size, scored.assignment, strict=True)
+            )
         )
 
     def front(self, best: Scored, slack: float = 0.05) -> list[Scored]:
         """The scored assignments within ``slack`` of ``best``'s estimated time that no
         other beats on both estimated collective bytes and memory, fastest first."""
         near = [
-            s
-            for s in self.scored.values()
-            if s.estimate.time_s <= best.estimate.time_s * (1 + slack)
+            candidate
+            for candidate in self.scored.values()
+            if candidate.estimate.time_s <= best.estimate.time_s * (1 + slack)
         ]
 
-        def beaten(s: Scored) -> bool:
-            e = s.estimate
+        def beaten(candidate: Scored) -> bool:
+            estimate = candidate.estimate
             return any(
-                o.estimate.collective_bytes <= e.collective_bytes
-                and o.estimate.memory_bytes <= e.memory_bytes
-                and (o.estimate.collective_bytes, o.estimate.memory_bytes)
-                != (e.collective_bytes, e.memory_bytes)
-                for o in near
+                other.estimate.collective_bytes <= estimate.collective_bytes
+                and other.estimate.memory_bytes <= estimate.memory_bytes
+                and (other.estimate.collective_bytes, other.estimate.memory_bytes)
+                != (estimate.collective_bytes, estimate.memory_bytes)
+                for other in near
             )
 
-        return sorted((s for s in near if not beaten(s)), key=lambda s: s.estimate.time_s)
+        return sorted(
+            (candidate for candidate in near if not beaten(candidate)),
+            key=lambda candidate: candidate.estimate.time_s,
+        )
 
     def ranked(self, limit: float | None) -> list[Scored]:
         """Everything scored so far, best first."""
-        return sorted(self.scored.values(), key=lambda s: rank(s, limit))
+        return sorted(self.scored.values(), key=lambda scored: rank(scored, limit))
 
     # --- the baselines (NOTE [auto floor] in confirm.py) ---
 
     def baselines(self) -> list[tuple[str, Scored]]:
         """The replicated layout, and plain data parallelism where it differs."""
         replicated_ = self.score((0,) * len(self.groups))
-        parallel = self.score(tuple(self._option(k, self._parallel(g))
-                                    for k, g in enumerate(self.groups)))  # fmt: skip
+        parallel = self.score(tuple(self._option(k, self._parallel(group))
+                                    for k, group in enumerate(self.groups)))  # fmt: skip
         if parallel.in_layouts == replicated_.in_layouts:
             return [("replicated = data-parallel", replicated_)]
         return [("replicated", replicated_), ("data-parallel", parallel)]
@@ -224,20 +232,23 @@ class Search:
         """A leaf's data-parallel layout: as a given output spec at its path forces it;
         state (a leaf an output updates) replicated; in a step with state, another
         leaf (a batch) split along its leading dimension over every free axis it takes."""
-        p = self.problem
+        problem = self.problem
         i = group[0]
-        forced = p.in_forced[i] if p.in_forced else None
+        forced = problem.in_forced[i] if problem.in_forced else None
         if forced is not None:
             return forced
         shape = self.shape(group)
-        state = {t for t in p.out_ties if t is not None}
+        state = {position for position in problem.out_ties if position is not None}
         if not shape or not state or i in state:
             return replicated(len(shape))
         axes: list[str] = []
-        for a in p.mesh_shape:
-            if a in p.free_axes and shape[0] % (shards(axes, p.mesh_shape) * p.mesh_shape[a]) == 0:
-                axes.append(a)
-        return canonical([axes] + [[] for _ in shape[1:]], tuple(p.mesh_shape))
+        for axis in problem.mesh_shape:
+            if (
+                axis in problem.free_axes
+                and shape[0] % (shards(axes, problem.mesh_shape) * problem.mesh_shape[axis]) == 0
+            ):
+                axes.append(axis)
+        return canonical([axes] + [[] for _ in shape[1:]], tuple(problem.mesh_shape))
 
     def _option(self, k: int, layout: Layout) -> int:
         if layout not in self.options[k]:
@@ -256,48 +267,59 @@ def _bucket(x: float, tie: float = TIE) -> int:
     return math.floor(math.log(x) / math.log1p(tie)) if x > 0 else -(10**9)
 
 
-def improves(a: Scored, b: Scored, limit: float | None) -> bool:
-    """Whether the search moves from ``b`` to ``a``: under the limit first (else less
+def improves(candidate: Scored, current: Scored, limit: float | None) -> bool:
+    """Whether the search moves from ``current`` to ``candidate``: under the limit first (else less
     memory); then less time, by more than :data:`TIE`; then less memory, by more than
     :data:`MEMORY_TIE`; then fewer mesh axes used; then exactly. Tolerances, not
     buckets: two estimates a hair apart never fall on two sides of a boundary."""
-    ea, eb = a.estimate, b.estimate
-    if limit is not None and (ea.memory_bytes > limit or eb.memory_bytes > limit):
-        if (ea.memory_bytes > limit) != (eb.memory_bytes > limit):
-            return ea.memory_bytes <= limit
-        return ea.memory_bytes < eb.memory_bytes
+    mine, theirs = candidate.estimate, current.estimate
+    if limit is not None and (mine.memory_bytes > limit or theirs.memory_bytes > limit):
+        if (mine.memory_bytes > limit) != (theirs.memory_bytes > limit):
+            return mine.memory_bytes <= limit
+        return mine.memory_bytes < theirs.memory_bytes
     for x, y, tolerance in (
-        (ea.time_s, eb.time_s, TIE),
-        (ea.memory_bytes, eb.memory_bytes, MEMORY_TIE),
+        (mine.time_s, theirs.time_s, TIE),
+        (mine.memory_bytes, theirs.memory_bytes, MEMORY_TIE),
     ):
         if x < y * (1 - tolerance):
             return True
         if x > y * (1 + tolerance):
             return False
-    return (a.axes_used, ea.time_s, ea.memory_bytes) < (b.axes_used, eb.time_s, eb.memory_bytes)
+    return (candidate.axes_used, mine.time_s, mine.memory_bytes) < (
+        current.axes_used,
+        theirs.time_s,
+        theirs.memory_bytes,
+    )
 
 
-def rank(s: Scored, limit: float | None) -> tuple[float, ...]:
+def rank(scored: Scored, limit: float | None) -> tuple[float, ...]:
     """Smaller is better: fitting the limit first; then time to :data:`TIE`, memory to
     :data:`MEMORY_TIE`; then fewer mesh axes used by AUTO leaves (the model cannot
     tell a tiny vector split from whole, nor a layout that saves a few bytes from one
     that XLA lays out no better, XLA can: NOTE [auto search]); then exactly."""
-    e = s.estimate
-    if limit is not None and e.memory_bytes > limit:
-        return (1.0, e.memory_bytes, e.time_s)
-    memory = _bucket(e.memory_bytes, MEMORY_TIE)
-    return (0.0, _bucket(e.time_s), memory, s.axes_used, e.time_s, e.memory_bytes)
+    estimate = scored.estimate
+    if limit is not None and estimate.memory_bytes > limit:
+        return (1.0, estimate.memory_bytes, estimate.time_s)
+    memory = _bucket(estimate.memory_bytes, MEMORY_TIE)
+    return (
+        0.0,
+        _bucket(estimate.time_s),
+        memory,
+        scored.axes_used,
+        estimate.time_s,
+        estimate.memory_bytes,
+    )
 
 
 def distinct(ranked: Sequence[Scored], n: int) -> list[Scored]:
     """The first ``n`` with distinct layouts (two assignments can mean the same program)."""
     seen: set[tuple[tuple[Layout, ...], tuple[Layout, ...]]] = set()
     out: list[Scored] = []
-    for s in ranked:
-        key = (s.in_layouts, s.out_layouts)
+    for scored in ranked:
+        key = (scored.in_layouts, scored.out_layouts)
         if key not in seen:
             seen.add(key)
-            out.append(s)
+            out.append(scored)
         if len(out) == n:
             break
     return out

@@ -88,7 +88,7 @@ def problem_of(
     ``out_paths`` the outputs'."""
     params = plan.params
     mesh: Mesh = params.mesh
-    order = tuple(str(a) for a in mesh.axis_names)
+    order = tuple(str(axis) for axis in mesh.axis_names)
     jaxpr = params.jaxpr
     n_consts = plan.num_consts
     in_specs, out_specs = params.in_axis_resources, params.out_axis_resources
@@ -101,30 +101,32 @@ def problem_of(
         return spec_layout(spec, len(aval.shape), order)
 
     out_fixed = tuple(
-        None if s is None or s is AUTO else spec_layout(s, len(a.shape), order)
-        for s, a in zip(out_specs, jaxpr.out_avals, strict=True)
+        None if spec is None or spec is AUTO else spec_layout(spec, len(aval.shape), order)
+        for spec, aval in zip(out_specs, jaxpr.out_avals, strict=True)
     )
     tie_of = ties(in_paths, jaxpr.in_avals[n_consts:], out_paths, jaxpr.out_avals)
     forced: list[Layout | None] = [None] * len(in_specs)
-    for j, t in enumerate(tie_of):
-        if t is not None and out_fixed[j] is not None:
-            forced[t + n_consts] = out_fixed[j]
+    for j, tie in enumerate(tie_of):
+        if tie is not None and out_fixed[j] is not None:
+            forced[tie + n_consts] = out_fixed[j]
     return Problem(
         jaxpr=jaxpr,
-        mesh_shape={str(a): int(n) for a, n in mesh.shape.items()},
+        mesh_shape={str(axis): int(size) for axis, size in mesh.shape.items()},
         free_axes=tuple(
-            str(a)
-            for a, t in zip(mesh.axis_names, mesh.axis_types, strict=True)
-            if t == AxisType.Auto
+            str(axis)
+            for axis, axis_type in zip(mesh.axis_names, mesh.axis_types, strict=True)
+            if axis_type == AxisType.Auto
         ),
-        in_layouts=tuple(fixed(s, a) for s, a in zip(in_specs, jaxpr.in_avals, strict=True)),
+        in_layouts=tuple(
+            fixed(spec, aval) for spec, aval in zip(in_specs, jaxpr.in_avals, strict=True)
+        ),
         out_layouts=out_fixed,
         out_ties=tuple(
-            None if (s is not AUTO or t is None) else t + n_consts
-            for s, t in zip(out_specs, tie_of, strict=True)
+            None if (spec is not AUTO or tie is None) else tie + n_consts
+            for spec, tie in zip(out_specs, tie_of, strict=True)
         ),
         donated=tuple(params.donated_invars),
-        in_families=(None,) * n_consts + tuple(family(p) for p in in_paths),
+        in_families=(None,) * n_consts + tuple(family(path) for path in in_paths),
         in_forced=tuple(forced),
         memory_limit=memory_limit,
         auto_names=tuple(
@@ -150,19 +152,19 @@ def ties(
     """
 
     def same(i: int, j: int) -> bool:
-        a, b = in_avals[i], out_avals[j]
-        return tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype
+        in_aval, out_aval = in_avals[i], out_avals[j]
+        return tuple(in_aval.shape) == tuple(out_aval.shape) and in_aval.dtype == out_aval.dtype
 
-    exact = {keystr(p): i for i, p in enumerate(in_paths)}
+    exact = {keystr(path): i for i, path in enumerate(in_paths)}
     stripped: dict[str, list[int]] = collections.defaultdict(list)
-    for k, p in enumerate(in_paths):
-        stripped[keystr(p[1:])].append(k)
+    for k, path in enumerate(in_paths):
+        stripped[keystr(path[1:])].append(k)
     found: list[int | None] = []
-    for j, p in enumerate(out_paths):
-        hit = exact.get(keystr(p))
+    for j, path in enumerate(out_paths):
+        hit = exact.get(keystr(path))
         if hit is not None and same(hit, j):
             found.append(hit)
             continue
-        near = [k for k in stripped.get(keystr(p), []) if same(k, j)]
+        near = [k for k in stripped.get(keystr(path), []) if same(k, j)]
         found.append(near[0] if len(near) == 1 else None)
     return found

@@ -42,7 +42,7 @@ ROUNDS = 4
 
 def family(path: KeyPath) -> str:
     """``path`` with the layer left out (NOTE [auto repeats])."""
-    return keystr(tuple(path[:1])) + "".join(_free(k) for k in path[1:])
+    return keystr(tuple(path[:1])) + "".join(_free(key) for key in path[1:])
 
 
 def layer_keys(path: KeyPath) -> list[tuple[int, str, str]]:
@@ -79,31 +79,32 @@ def _layer_free(name: str) -> str:
 def labels(jaxpr: Any, structures: Structures, rounds: int = ROUNDS) -> dict[Any, int]:
     """Each top-level value's label after ``rounds`` of refinement (NOTE [auto repeats])."""
     eqns = jaxpr.eqns
-    sid = [structures.of(e) for e in eqns]
-    label: dict[Any, Any] = {v: ("in", v.aval) for v in jaxpr.invars}
-    label.update({v: ("const", v.aval) for v in jaxpr.constvars})
+    structure_ids = [structures.of(eqn) for eqn in eqns]
+    label: dict[Any, Any] = {var: ("in", var.aval) for var in jaxpr.invars}
+    label.update({var: ("const", var.aval) for var in jaxpr.constvars})
     made: dict[Any, tuple[int, int]] = {}
     read: dict[Any, list[tuple[int, int]]] = {}
-    for i, e in enumerate(eqns):
-        for k, v in enumerate(e.outvars):
-            label[v], made[v] = ("val", v.aval), (i, k)
-        for k, v in enumerate(e.invars):
-            if not isinstance(v, jp.Literal):
-                read.setdefault(v, []).append((i, k))
-    outs = {v for v in jaxpr.outvars if not isinstance(v, jp.Literal)}
+    for i, eqn in enumerate(eqns):
+        for k, var in enumerate(eqn.outvars):
+            label[var], made[var] = ("val", var.aval), (i, k)
+        for k, var in enumerate(eqn.invars):
+            if not isinstance(var, jp.Literal):
+                read.setdefault(var, []).append((i, k))
+    outs = {var for var in jaxpr.outvars if not isinstance(var, jp.Literal)}
     for _ in range(rounds):
-        at = [
-            hash((sid[i], tuple(None if isinstance(v, jp.Literal) else label[v] for v in e.invars)))
-            for i, e in enumerate(eqns)
-        ]
+        eqn_labels = [
+            hash((structure_ids[i],
+                  tuple(None if isinstance(var, jp.Literal) else label[var] for var in eqn.invars)))
+            for i, eqn in enumerate(eqns)
+        ]  # fmt: skip
         label = {
-            v: hash((
+            var: hash((
                 old,
-                (at[made[v][0]], made[v][1]) if v in made else None,
-                tuple(sorted((at[i], k) for i, k in read.get(v, ()))),
-                v in outs,
+                (eqn_labels[made[var][0]], made[var][1]) if var in made else None,
+                tuple(sorted((eqn_labels[i], k) for i, k in read.get(var, ()))),
+                var in outs,
             ))
-            for v, old in label.items()
+            for var, old in label.items()
         }  # fmt: skip
     return label
 
@@ -116,7 +117,7 @@ def tie(
     found = labels(jaxpr.jaxpr, structures)
     groups: dict[Any, list[int]] = {}
     for i in leaves:
-        v = jaxpr.jaxpr.invars[i]
-        key = ("alone", i) if families[i] is None else (families[i], v.aval, found[v])
+        var = jaxpr.jaxpr.invars[i]
+        key = ("alone", i) if families[i] is None else (families[i], var.aval, found[var])
         groups.setdefault(key, []).append(i)
     return list(groups.values())
