@@ -29,21 +29,23 @@ memory), flops counting in the dominance test beside collective bytes and memory
 The first finalist compiles as the call will run it (if it wins, its executable
 is the one the first call runs); the others compile without optimizing the
 machine code (``xla_backend_optimization_level=0``), which leaves XLA's
-partitioned program and its memory analysis as they are and halves the compile.
+partitioned program and its memory analysis as they are and shortens the compile
+(by how much: the README's note on the test suite, which compiles with this option).
 Compiling costs more than the search on a deep unrolled program (XLA's compile
 time grows faster than its size): from :data:`LARGE_PROGRAM` equations on (a
 scan body counted once, as XLA compiles it), the search's best alone is
 compiled beside the baselines, and the layers at the ends of a stack keep their
 family's layout (NOTE [auto search]). There, without a memory limit, a baseline is
 compiled only where the model cannot rule it out beside the measured finalist: XLA's
-compile of such a program costs the same whatever its layout (a minute for 32
-unrolled transformer blocks here, against 8 s of search), so measuring a layout the
-decision cannot choose doubles the first call for nothing. It cannot be chosen when
-its compute alone (the model's, which the decision's time uses for every layout)
-exceeds the finalist's time on XLA's figures, and its estimated memory is
-:data:`MARGIN` above the finalist's (it could then dominate the finalist only if the
-model's memory were that far off for one and not the other). The report shows such a
-baseline with the model's figures only.
+compile of such a program costs the same whatever its layout, and far more than the
+search (the README's "auto" rows of search time for stacked transformer blocks and
+their note, written by ``scaling_rows`` in ``benchmarks/bench_auto.py``), so
+measuring a layout the decision cannot choose doubles the first call for nothing. It
+cannot be chosen when its compute alone (the model's, which the decision's time uses
+for every layout) exceeds the finalist's time on XLA's figures, and its estimated
+memory is :data:`MARGIN` above the finalist's (it could then dominate the finalist
+only if the model's memory were that far off for one and not the other). The report
+shows such a baseline with the model's figures only.
 """
 
 from __future__ import annotations
@@ -133,58 +135,69 @@ class NoLayoutFits(ValueError):
         self.unconstrained = unconstrained
 
 
-def measured_time(s: Scored, m: Measured) -> float:
+def measured_time(scored: Scored, measured: Measured) -> float:
     """The model's compute with XLA's collectives."""
-    return s.estimate.compute_s + m.collective_bytes / BYTES_PER_S + m.collectives * LATENCY_S
+    return (
+        scored.estimate.compute_s
+        + measured.collective_bytes / BYTES_PER_S
+        + measured.collectives * LATENCY_S
+    )
 
 
 def equations(jaxpr: Any) -> int:
     """Equations XLA compiles: every body once (a scan's body is one loop)."""
     seen: set[int] = set()
 
-    def count(j: Any) -> int:
-        j = getattr(j, "jaxpr", j)
-        if id(j) in seen:
+    def count(body: Any) -> int:
+        body = getattr(body, "jaxpr", body)
+        if id(body) in seen:
             return 0
-        seen.add(id(j))
-        return len(j.eqns) + sum(count(v) for e in j.eqns for v in _bodies(e.params.values()))
+        seen.add(id(body))
+        return len(body.eqns) + sum(
+            count(inner) for eqn in body.eqns for inner in _bodies(eqn.params.values())
+        )
 
     return count(jaxpr)
 
 
 def _bodies(values: Any) -> list[Any]:
     found = []
-    for v in values:
-        if isinstance(v, (jp.ClosedJaxpr, jp.Jaxpr)):
-            found.append(v)
-        elif isinstance(v, (tuple, list)):
-            found += _bodies(v)
+    for value in values:
+        if isinstance(value, (jp.ClosedJaxpr, jp.Jaxpr)):
+            found.append(value)
+        elif isinstance(value, (tuple, list)):
+            found += _bodies(value)
     return found
 
 
 class _Judge:
     """XLA's figures, each assignment compiled once: the first as the call will run it
     (its executable is the one the first call runs if it wins), the others quickly
-    (``measure(s, quick=True)``: XLA's figures without optimizing the machine code)."""
+    (``measure(scored, quick=True)``: XLA's figures without optimizing the machine code)."""
 
     def __init__(self, measure: Measure) -> None:
         self.measure = measure
         self.measured: dict[Assignment, Measured] = {}
         self.seconds = 0.0
 
-    def __call__(self, s: Scored) -> Measured:
-        if s.assignment not in self.measured:
-            t0 = time.perf_counter()
-            self.measured[s.assignment] = self.measure(s, quick=bool(self.measured))
-            self.seconds += time.perf_counter() - t0
-        return self.measured[s.assignment]
+    def __call__(self, scored: Scored) -> Measured:
+        if scored.assignment not in self.measured:
+            start = time.perf_counter()
+            self.measured[scored.assignment] = self.measure(scored, quick=bool(self.measured))
+            self.seconds += time.perf_counter() - start
+        return self.measured[scored.assignment]
 
-    def key(self, s: Scored, limit: float | None, objective: Objective) -> tuple[float, ...]:
+    def key(self, scored: Scored, limit: float | None, objective: Objective) -> tuple[float, ...]:
         """XLA's figures decide exactly: time (flops first where ``objective`` is
         :attr:`Objective.FLOPS`), then memory, then the model's order."""
-        m = self.measured[s.assignment]
-        first = (m.flops,) if objective is Objective.FLOPS else ()
-        return (*first, round(measured_time(s, m), 12), m.memory_bytes, *rank(s, limit))
+        measured = self.measured[scored.assignment]
+        first = (measured.flops,) if objective is Objective.FLOPS else ()
+        return (
+            *first,
+            round(measured_time(scored, measured), 12),
+            measured.memory_bytes,
+            *rank(scored, limit),
+        )
 
 
 def solve(problem: Problem, measure: Measure, objective: Objective = Objective.TIME) -> Outcome:
@@ -196,29 +209,29 @@ def solve(problem: Problem, measure: Measure, objective: Objective = Objective.T
         NoLayoutFits: no layout measured fits the limit.
     """
     memory_limit = problem.memory_limit
-    t0 = time.perf_counter()
+    start = time.perf_counter()
     small = equations(problem.jaxpr) < LARGE_PROGRAM
     search = Search(problem, refine=small)
     judge = _Judge(measure)
     many = FINALISTS if small else 1
     finalists, est_limit = _finalists(search, judge, memory_limit, many, objective)
     baselines = search.baselines()
-    compared = [s for _, s in baselines]
+    compared = [candidate for _, candidate in baselines]
     if not small and memory_limit is None:
         ruled_out = _ruled_out(finalists[0], judge)
-        compared = [s for s in compared if not ruled_out(s)]
+        compared = [candidate for candidate in compared if not ruled_out(candidate)]
     pool = [*finalists, *compared]
 
-    def allowed(s: Scored) -> bool:
-        return memory_limit is None or judge(s).memory_bytes <= memory_limit
+    def allowed(candidate: Scored) -> bool:
+        return memory_limit is None or judge(candidate).memory_bytes <= memory_limit
 
-    pool = [s for s in pool if allowed(s)]
+    pool = [candidate for candidate in pool if allowed(candidate)]
     if not pool:
         raise _no_fit(search, judge, problem, unconstrained=search.descents(None)[0])
 
     def best() -> Scored:
         undominated = _undominated(pool, judge, with_flops=objective is Objective.FLOPS)
-        return min(undominated, key=lambda s: judge.key(s, est_limit, objective))
+        return min(undominated, key=lambda candidate: judge.key(candidate, est_limit, objective))
 
     chosen = best()
     simpler = search.simplified(chosen, SMALL)
@@ -226,18 +239,21 @@ def solve(problem: Problem, measure: Measure, objective: Objective = Objective.T
         pool.append(simpler)  # XLA's winner with its small leaves whole, judged too
         chosen = best()
     others: list[tuple[Scored, Measured | None]] = [
-        (s, judge.measured.get(s.assignment))
-        for s in distinct(search.ranked(est_limit), FINALISTS + 1)
-        if s.assignment != chosen.assignment
+        (scored, judge.measured.get(scored.assignment))
+        for scored in distinct(search.ranked(est_limit), FINALISTS + 1)
+        if scored.assignment != chosen.assignment
     ][:FINALISTS]
     return Outcome(
         chosen=chosen,
         chosen_measured=judge(chosen),
         others=others,
-        baselines=[(name, s, judge.measured.get(s.assignment)) for name, s in baselines],
+        baselines=[
+            (name, baseline, judge.measured.get(baseline.assignment))
+            for name, baseline in baselines
+        ],
         evaluations=search.evaluations,
         compiles=len(judge.measured),
-        search_s=time.perf_counter() - t0,
+        search_s=time.perf_counter() - start,
         confirm_s=judge.seconds,
     )
 
@@ -264,7 +280,9 @@ def _ruled_out(finalist: Scored, judge: _Judge) -> Callable[[Scored], bool]:
     ``finalist``, as the model says (NOTE [auto floor])."""
     time_s = measured_time(finalist, judge(finalist))
     memory = (1 + MARGIN) * finalist.estimate.memory_bytes
-    return lambda s: s.estimate.compute_s > time_s and s.estimate.memory_bytes >= memory
+    return lambda baseline: (
+        baseline.estimate.compute_s > time_s and baseline.estimate.memory_bytes >= memory
+    )
 
 
 def _calibrated(judge: _Judge, first: Scored, memory_limit: int) -> float:
@@ -279,13 +297,15 @@ def _under_limit(search: Search, est_limit: float, many: int, objective: Objecti
     for :attr:`Objective.FLOPS`, also those that fit with the least estimated compute."""
     best = search.descend(est_limit)
     ranked = [best, *search.ranked(est_limit)]
-    fitting = [s for s in ranked if s.estimate.memory_bytes <= est_limit]
-    smallest = sorted(search.scored.values(), key=lambda s: s.estimate.memory_bytes)
+    fitting = [scored for scored in ranked if scored.estimate.memory_bytes <= est_limit]
+    smallest = sorted(search.scored.values(), key=lambda scored: scored.estimate.memory_bytes)
     finalists = distinct(fitting, many) + distinct(smallest, EXTRA_FOR_LIMIT)
     if objective is Objective.FLOPS:
-        least = sorted(fitting, key=lambda s: (s.estimate.compute_s, s.estimate.time_s))
+        least = sorted(
+            fitting, key=lambda scored: (scored.estimate.compute_s, scored.estimate.time_s)
+        )
         finalists += distinct(least, many)
-    return list({s.assignment: s for s in finalists}.values())
+    return list({scored.assignment: scored for scored in finalists}.values())
 
 
 def _undominated(pool: list[Scored], judge: _Judge, *, with_flops: bool) -> list[Scored]:
@@ -293,22 +313,27 @@ def _undominated(pool: list[Scored], judge: _Judge, *, with_flops: bool) -> list
     flops, ``with_flops``: where they are the price) (NOTE [auto floor]): the baselines
     among the others, so none of them beats the choice."""
     return [
-        s for s in pool if not any(_beats(judge(o), judge(s), with_flops=with_flops) for o in pool)
+        candidate
+        for candidate in pool
+        if not any(_beats(judge(other), judge(candidate), with_flops=with_flops) for other in pool)
     ]
 
 
-def _beats(a: Measured, b: Measured, *, with_flops: bool) -> bool:
-    pairs = [(a.collective_bytes, b.collective_bytes), (a.memory_bytes, b.memory_bytes)]
+def _beats(mine: Measured, theirs: Measured, *, with_flops: bool) -> bool:
+    pairs = [
+        (mine.collective_bytes, theirs.collective_bytes),
+        (mine.memory_bytes, theirs.memory_bytes),
+    ]
     if with_flops:
-        pairs.append((a.flops, b.flops))
+        pairs.append((mine.flops, theirs.flops))
     return all(x <= y for x, y in pairs) and any(x < y for x, y in pairs)
 
 
 def _no_fit(
     search: Search, judge: _Judge, problem: Problem, *, unconstrained: Scored
 ) -> NoLayoutFits:
-    every = [s for a, s in search.scored.items() if a in judge.measured]
-    small = min(every, key=lambda s: judge.measured[s.assignment].memory_bytes)
+    every = [scored for assignment, scored in search.scored.items() if assignment in judge.measured]
+    small = min(every, key=lambda scored: judge.measured[scored.assignment].memory_bytes)
     return no_fit(
         problem.api,
         problem.memory_limit or 0,

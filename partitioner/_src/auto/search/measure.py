@@ -40,29 +40,31 @@ def compiles_alone(plan: CallPlan) -> bool:
     return not plan.num_consts
 
 
-def specs_of(plan: CallPlan, s: Scored) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    """The call's specs with its AUTO leaves laid out as ``s`` says."""
+def specs_of(plan: CallPlan, scored: Scored) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The call's specs with its AUTO leaves laid out as ``scored`` says."""
     params = plan.params
     ins = tuple(
-        to_spec(s.in_layouts[i]) if spec is AUTO else spec
+        to_spec(scored.in_layouts[i]) if spec is AUTO else spec
         for i, spec in enumerate(params.in_axis_resources)
     )
     outs = tuple(
-        to_spec(s.out_layouts[j]) if spec is AUTO else spec
+        to_spec(scored.out_layouts[j]) if spec is AUTO else spec
         for j, spec in enumerate(params.out_axis_resources)
     )
     return ins, outs
 
 
-def measure(plan: CallPlan, s: Scored, *, quick: bool) -> Measured:
-    """XLA's figures for ``plan`` laid out as ``s`` says, from its report; ``quick``:
+def measure(plan: CallPlan, scored: Scored, *, quick: bool) -> Measured:
+    """XLA's figures for ``plan`` laid out as ``scored`` says, from its report; ``quick``:
     compiled without optimizing the machine code (the figures are the same). A plan
     that does not compile alone gets the model's figures."""
     if not compiles_alone(plan):
         return Measured(
-            s.estimate.collective_bytes, s.estimate.memory_bytes, s.estimate.collectives
+            scored.estimate.collective_bytes,
+            scored.estimate.memory_bytes,
+            scored.estimate.collectives,
         )
-    ins, outs = specs_of(plan, s)
+    ins, outs = specs_of(plan, scored)
     compiler = plan.params.compiler_options
     if quick:
         compiler = tuple(sorted({**dict(compiler), **QUICK}.items()))
@@ -72,8 +74,10 @@ def measure(plan: CallPlan, s: Scored, *, quick: bool) -> Measured:
     trial = dataclasses.replace(plan, params=new_params)
     # Through the executable cache: the winner's is the one its first call runs.
     report = build_report(trial, get_executable(trial.params)[0], options.use_shardy())
-    collective = sum(c.bytes_per_device * c.count for c in report.collectives)
-    memory = s.estimate.memory_bytes if report.memory is None else report.memory.total
-    count = sum(c.count for c in report.collectives)
+    collective = sum(
+        collective.bytes_per_device * collective.count for collective in report.collectives
+    )
+    memory = scored.estimate.memory_bytes if report.memory is None else report.memory.total
+    count = sum(collective.count for collective in report.collectives)
     flops = 0.0 if report.cost is None else report.cost.flops
     return Measured(float(collective), float(memory), float(count), flops)
