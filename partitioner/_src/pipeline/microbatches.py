@@ -60,7 +60,7 @@ def choose(
     """The microbatch count with the least estimated time (NOTE [pipeline
     microbatches]), and every divisor's figures, fewest microbatches first."""
     table = []
-    for count in (d for d in range(1, batch + 1) if batch % d == 0):
+    for count in (divisor for divisor in range(1, batch + 1) if batch % divisor == 0):
         schedule = Schedule(kind, layers, stages, count)
         table.append(_option(schedule, layer_flops, activation_bytes))
     best = min(option.estimate.time_s for option in table)

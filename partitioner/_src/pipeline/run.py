@@ -95,17 +95,19 @@ class PipelinePlan:
     def summary(self) -> PipelineSummary:
         """The record the program carries and the report reads back (NOTE [pipeline in
         the report])."""
-        s = self.schedule
+        schedule = self.schedule
         return PipelineSummary(
             axis=self.axis,
-            schedule=s.kind,
-            layers=s.layers,
-            stages=s.stages,
-            microbatches=s.microbatches,
-            steps=s.steps,
-            bubble_fraction=s.bubble_fraction,
+            schedule=schedule.kind,
+            layers=schedule.layers,
+            stages=schedule.stages,
+            microbatches=schedule.microbatches,
+            steps=schedule.steps,
+            bubble_fraction=schedule.bubble_fraction,
             chosen=self.chosen,
-            stage_layers=tuple(_ranges(s.layers_of(k)) for k in range(s.stages)),
+            stage_layers=tuple(
+                _ranges(schedule.layers_of(stage)) for stage in range(schedule.stages)
+            ),
         )
 
     def __str__(self) -> str:
@@ -116,16 +118,18 @@ class PipelinePlan:
         """The schedule as text: a row per stage, a column per step, each cell the
         microbatch the stage works on (with its visit for circular: ``3b`` is
         microbatch 3 on its second visit) or ``.`` for the bubble."""
-        s = self.schedule
-        width = len(str(s.microbatches - 1)) + (1 if s.repeats > 1 else 0)
+        schedule = self.schedule
+        width = len(str(schedule.microbatches - 1)) + (1 if schedule.repeats > 1 else 0)
         rows = []
-        for k in range(s.stages):
+        for stage in range(schedule.stages):
             cells = []
-            for t in range(s.steps):
-                micro, visit, busy = (int(np.asarray(v)[k]) for v in s.at(np.int32(t)))
-                cell = str(micro) + (chr(ord("a") + visit) if s.repeats > 1 else "")
+            for step in range(schedule.steps):
+                micro, visit, busy = (
+                    int(np.asarray(per_stage)[stage]) for per_stage in schedule.at(np.int32(step))
+                )
+                cell = str(micro) + (chr(ord("a") + visit) if schedule.repeats > 1 else "")
                 cells.append((cell if busy else ".").rjust(width))
-            rows.append(f"stage {k} | " + " ".join(cells))
+            rows.append(f"stage {stage} | " + " ".join(cells))
         return "\n".join(rows)
 
 
@@ -171,30 +175,31 @@ class Pipelined:
         batch = _batch(x)
         _check_layer(self.layer, stacked_params, x)
         estimates: tuple[choice.MicrobatchOption, ...] = ()
-        m = self.microbatches
-        if m is None:
-            m, estimates = self._choose(stacked_params, x, layers, stages, batch)
-        elif batch % m:
+        count = self.microbatches
+        if count is None:
+            count, estimates = self._choose(stacked_params, x, layers, stages, batch)
+        elif batch % count:
             raise ValueError(
                 f"{_API}: the batch (x's leading dimension, {batch}) is not divisible by "
-                f"microbatches={m}; use a divisor of {batch}, or microbatches=None"
+                f"microbatches={count}; use a divisor of {batch}, or microbatches=None"
             )
         return PipelinePlan(
-            Schedule(self.schedule, layers, stages, m),
+            Schedule(self.schedule, layers, stages, count),
             self.axis,
             stage_devices(mesh, self.axis),
             self.microbatches is None,
             estimates,
-            _bytes(x) // m,
+            _bytes(x) // count,
         )
 
     def _choose(
         self, params: Any, x: Any, layers: int, stages: int, batch: int
     ) -> tuple[int, tuple[choice.MicrobatchOption, ...]]:
-        one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), params)
-        h = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), x)
-        key = (self.layer, self.schedule, layers, stages, str(jax.tree.structure((one, h))),
-               tuple((a.shape, str(a.dtype)) for a in jax.tree.leaves((one, h))))  # fmt: skip
+        one = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape[1:], leaf.dtype), params)
+        h_aval = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype), x)
+        key = (self.layer, self.schedule, layers, stages, str(jax.tree.structure((one, h_aval))),
+               tuple((leaf.shape, str(leaf.dtype))
+                     for leaf in jax.tree.leaves((one, h_aval))))  # fmt: skip
         return choice.chosen_for(
             key,
             lambda: choice.choose(
@@ -202,7 +207,7 @@ class Pipelined:
                 layers,
                 stages,
                 batch,
-                choice.layer_flops(self.layer, one, h),
+                choice.layer_flops(self.layer, one, h_aval),
                 float(_bytes(x)),
             ),  # fmt: skip
         )
@@ -216,17 +221,17 @@ def _layers(params: Any, axis: str, stages: int) -> int:
     if not leaves:
         raise ValueError(f"{_API}: stacked_params has no arrays (a layer needs parameters)")
     sizes = {}
-    for path, a in leaves:
-        if np.ndim(a) < 1:
+    for path, leaf in leaves:
+        if np.ndim(leaf) < 1:
             raise ValueError(
                 f"{_API}: stacked_params{keystr(path)} is a scalar; every parameter needs a "
                 "leading (layer) dimension"
             )
-        sizes[f"stacked_params{keystr(path)}"] = np.shape(a)[0]
+        sizes[f"stacked_params{keystr(path)}"] = np.shape(leaf)[0]
     if len(set(sizes.values())) > 1:
         raise ValueError(
             f"{_API}: the parameters' leading (layer) dimensions differ: "
-            + ", ".join(f"{k} has {v}" for k, v in sizes.items())
+            + ", ".join(f"{name} has {size}" for name, size in sizes.items())
         )
     layers = next(iter(sizes.values()))
     if layers % stages:
@@ -241,12 +246,15 @@ def _batch(x: Any) -> int:
     leaves = tree_flatten_with_path(x)[0]
     if not leaves:
         raise ValueError(f"{_API}: x has no arrays")
-    sizes = {f"x{keystr(p)}": (np.shape(a)[0] if np.ndim(a) else None) for p, a in leaves}
+    sizes = {
+        f"x{keystr(path)}": (np.shape(leaf)[0] if np.ndim(leaf) else None) for path, leaf in leaves
+    }
     if None in sizes.values() or len(set(sizes.values())) > 1:
         raise ValueError(
             f"{_API}: every leaf of x needs the same leading (batch) dimension: "
             + ", ".join(
-                f"{k} has shape {np.shape(a)}" for (k, a) in zip(sizes, (a for _, a in leaves))
+                f"{name} has shape {np.shape(leaf)}"
+                for (name, leaf) in zip(sizes, (leaf for _, leaf in leaves))
             )
         )
     (size,) = set(sizes.values())
@@ -254,28 +262,32 @@ def _batch(x: Any) -> int:
 
 
 def _check_layer(layer: Callable[..., Any], params: Any, x: Any) -> None:
-    one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a)[1:], a.dtype), params)
-    h = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), x)
-    out = jax.eval_shape(layer, one, h)
-    if str(jax.tree.structure(out)) != str(jax.tree.structure(h)):
+    one = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(np.shape(leaf)[1:], leaf.dtype), params)
+    h_aval = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype), x)
+    out = jax.eval_shape(layer, one, h_aval)
+    if str(jax.tree.structure(out)) != str(jax.tree.structure(h_aval)):
         raise ValueError(
             f"{_API}: the layer returns {jax.tree.structure(out)}, not the structure of its "
-            f"input h ({jax.tree.structure(h)}): a stack of layers needs them equal"
+            f"input h ({jax.tree.structure(h_aval)}): a stack of layers needs them equal"
         )
-    for (path, o), i in zip(tree_flatten_with_path(out)[0], jax.tree.leaves(h), strict=True):
-        if (o.shape, o.dtype) != (i.shape, i.dtype):
+    for (path, out_leaf), in_leaf in zip(
+        tree_flatten_with_path(out)[0], jax.tree.leaves(h_aval), strict=True
+    ):
+        if (out_leaf.shape, out_leaf.dtype) != (in_leaf.shape, in_leaf.dtype):
             raise ValueError(
-                f"{_API}: the layer's output{keystr(path)} is {o.dtype}{list(o.shape)} but its "
-                f"input is {i.dtype}{list(i.shape)}: a stack of layers needs them equal"
+                f"{_API}: the layer's output{keystr(path)} is {out_leaf.dtype}{list(out_leaf.shape)} but its "
+                f"input is {in_leaf.dtype}{list(in_leaf.shape)}: a stack of layers needs them equal"
             )
 
 
 def _bytes(x: Any) -> int:
-    return sum(int(np.prod(np.shape(a))) * np.dtype(a.dtype).itemsize for a in jax.tree.leaves(x))
+    return sum(
+        int(np.prod(np.shape(leaf))) * np.dtype(leaf.dtype).itemsize for leaf in jax.tree.leaves(x)
+    )
 
 
 def _ranges(layers: Sequence[int]) -> str:
-    if len(layers) > 1 and all(b - a == 1 for a, b in zip(layers, layers[1:])):
+    if len(layers) > 1 and all(after - before == 1 for before, after in zip(layers, layers[1:])):
         return f"{layers[0]}-{layers[-1]}"
     return ", ".join(map(str, layers))
 

@@ -66,8 +66,12 @@ class Schedule:
 
     def layers_of(self, stage: int) -> list[int]:
         """The layers stage ``stage`` holds, in the order it applies them."""
-        s, v = self.stages, self.per_visit
-        return [(r * s + stage) * v + j for r in range(self.repeats) for j in range(v)]
+        stages, per_visit = self.stages, self.per_visit
+        return [
+            (r * stages + stage) * per_visit + j
+            for r in range(self.repeats)
+            for j in range(per_visit)
+        ]
 
     def at(self, t: Any) -> tuple[Any, Any, Any]:
         """Per stage, at step ``t`` (traced): the microbatch, the visit, and whether
