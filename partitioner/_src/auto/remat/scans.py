@@ -53,18 +53,18 @@ def blocks(closed: Any) -> list[Block]:
     """The differentiated scans at the top of ``closed`` (NOTE [auto remat])."""
     eqns = closed.jaxpr.eqns
     readers = readers_of(closed.jaxpr)
-    results = {v for v in closed.jaxpr.outvars if isinstance(v, jp.Var)}
+    results = {out for out in closed.jaxpr.outvars if isinstance(out, jp.Var)}
     found = []
     for index, forward in enumerate(eqns):
         if forward.primitive.name != "scan":
             continue
         n_carry = forward.params["num_carry"]
         residuals_by_reader: dict[int, list[int]] = {}
-        for k, v in enumerate(forward.outvars[n_carry:]):
-            users = set(readers.get(v, ()))
-            if len(users) == 1 and v not in results:
+        for k, residual in enumerate(forward.outvars[n_carry:]):
+            users = set(readers.get(residual, ()))
+            if len(users) == 1 and residual not in results:
                 (reader,) = users
-                if _backward_of(forward, eqns[reader], v):
+                if _backward_of(forward, eqns[reader], residual):
                     residuals_by_reader.setdefault(reader, []).append(k)
         for backward, residuals in sorted(residuals_by_reader.items())[:1]:
             names = tags(forward.params["jaxpr"].jaxpr.eqns)
@@ -72,8 +72,8 @@ def blocks(closed: Any) -> list[Block]:
     return found
 
 
-def _backward_of(forward: Any, candidate: Any, v: Any) -> bool:
-    """Whether ``candidate`` is a scan reading ``v`` only among its ``xs``, the other way
+def _backward_of(forward: Any, candidate: Any, residual: Any) -> bool:
+    """Whether ``candidate`` is a scan reading ``residual`` only among its ``xs``, the other way
     round from ``forward``."""
     if candidate.primitive.name != "scan":
         return False
@@ -82,15 +82,18 @@ def _backward_of(forward: Any, candidate: Any, v: Any) -> bool:
     if candidate.params["reverse"] == forward.params["reverse"]:
         return False
     n_lead = candidate.params["num_consts"] + candidate.params["num_carry"]
-    return v not in candidate.invars[:n_lead]
+    return residual not in candidate.invars[:n_lead]
 
 
 def rewrite(closed: Any, plan: Plan[Block]) -> Any:
     """``closed`` with each block of ``plan`` rematerialized (NOTE [auto remat]); the
     same inputs and outputs."""
     jaxpr = closed.jaxpr
-    kept = {b.forward: _Kept.of(jaxpr.eqns[b.forward], b, policy) for b, policy in plan.chosen()}
-    forward_of = {k.block.backward: index for index, k in kept.items()}
+    kept = {
+        block.forward: _Kept.of(jaxpr.eqns[block.forward], block, policy)
+        for block, policy in plan.chosen()
+    }
+    forward_of = {kept_block.block.backward: index for index, kept_block in kept.items()}
 
     def run(*args: Any) -> list[Any]:
         stacked: dict[int, _Stacked] = {}
@@ -146,7 +149,7 @@ class _Kept:
         saved: list[Any] = []
         recompute: list[Any] = []
         for body_eqn in reversed(body.jaxpr.eqns):
-            hit = [v for v in body_eqn.outvars if v in needed]
+            hit = [out for out in body_eqn.outvars if out in needed]
             if not hit:
                 continue
             needed.difference_update(body_eqn.outvars)
@@ -154,16 +157,16 @@ class _Kept:
                 saved += hit
             else:
                 recompute.append(body_eqn)
-                needed.update(v for v in body_eqn.invars if isinstance(v, jp.Var))
+                needed.update(operand for operand in body_eqn.invars if isinstance(operand, jp.Var))
         invars = body.jaxpr.invars
-        inputs = tuple(p for p, v in enumerate(invars) if v in needed)
+        inputs = tuple(pos for pos, var in enumerate(invars) if var in needed)
         outer = tuple(eqn.outvars[n_carry + k] for k in dropped)
         return cls(block, body, n_consts, n_carry, dropped, tuple(saved), inputs,
                    tuple(reversed(recompute)), outer)  # fmt: skip
 
     def _carried(self) -> list[int]:
         """The body inputs the recomputation reads that are carries (stacked per step)."""
-        return [p for p in self.inputs if self.n_consts <= p < self.n_consts + self.n_carry]
+        return [pos for pos in self.inputs if self.n_consts <= pos < self.n_consts + self.n_carry]
 
     def run_forward(self, eqn: Any, ins: list[Any]) -> tuple[list[Any], _Stacked]:
         """The forward scan, stacking the saved values and needed carries in place of the
@@ -177,7 +180,7 @@ class _Kept:
             env = evaluate(body, self.body.consts, [*ins[:n_consts], *carry, *xs])
             ys = [read(env, v) for j, v in enumerate(body.outvars[n_carry:])
                   if j not in self.dropped]  # fmt: skip
-            extra = [env[v] for v in self.saved] + [env[body.invars[p]] for p in carried]
+            extra = [env[v] for v in self.saved] + [env[body.invars[pos]] for pos in carried]
             return [read(env, v) for v in body.outvars[:n_carry]], ys + extra
 
         init, xs = ins[n_consts : n_consts + n_carry], ins[n_consts + n_carry :]
@@ -195,14 +198,16 @@ class _Kept:
         backward_body = eqn.params["jaxpr"]
         body = self.body.jaxpr
         first_slice = self.n_consts + self.n_carry
-        dropped_at = {v: j for j, v in enumerate(self.outer)}
-        slots = [dropped_at.get(v) for v in eqn.invars[n_consts + n_carry :]]
-        given_xs = [x for x, slot in zip(ins[n_consts + n_carry :], slots, strict=True)
+        dropped_at = {var: j for j, var in enumerate(self.outer)}
+        slots = [dropped_at.get(var) for var in eqn.invars[n_consts + n_carry :]]
+        given_xs = [value for value, slot in zip(ins[n_consts + n_carry :], slots, strict=True)
                     if slot is None]  # fmt: skip
-        sliced = [p for p in self.inputs if p >= first_slice]
-        stacked_vars = [*self.saved, *(body.invars[p] for p in self._carried())]
-        stacked_vars += [body.invars[p] for p in sliced]
-        constants = [(body.invars[p], forward.ins[p]) for p in self.inputs if p < self.n_consts]
+        sliced = [pos for pos in self.inputs if pos >= first_slice]
+        stacked_vars = [*self.saved, *(body.invars[pos] for pos in self._carried())]
+        stacked_vars += [body.invars[pos] for pos in sliced]
+        constants = [
+            (body.invars[pos], forward.ins[pos]) for pos in self.inputs if pos < self.n_consts
+        ]
         residual_vars = body.outvars[self.n_carry :]
 
         def step(carry: list[Any], xs: list[Any]) -> tuple[list[Any], list[Any]]:
@@ -218,11 +223,13 @@ class _Kept:
             results = outputs(backward_body.jaxpr, done)
             return results[:n_carry], results[n_carry:]
 
-        extra = [*forward.stacks, *(forward.ins[p] for p in sliced)]
+        extra = [*forward.stacks, *(forward.ins[pos] for pos in sliced)]
         carry, ys = _scan(eqn, step, list(ins[n_consts : n_consts + n_carry]), given_xs + extra)
         return [*carry, *ys]
 
 
 def _scan(eqn: Any, step: Callable[..., Any], init: list[Any], xs: list[Any]) -> tuple[Any, Any]:
-    p = eqn.params
-    return lax.scan(step, init, xs, length=p["length"], reverse=p["reverse"], unroll=p["unroll"])
+    params = eqn.params
+    return lax.scan(
+        step, init, xs, length=params["length"], reverse=params["reverse"], unroll=params["unroll"]
+    )

@@ -25,8 +25,9 @@ would have done, in the flat program:
   ``optimization_barrier`` ``jax.checkpoint`` relies on is not enough here: XLA's CPU
   pipeline expands barriers before its common-subexpression pass, which merges the
   recomputed equations back into the forward ones (jax's own ``jax.checkpoint`` on
-  each block of an unrolled stack leaves XLA:CPU's memory figure as it was; the
-  ``cond`` brings the tests' model from 14.2 to 5.1 MB). A branch is not merged with
+  each block of an unrolled stack leaves XLA:CPU's memory figure as it was, where the
+  ``cond`` lowers it: the README's "auto" row of the same 8 blocks unrolled, written
+  by ``unrolled_rows`` in ``benchmarks/remat_case.py``). A branch is not merged with
   the equations outside it, and it cannot run before its predicate is known.
 - The last layer is not rewritten: the backward pass reads its residuals first, at
   the peak, so recomputing them would add flops and lower nothing.
@@ -75,28 +76,32 @@ def layers(closed: Any, in_paths: Sequence[KeyPath]) -> list[Layer]:
     eqns = closed.jaxpr.eqns
     readers = readers_of(closed.jaxpr)
     stacks: dict[str, dict[str, list[Any]]] = {}
-    for (stack, layer), v in zip(
+    for (stack, layer), param in zip(
         _layers_of(in_paths, closed.in_avals), closed.jaxpr.invars, strict=True
     ):
-        if stack and v in readers:
-            stacks.setdefault(stack, {}).setdefault(layer, []).append(v)
+        if stack and param in readers:
+            stacks.setdefault(stack, {}).setdefault(layer, []).append(param)
     found: list[Layer] = []
     for held in stacks.values():
-        starts = {layer: min(readers[v][0] for v in vs) for layer, vs in held.items()}
-        order = sorted(starts.items(), key=lambda kv: kv[1])
-        bounds = [s for _, s in order]
+        starts = {
+            layer: min(readers[param][0] for param in params) for layer, params in held.items()
+        }
+        order = sorted(starts.items(), key=lambda item: item[1])
+        bounds = [start for _, start in order]
         if len(bounds) < 3 or len(set(bounds)) < len(bounds):
             continue  # parameters read all at once (a cast before the stack), or too few
         late = bounds[-1] + (bounds[-1] - bounds[-2])  # the last layer's forward ends
         spans = list(zip(bounds, [*bounds[1:], late], strict=True))
-        shapes = [tuple(_kind(e) for e in eqns[a:b]) for a, b in spans]
+        shapes = [
+            tuple(_kind(eqn) for eqn in eqns[span_start:span_end]) for span_start, span_end in spans
+        ]
         for k, ((name, start), end) in enumerate(zip(order[:-1], bounds[1:], strict=False)):
             if shapes[k] not in (shapes[k - 1] if k else None, shapes[k + 1]):
                 continue  # not a repeat of its neighbours: arguments alike, not layers
-            if all(readers[v][-1] < late for v in held[name]):
+            if all(readers[param][-1] < late for param in held[name]):
                 continue  # its inputs not read again after the stack: not differentiated
-            made = (v for e in eqns[start:end] for v in e.outvars)
-            if not any(i >= late for v in made for i in readers.get(v, ())):
+            made = (out for eqn in eqns[start:end] for out in eqn.outvars)
+            if not any(i >= late for out in made for i in readers.get(out, ())):
                 continue  # nothing of it read after the stack: no residual
             found.append(Layer(f"args{name}", start, end, late, tags(eqns[start:end])))
     return sorted(found, key=lambda layer: layer.start)
@@ -107,7 +112,7 @@ def _layers_of(in_paths: Sequence[KeyPath], avals: Sequence[Any]) -> list[tuple[
     path that may name a layer (``structure.layer_keys``), the outermost under which 3
     layers or more hold the same leaves (paths below the key, shapes and types); the
     layers holding other leaves are not the stack's."""
-    candidates = [layer_keys(p) for p in in_paths]
+    candidates = [layer_keys(path) for path in in_paths]
     held: dict[str, dict[str, set[Any]]] = {}
     for path, aval, keys in zip(in_paths, avals, candidates, strict=True):
         for k, stack, layer in keys:
@@ -115,11 +120,13 @@ def _layers_of(in_paths: Sequence[KeyPath], avals: Sequence[Any]) -> list[tuple[
             held.setdefault(stack, {}).setdefault(layer, set()).add(leaf)
     members: dict[str, set[str]] = {}
     for stack, layers in held.items():
-        common, count = collections.Counter(frozenset(v) for v in layers.values()).most_common(1)[0]
+        common, count = collections.Counter(
+            frozenset(leaves) for leaves in layers.values()
+        ).most_common(1)[0]
         if count >= 3:
-            members[stack] = {name for name, v in layers.items() if v == common}
+            members[stack] = {name for name, leaves in layers.items() if leaves == common}
     return [
-        next(((s, name) for _, s, name in keys if name in members.get(s, ())), ("", ""))
+        next(((stack, name) for _, stack, name in keys if name in members.get(stack, ())), ("", ""))
         for keys in candidates
     ]
 
@@ -128,7 +135,7 @@ def _kind(eqn: Any) -> tuple[Any, ...]:
     """What equal layers' equations share: the operation and its operands' and results'
     shapes and types (not the avals' shardings, which differ where a layer reads the
     call's own inputs)."""
-    types = tuple((v.aval.shape, v.aval.dtype) for v in (*eqn.invars, *eqn.outvars))
+    types = tuple((var.aval.shape, var.aval.dtype) for var in (*eqn.invars, *eqn.outvars))
     return (eqn.primitive, types)
 
 
@@ -137,8 +144,8 @@ def rewrite(closed: Any, plan: Plan[Layer]) -> Any:
     unrolled]); the same inputs and outputs."""
     jaxpr = closed.jaxpr
     readers = readers_of(jaxpr)
-    made = (v for e in jaxpr.eqns for v in e.outvars)
-    order = {v: k for k, v in enumerate(itertools.chain(jaxpr.constvars, jaxpr.invars, made))}
+    made = (var for eqn in jaxpr.eqns for var in eqn.outvars)
+    order = {var: k for k, var in enumerate(itertools.chain(jaxpr.constvars, jaxpr.invars, made))}
     before: dict[int, list[_Recompute]] = {}
     for layer, policy in plan.chosen():
         recompute = _Recompute.of(jaxpr, layer, policy, readers, order)
@@ -179,25 +186,25 @@ class _Recompute:
         mine = jaxpr.eqns[layer.start : layer.end]
         residuals, kept = [], set()
         for eqn in mine:
-            for v in eqn.outvars:
-                reads = readers.get(v, ())
+            for out in eqn.outvars:
+                reads = readers.get(out, ())
                 if any(layer.end <= i < layer.late for i in reads):
-                    kept.add(v)  # a later layer's forward reads it: a boundary
+                    kept.add(out)  # a later layer's forward reads it: a boundary
                 elif any(i >= layer.late for i in reads):
-                    residuals.append(v)
+                    residuals.append(out)
         needed, recompute = set(residuals), []
         for eqn in reversed(mine):
-            hit = [v for v in eqn.outvars if v in needed]
-            if not hit or saveable(eqn, policy) or any(v in kept for v in eqn.outvars):
+            hit = [out for out in eqn.outvars if out in needed]
+            if not hit or saveable(eqn, policy) or any(out in kept for out in eqn.outvars):
                 continue
             needed.difference_update(eqn.outvars)
-            needed.update(v for v in eqn.invars if isinstance(v, jp.Var))
+            needed.update(operand for operand in eqn.invars if isinstance(operand, jp.Var))
             recompute.append(eqn)
         if not recompute:
             return None
-        made = {v for e in recompute for v in e.outvars}
-        outs = tuple(v for v in residuals if v in made)
-        before = min(i for v in outs for i in readers[v] if i >= layer.late)
+        made = {out for eqn in recompute for out in eqn.outvars}
+        outs = tuple(residual for residual in residuals if residual in made)
+        before = min(i for out in outs for i in readers[out] if i >= layer.late)
         probe = _probe([*jaxpr.eqns[before].invars, *needed], made)
         if probe is None:
             return None  # nothing floating to wait for: XLA would merge the recomputation
@@ -211,19 +218,19 @@ class _Recompute:
 
         def again(ins: list[Any]) -> list[Any]:
             local = run_equations(self.eqns, dict(zip(self.inputs, ins, strict=True)))
-            return [local[v] for v in self.residuals]
+            return [local[residual] for residual in self.residuals]
 
         # NaN, the one value unequal to itself, takes the other branch: the same one
-        outs = lax.cond(probe == probe, again, again, [env[v] for v in self.inputs])
+        outs = lax.cond(probe == probe, again, again, [env[var] for var in self.inputs])
         env.update(zip(self.residuals, outs, strict=True))
 
 
 def _probe(candidates: Sequence[Any], made: set[Any]) -> Any | None:
     """The first non-empty floating value among ``candidates`` not recomputed: a ``cond``
     predicate XLA cannot fold (``x == x`` is false for NaN)."""
-    for v in candidates:
-        if isinstance(v, jp.Var) and v not in made:
-            aval: Any = v.aval
+    for candidate in candidates:
+        if isinstance(candidate, jp.Var) and candidate not in made:
+            aval: Any = candidate.aval
             if aval.size and jnp.issubdtype(aval.dtype, jnp.floating):
-                return v
+                return candidate
     return None
