@@ -125,14 +125,14 @@ def _record(
 ) -> AutoChoice:
     """The report's record of the choice (``AutoChoice``)."""
     auto_in = problem.auto_inputs
-    auto_out = [j for j, s in enumerate(plan.params.out_axis_resources) if s is AUTO]
+    auto_out = [j for j, spec in enumerate(plan.params.out_axis_resources) if spec is AUTO]
 
-    def candidate(s: Scored, m: Measured | None) -> Candidate:
+    def candidate(scored: Scored, measured: Measured | None) -> Candidate:
         return Candidate(
-            specs=tuple(spec_text(s.in_layouts[i]) for i in auto_in),
-            estimate=s.estimate,
-            measured_collective_bytes=None if m is None else m.collective_bytes,
-            measured_memory_bytes=None if m is None else m.memory_bytes,
+            specs=tuple(spec_text(scored.in_layouts[i]) for i in auto_in),
+            estimate=scored.estimate,
+            measured_collective_bytes=None if measured is None else measured.collective_bytes,
+            measured_memory_bytes=None if measured is None else measured.memory_bytes,
         )
 
     chosen = outcome.chosen
@@ -141,13 +141,16 @@ def _record(
         out_paths=tuple(f"out{keystr(out_paths[j])}" for j in auto_out),
         out_specs=tuple(spec_text(chosen.out_layouts[j]) for j in auto_out),
         chosen=candidate(chosen, outcome.chosen_measured),
-        runners_up=tuple(candidate(s, m) for s, m in outcome.others),
+        runners_up=tuple(candidate(scored, measured) for scored, measured in outcome.others),
         memory_limit=problem.memory_limit,
         evaluations=outcome.evaluations,
         compiles=compiles,
         search_s=outcome.search_s,
         confirm_s=outcome.confirm_s,
-        baselines=tuple(Baseline(n, candidate(s, m)) for n, s, m in outcome.baselines),
+        baselines=tuple(
+            Baseline(name, candidate(scored, measured))
+            for name, scored, measured in outcome.baselines
+        ),
         shapes=tuple(tuple(plan.params.jaxpr.in_avals[i].shape) for i in auto_in),
         layouts=tuple(chosen.in_layouts[i] for i in auto_in),
     )

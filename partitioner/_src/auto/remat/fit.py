@@ -114,7 +114,7 @@ def rematerialize(
     seen: set[str] = set()
     fitting: list[Plan[Any]] = []
     for candidate in plans(found.parts):
-        if any(candidate.recomputes_more_than(f) for f in fitting):
+        if any(candidate.recomputes_more_than(fitting_plan) for fitting_plan in fitting):
             continue  # no cheaper than a plan that fits
         body = found.rewritten(candidate)
         if str(body.jaxpr) in seen or not same_types(body, found.program):
@@ -157,8 +157,10 @@ def _fitted(
         smallest = min(smallest, (kept.memory_bytes, f"{where}, {what} rematerialized"))
     try:
         return solve(problem_for(problem, trial), _measure(trial), Objective.FLOPS), smallest
-    except NoLayoutFits as e:  # the layouts too must change, and none fits
-        return None, min(smallest, (e.memory_bytes, f"{e.smallest}, {what} rematerialized"))
+    except NoLayoutFits as failure:  # the layouts too must change, and none fits
+        return None, min(
+            smallest, (failure.memory_bytes, f"{failure.smallest}, {what} rematerialized")
+        )
 
 
 def problem_for(problem: Problem, trial: CallPlan) -> Problem:
@@ -175,11 +177,11 @@ def _keeping_layouts(
 ) -> tuple[Outcome | None, Measured]:
     """The layouts chosen without the limit, with ``trial``'s rematerialized program:
     the outcome where they fit (one compile, no search), and XLA's figures."""
-    t0 = time.perf_counter()
+    start = time.perf_counter()
     kept = measure(trial, unconstrained, quick=True)
     if kept.memory_bytes > memory_limit:
         return None, kept
-    return Outcome.compiled_once(unconstrained, kept, time.perf_counter() - t0), kept
+    return Outcome.compiled_once(unconstrained, kept, time.perf_counter() - start), kept
 
 
 def trimmed(plan: CallPlan, outcome: Outcome) -> Rematerialized | None:
@@ -193,9 +195,9 @@ def trimmed(plan: CallPlan, outcome: Outcome) -> Rematerialized | None:
     body = scans.rewrite(plan.params.jaxpr, trim)
     if not same_types(body, plan.params.jaxpr):
         return None
-    t0 = time.perf_counter()
+    start = time.perf_counter()
     trial = measure(with_program(plan, body), outcome.chosen, quick=True)
-    spent = time.perf_counter() - t0
+    spent = time.perf_counter() - start
     base = outcome.chosen_measured
     cheap = trial.flops <= base.flops * (1 + policies.TRIM_FLOPS)
     if not (trial.memory_bytes < base.memory_bytes and cheap):

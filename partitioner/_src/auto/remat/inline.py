@@ -19,7 +19,7 @@ from .interpret import Env, as_traced, evaluate, outputs, read, retraced
 def inlined(closed: Any) -> Any:
     """``closed`` with every jit call that asks for nothing of its own (``_inlinable``)
     replaced by its body, recursively; ``closed`` itself where there is none."""
-    if not any(_inlinable(e) for e in closed.jaxpr.eqns):
+    if not any(_inlinable(eqn) for eqn in closed.jaxpr.eqns):
         return closed
     return retraced(closed, lambda *args: _entered(closed, args))
 
@@ -41,6 +41,6 @@ def _inlinable(eqn: Any) -> bool:
     layout, donation or compiler option: its body inlined is the same program to XLA."""
     if eqn.primitive is pjit_p:
         params = PjitParams.of(eqn.params)
-        free = all(s is None for s in (*params.in_axis_resources, *params.out_axis_resources))
+        free = all(spec is None for spec in (*params.in_axis_resources, *params.out_axis_resources))
         return free and not params.compiler_options and not any(params.donated_invars)
     return eqn.primitive.name == "jit" and jp.gives_no_layout(eqn)

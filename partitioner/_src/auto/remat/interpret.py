@@ -66,7 +66,9 @@ def evaluate(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], step: Step 
     env = environment(jaxpr, consts, args)
     for index, eqn in enumerate(jaxpr.eqns):
         outs = step(index, eqn, env)
-        env.update((v, x) for v, x in zip(eqn.outvars, outs, strict=True) if x is not None)
+        env.update(
+            (v, value) for v, value in zip(eqn.outvars, outs, strict=True) if value is not None
+        )
     return env
 
 
@@ -85,7 +87,10 @@ def outputs(jaxpr: Any, env: Env) -> list[Any]:
 def retraced(closed: Any, run: Callable[..., list[Any]]) -> Any:
     """``run`` (``closed`` evaluated with some equations replaced) traced on ``closed``'s
     input types, weak types kept: a program with the same inputs and outputs."""
-    avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in closed.in_avals]
+    avals = [
+        jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+        for aval in closed.in_avals
+    ]
     return jax.make_jaxpr(run)(*avals)
 
 

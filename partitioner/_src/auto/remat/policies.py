@@ -61,7 +61,10 @@ class Plan(Generic[Part]):
         (:data:`POLICIES` order; a tagged-names policy compares with none)."""
         order = [None, *POLICIES]
         pairs = zip(self.policies, other.policies, strict=True)
-        return all(a in order and b in order and order.index(a) >= order.index(b) for a, b in pairs)
+        return all(
+            mine in order and theirs in order and order.index(mine) >= order.index(theirs)
+            for mine, theirs in pairs
+        )
 
     def chosen(self) -> list[tuple[Part, Callable[..., Any]]]:
         """Each part a policy recomputes, with that policy (jax's function)."""
@@ -71,8 +74,8 @@ class Plan(Generic[Part]):
     def rematerialized(self) -> tuple[tuple[str, str], ...]:
         """(part, policy) for each part recomputed, as the report shows them."""
         return tuple(
-            (part.describe(k), name)
-            for k, (part, name) in enumerate(zip(self.parts, self.policies, strict=True), 1)
+            (part.describe(number), name)
+            for number, (part, name) in enumerate(zip(self.parts, self.policies, strict=True), 1)
             if name is not None
         )
 
@@ -91,9 +94,11 @@ def plans(found: Sequence[Part]) -> list[Plan[Part]]:
     choices = [_choices(part) for part in found]
     product = list(itertools.product(*choices))
     if len(product) > MAX_PLANS:
-        common = sorted(set.intersection(*(set(c) for c in choices)), key=choices[0].index)
+        common = sorted(
+            set.intersection(*(set(options) for options in choices)), key=choices[0].index
+        )
         product = [(name,) * len(found) for name in common]
-    return [Plan(tuple(found), tuple(p)) for p in product]
+    return [Plan(tuple(found), tuple(combination)) for combination in product]
 
 
 def _choices(part: Recomputable) -> list[str]:
@@ -105,10 +110,10 @@ def saveable(eqn: Any, policy: Callable[..., Any]) -> bool:
     """Whether jax's ``policy`` keeps ``eqn``'s outputs (an effect is never recomputed)."""
     if eqn.effects:
         return True
-    decision = policy(eqn.primitive, *(v.aval for v in eqn.invars), **eqn.params)
+    decision = policy(eqn.primitive, *(operand.aval for operand in eqn.invars), **eqn.params)
     return jp.remat_policy(decision) != "recompute"
 
 
 def tags(eqns: Sequence[Any]) -> tuple[str, ...]:
     """The ``checkpoint_name`` tags among ``eqns``, sorted (a plan may keep only those)."""
-    return tuple(sorted({e.params["name"] for e in eqns if e.primitive.name == "name"}))
+    return tuple(sorted({eqn.params["name"] for eqn in eqns if eqn.primitive.name == "name"}))
