@@ -37,6 +37,8 @@ import pytest
 if TYPE_CHECKING:  # imported where used: loading the plugin imports no jax
     from jax.sharding import AxisType, Mesh
 
+    from partitioner.testing._axis_types import AxisTypes
+
 OPTION = "--virtual-devices"
 INI = "virtual_devices"
 
@@ -128,8 +130,9 @@ def mesh() -> MeshFactory:
     """Build a mesh over the first devices: ``mesh((4, 2), ("data", "model"))``.
 
     Axes are Auto (as ``pjit`` expects) unless ``axis_types=`` gives one type for
-    all or one per axis; ``devices=`` picks others than ``jax.devices()``. The test
-    is skipped when the mesh needs more devices than there are.
+    all or one per axis (``jax.sharding.AxisType`` values or their names, as everywhere
+    in partitioner.testing); ``devices=`` picks others than ``jax.devices()``. The
+    test is skipped when the mesh needs more devices than there are.
     """
 
     import jax
@@ -139,17 +142,39 @@ def mesh() -> MeshFactory:
         shape: Sequence[int],
         axis_names: Sequence[str],
         *,
-        axis_types: AxisType | Sequence[AxisType] = AxisType.Auto,
+        axis_types: AxisTypes = AxisType.Auto,
         devices: Sequence[Any] | None = None,
     ) -> Mesh:
         shape, names = tuple(shape), tuple(axis_names)
         if len(shape) != len(names):
             raise ValueError(f"mesh: shape {shape} and axis_names {names} differ in length")
+        types = _per_axis(axis_types, names)
         pool = list(jax.devices() if devices is None else devices)
         n = math.prod(shape)
         if n > len(pool):
             pytest.skip(f"a {shape} mesh needs {n} devices, there are {len(pool)}")
-        types = (axis_types,) * len(shape) if isinstance(axis_types, AxisType) else axis_types
-        return jax.make_mesh(shape, names, axis_types=tuple(types), devices=pool[:n])
+        return jax.make_mesh(shape, names, axis_types=types, devices=pool[:n])
 
     return make
+
+
+def _per_axis(axis_types: AxisTypes, names: tuple[str, ...]) -> tuple[AxisType, ...]:
+    """One AxisType per axis of a mesh with axes ``names``: one type given is every axis's.
+
+    Raises:
+        TypeError, ValueError: ``axis_types`` is no axis type (the kit's one check), or
+            a sequence of another length than the axes.
+    """
+    from jax.sharding import AxisType
+
+    from partitioner.testing._axis_types import normalize_axis_types
+
+    types = normalize_axis_types(axis_types, "mesh")
+    if isinstance(types, AxisType):
+        return (types,) * len(names)
+    if len(types) != len(names):
+        raise ValueError(
+            f"mesh: axis_types {axis_types!r} gives {len(types)} types for the {len(names)} "
+            f"axes {names}: give one per axis, or one AxisType for all"
+        )
+    return types

@@ -5,7 +5,7 @@ axes, FSDP helpers, a custom mesh layout, a checkpoint resharder). This package 
 such code what partitioner's own tests use:
 
 - ``partitioner.testing.strategies`` (needs hypothesis: ``pip install
-  "partitioner[testing]"``): meshes, partition specs, shapes, ``OpSharding``,
+  "partitioner[hypothesis]"``): meshes, partition specs, shapes, ``OpSharding``,
   ``NamedSharding`` and ``ShardingSpec`` objects and ``jax.Array`` values, valid by
   construction and shrinking to small meshes and short specs.
 - The round-trip checks, here: :func:`assert_round_trips` (a spec means the same
@@ -35,7 +35,7 @@ from .round_trips import (
     assert_sharding_spec_round_trip,
 )
 
-# assert_sharding_invariant needs hypothesis (the testing extra): loaded when first read,
+# assert_sharding_invariant needs hypothesis (partitioner[hypothesis]): loaded when first read,
 # so the round-trip checks work without it.
 if TYPE_CHECKING:
     from .invariance import assert_sharding_invariant

@@ -15,6 +15,7 @@ both values.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -25,16 +26,18 @@ try:
 except ImportError as e:
     raise ImportError(
         "partitioner.testing.assert_sharding_invariant needs hypothesis, which is not "
-        'installed: pip install "partitioner[testing]" (the testing extra)'
+        'installed: pip install "partitioner[hypothesis]" (or pip install hypothesis)'
     ) from e
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AxisType, Mesh
 from jax.tree_util import keystr, tree_flatten_with_path
 
 from .._src.jit import jit
 from . import strategies
+from ._axis_types import AxisTypes, normalize_axis_types
 
 #: Tolerances (rtol, atol) by dtype kind and width: what one device and a partitioned
 #: program may differ by when XLA sums in another order.
@@ -51,7 +54,7 @@ def assert_sharding_invariant(
     *args: Any,
     argnums: Sequence[int] | None = None,
     meshes: st.SearchStrategy[Mesh] | None = None,
-    axis_types: str = "auto",
+    axis_types: AxisTypes = AxisType.Auto,
     out_shardings: bool = False,
     max_examples: int = 20,
     deadline: float | None = None,
@@ -67,15 +70,17 @@ def assert_sharding_invariant(
         argnums: the positional arguments to lay out (default: all); the others are
             passed as they are (placed replicated).
         meshes: the meshes to draw (default: ``strategies.meshes`` over all devices,
-            axes of the kind ``axis_types`` says). A function whose constraints name
+            axes of the types ``axis_types`` says). A function whose constraints name
             mesh axes needs meshes with those names: pass ``strategies.meshes(
             axis_names=...)``.
-        axis_types: ``"auto"`` (the default) or ``"explicit"``: the drawn meshes' axes.
+        axis_types: the drawn meshes' axis types, as ``strategies.meshes`` takes them:
+            ``AxisType.Auto`` (the default) or ``AxisType.Explicit`` for every axis, or
+            a sequence each axis draws from; names (``"auto"``, ``"explicit"``) too.
         out_shardings: also draw a layout for every output and ask for it.
         max_examples: hypothesis' number of examples (each compiles a program).
         deadline: hypothesis' time limit per example (None: none).
         rtol: relative tolerance for floating outputs (default: by dtype,
-            ``TOLERANCES``); integer and boolean outputs compare exactly.
+            ``TOLERANCES``); integer and boolean outputs compare exactly, NaN equals NaN.
         atol: absolute tolerance, likewise.
         **kwargs: its keyword arguments, passed as they are to both sides.
 
@@ -83,39 +88,13 @@ def assert_sharding_invariant(
         AssertionError: an output differs from ``jax.jit``'s on one device; names the
             (shrunk) mesh, every argument's layout, the output's path and both values.
         TypeError, ValueError: a bad argument (``f`` not callable, ``axis_types``
-            unknown, ``argnums`` out of range), or arguments no mesh over the devices
-            can split (every dimension prime to the device count, or no arrays).
+            unknown or Manual, ``argnums`` out of range), or arguments no mesh over the
+            devices can split (every dimension prime to the device count, or no arrays).
     """
-    if not callable(f):
-        raise TypeError(f"assert_sharding_invariant: f must be callable, got {type(f).__name__}")
-    if axis_types not in ("auto", "explicit"):
-        raise ValueError(
-            f"assert_sharding_invariant: axis_types must be 'auto' or 'explicit', got {axis_types!r}"
-        )
-    laid = tuple(range(len(args))) if argnums is None else tuple(argnums)
-    if any(not isinstance(i, int) or not -len(args) <= i < len(args) for i in laid):
-        raise ValueError(
-            f"assert_sharding_invariant: argnums {tuple(argnums or ())} out of range for "
-            f"{len(args)} positional arguments"
-        )
-    laid = tuple(sorted({i % len(args) for i in laid})) if args else ()
-    _check_divisible(tuple(args[i] for i in laid), jax.device_count())
-    kind = AxisType.Explicit if axis_types == "explicit" else AxisType.Auto
-    mesh_strategy = meshes if meshes is not None else strategies.meshes(axis_types=(kind,))
-    one = jax.devices()[0]
-    on_one = jax.device_put(args, one)
-    references: dict[tuple[Any, ...], Any] = {}
-
-    def reference(mesh: Mesh) -> Any:
-        """``jax.jit``'s value on one device, under a mesh of the same axis names, each of
-        size 1 (so constraints naming the axes mean what they say: nothing is split)."""
-        names = tuple(mesh.axis_names)
-        if names not in references:
-            single = Mesh(np.array([one]).reshape((1,) * len(names)), names,
-                          axis_types=mesh.axis_types)  # fmt: skip
-            with jax.set_mesh(single):
-                references[names] = jax.jit(f)(*on_one, **kwargs)
-        return references[names]
+    laid = _checked_arguments(f, args, argnums)
+    types = _checked_axis_types(axis_types)
+    mesh_strategy = meshes if meshes is not None else strategies.meshes(axis_types=types)
+    reference = _on_one_device(f, args, kwargs)
 
     @settings(
         max_examples=max_examples,
@@ -125,24 +104,48 @@ def assert_sharding_invariant(
     )
     @given(st.data())
     def check(data: st.DataObject) -> None:
-        mesh = data.draw(mesh_strategy, label="mesh")
-        chosen = data.draw(
-            strategies.argument_shardings(mesh, tuple(args[i] for i in laid)), label="layouts"
-        )
-        placed = list(args)
-        for i, shardings in zip(laid, chosen, strict=True):
-            placed[i] = jax.tree.map(_put, args[i], shardings, is_leaf=lambda x: x is None)
-        options: dict[str, Any] = {}
-        expected = reference(mesh)
+        layout = _draw_layout(data, mesh_strategy, args, laid)
+        expected = reference(layout.mesh)
         if out_shardings:
-            options["out_shardings"] = data.draw(
-                strategies.argument_shardings(mesh, expected), label="out_shardings"
-            )
-        with jax.set_mesh(mesh):
-            got = jit(f, **options)(*placed, **kwargs)
-        _compare(got, expected, rtol, atol, mesh, laid, chosen)
+            outs = strategies.argument_shardings(layout.mesh, expected)
+            layout = dataclasses.replace(layout, outs=data.draw(outs, label="out_shardings"))
+        _compare(layout.run(f, args, kwargs), expected, rtol, atol, layout)
 
     check()
+
+
+# --- the arguments ---
+
+
+def _checked_arguments(
+    f: Callable[..., Any], args: tuple[Any, ...], argnums: Sequence[int] | None
+) -> tuple[int, ...]:
+    """The positions of the arguments to lay out, sorted; refuses, before hypothesis
+    starts, what would make every example fail or test nothing."""
+    if not callable(f):
+        raise TypeError(f"assert_sharding_invariant: f must be callable, got {type(f).__name__}")
+    laid = tuple(range(len(args))) if argnums is None else tuple(argnums)
+    if any(not isinstance(i, int) or not -len(args) <= i < len(args) for i in laid):
+        raise ValueError(
+            f"assert_sharding_invariant: argnums {tuple(argnums or ())} out of range for "
+            f"{len(args)} positional arguments"
+        )
+    laid = tuple(sorted({i % len(args) for i in laid})) if args else ()
+    _check_divisible(tuple(args[i] for i in laid), jax.device_count())
+    return laid
+
+
+def _checked_axis_types(axis_types: AxisTypes) -> AxisType | tuple[AxisType, ...]:
+    """``axis_types`` read as the whole kit reads it, without Manual: ``jit`` lays its
+    arguments out over Auto and Explicit axes; Manual ones belong inside ``shard_map``."""
+    where = "assert_sharding_invariant"
+    types = normalize_axis_types(axis_types, where)
+    if AxisType.Manual in ((types,) if isinstance(types, AxisType) else types):
+        raise ValueError(
+            f"{where}: axis_types must be AxisType.Auto or AxisType.Explicit (jit lays "
+            f"arguments out over those; Manual axes are shard_map's), got {axis_types!r}"
+        )
+    return types
 
 
 def _check_divisible(laid: tuple[Any, ...], n_devices: int) -> None:
@@ -163,43 +166,145 @@ def _check_divisible(laid: tuple[Any, ...], n_devices: int) -> None:
         )
 
 
+# --- the two sides ---
+
+
+def _on_one_device(
+    f: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Callable[[Mesh], Any]:
+    """``mesh -> jax.jit``'s value on one device, under a mesh of the same axis names,
+    each of size 1 (so constraints naming the axes mean what they say: nothing is split).
+
+    Computed once per set of axis names: every example over those names compares with
+    the same value, and the reference is not recompiled per example.
+    """
+    one = jax.devices()[0]
+    on_one = jax.device_put(args, one)
+    values: dict[tuple[Any, ...], Any] = {}
+
+    def reference(mesh: Mesh) -> Any:
+        names = tuple(mesh.axis_names)
+        if names not in values:
+            single = Mesh(np.array([one]).reshape((1,) * len(names)), names,
+                          axis_types=mesh.axis_types)  # fmt: skip
+            with jax.set_mesh(single):
+                values[names] = jax.jit(f)(*on_one, **kwargs)
+        return values[names]
+
+    return reference
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """One drawn example: a mesh and the layout of every argument (and output) over it.
+
+    One value from the draw to the run to the failure message, so that the message
+    names exactly what ran.
+
+    Attributes:
+        mesh: the drawn mesh.
+        argnums: the positional arguments laid out, in order.
+        shardings: for each of those, a pytree like it of ``NamedSharding`` (None for a
+            leaf that is not an array, passed as it is).
+        outs: the layouts asked for the outputs, a pytree like them (None: none asked).
+    """
+
+    mesh: Mesh
+    argnums: tuple[int, ...]
+    shardings: tuple[Any, ...]
+    outs: Any = None
+
+    def run(self, f: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``partitioner.jit(f)`` on the arguments laid out so, under the mesh."""
+        placed = list(args)
+        for i, tree in zip(self.argnums, self.shardings, strict=True):
+            placed[i] = jax.tree.map(_put, args[i], tree, is_leaf=lambda x: x is None)
+        options = {} if self.outs is None else {"out_shardings": self.outs}
+        with jax.set_mesh(self.mesh):
+            return jit(f, **options)(*placed, **kwargs)
+
+    def describe(self) -> str:
+        """One line per laid-out leaf, then per asked output: ``args[0]['w']: P('a', None)``."""
+        trees = [(f"args[{i}]", t) for i, t in zip(self.argnums, self.shardings, strict=True)]
+        trees += [] if self.outs is None else [("out", self.outs)]
+        return "\n".join(
+            f"  {name}{keystr(p)}: {None if s is None else s.spec}"
+            for name, tree in trees
+            for p, s in tree_flatten_with_path(tree, is_leaf=lambda x: x is None)[0]
+        )
+
+
+def _draw_layout(
+    data: st.DataObject,
+    meshes: st.SearchStrategy[Mesh],
+    args: tuple[Any, ...],
+    laid: tuple[int, ...],
+) -> _Layout:
+    """A mesh, then a layout over it of every leaf of the arguments in ``laid``."""
+    mesh = data.draw(meshes, label="mesh")
+    shardings = strategies.argument_shardings(mesh, tuple(args[i] for i in laid))
+    return _Layout(mesh, laid, tuple(data.draw(shardings, label="layouts")))
+
+
 def _put(x: Any, sharding: Any) -> Any:
+    """A leaf laid out; one drawn no layout (not an array) is passed as it is."""
     return x if sharding is None else jax.device_put(x, sharding)
 
 
-def _compare(
-    got: Any,
-    want: Any,
-    rtol: float | None,
-    atol: float | None,
-    mesh: Mesh,
-    laid: tuple[int, ...],
-    chosen: Any,
-) -> None:
+# --- the comparison ---
+
+
+def _compare(got: Any, want: Any, rtol: float | None, atol: float | None, layout: _Layout) -> None:
+    """An AssertionError at the first output leaf that differs beyond its tolerance."""
     paths = [keystr(p) for p, _ in tree_flatten_with_path(want)[0]]
     for path, a, b in zip(paths, jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         a, b = np.asarray(a), np.asarray(b)
-        kind = np.dtype(b.dtype)
-        exact = not np.issubdtype(kind, np.inexact)
-        r, t = TOLERANCES.get(kind.name, (1e-5, 1e-6))
-        r, t = (rtol if rtol is not None else r), (atol if atol is not None else t)
-        same = a.shape == b.shape and (
-            np.array_equal(a, b) if exact else np.allclose(a, b, rtol=r, atol=t, equal_nan=True)
-        )
-        if not same:
-            layouts = "\n".join(
-                f"  args[{i}]{keystr(p)}: {None if s is None else s.spec}"
-                for i, tree in zip(laid, chosen, strict=True)
-                for p, s in tree_flatten_with_path(tree, is_leaf=lambda x: x is None)[0]
-            )
-            where: np.ndarray = np.zeros((0, b.ndim), int)
-            if a.shape == b.shape:
-                where = np.argwhere(a != b if exact else ~np.isclose(a, b, rtol=r, atol=t))
-            raise AssertionError(
-                f"assert_sharding_invariant: output{path} differs from jax.jit's on one device "
-                f"over mesh {dict(mesh.shape)} (devices {[d.id for d in mesh.devices.flat]}) "
-                f"with the arguments laid out as\n{layouts}\n"
-                f"{len(where)} of {max(math.prod(b.shape), 1)} elements differ (rtol={r}, "
-                f"atol={t}), first at {tuple(int(i) for i in where[0]) if len(where) else '-'}"
-                f"\n  partitioned: {a!r}\n  one device:  {b!r}"
-            )
+        r, t = _tolerances(b.dtype, rtol, atol)
+        differ = _differing(a, b, r, t)
+        if differ is None or differ.any():
+            raise AssertionError(_message(path, a, b, differ, (r, t), layout))
+
+
+def _tolerances(dtype: Any, rtol: float | None, atol: float | None) -> tuple[float, float]:
+    """``(rtol, atol)`` for an output of ``dtype``: the user's, else ``TOLERANCES``'."""
+    r, t = TOLERANCES.get(np.dtype(dtype).name, (1e-5, 1e-6))
+    return (rtol if rtol is not None else r), (atol if atol is not None else t)
+
+
+def _differing(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> np.ndarray | None:
+    """Which elements of ``a`` and ``b`` differ (None: their shapes do).
+
+    The one test of equality, used both to decide and to count in the message, so the
+    two cannot disagree: exact for integers and booleans; within the tolerances for
+    floating kinds (bfloat16 included, which numpy does not count as inexact), where
+    NaN equals NaN (a NaN both sides compute is no difference).
+    """
+    if a.shape != b.shape:
+        return None
+    if not jnp.issubdtype(b.dtype, jnp.inexact):
+        return np.asarray(a != b)
+    return ~np.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
+
+
+def _message(
+    path: str,
+    a: np.ndarray,
+    b: np.ndarray,
+    differ: np.ndarray | None,
+    tolerances: tuple[float, float],
+    layout: _Layout,
+) -> str:
+    """The failure, with all a reader needs to reproduce it without rerunning hypothesis:
+    the mesh and its devices, every layout drawn, how many elements differ (counted by
+    ``_differing``, as the check decided) and where first, and both values."""
+    mesh, laid_out = layout.mesh, "arguments" if layout.outs is None else "arguments and outputs"
+    where = np.argwhere(differ) if differ is not None else np.zeros((0, b.ndim), int)
+    first = tuple(int(i) for i in where[0]) if len(where) else "-"
+    return (
+        f"assert_sharding_invariant: output{path} differs from jax.jit's on one device "
+        f"over mesh {dict(mesh.shape)} (devices {[d.id for d in mesh.devices.flat]}) "
+        f"with the {laid_out} laid out as\n{layout.describe()}\n"
+        f"{len(where)} of {max(math.prod(b.shape), 1)} elements differ (rtol={tolerances[0]}, "
+        f"atol={tolerances[1]}), first at {first}"
+        f"\n  partitioned: {a!r}\n  one device:  {b!r}"
+    )

@@ -1,6 +1,6 @@
 """Hypothesis strategies for meshes, partition specs, shapes and every sharding form.
 
-Needs hypothesis: ``pip install "partitioner[testing]"``. Each strategy draws only
+Needs hypothesis: ``pip install "partitioner[hypothesis]"``. Each strategy draws only
 valid objects (a test draws thousands and checks each against jax's constructors and
 partitioner's parsers), and shrinks towards small ones: fewer mesh axes, size-1 axes,
 devices in order, Auto axes, specs that partition nothing and leave out trailing
@@ -34,7 +34,7 @@ try:
 except ImportError as e:
     raise ImportError(
         "partitioner.testing.strategies needs hypothesis, which is not installed: "
-        'pip install "partitioner[testing]" (the testing extra), or pip install hypothesis'
+        'pip install "partitioner[hypothesis]" (or pip install hypothesis)'
     ) from e
 
 import jax
@@ -46,6 +46,7 @@ from .._src.sharding.checks import check_spec
 from .._src.sharding.parsed import ParsedPartitionSpec
 from .._src.sharding.partition_spec import UNCONSTRAINED, PartitionSpec, Spec
 from .._src.sharding.sharding_spec import ShardingSpec, sharding_spec_from_parsed
+from ._axis_types import AxisTypes, normalize_axis_types
 
 DEFAULT_AXIS_NAMES: tuple[str, ...] = ("a", "b", "c", "d", "e", "f", "g", "h")
 """The axis names :func:`meshes` draws from unless told otherwise."""
@@ -65,7 +66,7 @@ def meshes(
     max_axes: int = 3,
     axis_names: Sequence[Hashable] = DEFAULT_AXIS_NAMES,
     max_axis_size: int | None = None,
-    axis_types: Sequence[AxisType] = (AxisType.Auto, AxisType.Explicit),
+    axis_types: AxisTypes = (AxisType.Auto, AxisType.Explicit),
     shuffle_devices: bool = True,
 ) -> st.SearchStrategy[Mesh]:
     """``jax.sharding.Mesh`` objects over some of ``devices``.
@@ -82,32 +83,34 @@ def meshes(
         axis_names: the names drawn from (distinct); each mesh takes as many as it
             has axes, in any order.
         max_axis_size: the largest size an axis may have (None: no bound).
-        axis_types: the ``jax.sharding.AxisType`` of each axis is drawn from these
-            (the first is what a failure shrinks to).
+        axis_types: one ``jax.sharding.AxisType`` (every axis of that type), or a
+            sequence of them that each axis draws its type from (the first is what a
+            failure shrinks to); a type may be given by name (``"auto"``), as
+            everywhere in partitioner.testing.
         shuffle_devices: also draw meshes over other devices than the first, and
             in other orders.
 
     Raises:
-        ValueError, TypeError: a bound is out of range, names repeat, or there are
-            fewer names than ``max_axes``.
+        ValueError, TypeError: a bound is out of range, names repeat, there are
+            fewer names than ``max_axes``, or ``axis_types`` is none of the above.
     """
     where = "meshes"
     _check_int(min_axes, "min_axes", where, 1)
     _check_int(max_axes, "max_axes", where, min_axes)
     if max_axis_size is not None:
         _check_int(max_axis_size, "max_axis_size", where, 1)
-    names, types = tuple(axis_names), tuple(axis_types)
+    names = tuple(axis_names)
     if len(set(names)) != len(names) or len(names) < max_axes:
         raise ValueError(
             f"meshes: axis_names must hold at least max_axes={max_axes} distinct names, "
             f"got {names!r}"
         )
-    if not types or not all(isinstance(t, AxisType) for t in types):
-        raise TypeError(f"meshes: axis_types must be jax.sharding.AxisType values, got {types!r}")
+    types = normalize_axis_types(axis_types, where)
     pool = None if devices is None else tuple(devices)
     if pool is not None and not pool:
         raise ValueError("meshes: devices is empty")
-    return _meshes(pool, min_axes, max_axes, names, max_axis_size, types, shuffle_devices)
+    drawn_from = (types,) if isinstance(types, AxisType) else types
+    return _meshes(pool, min_axes, max_axes, names, max_axis_size, drawn_from, shuffle_devices)
 
 
 @st.composite

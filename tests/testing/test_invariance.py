@@ -8,6 +8,7 @@ functions with sharding constraints inside, on Auto and Explicit meshes.
 
 from __future__ import annotations
 
+import math
 import re
 
 import jax
@@ -17,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax.experimental.custom_partitioning import custom_partitioning
-from jax.sharding import AxisType, NamedSharding
+from jax.sharding import AxisType, Mesh, NamedSharding
 
 from partitioner import PartitionSpec as P
 from partitioner import with_sharding_constraint
@@ -91,6 +92,66 @@ def test_explicit_axes_when_asked() -> None:
     assert_sharding_invariant(lambda x: jnp.sin(x).sum(0), X, axis_types="explicit", max_examples=8)
 
 
+@pytest.mark.parametrize("axis_types", [AxisType.Explicit, (AxisType.Explicit,)])
+def test_axis_types_as_jax_takes_them(axis_types) -> None:
+    seen = set()
+
+    def f(x):
+        seen.update(jax.sharding.get_abstract_mesh().axis_types)
+        return jnp.sin(x).sum(0)
+
+    assert_sharding_invariant(f, X, axis_types=axis_types, max_examples=3)
+    assert seen == {AxisType.Explicit}
+
+
+def _two_devices() -> st.SearchStrategy[Mesh]:
+    """Always the same mesh, over two devices: every example is split."""
+    return st.just(Mesh(np.array(jax.devices()[:2]), ("x",), axis_types=(AxisType.Auto,)))
+
+
+def _split() -> bool:
+    """Whether ``f`` is being traced over a mesh that splits: the drawn meshes here do,
+    the one-device reference's (every axis of size 1) does not."""
+    return math.prod(jax.sharding.get_abstract_mesh().axis_sizes) > 1
+
+
+def test_nan_equals_nan_in_the_check_and_in_its_message() -> None:
+    x = np.arange(8, dtype=np.float32)
+    x[0] = np.nan
+    assert_sharding_invariant(lambda v: 2 * v, x, meshes=_two_devices(), max_examples=3)
+
+    def one_off_where_split(v):
+        return v.at[1].add(1.0) if _split() else v
+
+    # The NaN both sides compute at [0] is no difference: one element differs, at [1].
+    with pytest.raises(AssertionError, match=r"\b1 of 8 elements differ .*, first at \(1,\)"):
+        assert_sharding_invariant(one_off_where_split, x, meshes=_two_devices(), max_examples=3)
+
+
+def test_bfloat16_outputs_compare_within_their_tolerance() -> None:
+    x = np.ones(8, jnp.bfloat16)
+
+    def one_step_up_where_split(v):
+        # 1 + 2**-7 is the next bfloat16 above 1: inside TOLERANCES["bfloat16"] (2e-2).
+        return v * jnp.bfloat16(1 + 2**-7) if _split() else v
+
+    assert_sharding_invariant(one_step_up_where_split, x, meshes=_two_devices(), max_examples=3)
+    with pytest.raises(AssertionError, match="8 of 8 elements differ"):  # it does differ
+        assert_sharding_invariant(
+            one_step_up_where_split, x, meshes=_two_devices(), max_examples=3, rtol=0, atol=0
+        )
+
+
+def test_the_message_names_the_output_layouts_drawn() -> None:
+    def one_off_where_split(v):
+        return v.at[1].add(1.0) if _split() else v
+
+    with pytest.raises(AssertionError, match=r"\n  out: P\("):
+        assert_sharding_invariant(
+            one_off_where_split, X, meshes=_two_devices(), out_shardings=True, max_examples=3
+        )
+
+
 def test_only_the_arguments_asked_for_are_laid_out() -> None:
     seen = []
 
@@ -110,7 +171,18 @@ def test_only_the_arguments_asked_for_are_laid_out() -> None:
         (
             lambda: assert_sharding_invariant(jnp.sin, X, axis_types="manual"),
             ValueError,
-            "axis_types must be 'auto' or 'explicit'",
+            "axis_types must be AxisType.Auto or AxisType.Explicit .* got 'manual'",
+        ),
+        (
+            lambda: assert_sharding_invariant(jnp.sin, X, axis_types="sideways"),
+            ValueError,
+            "assert_sharding_invariant: axis_types must be a jax.sharding.AxisType .* "
+            "got 'sideways'",
+        ),
+        (
+            lambda: assert_sharding_invariant(jnp.sin, X, axis_types=1.5),
+            TypeError,
+            "assert_sharding_invariant: axis_types must be .* got 1.5",
         ),
         (
             lambda: assert_sharding_invariant(jnp.sin, X, argnums=(3,)),

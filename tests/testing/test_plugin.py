@@ -23,9 +23,11 @@ import sys
 import tomllib
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 import jax
 import pytest
+from jax.sharding import AxisType
 
 ROOT = Path(__file__).resolve().parents[2]
 HOWTO = ROOT / "docs" / "howto" / "property-tests.md"
@@ -76,7 +78,9 @@ def _outcome(done: subprocess.CompletedProcess[str]) -> str:
 def test_the_entry_point_names_the_plugin_module() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["entry-points"]["pytest11"] == {"partitioner": PLUGIN}
-    assert project["optional-dependencies"]["testing"] == ["hypothesis"]
+    extras = project["optional-dependencies"]
+    # The user-facing extra is named after what it installs, not `testing` (taken for `test`).
+    assert extras["hypothesis"] == ["hypothesis"] and "testing" not in extras
     if os.environ.get("CI"):
         assert INSTALLED, "CI installs partitioner, so its pytest11 entry point must be there"
 
@@ -95,6 +99,17 @@ def test_this_suite_gets_its_eight_devices_from_the_plugin() -> None:
     assert "--xla_force_host_platform_device_count=8" in flags
     assert "--xla_cpu_collective_timeout_seconds=60" in flags
     assert "--xla_backend_optimization_level=0" in flags  # as README.md says
+
+
+def test_the_mesh_fixture_takes_axis_types_as_the_whole_kit_does(mesh: Any) -> None:
+    explicit = mesh((4, 2), ("a", "b"), axis_types="explicit")  # one for every axis, by name
+    assert explicit.axis_types == (AxisType.Explicit,) * 2
+    mixed = mesh((4, 2), ("a", "b"), axis_types=(AxisType.Auto, "Explicit"))  # one per axis
+    assert mixed.axis_types == (AxisType.Auto, AxisType.Explicit)
+    with pytest.raises(ValueError, match=r"gives 1 types for the 2 axes \('a', 'b'\)"):
+        mesh((4, 2), ("a", "b"), axis_types=[AxisType.Auto])
+    with pytest.raises(ValueError, match=r"mesh: axis_types must be .* got 'sideways'"):
+        mesh((4, 2), ("a", "b"), axis_types="sideways")
 
 
 @pytest.mark.multiprocess

@@ -204,6 +204,28 @@ def test_shrinking_goes_to_small_meshes_and_short_specs() -> None:
     assert spec == JaxP(), spec
 
 
+@pytest.mark.parametrize(
+    ("axis_types", "drawn"),
+    [
+        (AxisType.Explicit, {AxisType.Explicit}),  # one type: every axis of it
+        ("explicit", {AxisType.Explicit}),  # by name, as assert_sharding_invariant took it
+        (["AUTO", AxisType.Explicit], {AxisType.Auto, AxisType.Explicit}),  # drawn from
+    ],
+)
+def test_axis_types_one_for_every_axis_some_to_draw_from_or_names(
+    axis_types: Any, drawn: set[AxisType]
+) -> None:
+    seen: set[AxisType] = set()
+
+    @settings(max_examples=60, database=None, deadline=None)
+    @given(meshes(devices=POOL, axis_types=axis_types))
+    def record(mesh: Mesh) -> None:
+        seen.update(mesh.axis_types)
+
+    record()
+    assert seen == drawn
+
+
 # --- bad arguments name what is wrong ---
 
 
@@ -219,7 +241,13 @@ ONE = Mesh(np.array(POOL[:1], dtype=object).reshape(1), ("a",), axis_types=(Axis
         (lambda: meshes(min_axes=0), ValueError, "min_axes must be >= 1"),
         (lambda: meshes(max_axes=9), ValueError, "at least max_axes=9 distinct names"),
         (lambda: meshes(axis_names=("x", "x", "y")), ValueError, "distinct names"),
-        (lambda: meshes(axis_types=("auto",)), TypeError, "AxisType"),
+        (
+            lambda: meshes(axis_types=("sideways",)),
+            ValueError,
+            r"meshes: axis_types must be a jax.sharding.AxisType .* got \('sideways',\)",
+        ),
+        (lambda: meshes(axis_types=3), TypeError, r"meshes: axis_types must be .* got 3\."),
+        (lambda: meshes(axis_types=()), ValueError, r"meshes: axis_types must be .* got \(\)\."),
         (lambda: meshes(devices=[]), ValueError, "devices is empty"),
         (lambda: partition_specs("mesh"), TypeError, "mesh must be a jax.sharding.Mesh"),
         (lambda: partition_specs(MESH, -1), ValueError, "ndim must be >= 0"),
@@ -240,13 +268,16 @@ def test_bad_arguments_are_refused_when_the_strategy_is_made(make, error, match)
         make()
 
 
+@pytest.mark.parametrize(
+    "module", ["partitioner.testing.strategies", "partitioner.testing.invariance"]
+)
 def test_without_hypothesis_the_import_error_names_the_extra(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, module: str
 ) -> None:
     monkeypatch.setitem(sys.modules, "hypothesis", None)  # `import hypothesis` now fails
-    monkeypatch.delitem(sys.modules, "partitioner.testing.strategies")
-    with pytest.raises(ImportError, match=r'pip install "partitioner\[testing\]"'):
-        importlib.import_module("partitioner.testing.strategies")
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    with pytest.raises(ImportError, match=r'pip install "partitioner\[hypothesis\]"'):
+        importlib.import_module(module)
     import partitioner.testing  # the round-trip checks need no hypothesis
 
     assert callable(partitioner.testing.assert_round_trips)
