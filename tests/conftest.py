@@ -8,6 +8,7 @@ jax with one device; this suite is the plugin's first user.
 """
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -36,8 +37,10 @@ import jax  # noqa: E402
 # trip); no per-example deadline, because the first example of a new mesh shape pays for
 # jax's cold caches. HYPOTHESIS_PROFILE=dev gives a quicker local loop.
 from hypothesis import settings  # noqa: E402
+from jax.sharding import Mesh  # noqa: E402
 
 import partitioner  # noqa: E402
+from partitioner.testing.plugin import MeshFactory  # noqa: E402
 
 # Under CI (CI=true) the examples are derandomized, so a landing is never decided by a
 # lucky draw; local runs keep exploring new examples every time.
@@ -59,6 +62,22 @@ def pytest_configure(config: pytest.Config) -> None:
     named = ("partitioner", "_partitioner_pytest", "partitioner.testing.plugin")
     if not any(plugins.has_plugin(name) for name in named):
         raise pytest.UsageError(MSG_NO_PLUGIN)
+
+
+# --- meshes: the plugin's ``mesh`` factory, for the mesh many modules share ---
+
+
+@pytest.fixture
+def mesh_4x2(mesh: MeshFactory) -> Mesh:
+    """The 8 devices as a 4x2 ``("data", "model")`` mesh (Auto axes), as training runs over."""
+    return mesh((4, 2), ("data", "model"))
+
+
+@pytest.fixture
+def in_mesh_4x2(mesh_4x2: Mesh) -> Iterator[Mesh]:
+    """``mesh_4x2`` in context (``partitioner.mesh``, the classic mesh context pjit reads)."""
+    with partitioner.mesh(mesh_4x2.devices, mesh_4x2.axis_names) as in_context:
+        yield in_context
 
 
 # --- front doors: which SPMD partitioner ---

@@ -12,8 +12,7 @@ from types import ModuleType
 from typing import Any
 
 import jax
-import numpy as np
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from tests.helpers import assert_laid_out
 
@@ -28,15 +27,6 @@ def load_example(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def mesh_4x2() -> Mesh:
-    """The 8 devices as a 4x2 ``("data", "model")`` mesh with Auto axes."""
-    return Mesh(
-        np.array(jax.devices()).reshape(4, 2),
-        ("data", "model"),
-        axis_types=(AxisType.Auto,) * 2,
-    )
 
 
 def is_spec(x: Any) -> bool:

@@ -18,11 +18,11 @@ import optax
 import pytest
 from flax import linen as nn
 from flax import nnx
+from jax.sharding import Mesh
 
 import partitioner
 from partitioner import AUTO, pjit
 from partitioner import PartitionSpec as P
-from tests.clients.clients_helpers import mesh_4x2
 
 # among the slowest modules measured (--durations)
 pytestmark = pytest.mark.slow
@@ -56,7 +56,7 @@ def _batch() -> tuple[jax.Array, jax.Array]:
 LOSS_RTOL = 5e-5
 
 
-def test_flax_linen_optax_adamw_with_a_typed_key_trains_as_jax_jit() -> None:
+def test_flax_linen_optax_adamw_with_a_typed_key_trains_as_jax_jit(mesh_4x2: Mesh) -> None:
     model = LinenMLP()
     tx = optax.adamw(1e-2)
     x, y = _batch()
@@ -84,7 +84,7 @@ def test_flax_linen_optax_adamw_with_a_typed_key_trains_as_jax_jit() -> None:
     keys = jax.random.split(jax.random.key(1), LOOP_STEPS)
     ours, theirs, inner = state, jax.tree.map(jnp.copy, state), jax.tree.map(jnp.copy, state)
     ref_losses = []
-    with jax.set_mesh(mesh_4x2()), partitioner.recording() as events:
+    with jax.set_mesh(mesh_4x2), partitioner.recording() as events:
         for k in keys:
             ours, loss = f(ours, (x, y), k)
             theirs, ref_loss = ref(theirs, (x, y), k)
@@ -93,7 +93,7 @@ def test_flax_linen_optax_adamw_with_a_typed_key_trains_as_jax_jit() -> None:
         report = f.lower(ours, (x, y), keys[0]).report()
     # The same loop with a jax.jit around the AUTO pjit: the choice is reused inside it.
     wrapped = jax.jit(lambda s, b, k: f(s, b, k), donate_argnums=0)
-    with jax.set_mesh(mesh_4x2()), partitioner.recording() as wrapped_events:
+    with jax.set_mesh(mesh_4x2), partitioner.recording() as wrapped_events:
         for k, ref_loss in zip(keys, ref_losses, strict=True):
             inner, loss = wrapped(inner, (x, y), k)
             assert_close(loss, ref_loss, rtol=LOSS_RTOL, atol=1e-6)
@@ -124,7 +124,7 @@ class NnxMLP(nnx.Module):
         return self.down(jax.nn.relu(self.up(x)))
 
 
-def test_flax_nnx_split_state_trains_as_jax_jit() -> None:
+def test_flax_nnx_split_state_trains_as_jax_jit(mesh_4x2: Mesh) -> None:
     graphdef, params = nnx.split(NnxMLP(nnx.Rngs(0)), nnx.Param)
     tx = optax.sgd(0.05, momentum=0.9)
     state = (params, tx.init(params))
@@ -143,7 +143,7 @@ def test_flax_nnx_split_state_trains_as_jax_jit() -> None:
     f = pjit(step, in_axis_resources=(AUTO, (DATA, DATA)), out_axis_resources=(AUTO, P()))
     ref = jax.jit(step)
     ours, theirs = state, state
-    with jax.set_mesh(mesh_4x2()):
+    with jax.set_mesh(mesh_4x2):
         for _ in range(STEPS):
             ours, loss = f(ours, (x, y))
             theirs, ref_loss = ref(theirs, (x, y))

@@ -25,7 +25,7 @@ from jax.sharding import Mesh, NamedSharding
 import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import pjit
-from tests.clients.clients_helpers import assert_tree_laid_out, mesh_4x2, named_shardings
+from tests.clients.clients_helpers import assert_tree_laid_out, named_shardings
 from tests.helpers import assert_close
 
 # among the slowest modules measured (--durations)
@@ -88,11 +88,6 @@ DROPOUT_KEYS = jax.random.split(jax.random.key(1), STEPS)  # typed keys, one a s
 
 
 @pytest.fixture(scope="module")
-def mesh() -> Mesh:
-    return mesh_4x2()
-
-
-@pytest.fixture(scope="module")
 def state_specs() -> Any:
     """Mesh specs for the whole TrainState: step, params and adamw's mu / nu."""
     x, _ = _batch()
@@ -111,8 +106,13 @@ def _train(step: Any, state: TrainState, steps: int = STEPS) -> tuple[TrainState
 
 
 @pytest.fixture(scope="module")
-def reference(mesh: Mesh, state_specs: Any) -> tuple[Any, list[float]]:
-    """jax.jit's final params and losses, with the same NamedShardings."""
+def reference(state_specs: Any) -> tuple[Any, list[float]]:
+    """jax.jit's final params and losses, with the same NamedShardings.
+
+    Run once for the module, so over a mesh built here: the plugin's ``mesh`` fixture
+    builds one per test. It equals the tests' ``mesh_4x2``.
+    """
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("data", "model"))
     shardings, data = named_shardings(mesh, state_specs), NamedSharding(mesh, DATA)
     init = jax.jit(init_state, in_shardings=(None, data), out_shardings=shardings)
     step = jax.jit(
@@ -136,11 +136,15 @@ def test_the_spec_tree_follows_the_logical_rules(state_specs: Any) -> None:
     assert adam.mu == params and adam.nu == params and adam.count == P()
 
 
-def test_logical_constraints_reach_the_lowered_module(mesh, state_specs) -> None:
+def test_logical_constraints_reach_the_lowered_module(mesh_4x2, state_specs) -> None:
     """Under jax.set_mesh, nn.with_logical_constraint pins the hidden layer in the StableHLO."""
     step = pjit(train_step, (state_specs, DATA, DATA, None), (state_specs, None))
     x, y = _batch()
-    with jax.set_mesh(mesh), nn.logical_axis_rules(RULES), partitioner.spmd_partitioner("shardy"):
+    with (
+        jax.set_mesh(mesh_4x2),
+        nn.logical_axis_rules(RULES),
+        partitioner.spmd_partitioner("shardy"),
+    ):
         state = pjit(init_state, (None, DATA), state_specs)(INIT_KEY, x)
         text = step.lower(state, x, y, DROPOUT_KEYS[0]).as_text()
     hidden = f"tensor<{BATCH}x{D_HIDDEN}xf32>"
@@ -151,26 +155,26 @@ def test_logical_constraints_reach_the_lowered_module(mesh, state_specs) -> None
     ), text
 
 
-def test_training_matches_jax_jit(partitioner_mode, mesh, state_specs, reference) -> None:
+def test_training_matches_jax_jit(partitioner_mode, mesh_4x2, state_specs, reference) -> None:
     ref_params, ref_losses = reference
     init = pjit(init_state, (None, DATA), state_specs)
     step = pjit(train_step, (state_specs, DATA, DATA, None), (state_specs, None), donate_argnums=0)
-    with jax.set_mesh(mesh), nn.logical_axis_rules(RULES):
+    with jax.set_mesh(mesh_4x2), nn.logical_axis_rules(RULES):
         state = init(INIT_KEY, _batch()[0])
-        assert_tree_laid_out(state, mesh, state_specs)  # sharded by init's out specs
+        assert_tree_laid_out(state, mesh_4x2, state_specs)  # sharded by init's out specs
         state, losses = _train(step, state)
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-5, atol=1e-5)
     assert losses[-1] < 0.5 * losses[0], losses
     assert_close(state.params, ref_params)
-    assert_tree_laid_out(state, mesh, state_specs)
+    assert_tree_laid_out(state, mesh_4x2, state_specs)
 
 
-def test_the_donated_state_is_deleted_and_reusing_it_raises(mesh, state_specs) -> None:
+def test_the_donated_state_is_deleted_and_reusing_it_raises(mesh_4x2, state_specs) -> None:
     init = pjit(init_state, (None, DATA), state_specs)
     step = pjit(train_step, (state_specs, DATA, DATA, None), (state_specs, None), donate_argnums=0)
     x, y = _batch()
     # partitioner.mesh, the classic context: flax's logical constraints are no-ops under it.
-    with partitioner.mesh(mesh.devices, mesh.axis_names), nn.logical_axis_rules(RULES):
+    with partitioner.mesh(mesh_4x2.devices, mesh_4x2.axis_names), nn.logical_axis_rules(RULES):
         old = init(INIT_KEY, x)
         state, loss = step(old, x, y, DROPOUT_KEYS[0])
         float(loss)
@@ -186,14 +190,16 @@ def test_the_donated_state_is_deleted_and_reusing_it_raises(mesh, state_specs) -
     assert not any(leaf.is_deleted() for leaf in jax.tree.leaves(state))
 
 
-def test_jax_jit_around_the_pjit_step(jax_partitioner_mode, mesh, state_specs, reference) -> None:
+def test_jax_jit_around_the_pjit_step(
+    jax_partitioner_mode, mesh_4x2, state_specs, reference
+) -> None:
     """``jax.jit(pjit(step))`` with numpy (uncommitted) batches: same losses and layouts."""
     ref_params, ref_losses = reference
     init = pjit(init_state, (None, DATA), state_specs)
     inner = pjit(train_step, (state_specs, DATA, DATA, None), (state_specs, None), donate_argnums=0)
     step = jax.jit(inner, donate_argnums=0)
-    with jax.set_mesh(mesh), nn.logical_axis_rules(RULES):
+    with jax.set_mesh(mesh_4x2), nn.logical_axis_rules(RULES):
         state, losses = _train(step, init(INIT_KEY, _batch()[0]))
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-5, atol=1e-5)
     assert_close(state.params, ref_params)
-    assert_tree_laid_out(state, mesh, state_specs)
+    assert_tree_laid_out(state, mesh_4x2, state_specs)

@@ -18,14 +18,13 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import NamedSharding
 
 from partitioner import PartitionSpec as P
 from partitioner import pjit
 from tests.clients.clients_helpers import (
     assert_specs_mirror,
     assert_tree_laid_out,
-    mesh_4x2,
     named_shardings,
 )
 from tests.helpers import assert_close
@@ -115,28 +114,23 @@ def _train(step: Any, state: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[flo
     return tuple(state), losses
 
 
-@pytest.fixture(scope="module")
-def mesh() -> Mesh:
-    return mesh_4x2()
-
-
-def test_eager_sharding_gives_the_spec_tree(mesh) -> None:
-    with jax.set_mesh(mesh):
+def test_eager_sharding_gives_the_spec_tree(mesh_4x2) -> None:
+    with jax.set_mesh(mesh_4x2):
         _, params, rest = _split_model()
         opt_state = TX.init(params)
     param_specs, rest_specs, opt_specs = _specs(params, rest, opt_state)
     assert param_specs["up"]["kernel"].get_value() == P(None, "model")
     assert param_specs["down"]["kernel"].get_value() == P("model", None)
     assert param_specs["down"]["bias"].get_value() == P()
-    assert_tree_laid_out(params, mesh, param_specs)  # created sharded, no pjit needed
+    assert_tree_laid_out(params, mesh_4x2, param_specs)  # created sharded, no pjit needed
     assert_specs_mirror(opt_specs, opt_state)  # adamw's EmptyStates stay empty nodes
     adam = opt_specs[0]
     assert adam.count is None and adam.mu == param_specs and adam.nu == param_specs
     assert jax.tree.leaves(rest_specs) == [P(), P()]  # dropout's RNG count and key
 
 
-def test_training_matches_jax_jit(partitioner_mode, mesh) -> None:
-    with jax.set_mesh(mesh):
+def test_training_matches_jax_jit(partitioner_mode, mesh_4x2) -> None:
+    with jax.set_mesh(mesh_4x2):
         graphdef, params, rest = _split_model()
         opt_state = TX.init(params)
         specs = _specs(params, rest, opt_state)
@@ -144,8 +138,8 @@ def test_training_matches_jax_jit(partitioner_mode, mesh) -> None:
         step = pjit(train_step, (*specs, DATA, DATA), (*specs, None), donate_argnums=(0, 1, 2))
         (params, rest, opt_state), losses = _train(step, (params, rest, opt_state))
 
-        shardings = tuple(named_shardings(mesh, s) for s in specs)
-        data = NamedSharding(mesh, DATA)
+        shardings = tuple(named_shardings(mesh_4x2, s) for s in specs)
+        data = NamedSharding(mesh_4x2, DATA)
         ref_step = jax.jit(
             train_step,
             in_shardings=(*shardings, data, data),
@@ -167,12 +161,12 @@ def test_training_matches_jax_jit(partitioner_mode, mesh) -> None:
         == int(ref_rest["drop"]["rngs"]["count"].get_value())
     )
     for tree, spec in zip((params, rest, opt_state), specs):
-        assert_tree_laid_out(tree, mesh, spec)
+        assert_tree_laid_out(tree, mesh_4x2, spec)
 
 
-def test_the_donated_state_is_deleted(mesh) -> None:
+def test_the_donated_state_is_deleted(mesh_4x2) -> None:
     x, y = _batch()
-    with jax.set_mesh(mesh):
+    with jax.set_mesh(mesh_4x2):
         graphdef, params, rest = _split_model()
         opt_state = TX.init(params)
         specs = _specs(params, rest, opt_state)

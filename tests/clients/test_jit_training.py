@@ -17,11 +17,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from jax.sharding import NamedSharding
+from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import partitioner
-from tests.clients.clients_helpers import mesh_4x2
 
 # among the slowest modules measured (--durations)
 pytestmark = pytest.mark.slow
@@ -44,8 +43,7 @@ def _fsdp(mesh: Any, tree: Any) -> Any:
     return jax.tree.map(one, tree)
 
 
-def _run(jit: Any, steps: int = 4) -> tuple[list[float], Any, list[bool]]:
-    mesh = mesh_4x2()
+def _run(jit: Any, mesh: Mesh, steps: int = 4) -> tuple[list[float], Any, list[bool]]:
     model, tx = _MLP(), optax.adamw(1e-2)
     x = np.linspace(-1, 1, 64 * 8, dtype=np.float32).reshape(64, 8)
     y = np.cos(x[:, :4])
@@ -83,9 +81,9 @@ def _run(jit: Any, steps: int = 4) -> tuple[list[float], Any, list[bool]]:
 
 
 @pytest.mark.filterwarnings("ignore:.*donated buffers were not usable")
-def test_flax_optax_loop_switches_from_jax_jit_by_one_name() -> None:
-    want_losses, want_params, want_consumed = _run(jax.jit)
-    losses, params, consumed = _run(partitioner.jit)
+def test_flax_optax_loop_switches_from_jax_jit_by_one_name(mesh_4x2: Mesh) -> None:
+    want_losses, want_params, want_consumed = _run(jax.jit, mesh_4x2)
+    losses, params, consumed = _run(partitioner.jit, mesh_4x2)
     np.testing.assert_allclose(losses, want_losses, rtol=1e-6)
     for ours, theirs in zip(jax.tree.leaves(params), jax.tree.leaves(want_params), strict=True):
         np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-5, atol=1e-6)

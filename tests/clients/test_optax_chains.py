@@ -25,7 +25,6 @@ from partitioner import pjit
 from tests.clients.clients_helpers import (
     assert_specs_mirror,
     assert_tree_laid_out,
-    mesh_4x2,
     named_shardings,
 )
 from tests.helpers import assert_close
@@ -138,11 +137,6 @@ def _run(init: Any, update: Any) -> tuple[list[Any], list[Any], list[float]]:
     return history, [params, opt_state], losses
 
 
-@pytest.fixture(scope="module")
-def mesh() -> Mesh:
-    return mesh_4x2()
-
-
 #: Each optimizer under one of XLA's partitioners, in turn: what differs between the chains
 #: is their state's pytree, which both partitioners see the same (the other test files run
 #: every step under both).
@@ -150,9 +144,9 @@ CASES = [(name, ("gspmd", "shardy")[k % 2]) for k, name in enumerate(OPTIMIZERS)
 
 
 @pytest.mark.parametrize(("name", "mode"), CASES)
-def test_donated_update_matches_jax_jit(mesh, name: str, mode: str) -> None:
+def test_donated_update_matches_jax_jit(mesh_4x2, name: str, mode: str) -> None:
     with partitioner.spmd_partitioner(mode):
-        check_donated_update(mesh, name)
+        check_donated_update(mesh_4x2, name)
 
 
 def check_donated_update(mesh: Mesh, name: str) -> None:

@@ -16,12 +16,12 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
-from jax.sharding import NamedSharding
+from jax.sharding import Mesh, NamedSharding
 
 from partitioner import PartitionSpec as P
 from partitioner import pjit
 from partitioner.host_callback import barrier_wait, id_tap
-from tests.clients.clients_helpers import load_example, mesh_4x2
+from tests.clients.clients_helpers import load_example
 
 # among the slowest modules measured (--durations)
 pytestmark = pytest.mark.slow
@@ -31,13 +31,12 @@ def _is_spec(s: Any) -> bool:
     return s is None or isinstance(s, P)
 
 
-def test_linen_optax_step_taps_metrics_in_step_order(partitioner_mode) -> None:
+def test_linen_optax_step_taps_metrics_in_step_order(partitioner_mode, mesh_4x2: Mesh) -> None:
     ex = load_example("tap_training")
-    mesh = mesh_4x2()
     x, y = ex.make_data()
     specs = ex.state_specs(ex.init_state())
     state, ref_state = ex.init_state(), ex.init_state()
-    with jax.set_mesh(mesh):
+    with jax.set_mesh(mesh_4x2):
         step = pjit(
             lambda s, x, y: ex.train_step(s, x, y, tap=True),
             (specs, P("data"), P("data")),
@@ -47,8 +46,10 @@ def test_linen_optax_step_taps_metrics_in_step_order(partitioner_mode) -> None:
         for _ in range(ex.STEPS):
             state, _ = step(state, x, y)
         barrier_wait()
-        shardings = jax.tree.map(lambda s: NamedSharding(mesh, s or P()), specs, is_leaf=_is_spec)
-        data = NamedSharding(mesh, P("data"))
+        shardings = jax.tree.map(
+            lambda s: NamedSharding(mesh_4x2, s or P()), specs, is_leaf=_is_spec
+        )
+        data = NamedSharding(mesh_4x2, P("data"))
 
         def reference(s: Any, x: Any, y: Any) -> Any:
             (loss, _), grads = jax.value_and_grad(ref_loss(s), has_aux=True)(s["params"])
@@ -93,7 +94,7 @@ class Tapped(nnx.Module):
         return self.down(h)
 
 
-def test_nnx_module_taps_activations_and_their_cotangents(partitioner_mode) -> None:
+def test_nnx_module_taps_activations_and_their_cotangents(partitioner_mode, mesh_4x2: Mesh) -> None:
     seen: list[Any] = []
     graphdef, params = nnx.split(Tapped(nnx.Rngs(0), seen))
     x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8)
@@ -102,7 +103,7 @@ def test_nnx_module_taps_activations_and_their_cotangents(partitioner_mode) -> N
         model = nnx.merge(graphdef, params)
         return jnp.sum(model(x) ** 2)
 
-    with jax.set_mesh(mesh_4x2()):
+    with jax.set_mesh(mesh_4x2):
         grads = pjit(jax.grad(loss), (None, P("data")), None)(params, x)
     barrier_wait()
     assert [t for t, _ in seen] == [(), ("jvp", "transpose")]

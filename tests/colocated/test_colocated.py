@@ -30,14 +30,10 @@ import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import _testing as testing
 from partitioner import colocated_python, colocated_python_class, pjit
+from partitioner.testing.plugin import MeshFactory
 from tests.helpers import devices
 
 WAIT_S = 30.0  # a bound on every wait, so a regression fails instead of hanging
-
-
-@pytest.fixture
-def mesh() -> Mesh:
-    return Mesh(np.array(devices(8)).reshape(4, 2), ("data", "model"))
 
 
 def put(x: Any, mesh: Mesh, spec: P) -> jax.Array:
@@ -52,9 +48,9 @@ def doubled(a: jax.Array) -> jax.Array:
 # --- semantics ---
 
 
-def test_runs_once_per_call_on_the_arguments_as_given(mesh: Mesh) -> None:
-    x = put(np.arange(32.0).reshape(8, 4), mesh, P("data", "model"))
-    y = put(np.ones(4, np.int32), mesh, P())
+def test_runs_once_per_call_on_the_arguments_as_given(mesh_4x2: Mesh) -> None:
+    x = put(np.arange(32.0).reshape(8, 4), mesh_4x2, P("data", "model"))
+    y = put(np.ones(4, np.int32), mesh_4x2, P())
     seen: list[tuple[Any, ...]] = []
 
     @colocated_python
@@ -71,8 +67,8 @@ def test_runs_once_per_call_on_the_arguments_as_given(mesh: Mesh) -> None:
     assert seen[0] == ((8, 4), x.sharding, (4,), np.int32)
 
 
-def test_a_call_returns_before_the_function_has_run(mesh: Mesh) -> None:
-    x = put(np.arange(16.0), mesh, P("data"))
+def test_a_call_returns_before_the_function_has_run(mesh_4x2: Mesh) -> None:
+    x = put(np.arange(16.0), mesh_4x2, P("data"))
     release, started = threading.Event(), threading.Event()
 
     @colocated_python
@@ -91,9 +87,9 @@ def test_a_call_returns_before_the_function_has_run(mesh: Mesh) -> None:
 
 
 def test_without_out_specs_fn_the_first_call_discovers_the_outputs_and_later_ones_are_async(
-    mesh: Mesh,
+    mesh_4x2: Mesh,
 ) -> None:
-    x = put(np.arange(16.0), mesh, P("data"))
+    x = put(np.arange(16.0), mesh_4x2, P("data"))
     release = threading.Event()
     ran: list[int] = []
 
@@ -113,8 +109,8 @@ def test_without_out_specs_fn_the_first_call_discovers_the_outputs_and_later_one
     assert ran == [1, 1]
 
 
-def test_successive_calls_on_the_same_devices_run_in_call_order(mesh: Mesh) -> None:
-    x = put(np.arange(16.0), mesh, P("data"))
+def test_successive_calls_on_the_same_devices_run_in_call_order(mesh_4x2: Mesh) -> None:
+    x = put(np.arange(16.0), mesh_4x2, P("data"))
     order: list[int] = []
     gate = threading.Event()
 
@@ -125,7 +121,7 @@ def test_successive_calls_on_the_same_devices_run_in_call_order(mesh: Mesh) -> N
         return jax.device_put(np.asarray(a) * int(k), a.sharding)
 
     g = f.specialize(out_specs_fn=lambda a, k: a)
-    ks = [put(np.int32(k), mesh, P()) for k in range(12)]
+    ks = [put(np.int32(k), mesh_4x2, P()) for k in range(12)]
     outs = [g(x, k) for k in ks]
     assert order == []
     gate.set()
@@ -134,8 +130,8 @@ def test_successive_calls_on_the_same_devices_run_in_call_order(mesh: Mesh) -> N
     assert order == list(range(12))
 
 
-def test_device_work_on_the_same_devices_goes_on_while_the_function_runs(mesh: Mesh) -> None:
-    x = put(np.arange(32.0).reshape(8, 4), mesh, P("data", "model"))
+def test_device_work_on_the_same_devices_goes_on_while_the_function_runs(mesh_4x2: Mesh) -> None:
+    x = put(np.arange(32.0).reshape(8, 4), mesh_4x2, P("data", "model"))
     release = threading.Event()
 
     @colocated_python
@@ -145,7 +141,7 @@ def test_device_work_on_the_same_devices_goes_on_while_the_function_runs(mesh: M
 
     g = slow.specialize(out_specs_fn=lambda a: a)
     step = pjit(lambda v: jnp.tanh(v @ v.T).sum(0), P("data", "model"), P("data"))
-    with partitioner.mesh(mesh.devices, mesh.axis_names):
+    with partitioner.mesh(mesh_4x2.devices, mesh_4x2.axis_names):
         pending = g(x)
         for _ in range(3):  # collectives over all 8 devices, while every device's callback waits
             got = step(x).block_until_ready()
@@ -156,27 +152,27 @@ def test_device_work_on_the_same_devices_goes_on_while_the_function_runs(mesh: M
     np.testing.assert_array_equal(np.asarray(pending), xs * 2)
 
 
-def test_outputs_feed_a_pjit_step(mesh: Mesh) -> None:
+def test_outputs_feed_a_pjit_step(mesh_4x2: Mesh) -> None:
     """The loader idiom in one process: a colocated function makes the batch."""
-    step_no = put(np.int32(0), mesh, P())
+    step_no = put(np.int32(0), mesh_4x2, P())
 
     @colocated_python
     def batch(k: jax.Array) -> jax.Array:
         rows = np.arange(8 * 4, dtype=np.float32).reshape(8, 4) + int(k)
-        return jax.device_put(rows, NamedSharding(mesh, P("data")))
+        return jax.device_put(rows, NamedSharding(mesh_4x2, P("data")))
 
     train = pjit(lambda b, w: jnp.sum(jnp.tanh(b @ w)), (P("data"), P()), P())
     w = np.linspace(-1, 1, 8, dtype=np.float32).reshape(4, 2)
-    with partitioner.mesh(mesh.devices, mesh.axis_names):
+    with partitioner.mesh(mesh_4x2.devices, mesh_4x2.axis_names):
         for k in range(3):
             loss = train(batch(step_no + k), w)
             rows = np.arange(32, dtype=np.float32).reshape(8, 4) + k
             np.testing.assert_allclose(float(loss), np.tanh(rows @ w).sum(), rtol=1e-5)
 
 
-def test_outputs_may_live_on_another_layout_of_the_devices(mesh: Mesh) -> None:
-    x = put(np.arange(16.0), mesh, P("data"))
-    one = NamedSharding(mesh, P())
+def test_outputs_may_live_on_another_layout_of_the_devices(mesh_4x2: Mesh) -> None:
+    x = put(np.arange(16.0), mesh_4x2, P("data"))
+    one = NamedSharding(mesh_4x2, P())
 
     @colocated_python
     def stats(a: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -190,6 +186,7 @@ def test_outputs_may_live_on_another_layout_of_the_devices(mesh: Mesh) -> None:
     assert first.devices() == {devices(8)[3]} and float(first[0]) == 0.0
 
 
+@pytest.mark.needs_devices(8)
 def test_a_call_without_inputs_runs_on_the_devices_it_was_specialized_to() -> None:
     dev = devices(8)[5]
 
@@ -206,9 +203,9 @@ def test_a_call_without_inputs_runs_on_the_devices_it_was_specialized_to() -> No
 
 
 def test_an_exception_surfaces_where_an_output_is_consumed_and_does_not_poison_later_calls(
-    mesh: Mesh,
+    mesh_4x2: Mesh,
 ) -> None:
-    x = put(np.arange(16.0), mesh, P("data"))
+    x = put(np.arange(16.0), mesh_4x2, P("data"))
     fail = [True]
 
     @colocated_python
@@ -228,8 +225,8 @@ def test_an_exception_surfaces_where_an_output_is_consumed_and_does_not_poison_l
     np.testing.assert_array_equal(np.asarray(g(x)), np.arange(16.0) * 2)
 
 
-def test_an_exception_in_the_discovery_call_is_raised_at_the_call(mesh: Mesh) -> None:
-    x = put(np.arange(16.0), mesh, P("data"))
+def test_an_exception_in_the_discovery_call_is_raised_at_the_call(mesh_4x2: Mesh) -> None:
+    x = put(np.arange(16.0), mesh_4x2, P("data"))
 
     @colocated_python
     def broken(a: jax.Array) -> jax.Array:
@@ -249,9 +246,11 @@ def test_an_argument_that_is_not_a_jax_array_is_a_value_error(args: Any, where: 
         f(*args)
 
 
-def test_arguments_on_different_device_lists_are_a_value_error(mesh: Mesh) -> None:
-    a = put(np.arange(8.0), mesh, P("data"))
-    other = Mesh(np.array(devices(8)[:4]), ("x",))
+def test_arguments_on_different_device_lists_are_a_value_error(
+    mesh_4x2: Mesh, mesh: MeshFactory
+) -> None:
+    a = put(np.arange(8.0), mesh_4x2, P("data"))
+    other = mesh((4,), ("x",))
     b = put(np.arange(8.0), other, P("x"))
     with pytest.raises(ValueError, match="same device list.*multiple device lists"):
         colocated_python(lambda a, b: a)(a, b)
@@ -262,8 +261,8 @@ def test_a_call_without_inputs_and_without_devices_is_a_value_error() -> None:
         colocated_python(lambda: None)()
 
 
-def test_outputs_that_disagree_with_out_specs_fn_are_a_clear_error(mesh: Mesh) -> None:
-    x = put(np.arange(16.0), mesh, P("data"))
+def test_outputs_that_disagree_with_out_specs_fn_are_a_clear_error(mesh_4x2: Mesh) -> None:
+    x = put(np.arange(16.0), mesh_4x2, P("data"))
 
     @colocated_python
     def half(a: jax.Array) -> jax.Array:
@@ -286,9 +285,9 @@ def test_outputs_that_disagree_with_out_specs_fn_are_a_clear_error(mesh: Mesh) -
         no_sharding(x)
 
 
-def test_each_field_can_be_specialized_once(mesh: Mesh) -> None:
+def test_each_field_can_be_specialized_once(mesh_4x2: Mesh) -> None:
     f = colocated_python(lambda a: a)
-    spec = jax.ShapeDtypeStruct((16,), jnp.float32, sharding=NamedSharding(mesh, P("data")))
+    spec = jax.ShapeDtypeStruct((16,), jnp.float32, sharding=NamedSharding(mesh_4x2, P("data")))
     g = f.specialize(in_specs=((spec,), {}), out_specs_fn=lambda a: a, devices=devices(8))
     with pytest.raises(ValueError, match="in_specs already specified"):
         g.specialize(in_specs=((spec,), {}))
@@ -296,13 +295,13 @@ def test_each_field_can_be_specialized_once(mesh: Mesh) -> None:
         g.specialize(out_specs_fn=lambda a: a)
     with pytest.raises(ValueError, match="devices already specified"):
         g.specialize(devices=devices(8))
-    x = put(np.arange(16.0), mesh, P("data"))
+    x = put(np.arange(16.0), mesh_4x2, P("data"))
     np.testing.assert_array_equal(np.asarray(g(x)), np.arange(16.0))
     with pytest.raises(ValueError, match=r"argument leaf 0 is .*\(8,\).*specialized to in_specs"):
-        g(put(np.arange(8.0), mesh, P("data")))
+        g(put(np.arange(8.0), mesh_4x2, P("data")))
 
 
-def test_bad_specializations_are_rejected(mesh: Mesh) -> None:
+def test_bad_specializations_are_rejected(mesh_4x2: Mesh) -> None:
     f = colocated_python(lambda a: a)
     with pytest.raises(TypeError, match="out_specs_fn must be callable"):
         f.specialize(out_specs_fn=3)  # type: ignore[arg-type]
@@ -315,12 +314,12 @@ def test_bad_specializations_are_rejected(mesh: Mesh) -> None:
 # --- caches (NOTE [specialization caches]) ---
 
 
-def test_weak_and_strong_cache_hits_and_clear_caches(mesh: Mesh) -> None:
+def test_weak_and_strong_cache_hits_and_clear_caches(mesh_4x2: Mesh) -> None:
     @colocated_python
     def f(a: jax.Array) -> jax.Array:
         return doubled(a)
 
-    x = put(np.arange(16.0), mesh, P("data"))
+    x = put(np.arange(16.0), mesh_4x2, P("data"))
     with partitioner.recording() as first:
         f(x).block_until_ready()
     assert first.get("colocated_specialize") == 1 and f.cache_size() == 1
@@ -328,7 +327,7 @@ def test_weak_and_strong_cache_hits_and_clear_caches(mesh: Mesh) -> None:
         f(x).block_until_ready()
     assert again.get("colocated_weak_hit") == 1 and "colocated_specialize" not in again
     # An equal layout in a new sharding object: found by value, then by id.
-    y = put(np.arange(16.0) + 1, Mesh(mesh.devices, mesh.axis_names), P("data"))
+    y = put(np.arange(16.0) + 1, Mesh(mesh_4x2.devices, mesh_4x2.axis_names), P("data"))
     assert y.sharding is not x.sharding
     with partitioner.recording() as strong:
         np.testing.assert_array_equal(np.asarray(f(y)), (np.arange(16.0) + 1) * 2)
@@ -338,7 +337,7 @@ def test_weak_and_strong_cache_hits_and_clear_caches(mesh: Mesh) -> None:
     assert weak.get("colocated_weak_hit") == 1
     assert f.cache_size() == 1
     # Another layout is another specialization.
-    f(put(np.arange(16.0), mesh, P())).block_until_ready()
+    f(put(np.arange(16.0), mesh_4x2, P())).block_until_ready()
     assert f.cache_size() == 2
 
     jax.clear_caches()
@@ -348,8 +347,8 @@ def test_weak_and_strong_cache_hits_and_clear_caches(mesh: Mesh) -> None:
     assert after.get("colocated_specialize") == 1 and f.cache_size() == 1
 
 
-def test_a_dropped_function_frees_its_entries(mesh: Mesh) -> None:
-    x = put(np.arange(16.0), mesh, P("data"))
+def test_a_dropped_function_frees_its_entries(mesh_4x2: Mesh) -> None:
+    x = put(np.arange(16.0), mesh_4x2, P("data"))
 
     def body(a: jax.Array) -> jax.Array:
         return doubled(a)
@@ -363,8 +362,8 @@ def test_a_dropped_function_frees_its_entries(mesh: Mesh) -> None:
     assert gone() is None
 
 
-def test_a_colocated_function_may_call_another_on_its_devices(mesh: Mesh) -> None:
-    x = put(np.arange(16.0), mesh, P("data"))
+def test_a_colocated_function_may_call_another_on_its_devices(mesh_4x2: Mesh) -> None:
+    x = put(np.arange(16.0), mesh_4x2, P("data"))
     inner = colocated_python(doubled)
     inner_async = colocated_python(doubled).specialize(out_specs_fn=lambda a: a)
 
@@ -423,9 +422,9 @@ def test_calls_already_made_run_before_the_interpreter_exits(tmp_path: Any) -> N
 
 
 def test_a_function_without_outputs_runs_in_order_and_logs_its_error(
-    mesh: Mesh, caplog: pytest.LogCaptureFixture
+    mesh_4x2: Mesh, caplog: pytest.LogCaptureFixture
 ) -> None:
-    x = put(np.arange(16.0), mesh, P("data"))
+    x = put(np.arange(16.0), mesh_4x2, P("data"))
     seen: list[float] = []
 
     @colocated_python
@@ -449,10 +448,10 @@ def test_a_function_without_outputs_runs_in_order_and_logs_its_error(
 # --- real clients: flax and optax states, typed PRNG keys ---
 
 
-def test_flax_params_and_an_optax_state_go_through_whole(mesh: Mesh) -> None:
+def test_flax_params_and_an_optax_state_go_through_whole(mesh_4x2: Mesh) -> None:
     model = flax_linen.Dense(8)
     params = model.init(jax.random.key(0), jnp.ones((2, 4)))
-    params = jax.device_put(params, NamedSharding(mesh, P()))
+    params = jax.device_put(params, NamedSharding(mesh_4x2, P()))
     state = optax.adamw(1e-3).init(params)  # its step count is an uncommitted array
 
     @colocated_python
@@ -469,9 +468,9 @@ def test_flax_params_and_an_optax_state_go_through_whole(mesh: Mesh) -> None:
             np.testing.assert_allclose(np.asarray(g), w, rtol=1e-6)
 
 
-def test_typed_prng_keys_in_and_out(mesh: Mesh) -> None:
-    key = jax.device_put(jax.random.key(7), NamedSharding(mesh, P()))
-    rows = NamedSharding(mesh, P("data"))
+def test_typed_prng_keys_in_and_out(mesh_4x2: Mesh) -> None:
+    key = jax.device_put(jax.random.key(7), NamedSharding(mesh_4x2, P()))
+    rows = NamedSharding(mesh_4x2, P("data"))
 
     def split(k: jax.Array) -> jax.Array:
         return jax.device_put(jax.random.split(k, 8), rows)
@@ -507,11 +506,11 @@ def maybe_slow(fun: Any, slow: bool) -> Any:
 
 @PATHS
 def test_outputs_keep_the_sharding_memory_kind_and_dtype_the_function_gave(
-    mesh: Mesh, slow: bool
+    mesh_4x2: Mesh, slow: bool
 ) -> None:
     one = jax.sharding.SingleDeviceSharding(jax.devices()[3])
     pinned_one = jax.sharding.SingleDeviceSharding(jax.devices()[3], memory_kind="pinned_host")
-    pinned_rows = NamedSharding(mesh, P("data"), memory_kind="pinned_host")
+    pinned_rows = NamedSharding(mesh_4x2, P("data"), memory_kind="pinned_host")
     key = jax.device_put(jax.random.key(5), one)
     x = jax.device_put(np.arange(8.0, dtype=np.float32), one)
 
@@ -549,10 +548,10 @@ def test_outputs_keep_the_sharding_memory_kind_and_dtype_the_function_gave(
 
 @PATHS
 def test_string_outputs_come_back_and_why_they_run_synchronously_is_logged_once(
-    mesh: Mesh, slow: bool, caplog: pytest.LogCaptureFixture
+    mesh_4x2: Mesh, slow: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     strings = np.dtypes.StringDType()
-    x = put(np.arange(8), mesh, P("data"))
+    x = put(np.arange(8), mesh_4x2, P("data"))
 
     def spelled(a: jax.Array) -> jax.Array:
         return jax.device_put(np.array([f"n{v}" for v in np.asarray(a)], strings), a.sharding)
@@ -572,6 +571,7 @@ def test_string_outputs_come_back_and_why_they_run_synchronously_is_logged_once(
     assert logged == 2 if slow else logged <= 2
 
 
+@pytest.mark.needs_devices(2)
 @pytest.mark.parametrize("specified", [False, True])
 def test_nesting_across_device_lists_finishes(specified: bool) -> None:
     """``h`` on device 0, ``g`` on device 1 calling it, ``f`` on device 0 calling ``g``."""
@@ -601,8 +601,8 @@ def bounded(fun: Any) -> Any:
     return box[0]
 
 
-def test_calls_from_one_thread_run_in_order_and_other_threads_overlap(mesh: Mesh) -> None:
-    x = put(np.arange(8.0), mesh, P("data"))
+def test_calls_from_one_thread_run_in_order_and_other_threads_overlap(mesh_4x2: Mesh) -> None:
+    x = put(np.arange(8.0), mesh_4x2, P("data"))
     gate = threading.Event()
     order: list[int] = []
 
@@ -614,9 +614,9 @@ def test_calls_from_one_thread_run_in_order_and_other_threads_overlap(mesh: Mesh
         return a
 
     step = step.specialize(out_specs_fn=lambda a, k: a)
-    mine = [step(x, put(np.int32(k), mesh, P())) for k in range(3)]
+    mine = [step(x, put(np.int32(k), mesh_4x2, P())) for k in range(3)]
     other = threading.Thread(
-        target=lambda: step(x, put(np.int32(7), mesh, P())).block_until_ready()
+        target=lambda: step(x, put(np.int32(7), mesh_4x2, P())).block_until_ready()
     )
     other.start()
     other.join(WAIT_S)
@@ -674,7 +674,7 @@ def test_the_callable_wraps_the_function_as_functools_wraps_does() -> None:
         assert inspect.signature(g) == inspect.signature(scaled)
 
 
-def test_a_colocated_object_sees_its_calls_in_order_and_dies_on_a_worker(mesh: Mesh) -> None:
+def test_a_colocated_object_sees_its_calls_in_order_and_dies_on_a_worker(mesh_4x2: Mesh) -> None:
     died: list[str] = []
 
     class Plain:
@@ -693,7 +693,7 @@ def test_a_colocated_object_sees_its_calls_in_order_and_dies_on_a_worker(mesh: M
             return jax.device_put(np.float32(self.total), a.sharding)
 
     Counter = colocated_python_class(Plain)
-    x = put(np.ones(8, np.float32), mesh, P())
+    x = put(np.ones(8, np.float32), mesh_4x2, P())
     counter = Counter(1.0)
     assert Counter.__name__ == "Plain" and Counter.__doc__ == "Counts."
     assert counter.add.__wrapped__ is Plain.add and counter.add.__doc__ == "Add ``a``'s sum."
@@ -709,9 +709,9 @@ def test_a_colocated_object_sees_its_calls_in_order_and_dies_on_a_worker(mesh: M
     assert len(died) == 1 and died[0].startswith("partitioner-colocated")
 
 
-def test_colocated_cpu_devices_and_class_check_their_arguments(mesh: Mesh) -> None:
+def test_colocated_cpu_devices_and_class_check_their_arguments(mesh_4x2: Mesh) -> None:
     assert partitioner.colocated_cpu_devices(jax.devices()[:3]) == jax.devices()[:3]
-    assert partitioner.colocated_cpu_devices(mesh) is mesh  # CPU devices are their own
+    assert partitioner.colocated_cpu_devices(mesh_4x2) is mesh_4x2  # CPU devices are their own
     with pytest.raises(TypeError, match="colocated_cpu_devices: expected a jax.sharding.Mesh"):
         partitioner.colocated_cpu_devices(["cpu:0"])
     with pytest.raises(TypeError, match="colocated_python_class: cls must be a class"):
@@ -719,11 +719,11 @@ def test_colocated_cpu_devices_and_class_check_their_arguments(mesh: Mesh) -> No
 
 
 def test_an_idle_lane_worker_ends_and_a_later_call_starts_another(
-    mesh: Mesh, monkeypatch: pytest.MonkeyPatch
+    mesh_4x2: Mesh, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """NOTE [colocated lanes]: no thread outlives its use by more than IDLE_S."""
     monkeypatch.setattr(testing.colocated_runtime, "IDLE_S", 0.05)
-    x = put(np.arange(8.0), mesh, P("data"))
+    x = put(np.arange(8.0), mesh_4x2, P("data"))
     workers: list[threading.Thread] = []
 
     @colocated_python

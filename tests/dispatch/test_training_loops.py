@@ -20,20 +20,13 @@ import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import pjit
 from partitioner._testing import MAX_IN_FLIGHT, call_is_guarded
-from tests.helpers import arange, assert_close, devices
+from tests.helpers import arange, assert_close
 
 
 @pytest.fixture(params=["cpp", "python"])
 def dispatch_path(request: pytest.FixtureRequest):
     with partitioner.options.fast_path(request.param == "cpp"):
         yield request.param
-
-
-@pytest.fixture
-def mesh() -> Any:
-    m = Mesh(devices(4, 2), ("data", "model"))
-    with partitioner.mesh(m.devices, m.axis_names):
-        yield m
 
 
 def _step(state: dict[str, Any], batch: Any) -> tuple[dict[str, Any], Any]:
@@ -69,22 +62,24 @@ def _jax_losses(mesh: Mesh, batch: Any, steps: int) -> list[float]:
     return losses
 
 
-def test_donated_loop_with_collectives_runs_past_the_window(dispatch_path, mesh) -> None:
+def test_donated_loop_with_collectives_runs_past_the_window(dispatch_path, in_mesh_4x2) -> None:
     batch = arange(32, 8)
     step = pjit(_step, (SPECS, P("data")), (SPECS, None), donate_argnums=0)
     assert step(
-        jax.device_put(_init(), {k: NamedSharding(mesh, s) for k, s in SPECS.items()}), batch
+        jax.device_put(_init(), {k: NamedSharding(in_mesh_4x2, s) for k, s in SPECS.items()}), batch
     )
     state, losses = _init(), []
     for _ in range(3 * MAX_IN_FLIGHT):
         state, loss = step(state, batch)
         losses.append(float(loss))  # blocks on the loss each step, as loops do
-    np.testing.assert_allclose(losses, _jax_losses(mesh, batch, 3 * MAX_IN_FLIGHT), rtol=1e-5)
+    np.testing.assert_allclose(
+        losses, _jax_losses(in_mesh_4x2, batch, 3 * MAX_IN_FLIGHT), rtol=1e-5
+    )
     for k, spec in SPECS.items():
-        assert state[k].sharding.is_equivalent_to(NamedSharding(mesh, spec), 2)
+        assert state[k].sharding.is_equivalent_to(NamedSharding(in_mesh_4x2, spec), 2)
 
 
-def test_unblocked_donated_chain_does_not_hang(dispatch_path, mesh) -> None:
+def test_unblocked_donated_chain_does_not_hang(dispatch_path, in_mesh_4x2) -> None:
     """200 donated launches with collectives, never blocked on: the window bounds them."""
     batch = arange(32, 8)
     step = pjit(_step, (SPECS, P("data")), (SPECS, None), donate_argnums=0)
@@ -95,10 +90,10 @@ def test_unblocked_donated_chain_does_not_hang(dispatch_path, mesh) -> None:
             losses.append(loss)
     got = [float(x) for x in losses]
     assert events["window_wait"] >= 200 // MAX_IN_FLIGHT - 2  # the bound was kept
-    np.testing.assert_allclose(got[:20], _jax_losses(mesh, batch, 20), rtol=1e-5)
+    np.testing.assert_allclose(got[:20], _jax_losses(in_mesh_4x2, batch, 20), rtol=1e-5)
 
 
-def test_the_cpp_path_runs_donated_steps(mesh) -> None:
+def test_the_cpp_path_runs_donated_steps(in_mesh_4x2) -> None:
     batch = arange(32, 8)
     step = pjit(_step, (SPECS, P("data")), (SPECS, None), donate_argnums=0)
     state, _ = step(_init(), batch)
@@ -110,7 +105,7 @@ def test_the_cpp_path_runs_donated_steps(mesh) -> None:
     assert events["dispatch_miss"] == 0  # neither planned nor run by the Python path
 
 
-def test_reusing_a_donated_state_raises(dispatch_path, mesh) -> None:
+def test_reusing_a_donated_state_raises(dispatch_path, in_mesh_4x2) -> None:
     """``step(state)`` twice without taking the new state: a RuntimeError, not a crash.
 
     On the C++ path this is caught for a state passed again to its function's
@@ -132,7 +127,7 @@ def test_reusing_a_donated_state_raises(dispatch_path, mesh) -> None:
 
 
 @pytest.mark.parametrize("donate", [False, True])
-def test_a_loop_holds_no_more_arrays_than_jax_jit(dispatch_path, mesh, donate: bool) -> None:
+def test_a_loop_holds_no_more_arrays_than_jax_jit(dispatch_path, in_mesh_4x2, donate: bool) -> None:
     """20 steps updating a (1024, 1024) weight: one live copy, as under jax.jit."""
 
     def update(w: Any, x: Any) -> Any:
@@ -156,7 +151,7 @@ def test_a_loop_holds_no_more_arrays_than_jax_jit(dispatch_path, mesh, donate: b
 
     donate_argnums = (0,) if donate else ()
     ours = pjit(update, (P("data"), P("data")), P("data"), donate_argnums=donate_argnums)
-    shard = NamedSharding(mesh, P("data"))
+    shard = NamedSharding(in_mesh_4x2, P("data"))
     theirs = jax.jit(
         update, in_shardings=(shard, shard), out_shardings=shard, donate_argnums=donate_argnums
     )
@@ -166,7 +161,7 @@ def test_a_loop_holds_no_more_arrays_than_jax_jit(dispatch_path, mesh, donate: b
     assert_close(w_ours, w_theirs)
 
 
-def test_only_donating_or_windowed_functions_are_guarded(mesh) -> None:
+def test_only_donating_or_windowed_functions_are_guarded(in_mesh_4x2) -> None:
     batch = arange(32, 8)
     donating = pjit(_step, (SPECS, P("data")), (SPECS, None), donate_argnums=0)
     plain = pjit(lambda x: x * 2, P("data"), P("data"))

@@ -19,11 +19,9 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh
 
-import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import inspect, pjit, pmap, with_sharding_constraint
 from partitioner._testing import hlo_replica_groups
-from tests.helpers import devices
 
 # among the slowest modules measured (--durations)
 pytestmark = pytest.mark.slow
@@ -32,13 +30,7 @@ X = np.linspace(-1, 1, 32 * 16, dtype=np.float32).reshape(32, 16)
 W = np.linspace(-1, 1, 16 * 8, dtype=np.float32).reshape(16, 8)
 
 
-@pytest.fixture
-def mesh_4x2() -> Any:
-    with partitioner.mesh(devices(4, 2), ("data", "model")) as mesh:
-        yield mesh
-
-
-@pytest.mark.usefixtures("partitioner_mode", "mesh_4x2")
+@pytest.mark.usefixtures("partitioner_mode", "in_mesh_4x2")
 def test_a_matmul_split_on_its_contracting_dim_is_one_all_reduce_over_model() -> None:
     f = pjit(lambda x, w: x @ w, (P(None, "model"), P("model", None)), P())
     (c,) = inspect.report(f, X, W).collectives
@@ -48,7 +40,7 @@ def test_a_matmul_split_on_its_contracting_dim_is_one_all_reduce_over_model() ->
     assert c.source is not None and "test_report.py" in c.source  # the user's line
 
 
-@pytest.mark.usefixtures("partitioner_mode", "mesh_4x2")
+@pytest.mark.usefixtures("partitioner_mode", "in_mesh_4x2")
 def test_a_data_parallel_gradient_all_reduces_the_parameters_over_data() -> None:
     def grad(w: Any, x: Any) -> Any:
         return jax.grad(lambda w: jnp.sum(jnp.tanh(x @ w) ** 2))(w)
@@ -59,7 +51,7 @@ def test_a_data_parallel_gradient_all_reduces_the_parameters_over_data() -> None
     assert sum(c.bytes_per_device * c.count for c in found) == W.nbytes  # the parameters
 
 
-@pytest.mark.usefixtures("partitioner_mode", "mesh_4x2")
+@pytest.mark.usefixtures("partitioner_mode", "in_mesh_4x2")
 def test_collectives_in_a_loop_count_once_per_iteration() -> None:
     def steps(w: Any, x: Any) -> Any:
         def body(i: Any, w: Any) -> Any:
@@ -127,7 +119,7 @@ def _loop_total(fun: Any, grad: bool) -> tuple[int, int]:
     return sum(c.bytes_per_device * c.count for c in found), max(c.count for c in found)
 
 
-@pytest.mark.usefixtures("mesh_4x2")
+@pytest.mark.usefixtures("in_mesh_4x2")
 @pytest.mark.parametrize(
     ("looped", "twin", "grad", "trips"),
     [
@@ -153,7 +145,7 @@ def test_collectives_in_loops_total_as_their_unrolled_twin(
     assert looped_bytes == _loop_total(twin, grad)[0]
 
 
-@pytest.mark.usefixtures("partitioner_mode", "mesh_4x2")
+@pytest.mark.usefixtures("partitioner_mode", "in_mesh_4x2")
 def test_a_reshard_is_an_all_to_all_or_an_all_gather_over_the_moved_axis() -> None:
     f = pjit(lambda x: x * 2, P("data", None), P(None, "data"))
     found = inspect.report(f, X).collectives
@@ -165,13 +157,13 @@ def test_a_reshard_is_an_all_to_all_or_an_all_gather_over_the_moved_axis() -> No
     assert {a for c in gathers for a in (c.axes or ())} == {"data", "model"}
 
 
-def test_no_communication_reports_none(mesh_4x2: Mesh) -> None:
+def test_no_communication_reports_none(in_mesh_4x2: Mesh) -> None:
     report = inspect.report(pjit(lambda x: x * 2, P("data"), P("data")), X)
     assert report.collectives == ()
     assert "none: every device computes on its own data" in str(report)
 
 
-def test_the_values_table_matches_the_arrays(mesh_4x2: Mesh) -> None:
+def test_the_values_table_matches_the_arrays(in_mesh_4x2: Mesh) -> None:
     def f(x: Any, params: dict[str, Any]) -> Any:
         h = with_sharding_constraint(jnp.tanh(x @ params["w"]), P("data", "model"))
         return {"h": h, "total": jnp.sum(h)}
@@ -197,7 +189,7 @@ def test_the_values_table_matches_the_arrays(mesh_4x2: Mesh) -> None:
     assert any(v.kind == "residual" for v in report.values)  # float arguments: vjp residuals
 
 
-def test_memory_cost_printing_and_json(mesh_4x2: Mesh) -> None:
+def test_memory_cost_printing_and_json(in_mesh_4x2: Mesh) -> None:
     f = pjit(lambda x, w: jnp.tanh(x @ w), (P("data"), None), P("data"))
     report = f.lower(X, W).compile().report()
     assert report.memory is not None and report.memory.arguments == (8 * 16 + 16 * 8) * 4
@@ -245,7 +237,7 @@ def test_every_replica_group_spelling_is_read(text: str, groups: tuple[Any, ...]
 # --- compare_partitioners, visualize, compiler_ir, the command line ---
 
 
-def test_compare_partitioners_puts_both_side_by_side(mesh_4x2: Mesh) -> None:
+def test_compare_partitioners_puts_both_side_by_side(in_mesh_4x2: Mesh) -> None:
     f = pjit(lambda x, w: x @ w, (P(None, "model"), P("model", None)), P())
     comparison = inspect.compare_partitioners(f, X, W)
     assert comparison.gspmd.partitioner == "GSPMD" and comparison.shardy.partitioner == "Shardy"
@@ -257,16 +249,15 @@ def test_compare_partitioners_puts_both_side_by_side(mesh_4x2: Mesh) -> None:
     assert "GSPMD vs Shardy" in text and "collective all-reduce" in text
 
 
-def test_visualize_draws_blocks_and_replicas(tmp_path: Any) -> None:
-    mesh = Mesh(devices(4, 2), ("data", "model"))
-    x = jax.device_put(np.zeros((8, 4)), jax.sharding.NamedSharding(mesh, P("data")))
+def test_visualize_draws_blocks_and_replicas(tmp_path: Any, mesh_4x2: Mesh) -> None:
+    x = jax.device_put(np.zeros((8, 4)), jax.sharding.NamedSharding(mesh_4x2, P("data")))
     text = inspect.visualize(x, show=False)
     assert text.splitlines()[0].startswith("4 block(s) of 4 x 1 over shape [8, 4]")
     for pair in ("0,1", "2,3", "4,5", "6,7"):  # each row block on two replicas
         assert f"| {pair}" in text.replace("  ", " ")
     picture = tmp_path / "layout.png"
     rank3 = inspect.visualize(
-        spec=P(None, "model", "data"), shape=(2, 4, 8), mesh=mesh, png=str(picture), show=False
+        spec=P(None, "model", "data"), shape=(2, 4, 8), mesh=mesh_4x2, png=str(picture), show=False
     )
     assert rank3.count("dims 2+") == 4 and picture.stat().st_size > 0
     with pytest.raises(ValueError, match="give a jax.Array, or spec=, shape= and mesh="):
@@ -274,7 +265,7 @@ def test_visualize_draws_blocks_and_replicas(tmp_path: Any) -> None:
 
 
 def test_the_picture_colours_each_device_set_and_names_the_mesh_axes(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, mesh_4x2: Mesh
 ) -> None:
     from matplotlib.figure import Figure
 
@@ -283,8 +274,7 @@ def test_the_picture_colours_each_device_set_and_names_the_mesh_axes(
     monkeypatch.setattr(
         Figure, "savefig", lambda fig, *a, **k: (drawn.append(fig), save(fig, *a, **k))
     )
-    mesh = Mesh(devices(4, 2), ("data", "model"))
-    x = jax.device_put(np.zeros((8, 6)), jax.sharding.NamedSharding(mesh, P("data", "model")))
+    x = jax.device_put(np.zeros((8, 6)), jax.sharding.NamedSharding(mesh_4x2, P("data", "model")))
     inspect.visualize(x, png=str(tmp_path / "grid.png"), show=False)
     (ax,) = drawn[0].axes
     colours = [tuple(patch.get_facecolor()) for patch in ax.patches]
@@ -294,7 +284,7 @@ def test_the_picture_colours_each_device_set_and_names_the_mesh_axes(
     assert ax.get_xlabel() == "dim 1 (6): split over 'model' (2)"
     # Replicas share a block and its colour; the title says over which axis.
     inspect.visualize(
-        spec=P("data"), shape=(8, 6), mesh=mesh, png=str(tmp_path / "r.png"), show=False
+        spec=P("data"), shape=(8, 6), mesh=mesh_4x2, png=str(tmp_path / "r.png"), show=False
     )
     (ax,) = drawn[1].axes
     assert len({tuple(p.get_facecolor()) for p in ax.patches}) == 4
@@ -325,7 +315,7 @@ def test_the_command_line_prints_the_report(tmp_path: Any) -> None:
     assert json.loads(as_json.stdout)["collectives"][0]["axes"] == ["model"]
 
 
-def test_a_report_of_a_step_taking_a_typed_prng_key(mesh_4x2: Mesh) -> None:
+def test_a_report_of_a_step_taking_a_typed_prng_key(in_mesh_4x2: Mesh) -> None:
     def noisy(x: Any, key: Any) -> Any:
         return x + jax.random.normal(key, x.shape)
 

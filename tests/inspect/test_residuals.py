@@ -33,9 +33,8 @@ def _data():
 
 
 @pytest.fixture(params=["gspmd", "shardy"])
-def mlp_mesh(request):
-    devices = np.array(jax.devices()[:8]).reshape(4, 2)
-    with pt.spmd_partitioner(request.param), pt.mesh(devices, ("data", "model")) as m:
+def mlp_mesh(request, mesh_4x2):
+    with pt.spmd_partitioner(request.param), pt.mesh(mesh_4x2.devices, mesh_4x2.axis_names) as m:
         yield m
 
 

@@ -20,15 +20,16 @@ from partitioner import (
     prepare_axis_resources,
 )
 from partitioner._testing import broadcast_prefix, check_spec, check_specs
+from partitioner.testing.plugin import MeshFactory
 from tests.helpers import MESH_2D, mesh_ctx
 
 JaxP = jax.sharding.PartitionSpec
 Pair = namedtuple("Pair", ["w", "b"])
 
 
-@pytest.fixture(scope="module")
-def mesh() -> jax.sharding.Mesh:
-    return jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"))
+@pytest.fixture
+def mesh_2x4(mesh: MeshFactory) -> jax.sharding.Mesh:
+    return mesh((2, 4), ("x", "y"))
 
 
 def parse(spec) -> ParsedPartitionSpec:
@@ -51,10 +52,10 @@ def check_args(in_specs, args, mesh) -> None:
 @pytest.mark.parametrize(
     "spec", [PartitionSpec("z"), JaxP(None, ("x", "zz")), PartitionSpec(("y", "q"))]
 )
-def test_undefined_axis(mesh, spec) -> None:
+def test_undefined_axis(mesh_2x4, spec) -> None:
     axis = next(a for a in parse(spec).mesh_axes if a not in ("x", "y"))
     with pytest.raises(ValueError) as info:
-        check_spec(parse(spec), (8, 8), mesh, "pjit in_axis_resources[0]")
+        check_spec(parse(spec), (8, 8), mesh_2x4, "pjit in_axis_resources[0]")
     msg = str(info.value)
     assert repr(axis) in msg
     assert "did you forget the mesh" in msg.lower()
@@ -64,35 +65,37 @@ def test_undefined_axis(mesh, spec) -> None:
     assert "\npjit in_axis_resources[0]:" in msg
 
 
-def test_undefined_axis_names_the_key_path(mesh) -> None:
+def test_undefined_axis_names_the_key_path(mesh_2x4) -> None:
     args = ({"w": np.zeros((4, 4)), "b": np.zeros(4)},)
     with pytest.raises(ValueError, match=r"pjit in_axis_resources\[0\]\['w'\].*'model'"):
-        check_args(({"w": PartitionSpec("model"), "b": None},), args, mesh)
+        check_args(({"w": PartitionSpec("model"), "b": None},), args, mesh_2x4)
 
 
 # --- rank ---
 
 
-def test_rank(mesh) -> None:
+def test_rank(mesh_2x4) -> None:
     with pytest.raises(ValueError) as info:
-        check_spec(parse(PartitionSpec("x", None, "y")), (8, 8), mesh, "pjit out_axis_resources")
+        check_spec(
+            parse(PartitionSpec("x", None, "y")), (8, 8), mesh_2x4, "pjit out_axis_resources"
+        )
     msg = str(info.value)
     assert "rank" in msg and "ndim" in msg
     assert "3 entries" in msg and "rank 2" in msg and "(8, 8)" in msg
     assert "PartitionSpec('x', None)" in msg  # the suggested fix
 
 
-def test_rank_of_a_scalar_names_the_path(mesh) -> None:
+def test_rank_of_a_scalar_names_the_path(mesh_2x4) -> None:
     with pytest.raises(ValueError, match=r"in_axis_resources\[1\].w.*rank 0"):
         check_args(
-            (None, Pair(w=PartitionSpec("x"), b=None)), (np.zeros(2), Pair(w=1.0, b=2.0)), mesh
+            (None, Pair(w=PartitionSpec("x"), b=None)), (np.zeros(2), Pair(w=1.0, b=2.0)), mesh_2x4
         )
 
 
-def test_trailing_unpartitioned_entries_still_count_towards_rank(mesh) -> None:
+def test_trailing_unpartitioned_entries_still_count_towards_rank(mesh_2x4) -> None:
     with pytest.raises(ValueError, match="rank"):
-        check_spec(parse(PartitionSpec("x", None)), (8,), mesh, "here")
-    check_spec(parse(PartitionSpec("x")), (8,), mesh, "here")  # fine
+        check_spec(parse(PartitionSpec("x", None)), (8,), mesh_2x4, "here")
+    check_spec(parse(PartitionSpec("x")), (8,), mesh_2x4, "here")  # fine
 
 
 # --- divisibility ---
@@ -106,33 +109,33 @@ def test_trailing_unpartitioned_entries_still_count_towards_rank(mesh) -> None:
         (PartitionSpec(("x", "y")), (12,), 12, 8),
     ],
 )
-def test_not_divisible(mesh, spec, shape, size, divisor) -> None:
+def test_not_divisible(mesh_2x4, spec, shape, size, divisor) -> None:
     with pytest.raises(ValueError) as info:
-        check_spec(parse(spec), shape, mesh, "pjit in_axis_resources[0]")
+        check_spec(parse(spec), shape, mesh_2x4, "pjit in_axis_resources[0]")
     msg = str(info.value)
     assert f"size {size}" in msg and f"divisible by {divisor}" in msg
     assert "Pad" in msg
 
 
-def test_not_divisible_names_the_key_path_and_axis_sizes(mesh) -> None:
+def test_not_divisible_names_the_key_path_and_axis_sizes(mesh_2x4) -> None:
     args = (np.zeros(8), {"k": [np.zeros((8, 6))]})
     with pytest.raises(ValueError) as info:
-        check_args((None, {"k": [PartitionSpec(None, ("x", "y"))]}), args, mesh)
+        check_args((None, {"k": [PartitionSpec(None, ("x", "y"))]}), args, mesh_2x4)
     msg = str(info.value)
     assert "in_axis_resources[1]['k'][0]" in msg
     assert "x=2 * y=4" in msg and "size 6" in msg and "8" in msg
 
 
-def test_divisibility_can_be_skipped(mesh) -> None:
+def test_divisibility_can_be_skipped(mesh_2x4) -> None:
     # with_sharding_constraint allows uneven sharding
-    check_spec(parse(PartitionSpec("x")), (3,), mesh, "constraint", check_divisible=False)
+    check_spec(parse(PartitionSpec("x")), (3,), mesh_2x4, "constraint", check_divisible=False)
 
 
-def test_valid_specs_pass(mesh) -> None:
+def test_valid_specs_pass(mesh_2x4) -> None:
     args = (np.zeros((8, 4)), {"a": np.zeros(2), "b": 3.0})
-    check_args((PartitionSpec("y", "x"), {"a": PartitionSpec("x"), "b": None}), args, mesh)
-    check_args(None, args, mesh)
-    check_args(PartitionSpec(), args, mesh)
+    check_args((PartitionSpec("y", "x"), {"a": PartitionSpec("x"), "b": None}), args, mesh_2x4)
+    check_args(None, args, mesh_2x4)
+    check_args(PartitionSpec(), args, mesh_2x4)
 
 
 # --- the parse-time rows of the error table ---
@@ -168,23 +171,23 @@ def test_unconstrained_in_pjit_specs(spec) -> None:
         prepare_axis_resources(spec, "in_axis_resources")
 
 
-def test_wrong_length_tuple_of_specs(mesh) -> None:
+def test_wrong_length_tuple_of_specs(mesh_2x4) -> None:
     with pytest.raises(ValueError) as info:
-        check_args((None, None), (np.zeros(2),), mesh)
+        check_args((None, None), (np.zeros(2),), mesh_2x4)
     msg = str(info.value)
     assert "in_axis_resources" in msg and "prefix" in msg and "length 2 vs 1" in msg
 
 
-def test_namedtuple_for_the_argument_tuple(mesh) -> None:
+def test_namedtuple_for_the_argument_tuple(mesh_2x4) -> None:
     with pytest.raises(ValueError) as info:
-        check_args(Pair(None, None), (np.zeros(2), np.zeros(2)), mesh)
+        check_args(Pair(None, None), (np.zeros(2), np.zeros(2)), mesh_2x4)
     msg = str(info.value)
     assert "in_axis_resources" in msg and "prefix" in msg and "tuple" in msg
 
 
-def test_spec_subtree_where_the_argument_is_a_leaf(mesh) -> None:
+def test_spec_subtree_where_the_argument_is_a_leaf(mesh_2x4) -> None:
     with pytest.raises(ValueError, match=r"prefix.*at \[0\]"):
-        check_args(({"w": None},), (np.zeros(2),), mesh)
+        check_args(({"w": None},), (np.zeros(2),), mesh_2x4)
 
 
 # --- every bad leaf at once ---
