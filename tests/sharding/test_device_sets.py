@@ -20,6 +20,7 @@ import pytest
 import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import pjit, with_sharding_constraint
+from partitioner.testing.plugin import MeshFactory
 from tests.helpers import MESH_2D, arange, assert_close, assert_laid_out, devices, mesh_ctx
 
 
@@ -81,19 +82,19 @@ def test_argument_committed_outside_the_mesh_names_it_and_both_device_sets(
     assert "t['x']" in message and "[7]" in message and "[0, 1, 2, 3]" in message
 
 
-def test_argument_committed_within_the_mesh_is_moved_only_when_opted_in(partitioner_mode) -> None:
+def test_argument_committed_within_the_mesh_is_moved_only_when_opted_in(
+    partitioner_mode, mesh: MeshFactory
+) -> None:
     x = arange(8, 4)
     on_one = jax.device_put(x, jax.devices()[1])
-    sharded_other_way = jax.device_put(
-        x, jax.sharding.NamedSharding(jax.sharding.Mesh(devices(4, 2), ("a", "b")), P(None, "b"))
-    )
-    with mesh_ctx(*MESH_2D) as mesh:
+    sharded_other_way = jax.device_put(x, jax.sharding.NamedSharding(mesh(*MESH_2D), P(None, "b")))
+    with mesh_ctx(*MESH_2D) as in_context:
         f = pjit(lambda t: t + 1, P("a"), P("a"))
         for arg in (on_one, sharded_other_way):
             with pytest.raises(ValueError, match="committed"):  # as jax.jit: no hidden move
                 f(arg)
             with partitioner.options.reshard_committed():
-                assert_laid_out(f(arg), mesh, P("a"), x + 1)
+                assert_laid_out(f(arg), in_context, P("a"), x + 1)
 
 
 def test_compiled_call_rejects_arrays_outside_the_mesh() -> None:

@@ -7,6 +7,7 @@ output is laid out, and that Auto meshes keep the untyped 2022 model.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -23,12 +24,15 @@ from partitioner._testing import (
     run_with_unspecified_outputs,
     typed_context,
 )
+from partitioner.testing.plugin import MeshFactory
 
 E, A = AxisType.Explicit, AxisType.Auto
 
 
-def _mesh(types: tuple[AxisType, ...]) -> Mesh:
-    return jax.make_mesh((2, 2), ("x", "y"), axis_types=types, devices=jax.devices()[:4])
+@pytest.fixture
+def mesh_2x2(mesh: MeshFactory) -> Callable[[tuple[AxisType, ...]], Mesh]:
+    """The first 4 devices as a 2x2 ``("x", "y")`` mesh with the axis types given."""
+    return lambda types: mesh((2, 2), ("x", "y"), axis_types=types)
 
 
 def _bind_unspecified(f: Any, args: tuple[Any, ...]) -> list[Any]:
@@ -40,15 +44,15 @@ def _bind_unspecified(f: Any, args: tuple[Any, ...]) -> list[Any]:
     [((E, E), True), ((E, A), True), ((A, E), True), ((A, A), False)],
     ids=["explicit", "explicit_auto", "auto_explicit", "auto"],
 )
-def test_which_meshes_are_typed(types, typed) -> None:
-    mesh = _mesh(types)
+def test_which_meshes_are_typed(types, typed, mesh_2x2) -> None:
+    mesh = mesh_2x2(types)
     assert has_explicit_axes(mesh) is typed
     call = as_call_mesh(mesh)
     assert (call is mesh) if typed else call.axis_types == (A, A)
 
 
-def test_typed_context_sets_both_meshes_only_for_explicit_axes() -> None:
-    explicit, auto = _mesh((E, E)), _mesh((A, A))
+def test_typed_context_sets_both_meshes_only_for_explicit_axes(mesh_2x2) -> None:
+    explicit, auto = mesh_2x2((E, E)), mesh_2x2((A, A))
     with typed_context(explicit):
         assert jax.sharding.get_abstract_mesh() == explicit.abstract_mesh
     assert jax.sharding.get_abstract_mesh().empty
@@ -56,22 +60,22 @@ def test_typed_context_sets_both_meshes_only_for_explicit_axes() -> None:
         assert jax.sharding.get_abstract_mesh().empty
 
 
-def test_result_mesh_takes_the_types_axis_types() -> None:
-    mesh = _mesh((E, E))
+def test_result_mesh_takes_the_types_axis_types(mesh_2x2) -> None:
+    mesh = mesh_2x2((E, E))
     auto_typed = jax.core.ShapedArray(
-        (8, 2), np.float32, sharding=NamedSharding(_mesh((A, A)).abstract_mesh, P())
+        (8, 2), np.float32, sharding=NamedSharding(mesh_2x2((A, A)).abstract_mesh, P())
     )
     assert result_mesh(mesh, auto_typed).axis_types == (A, A)
     typed = jax.core.ShapedArray(
         (8, 2), np.float32, sharding=NamedSharding(mesh.abstract_mesh, P("x"))
     )
     assert result_mesh(mesh, typed) is mesh
-    assert result_mesh(_mesh((A, A)), auto_typed).axis_types == (A, A)
+    assert result_mesh(mesh_2x2((A, A)), auto_typed).axis_types == (A, A)
 
 
-def test_unspecified_output_follows_its_type(partitioner_mode) -> None:
+def test_unspecified_output_follows_its_type(partitioner_mode, mesh_2x2) -> None:
     """NOTE [unspecified outputs follow the type]: jax.jit's layout of an unspecified output."""
-    mesh = _mesh((E, E))
+    mesh = mesh_2x2((E, E))
     with jax.set_mesh(mesh):
         a = jax.device_put(np.arange(16.0).reshape(8, 2), P("x", None))
         b = jax.device_put(np.arange(16.0).reshape(2, 8), P(None, "y"))
@@ -84,8 +88,8 @@ def test_unspecified_output_follows_its_type(partitioner_mode) -> None:
     assert total.sharding == want_total.sharding == NamedSharding(mesh, P("y"))
 
 
-def test_unspecified_output_on_a_mixed_mesh_pins_the_explicit_dims() -> None:
-    mesh = _mesh((E, A))
+def test_unspecified_output_on_a_mixed_mesh_pins_the_explicit_dims(mesh_2x2) -> None:
+    mesh = mesh_2x2((E, A))
     with jax.set_mesh(mesh):
         a = jax.device_put(np.arange(16.0).reshape(8, 2), NamedSharding(mesh, P("x", None)))
         f = partitioner.pjit(lambda x: x * 2, P("x"), P())
@@ -95,9 +99,10 @@ def test_unspecified_output_on_a_mixed_mesh_pins_the_explicit_dims() -> None:
     assert out.sharding.is_equivalent_to(want.sharding, 2)
 
 
-def test_auto_mesh_keeps_the_untyped_model() -> None:
-    """Over Auto axes nothing changes: untyped avals, the mesh's Auto twin, XLA's layouts."""
-    mesh = _mesh((A, A))
+def test_auto_mesh_keeps_the_untyped_model(mesh_2x2) -> None:
+    """Over Auto axes nothing changes: no axis in a type (a committed argument names the
+    mesh, as jax.jit's), the mesh's Auto twin, XLA's layouts."""
+    mesh = mesh_2x2((A, A))
     seen: list[Any] = []
 
     def body(x):
@@ -107,13 +112,13 @@ def test_auto_mesh_keeps_the_untyped_model() -> None:
     with jax.set_mesh(mesh):
         a = jax.device_put(np.arange(16.0).reshape(8, 2), NamedSharding(mesh, P("x", None)))
         out = partitioner.pjit(body, P("x"), P("x"))(a)
-    assert seen[0].sharding.mesh.empty
+    assert seen[0].sharding.mesh == mesh.abstract_mesh and seen[0].sharding.spec == P(None, None)
     assert out.sharding.mesh.axis_types == (A, A)
     assert out.sharding == NamedSharding(mesh, P("x"))
 
 
-def test_explicit_call_keeps_the_mesh_types_on_results() -> None:
-    mesh = _mesh((E, E))
+def test_explicit_call_keeps_the_mesh_types_on_results(mesh_2x2) -> None:
+    mesh = mesh_2x2((E, E))
     with jax.set_mesh(mesh):
         a = jax.device_put(np.arange(16.0).reshape(8, 2), P("x", None))
         out = partitioner.pjit(lambda x: x * 2, P("x"), P("x"))(a)

@@ -12,6 +12,7 @@ from jax.sharding import PartitionSpec as JaxP
 
 import partitioner
 from partitioner._testing import as_auto_mesh, current_mesh, maybe_current_mesh
+from partitioner.testing.plugin import MeshFactory
 
 AUTO2 = (AxisType.Auto, AxisType.Auto)
 
@@ -89,8 +90,8 @@ def test_thread_local() -> None:
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
-def test_jax_mesh_inside_partitioner_mesh_and_back() -> None:
-    jm = Mesh(devices(4, 2), ("p", "q"))
+def test_jax_mesh_inside_partitioner_mesh_and_back(mesh: MeshFactory) -> None:
+    jm = mesh((4, 2), ("p", "q"))
     with partitioner.mesh(devices(8), ("a",)) as ours:
         with jm:
             assert current_mesh("t") is jm
@@ -106,8 +107,8 @@ def test_jax_mesh_inside_partitioner_mesh_and_back() -> None:
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
-def test_jax_mesh_as_a_decorator() -> None:
-    jm = Mesh(devices(2, 4), ("x", "y"))
+def test_jax_mesh_as_a_decorator(mesh: MeshFactory) -> None:
+    jm = mesh((2, 4), ("x", "y"))
 
     @jm
     def body() -> Mesh:
@@ -145,8 +146,8 @@ def test_explicit_mesh_is_kept_and_auto_twins_are_interned() -> None:
     assert as_auto_mesh(auto) is auto
 
 
-def test_set_mesh_is_used_when_no_context_mesh() -> None:
-    explicit = jax.make_mesh((2, 4), ("a", "b"))
+def test_set_mesh_is_used_when_no_context_mesh(mesh: MeshFactory) -> None:
+    explicit = mesh((2, 4), ("a", "b"), axis_types=AxisType.Explicit)
     with jax.set_mesh(explicit):
         assert current_mesh("t") is explicit
         with partitioner.mesh(devices(8), ("z",)) as ours:

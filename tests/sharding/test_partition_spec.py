@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import partitioner
 from partitioner import UNCONSTRAINED, PartitionSpec
+from partitioner.testing.plugin import MeshFactory
 
 JaxP = jax.sharding.PartitionSpec
 
@@ -59,14 +60,14 @@ def test_is_jax_spec() -> None:
     assert PartitionSpec("x") != ("x",)
 
 
-def test_works_with_jax_sharding_apis() -> None:
-    mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("x", "y"))
-    sharding = jax.sharding.NamedSharding(mesh, PartitionSpec("x", "y"))
-    assert sharding == jax.sharding.NamedSharding(mesh, JaxP("x", "y"))
+def test_works_with_jax_sharding_apis(mesh: MeshFactory) -> None:
+    jax_mesh = mesh((4, 2), ("x", "y"))
+    sharding = jax.sharding.NamedSharding(jax_mesh, PartitionSpec("x", "y"))
+    assert sharding == jax.sharding.NamedSharding(jax_mesh, JaxP("x", "y"))
     x = jax.device_put(np.arange(16.0).reshape(8, 2), sharding)
     assert x.sharding.spec == JaxP("x", "y")
     np.testing.assert_array_equal(np.asarray(x), np.arange(16.0).reshape(8, 2))
-    with jax.set_mesh(mesh):
+    with jax.set_mesh(jax_mesh):
         y = jax.device_put(np.arange(8.0), PartitionSpec("x"))
     assert y.sharding.spec == JaxP("x")
 

@@ -31,6 +31,7 @@ from partitioner.sharding_spec import (
     devices_indices_map,
     sharding_spec_from_parsed,
 )
+from partitioner.testing.plugin import MeshFactory
 
 HloSharding = xc.HloSharding
 T = xc.OpSharding.Type
@@ -318,12 +319,14 @@ def test_from_parsed_errors(spec, shape, match) -> None:
         (jax.sharding.PartitionSpec(("x", "y")), (8,)),
     ],
 )
-def test_indices_match_real_device_layout(spec, shape) -> None:
+def test_indices_match_real_device_layout(spec, shape, mesh: MeshFactory) -> None:
     """On the 8 CPU devices: each shard jax lays out sits where our indices say."""
-    mesh = Mesh(np.array(jax.devices()[::-1]).reshape(2, 4), ("x", "y"))
+    jax_mesh = mesh((2, 4), ("x", "y"), devices=jax.devices()[::-1])
     jax_spec = spec if isinstance(spec, PartitionSpec) else spec
-    x = jax.device_put(np.arange(math.prod(shape)).reshape(shape), NamedSharding(mesh, jax_spec))
-    ours = devices_indices_map(shape, spec, mesh)
+    x = jax.device_put(
+        np.arange(math.prod(shape)).reshape(shape), NamedSharding(jax_mesh, jax_spec)
+    )
+    ours = devices_indices_map(shape, spec, jax_mesh)
     assert len(ours) == 8
     for shard in x.addressable_shards:
         assert shard.index == ours[shard.device]

@@ -26,7 +26,8 @@ from jax.sharding import Mesh, NamedSharding
 import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import pjit, with_sharding_constraint
-from tests.helpers import MESH_2D, arange, assert_close, assert_laid_out, devices, mesh_ctx, named
+from partitioner.testing.plugin import MeshFactory
+from tests.helpers import MESH_2D, arange, assert_close, assert_laid_out, mesh_ctx, named
 
 pytestmark = pytest.mark.usefixtures("partitioner_mode")
 
@@ -154,22 +155,24 @@ def test_named_sharding_leaves_take_their_spec() -> None:
         assert_laid_out(d, mesh, P("b"), 0 * x)
 
 
-def test_named_sharding_mesh_is_used_without_a_mesh_in_context() -> None:
-    mesh = Mesh(devices(4, 2), ("a", "b"))
+def test_named_sharding_mesh_is_used_without_a_mesh_in_context(mesh: MeshFactory) -> None:
+    jax_mesh = mesh(*MESH_2D)
     x = arange(8, 4)
-    f = pjit(lambda a: a + 1, NamedSharding(mesh, P("a")), NamedSharding(mesh, P(None, "b")))
+    f = pjit(
+        lambda a: a + 1, NamedSharding(jax_mesh, P("a")), NamedSharding(jax_mesh, P(None, "b"))
+    )
     out = f(x)
-    assert_laid_out(out, mesh, P(None, "b"), x + 1)
+    assert_laid_out(out, jax_mesh, P(None, "b"), x + 1)
     want = jax.jit(
         lambda a: a + 1,
-        in_shardings=NamedSharding(mesh, P("a")),
-        out_shardings=NamedSharding(mesh, P(None, "b")),
+        in_shardings=NamedSharding(jax_mesh, P("a")),
+        out_shardings=NamedSharding(jax_mesh, P(None, "b")),
     )(x)
     assert_close(out, want)
 
 
-def test_named_sharding_over_another_mesh_names_both() -> None:
-    other = Mesh(devices(8)[::-1].reshape(4, 2), ("a", "b"))
+def test_named_sharding_over_another_mesh_names_both(mesh: MeshFactory) -> None:
+    other = mesh(*MESH_2D, devices=jax.devices()[:8][::-1])
     f = pjit(lambda a: a, NamedSharding(other, P("a")), None)
     with mesh_ctx(*MESH_2D), pytest.raises(ValueError) as info:
         f(arange(8, 4))
@@ -177,12 +180,12 @@ def test_named_sharding_over_another_mesh_names_both() -> None:
     assert "in_axis_resources" in message and "[7, 6, 5" in message and "[0, 1, 2" in message
 
 
-def test_our_spec_in_jax_named_sharding_and_jax_jit() -> None:
-    mesh = Mesh(devices(4, 2), ("a", "b"))
-    sharding = NamedSharding(mesh, P("a", "b"))
+def test_our_spec_in_jax_named_sharding_and_jax_jit(mesh: MeshFactory) -> None:
+    jax_mesh = mesh(*MESH_2D)
+    sharding = NamedSharding(jax_mesh, P("a", "b"))
     x = arange(8, 4)
     y = jax.jit(lambda a: a * 2, out_shardings=sharding)(jax.device_put(x, sharding))
-    assert_laid_out(y, mesh, P("a", "b"), 2 * x)
+    assert_laid_out(y, jax_mesh, P("a", "b"), 2 * x)
 
 
 # --- pjit accepts what jax.jit accepts, for arbitrary pytrees (hypothesis) ---
@@ -259,16 +262,24 @@ def _outcome(run: Any) -> tuple[str, Any]:
 
 
 # Each example compiles two programs (~0.1 s each); 50 of them cover every outcome
-# (accepted, rank, divisibility, prefix errors) and keep the suite within its time.
-@settings(max_examples=50, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# (accepted, rank, divisibility, prefix errors) and keep the suite within its time. The
+# plugin's ``mesh`` fixture is per test, and holds nothing an example could change.
+@settings(
+    max_examples=50,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
 @given(st.data())
 @pytest.mark.slow
-def test_pjit_accepts_what_jax_jit_accepts(data: Any) -> None:
+def test_pjit_accepts_what_jax_jit_accepts(mesh: MeshFactory, data: Any) -> None:
     """Same pytree, same prefix spec trees: pjit and jax.jit agree on acceptance and layout."""
     value = data.draw(_value_trees(), label="value")
     in_specs = _spec_prefix(data.draw, value)
     out_specs = _spec_prefix(data.draw, value)
-    mesh = Mesh(devices(4, 2), ("a", "b"))
+    jax_mesh = mesh(*MESH_2D)
 
     def f(v: Any) -> Any:
         return jax.tree.map(lambda a: a * 2, v)
@@ -276,11 +287,11 @@ def test_pjit_accepts_what_jax_jit_accepts(data: Any) -> None:
     theirs = _outcome(
         lambda: jax.jit(
             f,
-            in_shardings=(_jax_shardings(in_specs, mesh),),
-            out_shardings=_jax_shardings(out_specs, mesh),
+            in_shardings=(_jax_shardings(in_specs, jax_mesh),),
+            out_shardings=_jax_shardings(out_specs, jax_mesh),
         )(value)
     )
-    with partitioner.mesh(mesh.devices, mesh.axis_names):
+    with partitioner.mesh(jax_mesh.devices, jax_mesh.axis_names):
         ours = _outcome(lambda: pjit(f, (in_specs,), out_specs)(value))
     event(f"outcome: {ours[0]}")
     assert ours[0] == theirs[0], (ours, theirs, in_specs, out_specs)
@@ -296,14 +307,14 @@ def test_pjit_accepts_what_jax_jit_accepts(data: Any) -> None:
         assert g.sharding.is_equivalent_to(w.sharding, g.ndim), (g.sharding, w.sharding)
 
 
-def test_named_shardings_in_spec_trees_match_jax_jit_layouts() -> None:
-    mesh = Mesh(devices(4, 2), ("a", "b"))
+def test_named_shardings_in_spec_trees_match_jax_jit_layouts(mesh: MeshFactory) -> None:
+    jax_mesh = mesh(*MESH_2D)
     tree = {"w": arange(8, 4), "b": arange(8), "s": Pair(arange(8, 8), jnp.float32(2.0))}
     specs = {"w": P("a", "b"), "b": P("b"), "s": Pair(P(None, "a"), P())}
-    shardings = _jax_shardings(specs, mesh)
+    shardings = _jax_shardings(specs, jax_mesh)
     want = jax.jit(lambda t: t, in_shardings=(shardings,), out_shardings=shardings)(tree)
     got = pjit(lambda t: t, (shardings,), shardings)(tree)
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         assert g.sharding.is_equivalent_to(w.sharding, g.ndim)
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
-    assert named(mesh, P("a", "b")).is_equivalent_to(got["w"].sharding, 2)
+    assert named(jax_mesh, P("a", "b")).is_equivalent_to(got["w"].sharding, 2)
