@@ -15,6 +15,7 @@ import sys
 import pytest
 
 import partitioner
+from partitioner.testing.plugin import MeshFactory
 from tests.helpers import ROOT, run_json
 
 #: What a pjit/jit user never touches: none of it may load with ``import partitioner``
@@ -168,18 +169,17 @@ def test_type_checkers_see_every_deferred_name() -> None:
     assert not missing, f"public names neither imported nor deferred: {missing}"
 
 
-def test_clear_caches_forgets_auto_choices_once_auto_is_loaded() -> None:
+def test_clear_caches_forgets_auto_choices_once_auto_is_loaded(mesh: MeshFactory) -> None:
     """``clear_caches()`` reaches the AUTO stage only through its lazy stand-in (it does
     not load it); once loaded, its choices are dropped with everything else."""
-    import jax
     import numpy as np
 
     from partitioner import AUTO
     from partitioner import PartitionSpec as P
 
     f = partitioner.pjit(lambda v: v @ v.T, AUTO, P())
-    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("x",))
-    with partitioner.recording() as events, partitioner.mesh(mesh.devices, ("x",)):
+    line = mesh((8,), ("x",))
+    with partitioner.recording() as events, partitioner.mesh(line.devices, ("x",)):
         for _ in range(2):
             f.lower(np.ones((8, 4), np.float32))
             partitioner.clear_caches()

@@ -14,6 +14,7 @@ from jax.sharding import PartitionSpec as P
 
 import partitioner
 from partitioner import options
+from partitioner.testing.plugin import MeshFactory
 
 
 def _lowered_text(mesh: jax.sharding.Mesh) -> str:
@@ -23,8 +24,8 @@ def _lowered_text(mesh: jax.sharding.Mesh) -> str:
 
 
 @pytest.fixture
-def mesh_a() -> jax.sharding.Mesh:
-    return jax.sharding.Mesh(np.array(jax.devices()[:4]), ("a",))
+def mesh_a(mesh: MeshFactory) -> jax.sharding.Mesh:
+    return mesh((4,), ("a",))
 
 
 @pytest.mark.parametrize("module", [partitioner, options], ids=["partitioner", "options"])

@@ -23,6 +23,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 
 from partitioner import PartitionSpec as P
+from partitioner.testing.plugin import MeshFactory
 from tests.distributed.mp_helpers import lines_of, run_job, values
 from tests.distributed.workers import checkpoint_save as job
 
@@ -79,10 +80,11 @@ def test_restores_onto_another_mesh(
     saved: tuple[Path, dict[str, np.ndarray]],
     reference: dict[str, np.ndarray],
     shape: tuple[int, int],
+    mesh: MeshFactory,
 ) -> None:
     directory, saved_values = saved
-    mesh = Mesh(np.array(jax.devices()).reshape(shape), ("data", "model"))
-    state, shardings = restore_onto(directory, mesh)
+    jax_mesh = mesh(shape, ("data", "model"))
+    state, shardings = restore_onto(directory, jax_mesh)
     flat = jax.tree_util.tree_flatten_with_path(state)[0]
     assert sorted(jax.tree_util.keystr(p) for p, _ in flat) == sorted(saved_values)
     for (path, leaf), sharding in zip(flat, jax.tree.leaves(shardings), strict=True):

@@ -13,18 +13,23 @@ from jax.sharding import Mesh, NamedSharding
 
 import partitioner.distributed as pd
 from partitioner import PartitionSpec as P
-from tests.helpers import devices
-
-MESH = Mesh(devices(4, 2), ("a", "b"))
+from partitioner.testing.plugin import MeshFactory
 
 
-def test_one_process_holds_everything() -> None:
+@pytest.fixture
+def mesh_ab(mesh: MeshFactory) -> Mesh:
+    return mesh((4, 2), ("a", "b"))
+
+
+def test_one_process_holds_everything(mesh_ab: Mesh) -> None:
     x = np.arange(32.0).reshape(8, 4)
-    assert pd.host_local_slice(x.shape, MESH, P("a", "b")) == (slice(0, 8), slice(0, 4))
-    g = pd.host_local_to_global({"x": x, "s": np.float32(2)}, MESH, {"x": P("a", "b"), "s": None})
-    assert g["x"].sharding.is_equivalent_to(NamedSharding(MESH, P("a", "b")), 2)
+    assert pd.host_local_slice(x.shape, mesh_ab, P("a", "b")) == (slice(0, 8), slice(0, 4))
+    g = pd.host_local_to_global(
+        {"x": x, "s": np.float32(2)}, mesh_ab, {"x": P("a", "b"), "s": None}
+    )
+    assert g["x"].sharding.is_equivalent_to(NamedSharding(mesh_ab, P("a", "b")), 2)
     np.testing.assert_array_equal(np.asarray(g["x"]), x)
-    back = pd.global_to_host_local(g, MESH, {"x": P("a", "b"), "s": None})
+    back = pd.global_to_host_local(g, mesh_ab, {"x": P("a", "b"), "s": None})
     np.testing.assert_array_equal(np.asarray(back["x"]), x)
     assert back["x"].addressable_shards[0].data.unsafe_buffer_pointer() == (
         g["x"].addressable_shards[0].data.unsafe_buffer_pointer()
@@ -32,16 +37,16 @@ def test_one_process_holds_everything() -> None:
     assert float(back["s"]) == 2.0
 
 
-def test_bad_layouts_are_clear_errors() -> None:
+def test_bad_layouts_are_clear_errors(mesh_ab: Mesh) -> None:
     with pytest.raises(ValueError, match="names the axis 'c'"):
-        pd.host_local_to_global(np.ones((8, 4)), MESH, P("c"))
+        pd.host_local_to_global(np.ones((8, 4)), mesh_ab, P("c"))
     with pytest.raises(ValueError, match=r"tree\['w'\].*dimension 0 \(6\).*divisible by 4"):
-        pd.host_local_to_global({"w": np.ones((6, 4))}, MESH, {"w": P("a")})
+        pd.host_local_to_global({"w": np.ones((6, 4))}, mesh_ab, {"w": P("a")})
     with pytest.raises(ValueError, match="not a pytree prefix"):
-        pd.host_local_to_global((np.ones(8),), MESH, (P("a"), P("b")))
-    g = pd.host_local_to_global(np.ones((8, 4)), MESH, P("a"))
+        pd.host_local_to_global((np.ones(8),), mesh_ab, (P("a"), P("b")))
+    g = pd.host_local_to_global(np.ones((8, 4)), mesh_ab, P("a"))
     with pytest.raises(ValueError, match=r"laid out as P\('b',\)"):
-        pd.global_to_host_local(g, MESH, P("b"))
+        pd.global_to_host_local(g, mesh_ab, P("b"))
 
 
 def test_initialize_rejects_bad_settings(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,6 +21,7 @@ from partitioner import PartitionSpec as P
 from partitioner import host_callback as hcb
 from partitioner import pjit
 from partitioner.host_callback import barrier_wait, id_print, id_tap
+from partitioner.testing.plugin import MeshFactory
 from tests.helpers import devices
 
 
@@ -125,10 +126,10 @@ def test_pjit_tap_with_device_sees_each_shard_once(partitioner_mode) -> None:
             np.testing.assert_array_equal(value, (x * 2)[d : d + 1])
 
 
-def test_eager_tap_with_device_sees_each_addressable_shard() -> None:
+def test_eager_tap_with_device_sees_each_addressable_shard(mesh: MeshFactory) -> None:
     rec = Recorder()
-    mesh = jax.sharding.Mesh(devices(4, 2), ("a", "b"))
-    x = jax.device_put(np.arange(32.0).reshape(8, 4), NamedSharding(mesh, P("a", "b")))
+    jax_mesh = mesh((4, 2), ("a", "b"))
+    x = jax.device_put(np.arange(32.0).reshape(8, 4), NamedSharding(jax_mesh, P("a", "b")))
     id_tap(rec, x, tap_with_device=True, per_shard=True)
     calls = rec.take()
     assert [c[3]["device"] for c in calls] == sorted(jax.devices(), key=lambda d: d.id)
@@ -446,15 +447,17 @@ def test_bad_input_gets_clear_errors() -> None:
         id_print(np.ones(2), output_stream="stdout")
 
 
-def test_id_tap_inside_shard_map_taps_each_device(jax_partitioner_mode: str) -> None:
+def test_id_tap_inside_shard_map_taps_each_device(
+    jax_partitioner_mode: str, mesh: MeshFactory
+) -> None:
     # NOTE [taps in manual regions]: a fully manual body has per-device semantics.
     seen: list[Any] = []
-    mesh = jax.sharding.Mesh(devices(8), ("x",))
+    jax_mesh = mesh((8,), ("x",))
     body = jax.shard_map(
         lambda x: id_tap(
             lambda v, _, device: seen.append((device, v)), x * 2, tap_with_device=True
         ),
-        mesh=mesh,
+        mesh=jax_mesh,
         in_specs=P("x"),
         out_specs=P("x"),
     )
@@ -464,12 +467,12 @@ def test_id_tap_inside_shard_map_taps_each_device(jax_partitioner_mode: str) -> 
     assert sorted((d.id, v.tolist()) for d, v in seen) == [(i, [2.0 * i]) for i in range(8)]
 
 
-def test_id_tap_in_a_shard_map_over_some_axes(jax_partitioner_mode: str) -> None:
+def test_id_tap_in_a_shard_map_over_some_axes(jax_partitioner_mode: str, mesh: MeshFactory) -> None:
     # NOTE [taps in partially manual regions]: once per index of the manual axis, on
     # the first device along the others; jax's own shard_map gives Shardy real tokens
     # there, which cannot enter: a clear error (our pmap regions work under both).
     seen: list[Any] = []
-    mesh2 = jax.sharding.Mesh(devices(4, 2), ("x", "y"))
+    mesh2 = mesh((4, 2), ("x", "y"))
     partial_manual = jax.shard_map(
         lambda x: id_tap(
             lambda v, _, device: seen.append((device.id, v.tolist())), x, tap_with_device=True
@@ -489,6 +492,7 @@ def test_id_tap_in_a_shard_map_over_some_axes(jax_partitioner_mode: str) -> None
     assert sorted(seen) == [(2 * i, [2.0 * i, 2.0 * i + 1]) for i in range(4)]
 
 
+@pytest.mark.needs_devices(8)
 def test_pmap_body_around_a_nested_pmap_taps_per_outer_device(partitioner_mode: str) -> None:
     # NOTE [taps in partially manual regions]: each outer index taps its whole block
     # once, on its first device, in program order with the inner map's taps there;

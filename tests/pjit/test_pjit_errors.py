@@ -20,6 +20,7 @@ import pytest
 import partitioner
 from partitioner import UNCONSTRAINED, pjit, with_sharding_constraint
 from partitioner import PartitionSpec as P
+from partitioner.testing.plugin import MeshFactory
 from tests.helpers import MESH_2D, MESH_3D, arange, devices, mesh_ctx
 
 Pair = namedtuple("Pair", ["left", "right"])
@@ -274,9 +275,9 @@ def test_different_mesh_inside_pjit() -> None:
 
 
 @pytest.mark.filterwarnings("ignore:.*context manager has been deprecated:DeprecationWarning")
-def test_different_jax_mesh_inside_pjit_constraint() -> None:
+def test_different_jax_mesh_inside_pjit_constraint(mesh: MeshFactory) -> None:
     def outer(x: Any) -> Any:
-        with jax.sharding.Mesh(devices(8), ("a",)):
+        with mesh((8,), ("a",)):
             return with_sharding_constraint(x, P("a"))
 
     with mesh_ctx(*MESH_2D), fails((RuntimeError, ValueError)) as info:

@@ -13,11 +13,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import Mesh
+from jax.sharding import AxisType, Mesh
 
 import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import pjit
+from partitioner.testing.plugin import MeshFactory
 from tests.helpers import (
     MESH_1D,
     MESH_2D,
@@ -382,27 +383,27 @@ def _double_plus(x: Any) -> Any:
 
 
 @pytest.mark.filterwarnings("ignore:.*context manager has been deprecated:DeprecationWarning")
-def test_jax_mesh_context_manager() -> None:
+def test_jax_mesh_context_manager(mesh: MeshFactory) -> None:
     x = arange(8, 4)
-    with Mesh(devices(4, 2), ("a", "b")) as mesh:
+    with mesh(*MESH_2D) as jax_mesh:
         out = jax.block_until_ready(pjit(_double_plus, P("a", "b"), P("b", "a"))(x))
     assert_close(out, jax.jit(_double_plus)(x))
-    assert_laid_out(out, mesh, P("b", "a"))
+    assert_laid_out(out, jax_mesh, P("b", "a"))
 
 
 @pytest.mark.filterwarnings("ignore:.*context manager has been deprecated:DeprecationWarning")
-def test_jax_mesh_as_decorator() -> None:
-    mesh = Mesh(devices(8), ("x",))
+def test_jax_mesh_as_decorator(mesh: MeshFactory) -> None:
+    jax_mesh = mesh(*MESH_1D)
     g = pjit(_double_plus, P("x"), P("x"))
 
-    @mesh
+    @jax_mesh
     def run(v: Any) -> Any:
         return g(v)
 
     x = arange(16, 2)
     out = jax.block_until_ready(run(x))
     assert_close(out, jax.jit(_double_plus)(x))
-    assert_laid_out(out, mesh, P("x"))
+    assert_laid_out(out, jax_mesh, P("x"))
 
 
 def test_explicit_axes_mesh_from_make_mesh() -> None:
@@ -416,13 +417,13 @@ def test_explicit_axes_mesh_from_make_mesh() -> None:
 
 
 @pytest.mark.filterwarnings("ignore:.*context manager has been deprecated:DeprecationWarning")
-def test_explicit_axes_mesh_as_context_manager() -> None:
-    mesh = jax.make_mesh((2, 2, 2), ("a", "b", "c"))
+def test_explicit_axes_mesh_as_context_manager(mesh: MeshFactory) -> None:
+    explicit = mesh(*MESH_3D, axis_types=AxisType.Explicit)
     x = arange(8, 4)
-    with mesh:
+    with explicit:
         out = jax.block_until_ready(pjit(_double_plus, P(("a", "b"), "c"), P("c"))(x))
     assert_close(out, jax.jit(_double_plus)(x))
-    assert out.sharding.is_equivalent_to(named(mesh, P("c")), 2)
+    assert out.sharding.is_equivalent_to(named(explicit, P("c")), 2)
 
 
 def test_mesh_is_looked_up_at_call_time() -> None:
