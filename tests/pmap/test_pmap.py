@@ -21,7 +21,9 @@ import partitioner
 from partitioner import pmap, sharding_spec_of
 from partitioner.sharding_spec import Chunked, NoSharding, ShardedAxis, ShardingSpec
 
-N = 8
+N = 8  # every map is over N devices
+pytestmark = pytest.mark.needs_devices(N)
+
 X = np.arange(N * 4 * 3, dtype=np.float32).reshape(N, 4, 3) / 17
 W = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
 

@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from partitioner import pmap
 from tests.pmap.test_pmap import assert_same
 
-# among the slowest modules measured (--durations)
-pytestmark = pytest.mark.slow
-
 N = 4  # devices: small programs, quick compiles
+
+# among the slowest modules measured (--durations); every map is over N devices
+pytestmark = [pytest.mark.slow, pytest.mark.needs_devices(N)]
 
 
 @st.composite
