@@ -161,7 +161,9 @@ def test_parameter_streaming_inside_scan(front: Any) -> None:
         return jax.lax.scan(body, 1.0, xs)
 
     out_s = NamedSharding(mesh, P(None, None, "z"))
-    ours = front(f, in_shardings=arr_host.sharding, out_shardings=(P(), out_s))(arr_host)
+    # A bare P() beside NamedShardings needs a mesh in context, as in jax.jit.
+    scalar_s = NamedSharding(mesh, P())
+    ours = front(f, in_shardings=arr_host.sharding, out_shardings=(scalar_s, out_s))(arr_host)
     theirs = jax.jit(f)(arr_host)
     _check(ours[1], theirs[1], np_inp + 1.0)
     assert ours[1].sharding == NamedSharding(mesh, P(None, None, "z"), memory_kind="device")

@@ -23,7 +23,7 @@ from jax.tree_util import tree_leaves
 
 from ..sharding.auto import AUTO
 from ..sharding.devices import INPUT_SHARDING, OUTPUT_SHARDING
-from ..sharding.tree import UNSPECIFIED, meshes_named_by, prepare_axis_resources
+from ..sharding.tree import UNSPECIFIED, has_bare_specs, meshes_named_by, prepare_axis_resources
 from ..trace.argnums import check_callable, jit_binding
 from ..trace.arguments import Binding
 
@@ -181,8 +181,11 @@ class JitInfo:
         open_in_specs / open_out_specs: the same with ``None`` unspecified; the
             same objects when the rule is UNSPECIFIED.
         named_meshes: ``(where, mesh, kind)`` of every leaf that names devices.
-        needs_mesh: the name of the spec tree holding a bare PartitionSpec (which
-            only a mesh gives a meaning), or None.
+        needs_mesh: the name of the first spec tree with a leaf that needs a mesh
+            (any spec but an omitted one), or None.
+        bare_specs: the name of the first spec tree holding a PartitionSpec alone
+            (which only a mesh in context gives a meaning, whatever NamedShardings
+            beside it name), or None.
         use_resource_env: which mesh in context the door reads, as jax's field of
             that name: True (pjit) the classic ``with mesh:``, False (jit)
             ``jax.set_mesh``'s; the other one only gives bare PartitionSpecs a mesh
@@ -209,6 +212,7 @@ class JitInfo:
     open_out_specs: Any
     named_meshes: tuple[tuple[str, Mesh, str], ...]
     needs_mesh: str | None
+    bare_specs: str | None
     use_resource_env: bool
     has_auto: bool
     device: jax.Device | None
@@ -279,6 +283,7 @@ def jit_info(
             + meshes_named_by(out_specs, f"{api} {names.outputs}", OUTPUT_SHARDING)
         ),
         needs_mesh=_needs_mesh(names, trees[2], trees[3]),
+        bare_specs=_bare_specs(names, in_specs, out_specs),
         use_resource_env=door.use_resource_env,
         has_auto=any(leaf is AUTO for tree in trees[:2] for leaf in _spec_leaves(tree)),
         device=device,
@@ -331,15 +336,23 @@ def _spec_leaves(tree: Any) -> list[Any]:
 
 
 def _needs_mesh(names: SpecNames, open_in: Any, open_out: Any) -> str | None:
-    """The name of the first spec tree with a bare PartitionSpec, or None."""
+    """The name of the first parsed spec tree with a leaf that needs a mesh, or None."""
     for spec_name, tree in ((names.inputs, open_in), (names.outputs, open_out)):
-        if _has_bare_specs(tree):
+        if _has_given_specs(tree):
             return spec_name
     return None
 
 
-def _has_bare_specs(parsed_tree: Any) -> bool:
-    """Whether a parsed spec tree has a leaf that needs a mesh in context (not UNSPECIFIED)."""
+def _bare_specs(names: SpecNames, in_specs: Any, out_specs: Any) -> str | None:
+    """The name of the first spec tree (as given) with a PartitionSpec leaf, or None."""
+    for spec_name, tree in ((names.inputs, in_specs), (names.outputs, out_specs)):
+        if has_bare_specs(tree):
+            return spec_name
+    return None
+
+
+def _has_given_specs(parsed_tree: Any) -> bool:
+    """Whether a parsed spec tree has a leaf that needs a mesh (not UNSPECIFIED)."""
     return any(leaf is not UNSPECIFIED for leaf in _spec_leaves(parsed_tree))
 
 

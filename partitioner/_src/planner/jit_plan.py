@@ -201,8 +201,9 @@ def _placement(info: JitInfo, bound: BoundCall) -> Placement:
             info.label,
             info.named_meshes,
             context,
-            info.needs_mesh or info.names.inputs,
+            info.bare_specs or info.needs_mesh or info.names.inputs,
             door=info.api,
+            bare_specs=info.bare_specs is not None,
         )
         return Placement(mesh, source=source)
     flat = bound.flat

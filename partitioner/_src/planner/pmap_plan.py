@@ -25,6 +25,7 @@ from ..distributed.local_map import LocalSlices
 from ..primitives.call_plan import CallPlan, PlannerFromInfo
 from ..primitives.pmap_region import RegionParams, block_aval, nested_chain, placed_on, region_pjit
 from ..sharding.call_inputs import abstractify
+from ..sharding.errors import MappedAxisError, MappedSizeError
 from ..trace.arguments import BoundCall, bind_call
 from ..trace.memo import cache_per_jaxpr
 from ..trace.tracing import enclosing_maps, trace_body
@@ -140,11 +141,16 @@ def _axes_per_leaf(axes: Any, tree: Any, what: str, label: str) -> list[int | No
 
 
 def _normalized(dim: int | None, ndim: int, where: str, what: str, label: str) -> int | None:
+    """``dim`` (an ``in_axes`` / ``out_axes`` entry) as an axis of a rank-``ndim`` value, >= 0.
+
+    Raises:
+        MappedAxisError: ``dim`` out of range (jax.pmap's ``IndexError``, also a ValueError).
+    """
     if dim is None:
         return None
     d = dim + ndim if dim < 0 else dim
     if not 0 <= d < ndim:
-        raise ValueError(
+        raise MappedAxisError(
             f"{label}: {what} {dim} for {where} of rank {ndim - (what == 'out_axes')} is out "
             f"of range"
         )
@@ -155,8 +161,9 @@ def _axis_size(info: PmapInfo, avals: Sequence[Any], dims: Sequence[int | None],
     """The mapped axis's size: every mapped argument's, else ``axis_size``.
 
     Raises:
-        ValueError: mapped sizes differ; nothing mapped and no ``axis_size``; or
-            ``axis_size`` differs from the mapped arguments'.
+        MappedSizeError: mapped sizes differ (jax.pmap's ``IndivisibleError``).
+        ValueError: nothing mapped and no ``axis_size``; or ``axis_size``
+            differs from the mapped arguments'.
     """
     sizes = {
         keystr(path): (a.shape[d], d)
@@ -166,7 +173,7 @@ def _axis_size(info: PmapInfo, avals: Sequence[Any], dims: Sequence[int | None],
     distinct = {s for s, _ in sizes.values()}
     if len(distinct) > 1:
         listed = ", ".join(f"args{p} has {s} at dimension {d}" for p, (s, d) in sizes.items())
-        raise ValueError(f"{info.label}: the mapped axis sizes differ: {listed}")
+        raise MappedSizeError(f"{info.label}: the mapped axis sizes differ: {listed}")
     if not distinct:
         if info.axis_size is None:
             raise ValueError(

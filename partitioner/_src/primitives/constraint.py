@@ -25,7 +25,12 @@ from .. import jax_private as jp
 from ..sharding.checks import check_spec
 from ..sharding.mesh_env import has_explicit_axes, maybe_current_mesh, resolve_mesh
 from ..sharding.parsed import ParsedPartitionSpec
-from ..sharding.tree import broadcast_prefix, meshes_named_by, prepare_axis_resources
+from ..sharding.tree import (
+    broadcast_prefix,
+    has_bare_specs,
+    meshes_named_by,
+    prepare_axis_resources,
+)
 from ..trace.params import PrimitiveParams
 from ..trace.tracing import check_mesh_unchanged
 from .rule_helpers import batch_spec, not_mapped, spmd_axes
@@ -105,7 +110,8 @@ def with_sharding_constraint(x: Any, axis_resources: Any) -> Any:
     evenly (XLA pads). Needs a mesh in context.
 
     Raises:
-        RuntimeError: no mesh in context (and no NamedSharding naming one).
+        RuntimeError: no mesh in context, and a PartitionSpec leaf or no
+            NamedSharding naming one.
         TypeError: a spec leaf is not a PartitionSpec, a NamedSharding or None.
         ValueError: unknown mesh axis, spec longer than the rank, duplicate
             axis, or a spec tree that is not a prefix of ``x``.
@@ -120,7 +126,8 @@ def with_sharding_constraint(x: Any, axis_resources: Any) -> Any:
     parsed = prepare_axis_resources(
         axis_resources, f"{_API} axis_resources", allow_unconstrained=True, keyword="shardings"
     )
-    mesh = resolve_mesh(_API, meshes_named_by(axis_resources, f"{_API} axis_resources"))
+    named = meshes_named_by(axis_resources, f"{_API} axis_resources")
+    mesh = resolve_mesh(_API, named, bare_specs=has_bare_specs(axis_resources))
     check_mesh_unchanged(mesh, _API, "sharding_constraint inside jit")
     leaves_with_paths, tree = tree_flatten_with_path(x)
     specs, paths = broadcast_prefix(parsed, x, api=_API, what="value")

@@ -13,6 +13,7 @@ from typing import Any
 from jax.sharding import Mesh, NamedSharding
 
 from .. import jax_private as jp
+from .errors import IndivisibleShapeError
 from .parsed import ParsedPartitionSpec
 
 MSG_NOT_DIVISIBLE = """\
@@ -56,9 +57,9 @@ def check_spec(
     rank error (``"pjit arguments with pytree key path x"``), where it has one.
 
     Raises:
-        ValueError: an axis is not in the mesh, the spec is longer than the rank,
-            or (when ``check_divisible``) a dimension is not divisible by the
-            product of its axes' sizes.
+        ValueError: an axis is not in the mesh, or the spec is longer than the rank.
+        IndivisibleShapeError: (when ``check_divisible``) a dimension is not
+            divisible by the product of its axes' sizes (jax's ``IndivisibleError``).
     """
     mesh_shape = dict(mesh.shape)
     for axis in spec.mesh_axes:
@@ -92,7 +93,7 @@ def check_spec(
         zip(spec.partitions, spec.shards_per_dim(mesh, len(spec.partitions)), strict=True)
     ):
         if shape[dim] % divisor:
-            raise ValueError(
+            raise IndivisibleShapeError(
                 MSG_NOT_DIVISIBLE.format(
                     sharding=_as_jax_sharding(spec, mesh),
                     factors=[*spec.shards_per_dim(mesh, len(shape))],
@@ -135,7 +136,8 @@ def check_specs(
         wheres / subjects: each value as ours / jax.jit's messages name it.
 
     Raises:
-        ValueError: every bad leaf's problem at once (see :func:`raise_all`).
+        ValueError: every bad leaf's problem at once (see :func:`raise_all`); an
+            ``IndivisibleShapeError`` where each is a dimension not divisible.
     """
     errors: list[Exception] = []
     for spec, leaf_where, subject, shape in zip(specs, wheres, subjects, shapes, strict=True):
@@ -151,15 +153,20 @@ def raise_all(errors: Sequence[Exception], where: str) -> None:
 
     Why all at once (as jax's ``shard_map`` does): fixing a tree of specs one
     leaf per run is slow, and seeing every bad leaf shows a pattern (a mesh
-    axis misspelt everywhere) that one message hides. The combined error is a
-    TypeError if any problem is one, else a ValueError; each line is one leaf's
-    full message, naming its path.
+    axis misspelt everywhere) that one message hides. The combined error is of
+    the problems' class where they share one (each leaf indivisible: jax's
+    ``IndivisibleError`` still catches it), else a TypeError if any problem is
+    one, else a ValueError; each line is one leaf's full message, naming its path.
     """
     if not errors:
         return
     if len(errors) == 1:
         raise errors[0]
-    kind = TypeError if any(isinstance(e, TypeError) for e in errors) else ValueError
+    kinds = {type(e) for e in errors}
+    if len(kinds) == 1:
+        (kind,) = kinds
+    else:
+        kind = TypeError if any(isinstance(e, TypeError) for e in errors) else ValueError
     lines = "\n".join(f"  - {e}" for e in errors)
     raise kind(f"{where}: {len(errors)} spec leaves are invalid:\n{lines}")
 

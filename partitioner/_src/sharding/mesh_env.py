@@ -38,6 +38,10 @@ too, around the call of {api}:
 
 The mesh is looked up when the function is called or lowered, not when it is wrapped."""
 
+MSG_MESH_NOT_LENT = """
+{where} names a mesh, but as in jax a NamedSharding does not lend its mesh to the \
+PartitionSpecs beside it: write those as NamedSharding(mesh, spec) too, or enter the mesh."""
+
 
 def as_auto_mesh(m: Mesh) -> Mesh:
     """``m`` with every axis of type Auto.
@@ -173,12 +177,15 @@ def mesh(
 
 def current_mesh(api: str) -> Mesh:
     """The innermost mesh in context (as :func:`as_call_mesh`), or a RuntimeError naming ``api``."""
-    return resolve_mesh(api, ())
+    return resolve_mesh(api, (), bare_specs=True)
 
 
-def resolve_mesh(api: str, named: Sequence[tuple[str, Any, str]]) -> Mesh:
-    """The mesh a constraint runs over: the innermost in context, else its NamedShardings'."""
-    return resolve_call_mesh(api, named, jax_private.ambient_mesh(), "its shardings")[0]
+def resolve_mesh(api: str, named: Sequence[tuple[str, Any, str]], *, bare_specs: bool) -> Mesh:
+    """The mesh a constraint runs over: the innermost in context, else its NamedShardings'
+    (``bare_specs``: some spec is a PartitionSpec alone, which only a mesh in context
+    gives a meaning)."""
+    context = jax_private.ambient_mesh()
+    return resolve_call_mesh(api, named, context, "shardings", bare_specs=bare_specs)[0]
 
 
 def resolve_call_mesh(
@@ -187,6 +194,8 @@ def resolve_call_mesh(
     context: Mesh | None,
     spec_name: str,
     door: str | None = None,
+    *,
+    bare_specs: bool,
 ) -> tuple[Mesh, DeviceSource]:
     """The mesh a call runs over: ``context``, else the one its NamedShardings name;
     and what put the call there, for jax's device messages.
@@ -198,16 +207,23 @@ def resolve_call_mesh(
         spec_name: the spec argument a PartitionSpec without a mesh was given to.
         door: the front door jax's no-mesh sentence names (``"jit"``) where ``api``
             names more (``"jit f"``); ``api`` where None.
+        bare_specs: some spec is a PartitionSpec alone (no mesh of its own). It
+            needs ``context``: as in jax, the mesh of a NamedSharding beside it
+            does not stand in.
 
     Raises:
-        RuntimeError: no mesh in context and no NamedSharding to take one from.
+        RuntimeError: no mesh in context, and a bare PartitionSpec or no
+            NamedSharding to take one from.
         ValueError: a NamedSharding's mesh differs from the mesh in context (or
             from the other NamedShardings' mesh); names both meshes (jax's
             "Received incompatible devices" where their devices differ).
     """
     m = context
-    if m is None and not named:
-        raise RuntimeError(MSG_NO_MESH.format(door=door or api, api=api, name=spec_name))
+    if m is None and (bare_specs or not named):
+        message = MSG_NO_MESH.format(door=door or api, api=api, name=spec_name)
+        if named:
+            message += MSG_MESH_NOT_LENT.format(where=named[0][0])
+        raise RuntimeError(message)
     mesh = as_call_mesh(m if m is not None else named[0][1])
     source = "the mesh in context" if m is not None else f"the mesh of {named[0][0]}"
     origin = DeviceSource(tuple(mesh.devices.flat), CONTEXT_MESH if m is not None else named[0][2])

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import enum
 import math
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 from jax.experimental.layout import Format, Layout
 from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 
+from .errors import DuplicateMeshAxisError
 from .partition_spec import (
     UNCONSTRAINED,
     AxisName,
@@ -25,8 +27,12 @@ from .partition_spec import (
     is_spec,
 )
 
+# jax's sentence first (``except DuplicateSpecError`` and ``match=`` written against jax.jit
+# hold), then ours.
 MSG_DUPLICATE_AXIS = """\
-{where}: the spec {spec} uses mesh axis {axis!r} more than once. Each mesh axis can \
+A single {keyword} specification can map every mesh axis to at most one positional \
+dimension, but {spec} has duplicate entries for {shown}.
+{where}: the spec {spec} uses mesh {axes} more than once. Each mesh axis can \
 partition at most one dimension of a value; e.g. PartitionSpec('x', 'y') instead of \
 PartitionSpec('x', 'x')."""
 
@@ -212,8 +218,9 @@ class ParsedPartitionSpec(_Conversions):
 
         Raises:
             TypeError: ``entry`` is not a spec, a NamedSharding or ``None``.
-            ValueError: an axis repeats, reduced axes, or UNCONSTRAINED where it is
-                not allowed.
+            ValueError: reduced axes, or UNCONSTRAINED where it is not allowed.
+            DuplicateMeshAxisError: an axis repeats (jax's ``DuplicateSpecError``,
+                also a ValueError).
         """
         return _parse_leaf(entry, arg_name, allow_unconstrained, keyword or arg_name)
 
@@ -350,6 +357,7 @@ def _parse_leaf(
         )
     check_no_reduced(entry, arg_name)
     partitions, unconstrained = _entries(entry, arg_name, allow_unconstrained)
+    _check_unique_axes(entry, partitions, arg_name, keyword)
     return ParsedPartitionSpec(
         entry,
         partitions,
@@ -365,11 +373,10 @@ def _entries(
     """Each dimension's mesh axes, and the UNCONSTRAINED dimensions, of a PartitionSpec.
 
     Raises:
-        ValueError: an axis repeats, or UNCONSTRAINED where it is not allowed.
+        ValueError: UNCONSTRAINED where it is not allowed.
     """
     partitions: list[tuple[AxisName, ...]] = []
     unconstrained: set[int] = set()
-    seen: set[AxisName] = set()
     for dim, p in enumerate(spec):
         if p is UNCONSTRAINED:
             if not allow_unconstrained:
@@ -379,10 +386,30 @@ def _entries(
             unconstrained.add(dim)
             partitions.append(())
             continue
-        axes = () if p is None else (p if isinstance(p, tuple) else (p,))
-        for axis in axes:
-            if axis in seen:
-                raise ValueError(MSG_DUPLICATE_AXIS.format(where=arg_name, spec=spec, axis=axis))
-            seen.add(axis)
-        partitions.append(axes)
+        partitions.append(() if p is None else (p if isinstance(p, tuple) else (p,)))
     return partitions, unconstrained
+
+
+def _check_unique_axes(
+    spec: Any, partitions: list[tuple[AxisName, ...]], arg_name: str, keyword: str
+) -> None:
+    """Refuse a spec naming a mesh axis twice, as jax does when it builds the sharding.
+
+    Raises:
+        DuplicateMeshAxisError: jax's ``DuplicateSpecError`` (and a ValueError),
+            naming every repeated axis.
+    """
+    counts = Counter(axis for axes in partitions for axis in axes)
+    repeated = [axis for axis, n in counts.items() if n > 1]
+    if not repeated:
+        return
+    raise DuplicateMeshAxisError(
+        MSG_DUPLICATE_AXIS.format(
+            keyword=keyword,
+            spec=spec,
+            shown=", ".join(sorted(f"`{a}`" for a in repeated)),
+            where=arg_name,
+            axes=("axis " if len(repeated) == 1 else "axes ") + ", ".join(map(repr, repeated)),
+        ),
+        pspec=spec,
+    )

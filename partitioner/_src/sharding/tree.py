@@ -123,6 +123,15 @@ def prepare_axis_resources(
     return jax.tree_util.tree_unflatten(treedef, parsed)
 
 
+def has_bare_specs(tree: Any) -> bool:
+    """Whether a spec tree has a PartitionSpec leaf: a spec with no mesh of its own.
+
+    Only a mesh in context gives such a spec a meaning; as in jax, a NamedSharding
+    beside it does not lend it its mesh (``mesh_env.resolve_call_mesh``).
+    """
+    return any(is_spec(leaf) for leaf in jax.tree_util.tree_leaves(tree, is_leaf=is_spec_leaf))
+
+
 def meshes_named_by(
     tree: Any, arg_name: str, kind: str = INPUT_SHARDING
 ) -> list[tuple[str, Any, str]]:
