@@ -17,6 +17,7 @@ sharding jax.jit's result has. ``partitioner.jit`` (where it exists) takes nothi
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import warnings
@@ -733,6 +734,66 @@ def test_explicit_axes_on_auto_mesh(front) -> None:
 
         got = check(front, f, [arr1, arr2], expect_types=[P("x", None)])
         assert got.sharding.is_equivalent_to(NamedSharding(mesh, P("x")), 2)
+
+
+@pytest.mark.parametrize("axes", [None, "y"], ids=["all-axes", "axis-y"])
+def test_auto_axes_around_the_call(front, partitioner_mode, mesh22, axes) -> None:
+    """``auto_axes(jitted, out_sharding=...)(a, b)``: the whole call runs over the Auto
+    axes, the body typed over them (the abstract mesh ``auto_axes`` set), as jax.jit's."""
+    a, b = put(inp(8, 2), P("x", "y")), put(inp(8, 2).T, P("y", None))
+
+    def body(seen, u, v):
+        seen.append(jax.typeof(u))
+        if jax.sharding.get_abstract_mesh().axis_types[0] == E:  # x stayed Explicit
+            out = jnp.einsum("ab,bc->ac", jnp.sin(u), v, out_sharding=P("x", None))
+        else:
+            out = jnp.sin(u) @ v
+        seen.append(jax.typeof(out))
+        return out
+
+    def around(f: Callable[..., Any]) -> Callable[..., Any]:
+        return auto_axes(f, axes=axes, out_sharding=P("x", None))
+
+    want_seen: list[Any] = []
+    ours_seen: list[Any] = []
+    want = _blocked(around(jax.jit(functools.partial(body, want_seen)))(a, b))
+    ours = _ours(front, functools.partial(body, ours_seen), [a, b], P("x", None))
+    got = _blocked(around(ours)(a, b))
+    _assert_same_results(got, want)
+    assert jax.typeof(got) == jax.typeof(want)
+    _types_equal(ours_seen, want_seen)
+    assert ours_seen[0].sharding.mesh.axis_types[1] == A  # traced over the Auto axis
+
+
+@pytest.mark.parametrize("context", ["none", "set_mesh"])
+def test_typeof_names_the_auto_mesh_of_the_call(front, context) -> None:
+    """An argument committed to an all-Auto mesh is typed over that mesh inside the body
+    (no axis in its spec), with no mesh in context (pjit's mesh from its NamedShardings)
+    as under ``jax.set_mesh``: the mesh jax.jit's ``jax.typeof`` names, on the arguments
+    and on values computed from them."""
+    mesh = make_mesh((2, 2), ("x", "y"), (A, A))
+    sharding = NamedSharding(mesh, P("x", None))
+    arr = jax.device_put(inp(8, 2), sharding)
+
+    def body(seen, x):
+        seen.append(jax.typeof(x))
+        y = jnp.sin(x) * 2
+        seen.append(jax.typeof(y))
+        return y
+
+    want_seen: list[Any] = []
+    ours_seen: list[Any] = []
+    with jax.set_mesh(mesh) if context == "set_mesh" else contextlib.nullcontext():
+        want = jax.jit(functools.partial(body, want_seen))(arr)
+        fun = functools.partial(body, ours_seen)
+        ours = (
+            partitioner.pjit(fun, sharding, sharding) if front == "pjit" else partitioner.jit(fun)
+        )
+        got = _blocked(ours(arr))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
+    assert got.sharding.is_equivalent_to(want.sharding, 2)
+    _types_equal(ours_seen, want_seen)
+    assert [t.sharding.mesh for t in ours_seen] == [mesh.abstract_mesh] * 2
 
 
 def test_full_user_to_full_auto(front, mesh22) -> None:

@@ -15,9 +15,11 @@ NOTE [executable cache]:
   settings. Changing a setting compiles again; changing nothing never does.
 - Equal programs share: a jaxpr structurally equal to one already compiled for
   the same rest of the key (``trace/equality.py``: e.g. ``vmap`` of a pjit-ed
-  function, and a pjit of the vmapped function) gets that executable, and
-  parsed specs compare by layout alone (not by how they were written), so
-  equal layouts are equal keys. The comparison runs on misses only.
+  function, and a pjit of the vmapped function; or the same call on numpy
+  values and on values committed to its all-Auto mesh, typed apart but lowered
+  alike) gets that executable, and parsed specs compare by layout alone (not by
+  how they were written), so equal layouts are equal keys. The comparison runs
+  on misses only.
 - Bounded: least-recently-used entries beyond ``capacity`` are evicted.
 - Compile once: the first caller of a key compiles; concurrent callers with
   the same key wait on an event (GIL released) and share the result. A
@@ -40,7 +42,7 @@ from .. import options
 from ..events import emit
 from ..lower.module import LoweredModule
 from ..primitives.pjit_call import PjitParams
-from ..trace.equality import closed_jaxprs_equal
+from ..trace.equality import closed_jaxprs_equal, lowered_type
 from .compile import CompilerOptions
 from .executable import Executable, build, finish, spellings_key
 
@@ -185,7 +187,11 @@ class ExecutableCache:
 
 def _program_shape(jaxpr: Any) -> Any:
     """A cheap digest equal for structurally equal jaxprs (narrows the twin search)."""
-    return (tuple(jaxpr.in_avals), tuple(jaxpr.out_avals), len(jaxpr.jaxpr.eqns))
+    return (
+        tuple(map(lowered_type, jaxpr.in_avals)),
+        tuple(map(lowered_type, jaxpr.out_avals)),
+        len(jaxpr.jaxpr.eqns),
+    )
 
 
 executables = ExecutableCache(same_program=closed_jaxprs_equal, shape_of=_program_shape)

@@ -110,9 +110,8 @@ def checked_inputs(
         ValueError: every bad leaf at once (axis, rank, divisibility), or a
             memory kind or layout the argument does not have.
     """
-    typed = has_explicit_axes(mesh)
     avals = [
-        abstractify(x, where(i), static_hint, typed=typed, fun=fun) for i, x in enumerate(leaves)
+        abstractify(x, where(i), static_hint, mesh=mesh, fun=fun) for i, x in enumerate(leaves)
     ]
     given = given_specs(specs, avals)
     check_specs(
@@ -138,19 +137,22 @@ def checked_inputs(
 
 
 def abstractify(
-    leaf: Any, where: str, static_hint: str, *, typed: bool = False, fun: Any = None
+    leaf: Any, where: str, static_hint: str, *, mesh: Mesh | None = None, fun: Any = None
 ) -> Any:
-    """The abstract value of an argument leaf (with its sharding when ``typed``).
+    """The abstract value of an argument leaf of a call over ``mesh``, typed as jax.jit types it.
 
-    ``typed`` is set for calls over a mesh with Explicit axes, where a value's
-    sharding is part of its type (NOTE [explicit axes] in ``mesh_env.py``).
+    Over a mesh with Explicit axes a value's sharding is part of its type (NOTE
+    [explicit axes] in ``mesh_env.py``). Over an all-Auto mesh an array committed
+    to that mesh names it in its type, with no axis in its spec (``jax.typeof``
+    shows it so, outside the call and in jax.jit's body alike); other values, and
+    every value of a call with no mesh (pmap's blocks), are untyped.
 
     Raises:
         TypeError: not a JAX type: jax.jit's message (``fun`` and the argument's
             path), then ``where`` (API and argument) and how to mark it static.
     """
     try:
-        return jp.typed_abstractify(leaf) if typed else jp.shaped_abstractify(leaf)
+        typed = jp.typed_abstractify(leaf)
     except TypeError:
         raise TypeError(
             f"Error interpreting argument to {fun} as an abstract array. The problematic "
@@ -162,3 +164,12 @@ def abstractify(
             "(arrays, numpy arrays, Python scalars or jax.ShapeDtypeStruct). Mark it "
             f"static with {static_hint} if it is configuration."
         ) from None
+    if mesh is not None and (has_explicit_axes(mesh) or _names_mesh(typed, mesh)):
+        return typed
+    return jp.shaped_abstractify(leaf)
+
+
+def _names_mesh(aval: Any, mesh: Mesh) -> bool:
+    """Whether ``aval`` is typed over ``mesh`` (a value committed to it)."""
+    typed_mesh = getattr(getattr(aval, "sharding", None), "mesh", None)
+    return typed_mesh is not None and typed_mesh == mesh.abstract_mesh

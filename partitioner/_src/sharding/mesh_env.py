@@ -95,14 +95,29 @@ def typed_context(m: Mesh) -> Iterator[None]:
 
     Over a mesh with Explicit axes, jax's sharding rules read the abstract mesh
     in context (and ``jax.device_put``/``reshard`` the concrete one), so both are
-    set to ``m`` for the duration, as jax's pjit does while tracing. Over other
-    meshes nothing changes.
+    set to ``m`` for the duration, as jax's pjit does while tracing. Inside
+    ``auto_axes`` / ``explicit_axes`` around the call the abstract mesh in context
+    is ``m`` with other axis types, and the arguments are typed over it: it is
+    kept, as jax.jit keeps it. Over other meshes nothing changes.
     """
     if not has_explicit_axes(m):
         yield
         return
-    with jax_private.use_concrete_mesh(m), jax_private.use_abstract_mesh(m.abstract_mesh):
+    abstract = jax_private.get_abstract_mesh()
+    if not _retyped(abstract, m):
+        abstract = m.abstract_mesh
+    with jax_private.use_concrete_mesh(m), jax_private.use_abstract_mesh(abstract):
         yield
+
+
+def _retyped(abstract: Any, m: Mesh) -> bool:
+    """Whether ``abstract`` is ``m``'s abstract mesh with other axis types."""
+    ours = m.abstract_mesh
+    return (
+        not abstract.empty
+        and abstract.shape_tuple == ours.shape_tuple
+        and abstract.axis_types != ours.axis_types
+    )
 
 
 def make_mesh(

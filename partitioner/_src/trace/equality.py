@@ -9,8 +9,8 @@ The comparison is exact and conservative: equations must use the same primitive
 objects with equal params (sub-jaxprs compared the same way, other values by
 ``==`` where that gives a plain bool, else by identity), literals must be equal
 values of equal types, constants must be the very same objects, and variables must
-correspond one to one with equal avals. Anything it cannot compare counts as
-different, which only costs a compile.
+correspond one to one with avals that lower alike (:func:`lowered_type`). Anything
+it cannot compare counts as different, which only costs a compile.
 """
 
 from __future__ import annotations
@@ -20,6 +20,23 @@ from typing import Any
 import numpy as np
 
 from .. import jax_private as jp
+
+
+def lowered_type(aval: Any) -> Any:
+    """``aval`` as it lowers: untyped where its type names an all-Auto mesh and no axis.
+
+    jax types a value committed to an all-Auto mesh over that mesh, no axis in its
+    spec (``float32[8,2]`` either way), and lowers it as the untyped value. So a
+    call on such values and the same call on numpy values trace apart (the body
+    can read ``jax.typeof``) but are one program, and share one executable.
+    """
+    sharding = getattr(aval, "sharding", None)
+    if sharding is None or not sharding.mesh.are_all_axes_auto:
+        return aval
+    spec = sharding.spec
+    if any(p is not None for p in spec) or spec.unreduced or spec.reduced:
+        return aval
+    return aval.update(sharding=None)
 
 
 def closed_jaxprs_equal(a: Any, b: Any) -> bool:
@@ -38,7 +55,7 @@ def _jaxprs_equal(a: Any, b: Any) -> bool:
         if len(xs) != len(ys):
             return False
         for x, y in zip(xs, ys):
-            if x.aval != y.aval:
+            if lowered_type(x.aval) != lowered_type(y.aval):
                 return False
             env[x] = y
         return True
