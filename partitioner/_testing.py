@@ -9,7 +9,8 @@ helpers below; nothing else.
 
 What is here, and why a test needs it:
 
-- ``pjit_p``, ``sharding_constraint_p``, ``id_tap_p``, ``call_p``, ``pmap_region_p``: the
+- ``pjit_p``, ``sharding_constraint_p``, ``id_tap_p``, ``call_p``, ``pmap_region_p``,
+  ``shift_p`` (and ``shift``): the
   primitives, to check that every jax transformation registry has a rule for them.
 - ``Sequencer``, ``TapItem``: the tap receiver's program-order bookkeeping (NOTE
   [device tap order]), driven directly with arrivals in any interleaving.
@@ -62,6 +63,7 @@ from ._src.lower.annotate import ensure_sdy_mesh, sdy_mesh_attr, sdy_sharding_at
 from ._src.primitives.constraint import sharding_constraint_p
 from ._src.primitives.pjit_call import pjit_p
 from ._src.primitives.pmap_region import pmap_region_p
+from ._src.primitives.shift import shift, shift_p
 from ._src.sharding.checks import check_spec, check_specs
 from ._src.sharding.mesh_env import (
     as_auto_mesh,
@@ -138,5 +140,7 @@ __all__ = [
     "sdy_mesh_attr",
     "sdy_sharding_attr",
     "sharding_constraint_p",
+    "shift",
+    "shift_p",
     "unflatten_superdims",
 ]

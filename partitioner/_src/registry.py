@@ -22,7 +22,7 @@ from __future__ import annotations
 from . import jax_private as jp
 from .dispatch import execute
 from .lower import manual, nested
-from .primitives import constraint, pjit_call, pmap_region
+from .primitives import constraint, pjit_call, pmap_region, shift
 
 # --- pjit_p: a partitioned call of a traced body over a mesh ---
 
@@ -47,6 +47,16 @@ jp.primitive_jvps[sharding_constraint_p] = constraint.jvp
 jp.primitive_transposes[sharding_constraint_p] = constraint.transpose
 jp.register_lowering(sharding_constraint_p, nested.constraint_lowering)
 sharding_constraint_p.def_impl(execute.constraint_impl)
+
+# --- shift_p: a roll along one dimension, transposed as the roll back (a pipeline's step) ---
+
+shift_p = shift.shift_p
+shift_p.def_abstract_eval(shift.abstract_eval)
+jp.fancy_primitive_batchers[shift_p] = shift.batcher
+jp.primitive_jvps[shift_p] = shift.jvp
+jp.primitive_transposes[shift_p] = shift.transpose
+jp.register_lowering(shift_p, shift.lowering)
+shift_p.def_impl(shift.impl)
 
 # --- pmap_region_p: a per-device body run once on every device of an axis ---
 

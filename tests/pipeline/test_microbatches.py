@@ -1,66 +1,109 @@
-"""The microbatch choice (NOTE [pipeline microbatches]) on its own: a pure function of
-the schedule's arithmetic, AUTO's rates and AUTO's flop counter, kept in AUTO's cache.
+"""The choice of microbatches and of what a step saves (NOTE [pipeline microbatches]) on its
+own: pure functions of the schedule's arithmetic, AUTO's rates and AUTO's flop counter,
+kept in AUTO's cache.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
+import pytest
 
 import partitioner
 from partitioner._src.auto import choices
 from partitioner._src.auto.cost import flops
 from partitioner._src.auto.cost.rates import BYTES_PER_S, FLOPS_PER_S, LATENCY_S
 from partitioner._src.pipeline import microbatches
+from partitioner._src.pipeline.program import Saves
 from partitioner._src.pipeline.schedule import Schedule
 
 from .test_pipeline import batch, layer, mesh_of, stacked_params
 
-
-def _time(kind: str, layers: int, stages: int, count: int, work: float, traffic: float) -> float:
-    """The estimate written out by hand from NOTE [pipeline microbatches]."""
-    s = Schedule(kind, layers, stages, count)
-    step = (s.per_visit * work / FLOPS_PER_S + traffic / BYTES_PER_S) / count + LATENCY_S
-    return step * s.steps
+COSTS = microbatches.LayerCosts(
+    flops=1e9, activation_bytes=1e6, residual_bytes=4e6, weight_bytes=2e6
+)
 
 
-def test_every_divisor_of_the_batch_is_priced_and_the_least_time_chosen() -> None:
-    for kind, work, traffic in [("gpipe", 1e9, 1e6), ("circular", 2e8, 4e5), ("gpipe", 1e3, 1e3)]:
-        chosen, options = microbatches.choose(kind, 8, 4, 32, work, traffic)
-        assert [o.microbatches for o in options] == [1, 2, 4, 8, 16, 32]
-        for option in options:
-            want = _time(kind, 8, 4, option.microbatches, work, traffic)
-            assert np.isclose(option.estimate.time_s, want, rtol=1e-12)
-            s = Schedule(kind, 8, 4, option.microbatches)
-            assert option.bubble_fraction == s.bubble_fraction
-            assert option.estimate.collectives == s.steps  # one permute per step
-        best = min(o.estimate.time_s for o in options)
-        (mine,) = [o for o in options if o.microbatches == chosen]
-        assert mine.estimate.time_s <= best * (1 + microbatches.TIE)
-        # ties go to more microbatches (less memory per step)
-        tied = [
-            o.microbatches for o in options if o.estimate.time_s <= best * (1 + microbatches.TIE)
-        ]
-        assert chosen == max(tied)
+def test_an_options_time_is_the_notes_arithmetic() -> None:
+    """Three passes of a visit's flops (four when the step recomputes), two permutes of
+    a microbatch shard a step, on the shards' share of the batch."""
+    for kind, count, shards, saves in [
+        ("gpipe", 4, 2, Saves.ACTIVATIONS),
+        ("circular", 8, 1, Saves.INPUTS),
+        ("gpipe", 1, 4, Saves.INPUTS),
+    ]:
+        s = Schedule(kind, 8, 4, count)
+        got = microbatches.estimate(s, shards, COSTS, saves)
+        passes = 4 if saves is Saves.INPUTS else 3
+        compute = s.steps * passes * s.per_visit * COSTS.flops / (count * shards) / FLOPS_PER_S
+        moved = 2 * s.steps * COSTS.activation_bytes / (count * shards)
+        reduced = COSTS.weight_bytes * 2 if shards > 1 else 0.0  # 8 layers / 4 stages
+        collectives = 2 * s.steps + (1 if shards > 1 else 0)
+        comm = (moved + reduced) / BYTES_PER_S + collectives * LATENCY_S
+        assert got.compute_s == pytest.approx(compute)
+        assert got.collective_bytes == pytest.approx(moved + reduced)
+        assert got.time_s == pytest.approx(compute + comm)
 
 
-def test_dear_layers_want_many_microbatches_and_cheap_ones_few() -> None:
-    """The bubble is what dear layers pay for; the fixed cost per step is what cheap
-    ones pay for."""
-    dear, _ = microbatches.choose("gpipe", 8, 4, 64, 1e12, 1e3)
-    cheap, _ = microbatches.choose("gpipe", 8, 4, 64, 1.0, 1.0)
-    assert dear == 64 and cheap == 1
+def test_saving_only_inputs_holds_less_and_takes_longer() -> None:
+    s = Schedule("gpipe", 8, 4, 4)
+    kept = microbatches.estimate(s, 2, COSTS, Saves.ACTIVATIONS)
+    inputs = microbatches.estimate(s, 2, COSTS, Saves.INPUTS)
+    assert inputs.memory_bytes < kept.memory_bytes
+    assert inputs.time_s > kept.time_s
 
 
-def test_a_layers_work_is_the_flop_counters() -> None:
+def test_more_microbatches_hold_less_of_the_activations() -> None:
+    """The steps' saved activations add up to about the batch's, more and smaller
+    microbatches holding less: (M + S - 1) / M of it for gpipe."""
+    memory = [
+        microbatches.estimate(Schedule("gpipe", 8, 4, m), 2, COSTS, Saves.ACTIVATIONS).memory_bytes
+        for m in (1, 2, 4, 8, 16)
+    ]
+    assert memory == sorted(memory, reverse=True)
+
+
+def test_the_choice_is_the_fastest_within_the_memory_slack_or_the_limit() -> None:
+    table = microbatches.options(
+        "gpipe", 8, 4, [1, 2, 4, 8, 16, 32], lambda count: 2, COSTS, list(Saves)
+    )
+    assert len(table) == 12
+    least = min(o.estimate.memory_bytes for o in table)
+    chosen = microbatches.choose(table, None)
+    near = [o for o in table if o.estimate.memory_bytes <= least * (1 + microbatches.MEMORY_SLACK)]
+    assert chosen in near
+    assert chosen.estimate.time_s <= min(o.estimate.time_s for o in near) * (1 + microbatches.TIE)
+    # under a limit only options that fit it; the least memory where none does
+    limit = int(sorted(o.estimate.memory_bytes for o in table)[3]) + 1
+    under = microbatches.choose(table, limit)
+    assert under.estimate.memory_bytes <= limit
+    fits = [o for o in table if o.estimate.memory_bytes <= limit]
+    assert under.estimate.time_s <= min(o.estimate.time_s for o in fits) * (1 + microbatches.TIE)
+    assert microbatches.choose(table, 1).estimate.memory_bytes == least
+
+
+def test_a_layers_costs_are_the_flop_counters_and_jaxs_residuals() -> None:
     params, (x, _) = stacked_params(), batch()
     one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), params)
     h = jax.ShapeDtypeStruct(x.shape, x.dtype)
-    got = microbatches.layer_flops(layer, one, h)
-    assert got == flops.program(jax.make_jaxpr(layer)(one, h))
+    costs = microbatches.layer_costs(layer, one, h)
+    assert costs.flops == flops.program(jax.make_jaxpr(layer)(one, h))
     width, hidden = params["w1"].shape[1:]
-    assert got >= 2 * 2 * x.shape[0] * width * hidden  # its two matmuls at least
+    assert costs.flops >= 2 * 2 * x.shape[0] * width * hidden  # its two matmuls at least
+    assert costs.activation_bytes == x.nbytes
+    assert costs.weight_bytes == sum(a.nbytes for a in jax.tree.leaves(params)) / len(params["b"])
+    # the hidden activations the backward pass reads, never the weights
+    assert x.shape[0] * hidden * 4 <= costs.residual_bytes < 10 * x.shape[0] * hidden * 4
+
+
+def test_a_layer_with_a_cond_is_priced_at_its_dearest_branch() -> None:
+    w = jnp.ones((16, 16))
+
+    def branchy(p, h):
+        return jax.lax.cond(h.sum() > 0, lambda v: v @ p @ p, lambda v: v, h)
+
+    costs = microbatches.layer_costs(branchy, w, jax.ShapeDtypeStruct((8, 16), w.dtype))
+    assert costs.flops >= 2 * (2 * 8 * 16 * 16)
 
 
 def test_the_choice_is_kept_with_autos_and_forgotten_by_clear_caches() -> None:
@@ -92,11 +135,19 @@ def test_the_cache_is_bounded_least_recently_used_out_first() -> None:
     choices.clear()
 
 
-def test_a_layer_with_a_cond_is_priced_at_its_dearest_branch() -> None:
-    w = jnp.ones((16, 16))
+def test_memory_estimates_rank_as_xla_measures_them(mesh) -> None:
+    """The model's memory for two options (saving activations or inputs) ranks them as
+    XLA's memory analysis of the compiled training steps does."""
+    from .test_pipeline import train_step
 
-    def branchy(p, h):
-        return jax.lax.cond(h.sum() > 0, lambda v: v @ p @ p, lambda v: v, h)
-
-    cond_flops = microbatches.layer_flops(branchy, w, jax.ShapeDtypeStruct((8, 16), w.dtype))
-    assert cond_flops >= 2 * (2 * 8 * 16 * 16)
+    params, (x, y) = stacked_params(), batch()
+    measured, estimated = {}, {}
+    with jax.set_mesh(mesh((4, 2), ("stage", "data"))):
+        for saves in ("activations", "inputs"):
+            run = partitioner.pipeline(layer, axis="stage", microbatches=2, saves=saves)
+            f = partitioner.jit(train_step(run), in_shardings=(None, None, None))
+            measured[saves] = f.lower(params, x, y).compile().report().memory.total
+            estimated[saves] = run.plan(params, x).estimate.memory_bytes
+    assert (measured["inputs"] < measured["activations"]) == (
+        estimated["inputs"] < estimated["activations"]
+    )

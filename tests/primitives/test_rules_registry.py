@@ -20,7 +20,14 @@ from jax._src.interpreters import partial_eval as pe
 import partitioner  # noqa: F401  (registers every rule)
 from partitioner import PartitionSpec as P
 from partitioner import with_sharding_constraint
-from partitioner._testing import call_p, id_tap_p, pjit_p, pmap_region_p, sharding_constraint_p
+from partitioner._testing import (
+    call_p,
+    id_tap_p,
+    pjit_p,
+    pmap_region_p,
+    sharding_constraint_p,
+    shift_p,
+)
 from tests.helpers import MESH_2D, mesh_ctx
 from tests.primitives.rules_helpers import assert_tree_close, constraint_eqns
 
@@ -75,6 +82,16 @@ def test_sharding_constraint_p_has_rule(rule: str) -> None:
     assert RULES[rule](sharding_constraint_p), f"sharding_constraint_p has no {rule} rule"
 
 
+# shift_p is a plain linear primitive: jax's generic partial eval, remat and DCE paths
+# handle it.
+SHIFT_RULES = ("impl", "abstract eval", "MLIR lowering", "JVP", "transpose", "batching")
+
+
+@pytest.mark.parametrize("rule", SHIFT_RULES)
+def test_shift_p_has_rule(rule: str) -> None:
+    assert RULES[rule](shift_p), f"shift_p has no {rule} rule"
+
+
 # id_tap_p is a plain effectful primitive too: jax's generic partial eval (which keeps
 # an effectful equation with known inputs in the known pass), remat and DCE (which
 # keeps effectful equations) handle it.
@@ -94,7 +111,7 @@ def test_call_p_has_rule(rule: str) -> None:
 
 def test_every_registered_rule_is_ours() -> None:
     # No rule is inherited by accident from a jax primitive of the same name.
-    for prim in (pjit_p, sharding_constraint_p, pmap_region_p):
+    for prim in (pjit_p, sharding_constraint_p, pmap_region_p, shift_p):
         for registry in (ad.primitive_jvps, batching.fancy_primitive_batchers):
             assert registry[prim].__module__.startswith("partitioner."), (prim, registry[prim])
     assert pjit_p.multiple_results and not sharding_constraint_p.multiple_results

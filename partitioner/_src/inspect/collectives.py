@@ -63,6 +63,8 @@ class Collective:
             groups no set of mesh axes describes).
         groups: the replica groups (or source-target pairs), as device positions.
         op_name / source: the jax operation and ``file:line`` XLA kept, if any.
+        in_loop: whether it runs inside a ``while`` loop of the program (a ``scan``'s,
+            a pipeline's): once per trip, not once per run.
     """
 
     kind: str
@@ -74,6 +76,7 @@ class Collective:
     groups: tuple[tuple[int, ...], ...]
     op_name: str | None
     source: str | None
+    in_loop: bool = False
 
     def describe_axes(self) -> str:
         if self.axes is None:
@@ -160,9 +163,10 @@ def axes_of(groups: Sequence[Sequence[int]], mesh: Mesh) -> tuple[str, ...] | No
     return None
 
 
-def _trip_counts(lines: Sequence[str]) -> dict[str, int]:
-    """How many times each computation runs per execution (while bodies by trip count)."""
-    calls: dict[str, list[tuple[str, int]]] = {}
+def _trip_counts(lines: Sequence[str]) -> dict[str, tuple[int, bool]]:
+    """How many times each computation runs per execution (while bodies by trip count),
+    and whether it runs inside a ``while`` loop."""
+    calls: dict[str, list[tuple[str, int, bool]]] = {}
     entry, current = None, None
     for line in lines:
         head = _COMPUTATION.match(line)
@@ -181,26 +185,27 @@ def _trip_counts(lines: Sequence[str]) -> dict[str, int]:
             trips = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', line)
             n = int(trips.group(1)) if trips else 1
             if body:
-                calls[current].append((body.group(1), n))
+                calls[current].append((body.group(1), n, True))
             if cond:
-                calls[current].append((cond.group(1), n + 1))
+                calls[current].append((cond.group(1), n + 1, True))
             continue
         for attr in re.finditer(
             r"(?:calls|to_apply|true_computation|false_computation)=%([\w.\-]+)", line
         ):
-            calls[current].append((attr.group(1), 1))
+            calls[current].append((attr.group(1), 1, False))
         for group in re.finditer(r"(?:branch_computations|called_computations)=\{([^}]*)\}", line):
             for name in re.findall(r"%([\w.\-]+)", group.group(1)):
-                calls[current].append((name, 1))
-    counts: dict[str, int] = {}
+                calls[current].append((name, 1, False))
+    counts: dict[str, tuple[int, bool]] = {}
 
-    def visit(name: str, times: int) -> None:
-        counts[name] = counts.get(name, 0) + times
-        for callee, n in calls.get(name, []):
-            visit(callee, times * n)
+    def visit(name: str, times: int, looped: bool) -> None:
+        before, was_looped = counts.get(name, (0, False))
+        counts[name] = (before + times, was_looped or looped)
+        for callee, n, loop in calls.get(name, []):
+            visit(callee, times * n, looped or loop)
 
     if entry is not None:
-        visit(entry, 1)
+        visit(entry, 1, False)
     return counts
 
 
@@ -285,7 +290,8 @@ def collectives(hlo_texts: Iterable[str], mesh: Mesh) -> list[Collective]:
                     shape=shapes[0][1],
                     dtype=shapes[0][0],
                     bytes_per_device=moved,
-                    count=counts.get(current, 1) or 1,
+                    count=counts.get(current, (1, False))[0] or 1,
+                    in_loop=counts.get(current, (1, False))[1],
                     axes=_permute_axes(groups, mesh)
                     if kind == "collective-permute"
                     else axes_of(groups, mesh),

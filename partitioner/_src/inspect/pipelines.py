@@ -38,6 +38,11 @@ class PipelineSummary:
         axis, schedule, layers, stages, microbatches, steps, bubble_fraction: its plan.
         chosen: whether partitioner chose the microbatch count.
         stage_layers: per stage, its layers (``"0-1"``, ``"0, 4"``).
+        batch_axes: the mesh axes each stage's microbatch is split over, each shard
+            with its copy of the stage's weights (NOTE [pipeline gradients]).
+        saves: what each step keeps for the backward pass (``"activations"`` or
+            ``"inputs"``).
+        rest_layers: layers run after the stages, outside them.
     """
 
     axis: str
@@ -49,6 +54,9 @@ class PipelineSummary:
     bubble_fraction: float
     chosen: bool
     stage_layers: tuple[str, ...]
+    batch_axes: tuple[str, ...] = ()
+    saves: str = "activations"
+    rest_layers: int = 0
 
     def marker(self) -> str:
         """The name scope the pipeline traces its loop under."""
@@ -57,6 +65,7 @@ class PipelineSummary:
             "bubble_fraction": f"{self.bubble_fraction:.6f}",
             "chosen": int(self.chosen),
             "stage_layers": "|".join(self.stage_layers),
+            "batch_axes": ",".join(self.batch_axes),
         }
         return "pipeline[" + ";".join(f"{k}={v}" for k, v in values.items()) + "]"
 
@@ -74,16 +83,23 @@ class PipelineSummary:
             bubble_fraction=float(fields["bubble_fraction"]),
             chosen=fields["chosen"] == "1",
             stage_layers=tuple(fields["stage_layers"].split("|")),
+            batch_axes=tuple(a for a in fields["batch_axes"].split(",") if a),
+            saves=fields["saves"],
+            rest_layers=int(fields["rest_layers"]),
         )
 
     def lines(self, stage_devices: Sequence[Sequence[int]], traffic: str) -> list[str]:
         """The pipeline as text: what it is, ``traffic`` (what it moves, as the plan
         expects it or as XLA emitted it), and each stage's layers and devices."""
         how = "chosen by partitioner" if self.chosen else "given"
+        shards = " over " + ", ".join(repr(a) for a in self.batch_axes) if self.batch_axes else ""
+        rest = f"; {self.rest_layers} more layers after the stages" if self.rest_layers else ""
         out = [
             f"pipeline over mesh axis {self.axis!r}: {self.schedule}, {self.layers} layers on "
             f"{self.stages} stages, {self.microbatches} microbatches ({how}), {self.steps} "
             f"steps, bubble fraction {self.bubble_fraction:.3f}",
+            f"  each stage's microbatch split{shards or ' nowhere'}; each step saves its "
+            f"{self.saves}{rest}",
             f"  {traffic}",
         ]
         for k, (layers, devices) in enumerate(zip(self.stage_layers, stage_devices, strict=True)):
@@ -100,17 +116,28 @@ class PipelineTable(PipelineSummary):
         permute_bytes: collective-permute bytes per device XLA emitted for it, per run
             of the program (forward and backward); ``permute_bytes_per_step``: the same
             over its steps.
+        loop_reductions: the other collectives XLA runs inside its loops, per run (a
+            weight gradient reduced at every step: none, NOTE [pipeline gradients]),
+            and ``loop_reduction_bytes`` their bytes per device.
+        reduction_bytes: the bytes per device of its other collectives outside its
+            loops (the one reduction of the stages' weight gradients, the outputs
+            leaving the last stage).
     """
 
     stage_devices: tuple[tuple[int, ...], ...] = ()
     permute_bytes: int = 0
     permute_bytes_per_step: float = 0.0
+    loop_reductions: int = 0
+    loop_reduction_bytes: int = 0
+    reduction_bytes: int = 0
 
     def text(self) -> list[str]:
         """The table as text."""
         traffic = (
             f"collective-permute {self.permute_bytes:,} bytes per device per run "
-            f"({self.permute_bytes_per_step:,.0f} per step, forward and backward)"
+            f"({self.permute_bytes_per_step:,.0f} per step, forward and backward); inside "
+            f"its loops {self.loop_reductions} other collectives, "
+            f"{self.loop_reduction_bytes:,} bytes; outside them {self.reduction_bytes:,} bytes"
         )
         return self.lines(self.stage_devices, traffic)
 
@@ -124,18 +151,28 @@ def found(jaxpr: Any, collectives: Sequence[Collective], mesh: Mesh) -> tuple[Pi
         summary = PipelineSummary.from_marker(text)
         if summary.axis not in mesh.axis_names:
             continue
-        permutes = [
-            c for c in collectives
-            if c.kind == "collective-permute" and c.op_name and f"pipeline[{text}]" in c.op_name
-        ]  # fmt: skip
+        mine = [c for c in collectives if c.op_name and f"pipeline[{text}]" in c.op_name]
+        permutes = [c for c in mine if c.kind == "collective-permute"]
+        looped = [c for c in mine if c.kind != "collective-permute" and _in_its_loop(c, text)]
+        after = [c for c in mine if c.kind != "collective-permute" and c not in looped]
         moved = sum(c.bytes_per_device * c.count for c in permutes)
         seen[text] = PipelineTable(
             **{f.name: getattr(summary, f.name) for f in dataclasses.fields(PipelineSummary)},
             stage_devices=stage_devices(mesh, summary.axis),
             permute_bytes=moved,
             permute_bytes_per_step=moved / summary.steps,
+            loop_reductions=sum(c.count for c in looped),
+            loop_reduction_bytes=sum(c.bytes_per_device * c.count for c in looped),
+            reduction_bytes=sum(c.bytes_per_device * c.count for c in after),
         )
     return tuple(seen.values())
+
+
+def _in_its_loop(collective: Collective, text: str) -> bool:
+    """Whether ``collective`` runs inside the loop of the pipeline marked ``text`` (its
+    op name goes on into a ``while`` body after the marker)."""
+    op_name = collective.op_name or ""
+    return "/while/body" in op_name[op_name.index(f"pipeline[{text}]") :]
 
 
 def stage_devices(mesh: Mesh, axis: str) -> tuple[tuple[int, ...], ...]:

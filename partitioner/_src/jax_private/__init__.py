@@ -36,6 +36,7 @@ from . import version as _version
 
 _version.check_jax_version(_jax_pkg.__version__)
 
+from jax._src import ad_checkpoint as _ad_checkpoint
 from jax._src import api_util as _api_util
 from jax._src import compiler as _compiler
 from jax._src import config as _config
@@ -72,6 +73,10 @@ from . import values as _values
 # Grouped by module, names sorted in each group: jax's modules sorted, then this
 # package's in pipeline order. Elsewhere use `jp.Name`, never a module's attribute:
 # tests/test_architecture.py fails on a module exported here.
+
+# jax._src.ad_checkpoint
+# What a function saves for its backward pass (the pipeline prices a step's residuals).
+saved_residuals = _ad_checkpoint.saved_residuals
 
 # jax._src.api_util
 debug_info = _api_util.debug_info

@@ -1,99 +1,177 @@
-"""How many microbatches, when the user leaves it to partitioner (``microbatches=None``).
+"""How many microbatches, and what each step saves, when the user leaves it to partitioner.
 
-NOTE [pipeline microbatches]: more microbatches shrink the bubble
-(``schedule.py``) and the activations each step holds, but every step pays a
-fixed cost (a collective-permute's latency, the loop's own step) whatever the
-microbatch's size. With AUTO's rates (``auto/cost/rates.py``: flops over a FLOP
-rate, bytes over a bandwidth, a latency per collective) and its flop counter
-(``auto/cost/flops.py``), a step costs ``V f / M + a / M + latency`` for a layer of
-``f`` flops on the whole batch and activations of ``a`` bytes, and the pipeline takes
-``steps(M)`` of them. The choice is the divisor of the batch with the least
-estimated time, ties (within 1%) going to more microbatches (less memory per step).
-It is made once per layer, shapes and schedule, and kept with AUTO's choices
-(``auto/choices.py``: bounded, cleared by ``partitioner.clear_caches()``).
+NOTE [pipeline microbatches]: more microbatches shrink the bubble (``schedule.py``)
+and what each step holds, but every step pays a fixed cost (a collective-permute's
+latency, the loop's own step) and the steps' saved activations add up. Each option,
+a count and what a step saves (``program.Saves``), is priced per device with AUTO's
+rates (``auto/cost/rates.py``) and flop counter (``auto/cost/flops.py``) as a training
+step (forward and backward) of the pipeline alone:
+
+- time: ``steps`` steps of ``V f / (M D)`` flops (three passes of it; four when a
+  step saves only its inputs and recomputes the rest), and two permutes of a
+  microbatch shard's activations ``a / (M D)`` (forward and backward), for ``V``
+  layers a visit of ``f`` flops on the whole batch, activations of ``a`` bytes,
+  ``M`` microbatches and ``D`` shards (NOTE [pipeline gradients]);
+- collective bytes: those permutes, and the one reduction of the stage's weights
+  over the shards after the loop;
+- memory: the shards' copies of the stage's weights and their gradients, what the
+  steps save (``steps`` visits' residuals, or ``steps`` visits' inputs and one
+  visit's residuals), and the loop's buffers (the microbatches, the outputs, the
+  microbatch in flight).
+
+The choice: under ``auto_memory_limit`` only options whose memory fits it (the least
+memory where none does); without one, only options within :data:`MEMORY_SLACK` of
+the least memory; among those the least time, ties (within :data:`TIE`) going to
+more microbatches. It is made once per layer, shapes, schedule and placement, and
+kept with AUTO's choices (``auto/choices.py``: bounded, cleared by
+``partitioner.clear_caches()``). The figures are the model's, of the pipeline alone:
+the report (``Report.pipelines``) gives XLA's.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Hashable
+import math
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 
+from .. import jax_private as jp
 from ..auto import choices
 from ..auto.cost import flops
 from ..auto.cost.rates import BYTES_PER_S, FLOPS_PER_S, LATENCY_S
 from ..primitives.auto_choice import Estimate
+from .program import Saves
 from .schedule import Schedule
 
 #: Estimated times within this share of the best count as tied.
 TIE = 0.01
+#: Without a memory limit, options whose memory is above the least by more than this
+#: share are not chosen, however fast.
+MEMORY_SLACK = 0.25
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerCosts:
+    """What the choice knows of one layer, on the whole batch (bytes and flops).
+
+    Attributes:
+        flops: its floating-point work (AUTO's flop counter).
+        activation_bytes: its input (and output): the activations a step moves.
+        residual_bytes: the activations it saves for its backward pass (its weights
+            are not counted: the pipeline never saves them per step).
+        weight_bytes: its parameters.
+    """
+
+    flops: float
+    activation_bytes: float
+    residual_bytes: float
+    weight_bytes: float
 
 
 @dataclasses.dataclass(frozen=True)
 class MicrobatchOption:
-    """The model's figures for one microbatch count, per device.
+    """The model's figures for one option, per device (NOTE [pipeline microbatches]).
 
     Attributes:
         microbatches: the count.
+        saves: what each step keeps for the backward pass (``"activations"`` or
+            ``"inputs"``).
         bubble_fraction: the share of stage-steps with no microbatch to work on.
-        estimate: the pipeline's steps as AUTO's cost model counts a program: its
-            time (``time_s``, what the choice minimizes), compute, the permutes'
-            bytes and count; ``memory_bytes`` the activations its loop carries on one
-            stage (the microbatch in flight and the output buffer).
+        estimate: the pipeline's training step as AUTO's cost model counts a program:
+            ``time_s`` (what the choice minimizes), compute, collective bytes and
+            count, ``memory_bytes``.
     """
 
     microbatches: int
+    saves: str
     bubble_fraction: float
     estimate: Estimate
 
 
-def choose(
+def layer_costs(layer: Callable[..., Any], one_layer: Any, batch: Any) -> LayerCosts:
+    """:class:`LayerCosts` of ``layer`` on one layer's parameters and the whole batch
+    (arrays or ``jax.ShapeDtypeStruct``s)."""
+    size = jax.tree.leaves(batch)[0].shape[0]
+    residuals = jp.saved_residuals(layer, one_layer, batch)
+    activations = sum(
+        _nbytes(aval) for aval, _ in residuals if getattr(aval, "shape", ())[:1] == (size,)
+    )
+    return LayerCosts(
+        flops=flops.program(jax.make_jaxpr(layer)(one_layer, batch)),
+        activation_bytes=float(sum(_nbytes(leaf) for leaf in jax.tree.leaves(batch))),
+        residual_bytes=float(activations),
+        weight_bytes=float(sum(_nbytes(leaf) for leaf in jax.tree.leaves(one_layer))),
+    )
+
+
+def _nbytes(aval: Any) -> int:
+    return int(math.prod(aval.shape)) * np.dtype(aval.dtype).itemsize
+
+
+def estimate(schedule: Schedule, shards: int, costs: LayerCosts, saves: Saves) -> Estimate:
+    """One option's figures per device, for a training step (NOTE [pipeline microbatches])."""
+    count, steps, visit = schedule.microbatches, schedule.steps, schedule.per_visit
+    piece = count * shards  # a microbatch's shard: the batch over this
+    passes = 4 if saves is Saves.INPUTS else 3  # forward, backward (twice), recompute
+    compute = steps * passes * visit * costs.flops / piece / FLOPS_PER_S
+    moved = costs.activation_bytes / piece
+    reduced = costs.weight_bytes * schedule.layers / schedule.stages if shards > 1 else 0.0
+    collective_bytes = 2 * steps * moved + reduced
+    collectives = 2.0 * steps + (1.0 if shards > 1 else 0.0)
+    comm = collective_bytes / BYTES_PER_S + collectives * LATENCY_S
+    weights = 2 * costs.weight_bytes * schedule.layers / schedule.stages  # copies, gradients
+    residuals = visit * costs.residual_bytes / piece
+    if saves is Saves.INPUTS:
+        saved = steps * moved + residuals
+    else:
+        saved = steps * residuals
+    buffers = (2 + 1 / count) * costs.activation_bytes / shards
+    return Estimate(
+        time_s=compute + comm,
+        compute_s=compute,
+        comm_s=comm,
+        collective_bytes=collective_bytes,
+        collectives=collectives,
+        memory_bytes=weights + saved + buffers,
+    )
+
+
+def options(
     kind: str,
     layers: int,
     stages: int,
-    batch: int,
-    layer_flops: float,
-    activation_bytes: float,
-) -> tuple[int, tuple[MicrobatchOption, ...]]:
-    """The microbatch count with the least estimated time (NOTE [pipeline
-    microbatches]), and every divisor's figures, fewest microbatches first."""
+    counts: Sequence[int],
+    shards: Callable[[int], int],
+    costs: LayerCosts,
+    saves: Sequence[Saves],
+) -> tuple[MicrobatchOption, ...]:
+    """Every option's figures: each count (``shards(count)``: its microbatch's shards)
+    with each of ``saves``, fewest microbatches first."""
     table = []
-    for count in (divisor for divisor in range(1, batch + 1) if batch % divisor == 0):
+    for count in counts:
         schedule = Schedule(kind, layers, stages, count)
-        table.append(_option(schedule, layer_flops, activation_bytes))
-    best = min(option.estimate.time_s for option in table)
-    chosen = max(
-        option.microbatches for option in table if option.estimate.time_s <= best * (1 + TIE)
-    )
-    return chosen, tuple(table)
+        for kept in saves:
+            figures = estimate(schedule, shards(count), costs, kept)
+            table.append(MicrobatchOption(count, kept.value, schedule.bubble_fraction, figures))
+    return tuple(table)
 
 
-def _option(schedule: Schedule, layer_flops: float, activation_bytes: float) -> MicrobatchOption:
-    count, steps = schedule.microbatches, schedule.steps
-    compute = schedule.per_visit * layer_flops / FLOPS_PER_S
-    step = (compute + activation_bytes / BYTES_PER_S) / count
-    step += LATENCY_S
-    estimate = Estimate(
-        time_s=step * steps,
-        compute_s=compute / count * steps,
-        comm_s=(activation_bytes / BYTES_PER_S / count + LATENCY_S) * steps,
-        collective_bytes=activation_bytes / count * steps,
-        collectives=float(steps),
-        memory_bytes=activation_bytes / count + activation_bytes,
-    )
-    return MicrobatchOption(count, schedule.bubble_fraction, estimate)
+def choose(table: Sequence[MicrobatchOption], memory_limit: int | None) -> MicrobatchOption:
+    """The option NOTE [pipeline microbatches] chooses."""
+    least = min(option.estimate.memory_bytes for option in table)
+    if memory_limit is not None and least <= memory_limit:
+        bound = float(memory_limit)
+    else:
+        bound = least * (1 + MEMORY_SLACK) if memory_limit is None else least
+    fitting = [option for option in table if option.estimate.memory_bytes <= bound]
+    best = min(option.estimate.time_s for option in fitting)
+    tied = [option for option in fitting if option.estimate.time_s <= best * (1 + TIE)]
+    return max(tied, key=lambda option: (option.microbatches, -option.estimate.time_s))
 
 
-def layer_flops(layer: Callable[..., Any], p_aval: Any, h_aval: Any) -> float:
-    """Floating-point work of one layer on the whole batch, as AUTO's cost model counts
-    it (``auto/cost/flops.py``)."""
-    return flops.program(jax.make_jaxpr(layer)(p_aval, h_aval))
-
-
-def chosen_for(
-    key: Hashable, compute: Callable[[], tuple[int, tuple[MicrobatchOption, ...]]]
-) -> tuple[int, tuple[MicrobatchOption, ...]]:
-    """The choice kept for ``key`` (layer, shapes, schedule), computed once."""
+def chosen_for(key: Hashable, compute: Callable[[], Any]) -> Any:
+    """The choice kept for ``key`` (layer, shapes, schedule, placement), computed once."""
     return choices.chosen(("pipeline", key), compute)

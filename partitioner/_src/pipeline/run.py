@@ -1,30 +1,38 @@
-"""``partitioner.pipeline(layer, axis=...)``: the checks, the plan, and the program.
+"""``partitioner.pipeline(layer, axis=...)``: the function it returns, its plan, its staging.
 
-The program is NOTE [pipeline] (``__init__.py``); the schedule's arithmetic is
-NOTE [pipeline schedule]; the microbatch choice NOTE [pipeline microbatches].
+The program is NOTE [pipeline] (``program.py``); the schedule's arithmetic is
+NOTE [pipeline schedule]; the weights' copies per shard NOTE [pipeline gradients]
+(``shards.py``); the choice of microbatches and of what a step saves NOTE
+[pipeline microbatches]; the order circular needs ``staged.py``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from jax.sharding import PartitionSpec
-from jax.tree_util import keystr, tree_flatten_with_path
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ..inspect.pipelines import PipelineSummary, stage_devices
+from ..primitives.auto_choice import Estimate
 from ..primitives.constraint import with_sharding_constraint
 from ..sharding.mesh_env import maybe_current_mesh
+from ..trace.tracing import enclosing_body, enclosing_memory_limit
+from . import checks
 from . import microbatches as choice
+from .checks import API
+from .program import Placement, Saves
+from .program import run as run_program
 from .schedule import SCHEDULES, Schedule
+from .shards import batch_axes
+from .staged import StagedParams, stage_order
 
-_API = "partitioner.pipeline"
-_OPEN = PartitionSpec.UNCONSTRAINED
+_SAVES = tuple(kind.value for kind in Saves)
 
 
 def pipeline(
@@ -33,6 +41,8 @@ def pipeline(
     axis: str,
     microbatches: int | None = None,
     schedule: str = "gpipe",
+    mesh: Mesh | None = None,
+    saves: str | None = None,
 ) -> Pipelined:
     """A function ``run(stacked_params, x)`` whose value is the plain scan's,
     ``lax.scan(lambda h, p: (layer(p, h), None), x, stacked_params)[0]``, run as a
@@ -47,28 +57,38 @@ def pipeline(
             into; None: chosen by partitioner (NOTE [pipeline microbatches]).
         schedule: ``"gpipe"`` (each stage holds ``L / S`` contiguous layers) or
             ``"circular"`` (layer ``i`` on stage ``i mod S``, ``L / S`` visits: a
-            smaller bubble).
+            smaller bubble; give it parameters staged once, :meth:`Pipelined.stage`).
+        mesh: the mesh (as ``jax.shard_map`` takes one); None: the mesh in context,
+            else the mesh of the enclosing ``jit``/``pjit`` call.
+        saves: what each step keeps for the backward pass: ``"activations"`` (what it
+            reads), ``"inputs"`` (each visit's input, the rest recomputed); None:
+            chosen with the microbatches (NOTE [pipeline residuals]).
 
     Raises:
         TypeError: ``layer`` not callable, ``axis`` not a string, ``microbatches``
-            not an int.
-        ValueError: ``microbatches`` below 1, an unknown ``schedule``. At the call:
-            see :meth:`Pipelined.plan`.
+            not an int, ``mesh`` not a ``jax.sharding.Mesh``.
+        ValueError: ``microbatches`` below 1, an unknown ``schedule`` or ``saves``.
+            At the call: see :meth:`Pipelined.plan`.
     """
     if not callable(layer):
-        raise TypeError(f"{_API}: layer must be callable, got {type(layer).__name__}")
+        raise TypeError(f"{API}: layer must be callable, got {type(layer).__name__}")
     if not isinstance(axis, str):
-        raise TypeError(f"{_API}: axis must be a mesh axis name (a str), got {axis!r}")
+        raise TypeError(f"{API}: axis must be a mesh axis name (a str), got {axis!r}")
     if microbatches is not None:
         if isinstance(microbatches, bool) or not isinstance(microbatches, (int, np.integer)):
             raise TypeError(
-                f"{_API}: microbatches must be an int or None, got {type(microbatches).__name__}"
+                f"{API}: microbatches must be an int or None, got {type(microbatches).__name__}"
             )
         if microbatches < 1:
-            raise ValueError(f"{_API}: microbatches must be >= 1, got {microbatches}")
+            raise ValueError(f"{API}: microbatches must be >= 1, got {microbatches}")
     if schedule not in SCHEDULES:
-        raise ValueError(f"{_API}: schedule must be one of {SCHEDULES}, got {schedule!r}")
-    return Pipelined(layer, axis, None if microbatches is None else int(microbatches), schedule)
+        raise ValueError(f"{API}: schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if mesh is not None and not isinstance(mesh, Mesh):
+        raise TypeError(f"{API}: mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
+    if saves is not None and saves not in _SAVES:
+        raise ValueError(f"{API}: saves must be one of {_SAVES} or None, got {saves!r}")
+    count = None if microbatches is None else int(microbatches)
+    return Pipelined(layer, axis, count, schedule, mesh, saves)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,20 +97,34 @@ class PipelinePlan:
 
     Attributes:
         schedule: the shape (layers, stages, microbatches) and its arithmetic.
-        axis: the mesh axis of the stages.
+        placement: the stages' axis and the axes each stage's batch is split over
+            (NOTE [pipeline gradients]).
         stage_devices: per stage, the ids of the devices that run it.
         chosen: whether partitioner chose the microbatch count.
-        estimates: the model's figures per microbatch count, where it chose.
-        permute_bytes: bytes moved between neighbouring stages per step (one
-            microbatch's activations, whole: the other mesh axes may split them).
+        saves: what each step keeps for the backward pass (``"activations"`` or
+            ``"inputs"``).
+        rest_layers: layers after the stages' that run outside them (a layer count
+            the stages do not divide).
+        estimates: the model's figures per option (microbatches, saves) it weighed.
+        estimate: the chosen option's figures per device: the bytes the pipeline is
+            expected to move and the memory it is expected to hold in a training step.
+        permute_bytes: bytes one device sends its neighbour per step (its shard of a
+            microbatch's activations).
     """
 
     schedule: Schedule
-    axis: str
+    placement: Placement
     stage_devices: tuple[tuple[int, ...], ...]
     chosen: bool
+    saves: str
+    rest_layers: int
     estimates: tuple[choice.MicrobatchOption, ...]
+    estimate: Estimate
     permute_bytes: int
+
+    @property
+    def axis(self) -> str:
+        return self.placement.axis
 
     def summary(self) -> PipelineSummary:
         """The record the program carries and the report reads back (NOTE [pipeline in
@@ -108,10 +142,18 @@ class PipelinePlan:
             stage_layers=tuple(
                 _ranges(schedule.layers_of(stage)) for stage in range(schedule.stages)
             ),
+            batch_axes=self.placement.batch,
+            saves=self.saves,
+            rest_layers=self.rest_layers,
         )
 
     def __str__(self) -> str:
-        traffic = f"collective-permute {self.permute_bytes:,} bytes per step (expected)"
+        expected = self.estimate
+        traffic = (
+            f"expected per device: collective-permute {self.permute_bytes:,} bytes per step, "
+            f"{expected.collective_bytes:,.0f} bytes moved and {expected.memory_bytes:,.0f} "
+            "bytes held in a training step (the model's figures)"
+        )
         return "\n".join(self.summary().lines(self.stage_devices, traffic))
 
     def chart(self) -> str:
@@ -137,147 +179,157 @@ class Pipelined:
     """The function :func:`pipeline` returns."""
 
     def __init__(
-        self, layer: Callable[[Any, Any], Any], axis: str, microbatches: int | None, schedule: str
+        self,
+        layer: Callable[[Any, Any], Any],
+        axis: str,
+        microbatches: int | None,
+        schedule: str,
+        mesh: Mesh | None = None,
+        saves: str | None = None,
     ) -> None:
         self.layer, self.axis = layer, axis
         self.microbatches, self.schedule = microbatches, schedule
+        self.mesh, self.saves = mesh, saves
         functools.update_wrapper(self, layer)  # type: ignore[arg-type]
 
-    def __call__(self, stacked_params: Any, x: Any) -> Any:
-        plan = self.plan(stacked_params, x)
+    def __call__(self, params: Any, x: Any) -> Any:
+        """The plain scan's value on ``x``; ``params`` stacked (every leaf ``[layers,
+        ...]``) or staged once (:meth:`stage`)."""
+        plan = self.plan(params, x)
+        staged = params if isinstance(params, StagedParams) else self._staged(params, plan)
         with jax.named_scope(plan.summary().marker()):  # NOTE [pipeline in the report]
-            return _program(self.layer, plan.schedule, self.axis, stacked_params, x)
+            out = run_program(
+                self.layer, plan.schedule, plan.placement, Saves(plan.saves), staged.staged, x
+            )
+        if staged.rest is None:
+            return out
+        # The layers the stages do not divide: after them, outside them (as MaxText runs them).
+        return jax.lax.scan(lambda h, one: (self.layer(one, h), None), out, staged.rest)[0]
 
-    def plan(self, stacked_params: Any, x: Any) -> PipelinePlan:
-        """The stages, microbatches and schedule a call with these arguments runs
-        (arrays or ``jax.ShapeDtypeStruct``s), under the mesh in context.
+    def stage(self, stacked_params: Any) -> StagedParams:
+        """``stacked_params`` (every leaf ``[layers, ...]``) in the order this pipeline's
+        stages hold them, to lay out once (``P(axis)`` on every leaf's first dimension:
+        ``jax.tree.map(lambda _: P(axis), staged)``) and train in that form: a circular
+        pipeline given a stack moves every parameter to that order and back at every
+        call. :meth:`StagedParams.unstage` gives the stack back."""
+        mesh = self._mesh()
+        stages = self._stages(mesh)
+        layers = checks.layer_count(stacked_params)
+        pipelined = checks.pipelined(layers, stages, self.axis)
+        staged = stage_order(stacked_params, Schedule(self.schedule, pipelined, stages, 1))
+        stage_first = NamedSharding(mesh, PartitionSpec(self.axis))
+        laid = jax.tree.map(lambda leaf: with_sharding_constraint(leaf, stage_first), staged.staged)
+        return dataclasses.replace(staged, staged=laid)
+
+    def _staged(self, stacked: Any, plan: PipelinePlan) -> StagedParams:
+        return stage_order(stacked, plan.schedule)
+
+    def plan(self, params: Any, x: Any) -> PipelinePlan:
+        """The stages, microbatches, schedule and what each step saves for a call with
+        these arguments (arrays or ``jax.ShapeDtypeStruct``s), under the mesh it runs
+        over.
 
         Raises:
-            RuntimeError: no mesh in context.
+            RuntimeError: no mesh given, in context or of an enclosing call.
             ValueError: ``axis`` not in the mesh; parameters without a common
-                leading (layer) dimension; layers not divisible by the stages; a
-                batch not divisible by ``microbatches``; a layer whose output
-                differs from its input in structure, shape or dtype.
+                leading (layer) dimension, or fewer layers than stages; staged
+                parameters for another schedule or stage count; a batch not divisible
+                by ``microbatches``; a layer whose output differs from its input in
+                structure, shape or dtype.
         """
-        mesh = maybe_current_mesh()
+        mesh = self._mesh()
+        stages = self._stages(mesh)
+        one_layer, layers = self._layers(params, stages)
+        pipelined = checks.pipelined(layers, stages, self.axis)
+        batch = checks.batch_size(x)
+        h_aval = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype), x)
+        checks.layer_keeps_its_input(self.layer, one_layer, h_aval)
+        if self.microbatches is not None:
+            checks.microbatch_count(self.microbatches, batch)
+        limit = enclosing_memory_limit()
+        key = (
+            self.layer, self.schedule, self.microbatches, self.saves, layers, stages,
+            str(jax.tree.structure((one_layer, h_aval))),
+            tuple((leaf.shape, str(leaf.dtype)) for leaf in jax.tree.leaves((one_layer, h_aval))),
+            tuple(mesh.shape.items()), tuple(mesh.axis_types), self.axis, limit,
+        )  # fmt: skip
+        best, table, placement = choice.chosen_for(
+            key, lambda: self._choose(mesh, one_layer, h_aval, pipelined, batch, limit)
+        )
+        schedule = Schedule(self.schedule, pipelined, stages, best.microbatches)
+        return PipelinePlan(
+            schedule=schedule,
+            placement=placement,
+            stage_devices=stage_devices(mesh, self.axis),
+            chosen=self.microbatches is None,
+            saves=best.saves,
+            rest_layers=layers - pipelined,
+            estimates=table,
+            estimate=best.estimate,
+            permute_bytes=_bytes(x) // (best.microbatches * placement.shards),
+        )
+
+    def _mesh(self) -> Mesh:
+        mesh = self.mesh or maybe_current_mesh()
+        if mesh is None:
+            enclosing = enclosing_body()
+            mesh = None if enclosing is None else enclosing[0]
         if mesh is None:
             raise RuntimeError(
-                f"{_API}: no mesh in context; call the pipelined function under "
-                "`partitioner.mesh(...)` or `jax.set_mesh(...)` (inside a pjit or jit)"
+                f"{API}: no mesh; pass mesh=..., call the pipelined function under "
+                "`jax.set_mesh(...)` (or `partitioner.mesh(...)`), or inside a jit/pjit whose "
+                "shardings name one"
             )
+        return mesh
+
+    def _stages(self, mesh: Mesh) -> int:
         if self.axis not in mesh.axis_names:
             raise ValueError(
-                f"{_API}: axis {self.axis!r} is not an axis of the mesh in context "
-                f"{dict(mesh.shape)}"
+                f"{API}: axis {self.axis!r} is not an axis of the mesh {dict(mesh.shape)}"
             )
-        stages = int(mesh.shape[self.axis])
-        layers = _layers(stacked_params, self.axis, stages)
-        batch = _batch(x)
-        _check_layer(self.layer, stacked_params, x)
-        estimates: tuple[choice.MicrobatchOption, ...] = ()
-        count = self.microbatches
-        if count is None:
-            count, estimates = self._choose(stacked_params, x, layers, stages, batch)
-        elif batch % count:
-            raise ValueError(
-                f"{_API}: the batch (x's leading dimension, {batch}) is not divisible by "
-                f"microbatches={count}; use a divisor of {batch}, or microbatches=None"
+        return int(mesh.shape[self.axis])
+
+    def _layers(self, params: Any, stages: int) -> tuple[Any, int]:
+        """One layer's parameters (as ``jax.ShapeDtypeStruct``s) and the layer count."""
+        if isinstance(params, StagedParams):
+            staged_stages = np.shape(jax.tree.leaves(params.staged)[0])[0]
+            if params.schedule != self.schedule or staged_stages != stages:
+                raise ValueError(
+                    f"{API}: the parameters were staged for a {params.schedule} pipeline of "
+                    f"{staged_stages} stages, not this {self.schedule} one of {stages} stages "
+                    f"over {self.axis!r}; stage them with this pipeline's stage()"
+                )
+            one = jax.tree.map(
+                lambda leaf: jax.ShapeDtypeStruct(np.shape(leaf)[3:], leaf.dtype), params.staged
             )
-        return PipelinePlan(
-            Schedule(self.schedule, layers, stages, count),
-            self.axis,
-            stage_devices(mesh, self.axis),
-            self.microbatches is None,
-            estimates,
-            _bytes(x) // count,
+            return one, params.layers
+        one = jax.tree.map(
+            lambda leaf: jax.ShapeDtypeStruct(np.shape(leaf)[1:], leaf.dtype), params
         )
+        return one, checks.layer_count(params)
 
     def _choose(
-        self, params: Any, x: Any, layers: int, stages: int, batch: int
-    ) -> tuple[int, tuple[choice.MicrobatchOption, ...]]:
-        one = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape[1:], leaf.dtype), params)
-        h_aval = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype), x)
-        key = (self.layer, self.schedule, layers, stages, str(jax.tree.structure((one, h_aval))),
-               tuple((leaf.shape, str(leaf.dtype))
-                     for leaf in jax.tree.leaves((one, h_aval))))  # fmt: skip
-        return choice.chosen_for(
-            key,
-            lambda: choice.choose(
-                self.schedule,
-                layers,
-                stages,
-                batch,
-                choice.layer_flops(self.layer, one, h_aval),
-                float(_bytes(x)),
-            ),  # fmt: skip
+        self, mesh: Mesh, one_layer: Any, h_aval: Any, pipelined: int, batch: int, limit: Any
+    ) -> tuple[choice.MicrobatchOption, tuple[choice.MicrobatchOption, ...], Placement]:
+        program = jax.make_jaxpr(self.layer)(one_layer, h_aval)
+
+        def placement(count: int) -> Placement:
+            axes = batch_axes(mesh, self.axis, program, batch // count)
+            return Placement(mesh, self.axis, axes, math.prod(int(mesh.shape[a]) for a in axes))
+
+        counts = (
+            [self.microbatches]
+            if self.microbatches is not None
+            else [d for d in range(1, batch + 1) if batch % d == 0]
         )
-
-
-# --- the checks ---
-
-
-def _layers(params: Any, axis: str, stages: int) -> int:
-    leaves = tree_flatten_with_path(params)[0]
-    if not leaves:
-        raise ValueError(f"{_API}: stacked_params has no arrays (a layer needs parameters)")
-    sizes = {}
-    for path, leaf in leaves:
-        if np.ndim(leaf) < 1:
-            raise ValueError(
-                f"{_API}: stacked_params{keystr(path)} is a scalar; every parameter needs a "
-                "leading (layer) dimension"
-            )
-        sizes[f"stacked_params{keystr(path)}"] = np.shape(leaf)[0]
-    if len(set(sizes.values())) > 1:
-        raise ValueError(
-            f"{_API}: the parameters' leading (layer) dimensions differ: "
-            + ", ".join(f"{name} has {size}" for name, size in sizes.items())
-        )
-    layers = next(iter(sizes.values()))
-    if layers % stages:
-        raise ValueError(
-            f"{_API}: {layers} layers are not divisible by the {stages} devices of mesh axis "
-            f"{axis!r}; use a number of layers that is a multiple of {stages}"
-        )
-    return int(layers)
-
-
-def _batch(x: Any) -> int:
-    leaves = tree_flatten_with_path(x)[0]
-    if not leaves:
-        raise ValueError(f"{_API}: x has no arrays")
-    sizes = {
-        f"x{keystr(path)}": (np.shape(leaf)[0] if np.ndim(leaf) else None) for path, leaf in leaves
-    }
-    if None in sizes.values() or len(set(sizes.values())) > 1:
-        raise ValueError(
-            f"{_API}: every leaf of x needs the same leading (batch) dimension: "
-            + ", ".join(
-                f"{name} has shape {np.shape(leaf)}"
-                for (name, leaf) in zip(sizes, (leaf for _, leaf in leaves))
-            )
-        )
-    (size,) = set(sizes.values())
-    return int(size or 0)
-
-
-def _check_layer(layer: Callable[..., Any], params: Any, x: Any) -> None:
-    one = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(np.shape(leaf)[1:], leaf.dtype), params)
-    h_aval = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype), x)
-    out = jax.eval_shape(layer, one, h_aval)
-    if str(jax.tree.structure(out)) != str(jax.tree.structure(h_aval)):
-        raise ValueError(
-            f"{_API}: the layer returns {jax.tree.structure(out)}, not the structure of its "
-            f"input h ({jax.tree.structure(h_aval)}): a stack of layers needs them equal"
-        )
-    for (path, out_leaf), in_leaf in zip(
-        tree_flatten_with_path(out)[0], jax.tree.leaves(h_aval), strict=True
-    ):
-        if (out_leaf.shape, out_leaf.dtype) != (in_leaf.shape, in_leaf.dtype):
-            raise ValueError(
-                f"{_API}: the layer's output{keystr(path)} is {out_leaf.dtype}{list(out_leaf.shape)} but its "
-                f"input is {in_leaf.dtype}{list(in_leaf.shape)}: a stack of layers needs them equal"
-            )
+        saves = [Saves(self.saves)] if self.saves is not None else list(Saves)
+        costs = choice.layer_costs(self.layer, one_layer, h_aval)
+        table = choice.options(
+            self.schedule, pipelined, int(mesh.shape[self.axis]), counts,
+            lambda count: placement(count).shards, costs, saves,
+        )  # fmt: skip
+        best = choice.choose(table, limit)
+        return best, table, placement(best.microbatches)
 
 
 def _bytes(x: Any) -> int:
@@ -290,76 +342,3 @@ def _ranges(layers: Sequence[int]) -> str:
     if len(layers) > 1 and all(after - before == 1 for before, after in zip(layers, layers[1:])):
         return f"{layers[0]}-{layers[-1]}"
     return ", ".join(map(str, layers))
-
-
-# --- the program (NOTE [pipeline]) ---
-
-
-def _program(layer: Callable[..., Any], schedule: Schedule, axis: str, params: Any, x: Any) -> Any:
-    stages, microbatches = schedule.stages, schedule.microbatches
-    last_visit = schedule.repeats - 1
-
-    def pinned(array: Any, spec: Callable[[int], PartitionSpec]) -> Any:
-        return with_sharding_constraint(array, spec(np.ndim(array)))
-
-    def staged(ndim: int) -> PartitionSpec:
-        return PartitionSpec(axis, *[_OPEN] * (ndim - 1))
-
-    # [layers, ...] -> [repeats, stages, per_visit, ...], the stages over the axis.
-    stage_params = jax.tree.map(
-        lambda leaf: pinned(
-            leaf.reshape(schedule.repeats, stages, schedule.per_visit, *leaf.shape[1:]),
-            lambda ndim: PartitionSpec(None, axis, *[_OPEN] * (ndim - 2)),
-        ),
-        params,
-    )
-    # [batch, ...] -> [microbatches, batch / microbatches, ...]: microbatch k takes every
-    # m-th example, so each device's block of a batch split over other axes stays local.
-    inputs = jax.tree.map(
-        lambda leaf: jnp.swapaxes(leaf.reshape(-1, microbatches, *leaf.shape[1:]), 0, 1), x
-    )
-
-    def visit(visit_params: Any, h: Any) -> Any:  # one stage's layers of one visit
-        if schedule.per_visit == 1:  # circular: one layer, no loop of one step to compile
-            return layer(jax.tree.map(lambda leaf: leaf[0], visit_params), h)
-        return jax.lax.scan(lambda carry, one: (layer(one, carry), None), h, visit_params)[0]
-
-    def per_stage(
-        stage: Any, own_params: Any, h: Any, out: Any, micro: Any, repeat: Any, busy: Any
-    ) -> Any:
-        micro_at = jnp.clip(micro, 0, microbatches - 1)
-        repeat_at = jnp.clip(repeat, 0, last_visit)
-        fresh = (stage == 0) & (repeat == 0)
-        h = jax.tree.map(lambda held, given: jnp.where(fresh, given[micro_at], held), h, inputs)
-        new = visit(jax.tree.map(lambda leaf: leaf[repeat_at], own_params), h)
-        done = busy & (stage == stages - 1) & (repeat == last_visit)
-        out = jax.tree.map(
-            lambda buffer, value: buffer.at[micro_at].set(jnp.where(done, value, buffer[micro_at])),
-            out,
-            new,
-        )
-        return new, out
-
-    stage_map = jax.vmap(per_stage, in_axes=(0, 1, 0, 0, 0, 0, 0), spmd_axis_name=axis)
-
-    def step(carry: Any, t: Any) -> Any:
-        state, out = carry
-        micro, repeat, busy = schedule.at(t)
-        shifted = jax.tree.map(lambda leaf: jnp.roll(leaf, 1, axis=0), state)  # next stage
-        new, out = stage_map(jnp.arange(stages), stage_params, shifted, out, micro, repeat, busy)
-        return (jax.tree.map(lambda leaf: pinned(leaf, staged), new),
-                jax.tree.map(lambda leaf: pinned(leaf, staged), out)), None  # fmt: skip
-
-    # Bubble slots compute on whatever the stage holds; start them on a real microbatch,
-    # not zeros, so that a layer undefined at zero (a norm without an epsilon) cannot put
-    # a NaN into the gradients through a slot whose result is never read.
-    state0 = jax.tree.map(
-        lambda leaf: pinned(jnp.broadcast_to(leaf[0], (stages, *leaf.shape[1:])), staged), inputs
-    )
-    out0 = jax.tree.map(
-        lambda leaf: pinned(jnp.zeros((stages, *leaf.shape), leaf.dtype), staged), inputs
-    )
-    (_, out), _ = jax.lax.scan(step, (state0, out0), jnp.arange(schedule.steps))
-    return jax.tree.map(
-        lambda buffer, leaf: jnp.swapaxes(buffer[stages - 1], 0, 1).reshape(leaf.shape), out, x
-    )

@@ -81,12 +81,14 @@ _tracing = threading.local()
 
 @dataclass(frozen=True)
 class _Frame:
-    """A body being traced: its mesh, the pmap axis it maps over (None for a pjit), and
-    what put its call on the mesh's devices (jax's device messages name it)."""
+    """A body being traced: its mesh, the pmap axis it maps over (None for a pjit), what
+    put its call on the mesh's devices (jax's device messages name it), and the call's
+    ``auto_memory_limit`` (what a choice made while tracing must fit)."""
 
     mesh: Mesh
     axis_name: str | None
     source: DeviceSource | None = None
+    memory_limit: int | None = None
 
 
 def _frames() -> tuple[_Frame, ...]:
@@ -100,6 +102,13 @@ def enclosing_body() -> tuple[Mesh, DeviceSource | None] | None:
     if not stack or stack[-1].axis_name is not None:
         return None
     return stack[-1].mesh, stack[-1].source
+
+
+def enclosing_memory_limit() -> int | None:
+    """The ``auto_memory_limit`` of the innermost jit/pjit call this thread is tracing a
+    body of (a pipeline's microbatch choice honours it); None outside any or without one."""
+    stack = _frames()
+    return stack[-1].memory_limit if stack else None
 
 
 def enclosing_maps() -> tuple[str, ...]:
@@ -159,6 +168,7 @@ def trace_body(
     call: Callable[..., Any] | None = None,
     axis_name: str | None = None,
     source: DeviceSource | None = None,
+    memory_limit: int | None = None,
 ) -> TracedBody:
     """Trace ``fun`` on flat ``in_avals`` (cached, see NOTE [trace cache key]).
 
@@ -174,8 +184,10 @@ def trace_body(
             whatever it adds must be in ``cache_key``).
         axis_name: the pmap axis the body maps over (None for a pjit body).
         source: what put the call on ``mesh`` (for the messages of calls inside it).
+        memory_limit: the call's ``auto_memory_limit`` (choices made while tracing,
+            a pipeline's microbatches, fit it: part of the cache key).
     """
-    key = (cache_key, in_avals, mesh, jp.trace_context())
+    key = (cache_key, in_avals, mesh, memory_limit, jp.trace_context())
     hit = trace_cache.get(fun, key)
     if hit is not None:
         return hit
@@ -194,7 +206,7 @@ def trace_body(
     name = getattr(fun, "__name__", repr(fun))
     emit("trace", name=name)
     with (
-        _tracing_under(_Frame(mesh, axis_name, source)),
+        _tracing_under(_Frame(mesh, axis_name, source, memory_limit)),
         typed_context(mesh),
         jp.log_elapsed_time(
             "Finished tracing + transforming {fun_name} for pjit in {elapsed_time:.9f} sec",

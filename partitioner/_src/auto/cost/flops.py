@@ -8,7 +8,7 @@ priced in the same flops. A ``dot_general`` does ``2 k`` per result element (``k
 the contracted size), a convolution ``2 k`` per result element over its input
 features and window, a gather or scatter one per result element; reductions,
 windows, cumulative and sorting operations one per element of their operand, a
-dynamic update one per element of its update; reshapes, transposes, constraints
+dynamic update one per element of its update; reshapes, transposes, shifts, constraints
 and generators (``iota``, random bits) none; any other operation one per element of
 its first result when it is elementwise, of every result otherwise. In a program, a
 ``scan`` body counts ``length`` times, a ``while`` body (and its condition) its trip
@@ -40,7 +40,7 @@ WINDOWS = frozenset(
 #: Operations that move or make values without arithmetic.
 NO_WORK = frozenset(
     {"transpose", "reshape", "squeeze", "expand_dims", "iota", "rng_bit_generator",
-     "sharding_constraint"}
+     "sharding_constraint", "shift"}
 )  # fmt: skip
 
 #: A value an equation's work is counted over, and the flops per element of it.

@@ -47,6 +47,7 @@ RULES: Mapping[str, Rule] = {
     "select_and_scatter_add": no_peak(slices.select_and_scatter_add),
     **{name: no_peak(slices.sliced) for name in ("slice", "pad", "concatenate", "dynamic_slice")},
     "dynamic_update_slice": no_peak(slices.dynamic_update_slice),
+    "shift": no_peak(slices.shift),
     # top_k: XLA gathers its operand whole, whichever dimension is split (the default).
     **{name: no_peak(slices.along_axis) for name in ALONG_AXIS},
     # loops and branches

@@ -159,3 +159,16 @@ def along_axis(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float)
     for result in eqn.outvars:
         same_rank = len(shape_of(result)) == len(lay)
         model.set(frame, result, (lay if same_rank else replicated(len(shape_of(result))), NO_AXES))
+
+
+def shift(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> None:
+    """A roll along one dimension (``primitives/shift.py``, a pipeline's step): the layout
+    kept, a partial sum passing through (it is linear); split over some axes, each
+    device sends its block to a neighbour, one collective-permute."""
+    operand = eqn.invars[0]
+    layout, partial = model.read(frame, operand)
+    split = layout[eqn.params["axis"]]
+    if split:
+        block = model.nbytes(operand, layout)
+        tally.pay([("collective-permute", shards(split, model.sizes), block)], mult)
+    model.set(frame, eqn.outvars[0], (layout, partial))

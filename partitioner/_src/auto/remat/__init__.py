@@ -6,7 +6,7 @@ to recompute. What memory holds in a training step is the residuals: the values
 read. Rematerializing trades that memory for flops, as ``jax.checkpoint`` does: a
 *plan* gives each recomputable part of the program one of jax's own checkpoint
 policies, or none (``policies.py``). The parts are found in the traced program
-(``find.py``):
+(``fit.py``):
 
 - a differentiated ``scan`` (``scans.py``): a forward scan that stacks, per step,
   the residuals, and a backward scan (the other direction, the same length) that

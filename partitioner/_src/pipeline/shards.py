@@ -1,0 +1,180 @@
+"""Each stage's microbatch in shards, each shard with its own copy of the stage's weights.
+
+NOTE [pipeline gradients]: a stage's weight gradient is a sum over the examples of
+every step's microbatch. Written plainly (the weights closed over by the loop), each
+step's gradient is a partial sum over the mesh axes the batch is split over, and
+XLA's SPMD partitioners, which keep no partial sum across an operation, all-reduce
+it inside the loop at every step: the stage's parameter bytes once per step instead
+of once per call. So the pipeline gives every shard of a stage's batch its own copy
+of the stage's weights: before the loop, the weights are broadcast along a new
+dimension laid out over the batch axes (``[stages, shards, ...]``: a local copy on
+each device, or the one all-gather of weights a stage also splits over a batch axis,
+FSDP inside the stage), and each step applies the layer to each shard with that
+shard's copy (a ``vmap`` over the shards, ``spmd_axis_name`` the batch axes). A
+shard's weight gradient then never leaves its device inside the loop; the transpose
+of the broadcast, after the loop, sums the copies: one all-reduce (or
+reduce-scatter) of the stage's weights per call, by construction, on any backend.
+
+The *batch axes* are the mesh axes other than the stages' that the layer does not
+use to split anything but its batch: an axis a constraint inside the layer puts on a
+later dimension (tensor parallelism, ``P("data", "model")`` on a hidden activation)
+is the layer's own. Inside the shards, the layer's constraints no longer name the
+batch axes (the shard dimension carries them): the layer's program is rewritten with
+those axes dropped from every constraint, ours and jax's, in nested bodies too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+from .. import jax_private as jp
+from ..primitives.constraint import ConstraintParams, sharding_constraint_p
+from ..sharding.parsed import ParsedPartitionSpec
+
+#: The primitive name of jax's own ``with_sharding_constraint``.
+_JAX_CONSTRAINT = "sharding_constraint"
+
+
+def batch_axes(mesh: Mesh, axis: str, layer_program: Any, shard_size: int) -> tuple[str, ...]:
+    """The mesh axes a stage's microbatch is split over (NOTE [pipeline gradients]): the
+    Auto axes of more than one device other than ``axis`` that the layer's constraints
+    put on no dimension but the leading one, in mesh order, as many as divide
+    ``shard_size`` (the microbatch's examples) together."""
+    own = _axes_beyond_the_batch(layer_program.jaxpr)
+    found: list[str] = []
+    for name, size, kind in zip(mesh.axis_names, mesh.axis_sizes, mesh.axis_types, strict=True):
+        if name == axis or size == 1 or kind != AxisType.Auto or name in own:
+            continue
+        if shard_size % (math.prod(mesh.shape[a] for a in found) * size) == 0:
+            found.append(str(name))
+    return tuple(found)
+
+
+def _axes_beyond_the_batch(jaxpr: Any) -> set[str]:
+    """The mesh axes some constraint of ``jaxpr`` (its bodies included) puts on a
+    dimension after the leading one."""
+    found: set[str] = set()
+    for eqn in jaxpr.eqns:
+        spec = _spec_of(eqn)
+        if spec is not None:
+            for entry in list(spec)[1:]:
+                found.update(_axes(entry))
+        for sub in jp.jaxprs_in_params(eqn.params):
+            found |= _axes_beyond_the_batch(sub)
+    return found
+
+
+def _spec_of(eqn: Any) -> PartitionSpec | None:
+    """The spec a constraint equation pins (ours or jax's), or None for another one."""
+    if eqn.primitive is sharding_constraint_p:
+        return ConstraintParams.of(eqn.params).axis_resources.to_partition_spec()
+    if eqn.primitive.name == _JAX_CONSTRAINT and isinstance(
+        eqn.params.get("sharding"), NamedSharding
+    ):
+        return eqn.params["sharding"].spec
+    return None
+
+
+def _axes(entry: Any) -> tuple[str, ...]:
+    if entry is None or entry is PartitionSpec.UNCONSTRAINED:
+        return ()
+    return tuple(entry) if isinstance(entry, tuple) else (entry,)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardLayer:
+    """A layer as one shard runs it, split by data dependence: ``prepare(params)``
+    computes what the layer derives from its weights alone (casts, reshapes, the
+    weights themselves), ``apply(prepared, h)`` the rest. The pipeline prepares every
+    layer of a stage once, before its loop, so what a step picks and saves per step is
+    never a function of the weights (NOTE [pipeline residuals] in ``program.py``)."""
+
+    prepare: Callable[[Any], list[Any]]
+    apply: Callable[[Sequence[Any], Any], Any]
+
+
+def per_shard(
+    layer: Callable[..., Any], batch: Sequence[str], one_layer: Any, one_shard: Any
+) -> ShardLayer:
+    """``layer`` as one shard runs it: its program traced on one layer's parameters and
+    one shard's activations (arrays or ``jax.ShapeDtypeStruct``s), with ``batch``
+    dropped from every constraint (NOTE [pipeline gradients]), split into
+    :class:`ShardLayer`'s two parts."""
+    closed = jax.make_jaxpr(layer)(one_layer, one_shard)
+    if batch and _named_axes(closed.jaxpr) & set(batch):
+        closed = jp.ClosedJaxpr(_without(closed.jaxpr, frozenset(batch)), closed.consts)
+    n_params = len(jax.tree.leaves(one_layer))
+    unknowns = [False] * n_params + [True] * (len(closed.in_avals) - n_params)
+    known, unknown, _, _ = jp.partial_eval_jaxpr_nounits(closed, unknowns, True)
+    _, out_tree = jax.tree.flatten(jax.eval_shape(layer, one_layer, one_shard))
+
+    def prepare(params: Any) -> list[Any]:
+        return list(jp.eval_jaxpr(known.jaxpr, known.consts, *jax.tree.leaves(params)))
+
+    def apply(prepared: Sequence[Any], h: Any) -> Any:
+        outs = jp.eval_jaxpr(unknown.jaxpr, unknown.consts, *prepared, *jax.tree.leaves(h))
+        return jax.tree.unflatten(out_tree, outs)
+
+    return ShardLayer(prepare, apply)
+
+
+def _named_axes(jaxpr: Any) -> set[str]:
+    found: set[str] = set()
+    for eqn in jaxpr.eqns:
+        spec = _spec_of(eqn)
+        if spec is not None:
+            for entry in spec:
+                found.update(_axes(entry))
+        for sub in jp.jaxprs_in_params(eqn.params):
+            found |= _named_axes(sub)
+    return found
+
+
+def _without(jaxpr: Any, batch: frozenset[str]) -> Any:
+    """``jaxpr`` with ``batch`` dropped from every constraint, bodies included."""
+    return jaxpr.replace(eqns=[_eqn_without(eqn, batch) for eqn in jaxpr.eqns])
+
+
+def _eqn_without(eqn: Any, batch: frozenset[str]) -> Any:
+    params = {k: _value_without(v, batch) for k, v in eqn.params.items()}
+    if eqn.primitive is sharding_constraint_p:
+        constraint = ConstraintParams.of(params)
+        spec = _spec_without(constraint.axis_resources.to_partition_spec(), batch)
+        parsed = ParsedPartitionSpec.from_user_input(
+            spec, "partitioner.pipeline", allow_unconstrained=True
+        )
+        params = constraint.replace(axis_resources=parsed).as_kwargs()
+    elif eqn.primitive.name == _JAX_CONSTRAINT and isinstance(
+        params.get("sharding"), NamedSharding
+    ):
+        sharding = params["sharding"]
+        params["sharding"] = NamedSharding(sharding.mesh, _spec_without(sharding.spec, batch))
+    return eqn.replace(params=params)
+
+
+def _value_without(value: Any, batch: frozenset[str]) -> Any:
+    if isinstance(value, jp.ClosedJaxpr):
+        return jp.ClosedJaxpr(_without(value.jaxpr, batch), value.consts)
+    if isinstance(value, jp.Jaxpr):
+        return _without(value, batch)
+    if isinstance(value, tuple):
+        return tuple(_value_without(v, batch) for v in value)
+    return value
+
+
+def _spec_without(spec: PartitionSpec, batch: frozenset[str]) -> PartitionSpec:
+    """``spec`` with the ``batch`` axes dropped (an entry left with no axis is None)."""
+    entries: list[Any] = []
+    for entry in spec:
+        if entry is PartitionSpec.UNCONSTRAINED:
+            entries.append(entry)
+            continue
+        kept = tuple(a for a in _axes(entry) if a not in batch)
+        entries.append(None if not kept else kept[0] if len(kept) == 1 else kept)
+    return PartitionSpec(*entries)
