@@ -225,3 +225,25 @@ def test_each_step_saves_its_inputs_when_asked(mesh) -> None:
             memory[saves] = report_of(step, params, x, y).memory.total
             close(step(params, x, y), jax.jit(train_step(plain))(params, x, y), saves)
     assert memory["inputs"] < memory["activations"], memory
+
+
+def test_the_choice_fits_the_calls_memory_limit(mesh) -> None:
+    """Under ``auto_memory_limit`` the microbatch choice keeps to the options whose
+    estimated memory fits it (without one, the fastest within 1.25x of the least)."""
+    params, (x, y) = params_of(), batch_of(64)
+    run = partitioner.pipeline(layer, axis="stage")
+    with jax.set_mesh(mesh((4, 2), ("stage", "data"))):
+        free = run.plan(params, x)
+        smaller = [
+            o for o in free.estimates if o.estimate.memory_bytes < free.estimate.memory_bytes
+        ]
+        limit = int(max(o.estimate.memory_bytes for o in smaller))
+        step = partitioner.jit(
+            train_step(run), in_shardings=(STACK, P("data"), P("data")), auto_memory_limit=limit
+        )
+        (table,) = report_of(step, params, x, y).pipelines
+        close(step(params, x, y), jax.jit(train_step(plain))(params, x, y), "limited")
+    (chosen,) = [
+        o for o in free.estimates if (o.microbatches, o.saves) == (table.microbatches, table.saves)
+    ]
+    assert chosen.estimate.memory_bytes <= limit < free.estimate.memory_bytes

@@ -74,6 +74,7 @@ def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPla
         bound.trace_key(),
         _debug_info(info, bound),
         source=placement.source,
+        memory_limit=info.options["auto_memory_limit"],
     )
     moved = placement_in_body(info.label, jp.body_shardings(traced.jaxpr.jaxpr), placement)
     if moved is not None:
