@@ -5,9 +5,9 @@ python docs/make_images.py
 The layout pictures of the tutorial (``inspect.visualize``: one colour per device
 set, the mesh axes on the axes), the reports page's picture of what the
 tutorial's training step communicates per mesh axis (its report's collectives),
-and the AUTO how-to's pictures of the layouts chosen for its examples
+the AUTO how-to's pictures of the layouts chosen for its examples
 (``report.auto.visualize``), one of them a plan that recomputes its scan to fit a
-memory limit.
+memory limit, and the pipeline how-to's schedules (``PipelinePlan.chart(png=...)``).
 """
 
 from __future__ import annotations
@@ -172,6 +172,22 @@ def auto_remat_layouts(mesh: jax.sharding.Mesh, path: Path) -> None:
     report.auto.visualize(png=str(path), show=False)
 
 
+def pipeline_schedules(path: Path) -> None:
+    """The pipeline how-to's two schedules, drawn by ``PipelinePlan.chart(png=...)``:
+    gpipe's and circular's, 8 layers on 4 stages, 4 microbatches (docs/howto/pipeline.md)."""
+    import partitioner
+
+    mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(4, 2), ("stage", "data"))
+    params = {"w": jnp.zeros((8, 16, 16))}
+    x = jnp.zeros((32, 16))
+    for schedule in ("gpipe", "circular"):
+        run = partitioner.pipeline(
+            lambda p, h: h @ p["w"], axis="stage", microbatches=4, schedule=schedule
+        )
+        with jax.set_mesh(mesh):
+            run.plan(params, x).chart(png=str(path / f"pipeline_{schedule}.png"))
+
+
 def main() -> None:
     IMAGES.mkdir(exist_ok=True)
     mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
@@ -179,6 +195,7 @@ def main() -> None:
     collectives_picture(training_step_report(mesh), IMAGES / "step_collectives.png")
     auto_layouts(mesh, IMAGES / "auto_layouts.png")
     auto_remat_layouts(mesh, IMAGES / "auto_remat_layouts.png")
+    pipeline_schedules(IMAGES)
 
 
 if __name__ == "__main__":

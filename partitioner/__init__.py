@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from ._src.colocated.api import colocated_cpu_devices, colocated_python
     from ._src.colocated.objects import colocated_python_class
     from ._src.pipeline.run import Pipelined, PipelinePlan, pipeline
+    from ._src.pipeline.staged import StagedParams
     from ._src.pmap import PmapWrapped, pmap
     from ._src.residuals import Residual, residuals
     from ._src.sharding.sharding_spec import sharding_spec_of
@@ -59,6 +60,7 @@ else:
             "pipeline": "partitioner._src.pipeline.run",
             "Pipelined": "partitioner._src.pipeline.run",
             "PipelinePlan": "partitioner._src.pipeline.run",
+            "StagedParams": "partitioner._src.pipeline.staged",
             "PmapWrapped": "partitioner._src.pmap",
             "pmap": "partitioner._src.pmap",
             "Residual": "partitioner._src.residuals",
@@ -84,6 +86,7 @@ __all__ = [
     "Pipelined",
     "PipelinePlan",
     "SpecSync",
+    "StagedParams",
     "Traced",
     "add_listener",
     "clear_caches",

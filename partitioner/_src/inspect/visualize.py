@@ -331,3 +331,43 @@ class _Device:
     """A device as :func:`_blocks` reads one (by its id)."""
 
     id: int
+
+
+# --- the picture of a pipeline's schedule ---
+
+
+def schedule_png(cells: Sequence[Sequence[tuple[int, int, bool]]], path: str, title: str) -> None:
+    """A pipeline's schedule as a picture (``PipelinePlan.chart(png=...)``): a row per
+    stage, a column per step, each busy cell coloured by its microbatch (darker on later
+    visits) and labelled with it, the bubble left blank; ``cells[stage][step]`` is
+    ``(microbatch, visit, busy)``."""
+    from matplotlib.patches import Rectangle
+
+    plt = _pyplot()
+    stages, steps = len(cells), len(cells[0])
+    visits = 1 + max((visit for row in cells for _, visit, busy in row if busy), default=0)
+    micros = 1 + max((micro for row in cells for micro, _, busy in row if busy), default=0)
+    colours = _colours(micros)
+    fig, ax = plt.subplots(figsize=(min(1.2 + 0.55 * steps, 16), 0.9 + 0.55 * stages))
+    for stage, row in enumerate(cells):
+        for step, (micro, visit, busy) in enumerate(row):
+            if not busy:
+                ax.add_patch(Rectangle((step, stage), 1, 1, fc="white", ec="lightgray"))
+                continue
+            alpha = 0.85 - 0.5 * visit / max(visits - 1, 1) if visits > 1 else 0.7
+            ax.add_patch(
+                Rectangle(
+                    (step, stage), 1, 1, fc=colours(micro % colours.N), alpha=alpha, ec="black"
+                )
+            )
+            label = str(micro) + (chr(ord("a") + visit) if visits > 1 else "")
+            ax.text(step + 0.5, stage + 0.5, label, ha="center", va="center", fontsize=9)
+    ax.set_xlim(0, steps)
+    ax.set_ylim(stages, 0)
+    ax.set_xticks([s + 0.5 for s in range(steps)], [str(s) for s in range(steps)], fontsize=8)
+    ax.set_yticks([s + 0.5 for s in range(stages)], [f"stage {s}" for s in range(stages)])
+    ax.set_xlabel("step (blank: the bubble)")
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -19,6 +19,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ..inspect.pipelines import PipelineSummary, stage_devices
+from ..inspect.visualize import schedule_png
 from ..primitives.auto_choice import Estimate
 from ..primitives.constraint import with_sharding_constraint
 from ..sharding.mesh_env import maybe_current_mesh
@@ -156,22 +157,43 @@ class PipelinePlan:
         )
         return "\n".join(self.summary().lines(self.stage_devices, traffic))
 
-    def chart(self) -> str:
+    def chart(self, *, png: str | None = None) -> str:
         """The schedule as text: a row per stage, a column per step, each cell the
         microbatch the stage works on (with its visit for circular: ``3b`` is
-        microbatch 3 on its second visit) or ``.`` for the bubble."""
+        microbatch 3 on its second visit) or ``.`` for the bubble; ``png=path`` also
+        draws it as a picture (needs matplotlib)."""
         schedule = self.schedule
-        width = len(str(schedule.microbatches - 1)) + (1 if schedule.repeats > 1 else 0)
-        rows = []
-        for stage in range(schedule.stages):
-            cells = []
-            for step in range(schedule.steps):
-                micro, visit, busy = (
+        cells = [
+            [
+                tuple(
                     int(np.asarray(per_stage)[stage]) for per_stage in schedule.at(np.int32(step))
                 )
-                cell = str(micro) + (chr(ord("a") + visit) if schedule.repeats > 1 else "")
-                cells.append((cell if busy else ".").rjust(width))
-            rows.append(f"stage {stage} | " + " ".join(cells))
+                for step in range(schedule.steps)
+            ]
+            for stage in range(schedule.stages)
+        ]
+        if png is not None:
+            title = (
+                f"{schedule.kind}: {schedule.layers} layers on {schedule.stages} stages, "
+                f"{schedule.microbatches} microbatches, bubble {schedule.bubble_fraction:.0%}"
+            )
+            schedule_png(
+                [[(micro, visit, bool(busy)) for micro, visit, busy in row] for row in cells],
+                png,
+                title,
+            )
+        width = len(str(schedule.microbatches - 1)) + (1 if schedule.repeats > 1 else 0)
+        rows = []
+        for stage, row in enumerate(cells):
+            text = [
+                (
+                    str(micro) + (chr(ord("a") + visit) if schedule.repeats > 1 else "")
+                    if busy
+                    else "."
+                ).rjust(width)
+                for micro, visit, busy in row
+            ]
+            rows.append(f"stage {stage} | " + " ".join(text))
         return "\n".join(rows)
 
 
