@@ -36,11 +36,11 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import jax
-import numpy as np
 
 from .. import jax_private as jp
 from ..auto import choices
 from ..auto.cost import flops
+from ..auto.cost.equations import aval_itemsize
 from ..auto.cost.rates import BYTES_PER_S, FLOPS_PER_S, LATENCY_S
 from ..primitives.auto_choice import Estimate
 from .program import Saves
@@ -101,14 +101,21 @@ def layer_costs(layer: Callable[..., Any], one_layer: Any, batch: Any) -> LayerC
     )
     return LayerCosts(
         flops=flops.program(jax.make_jaxpr(layer)(one_layer, batch)),
-        activation_bytes=float(sum(_nbytes(leaf) for leaf in jax.tree.leaves(batch))),
+        activation_bytes=float(tree_bytes(batch)),
         residual_bytes=float(activations),
-        weight_bytes=float(sum(_nbytes(leaf) for leaf in jax.tree.leaves(one_layer))),
+        weight_bytes=float(tree_bytes(one_layer)),
     )
 
 
-def _nbytes(aval: Any) -> int:
-    return int(math.prod(aval.shape)) * np.dtype(aval.dtype).itemsize
+def tree_bytes(tree: Any) -> int:
+    """Bytes of every leaf of ``tree`` together."""
+    return sum(_nbytes(leaf) for leaf in jax.tree.leaves(tree))
+
+
+def _nbytes(value: Any) -> int:
+    """Bytes of a value (an aval, array or ``jax.ShapeDtypeStruct``; a typed key's words)."""
+    aval = jp.ShapedArray(tuple(value.shape), value.dtype)
+    return int(math.prod(aval.shape)) * aval_itemsize(aval)
 
 
 def estimate(schedule: Schedule, shards: int, costs: LayerCosts, saves: Saves) -> Estimate:

@@ -145,7 +145,9 @@ def run(
     state0 = jax.tree.map(
         lambda leaf: in_flight(jnp.broadcast_to(leaf[0], (stages, *leaf.shape[1:]))), inputs
     )
-    out0 = jax.tree.map(lambda leaf: outputs(jnp.zeros((stages, *leaf.shape), leaf.dtype)), inputs)
+    # The output buffer starts as copies of the microbatches (overwritten before it is
+    # read): any dtype, a typed PRNG key's too, where zeros would need a numeric one.
+    out0 = jax.tree.map(lambda leaf: outputs(jnp.broadcast_to(leaf, (stages, *leaf.shape))), inputs)
     (_, out), _ = jax.lax.scan(step, (state0, out0), jnp.arange(schedule.steps))
     return jax.tree.map(lambda buffer, leaf: _whole(_last_stages(buffer), leaf), out, x)
 
@@ -176,10 +178,13 @@ def _microbatches(leaf: Any, count: int, placement: Placement) -> Any:
 
 
 def _last_stages(buffer: Any) -> Any:
-    """The last stage's slot of ``buffer`` ``[stages, ...]``, on every device: a sum over
-    the stages of the buffer with every other slot zeroed, which XLA partitions as one
-    all-reduce over the stage axis (and its transpose as none: each stage takes its own
-    slot of the cotangent), where picking the slot moves it twice, and once more back."""
+    """The last stage's slot of ``buffer`` ``[stages, ...]``, on every device. For numbers, a
+    sum over the stages of the buffer with every other slot zeroed, which XLA partitions
+    as one all-reduce over the stage axis (and its transpose as none: each stage takes its
+    own slot of the cotangent), where picking the slot moves it twice, and once more back;
+    other values (typed PRNG keys, booleans), which do not sum, are picked."""
+    if not jnp.issubdtype(buffer.dtype, jnp.number):
+        return buffer[buffer.shape[0] - 1]
     last = (jnp.arange(buffer.shape[0]) == buffer.shape[0] - 1).reshape(
         -1, *[1] * (buffer.ndim - 1)
     )

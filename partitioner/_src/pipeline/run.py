@@ -288,7 +288,7 @@ class Pipelined:
             rest_layers=layers - pipelined,
             estimates=table,
             estimate=best.estimate,
-            permute_bytes=_bytes(x) // (best.microbatches * placement.shards),
+            permute_bytes=choice.tree_bytes(x) // (best.microbatches * placement.shards),
         )
 
     def _mesh(self) -> Mesh:
@@ -352,12 +352,6 @@ class Pipelined:
         )  # fmt: skip
         best = choice.choose(table, limit)
         return best, table, placement(best.microbatches)
-
-
-def _bytes(x: Any) -> int:
-    return sum(
-        int(np.prod(np.shape(leaf))) * np.dtype(leaf.dtype).itemsize for leaf in jax.tree.leaves(x)
-    )
 
 
 def _ranges(layers: Sequence[int]) -> str:

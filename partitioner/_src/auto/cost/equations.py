@@ -21,8 +21,12 @@ def shape_of(v: Any) -> tuple[int, ...]:
 
 
 def itemsize_of(v: Any) -> int:
+    """Bytes per element of a variable (:func:`aval_itemsize` of its aval)."""
+    return aval_itemsize(v.aval)
+
+
+def aval_itemsize(aval: Any) -> int:
     """Bytes per element; an extended dtype (a typed key) counts its physical words."""
-    aval = v.aval
     if getattr(aval, "dtype", None) is None:
         return 0
     if jp.is_extended(aval):
