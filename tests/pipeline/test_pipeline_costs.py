@@ -247,3 +247,22 @@ def test_the_choice_fits_the_calls_memory_limit(mesh) -> None:
         o for o in free.estimates if (o.microbatches, o.saves) == (table.microbatches, table.saves)
     ]
     assert chosen.estimate.memory_bytes <= limit < free.estimate.memory_bytes
+
+
+def test_fsdp_inside_a_stage_gathers_once_and_reduces_once(mesh) -> None:
+    """A stage's weights also split over "data" (FSDP inside the stage): gathered once per
+    training step, before the loop, and their gradients reduced once, after it; nothing
+    over "data" inside the loop."""
+    params, (x, y) = params_of(), batch_of()
+    fsdp = {"w1": P("stage", None, "data"), "w2": P("stage", "data"), "b": P("stage")}
+    run = partitioner.pipeline(layer, axis="stage", microbatches=4)
+    with jax.set_mesh(mesh((4, 2), ("stage", "data"))):
+        step = pipelined_step(run, params, fsdp)
+        report = report_of(step, params, x, y)
+        ours = step(params, x, y)
+    over_data = [c for c in report.collectives if c.axes == ("data",) and c.shape != ()]
+    assert over_data and all(c.count == 1 for c in over_data), [
+        (c.kind, c.shape, c.count) for c in over_data
+    ]
+    assert {c.kind for c in over_data} >= {"all-gather"}
+    close(ours, jax.jit(train_step(plain))(params, x, y), "FSDP inside the stage")
