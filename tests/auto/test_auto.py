@@ -7,8 +7,10 @@ on the same inputs.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -20,15 +22,12 @@ import partitioner
 from partitioner import AUTO
 from partitioner import PartitionSpec as P
 from partitioner._src.auto.search import confirm
+from partitioner.testing.plugin import MeshFactory
 
 # among the slowest modules measured (--durations)
 pytestmark = pytest.mark.slow
 
 BATCH = (P("data"), P("data"))
-
-
-def mesh_4x2() -> Mesh:
-    return Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("data", "model"))
 
 
 # --- the programs: a 2-layer MLP and a transformer block, each a train step ---
@@ -114,12 +113,12 @@ PROGRAMS = {
 }
 
 
-def figures(step, params, batch, specs, **kw):
+def figures(mesh, step, params, batch, specs, **kw):
     """(collective bytes, memory, report) of ``step`` with params laid out by ``specs``."""
     f = partitioner.pjit(
         step, in_axis_resources=(specs, BATCH), out_axis_resources=(specs, P()), **kw
     )
-    with jax.set_mesh(mesh_4x2()):
+    with jax.set_mesh(mesh):
         report = f.lower(params, batch).report()
     return (
         sum(c.bytes_per_device * c.count for c in report.collectives),
@@ -128,9 +127,11 @@ def figures(step, params, batch, specs, **kw):
     )
 
 
-@pytest.fixture(scope="module", params=sorted(PROGRAMS))
-def program(request):
-    loss, make, shape, hand = PROGRAMS[request.param]
+@functools.cache
+def measure(name: str, mesh: Mesh) -> dict[str, Any]:
+    """Program ``name``'s figures over ``mesh`` laid out by hand, replicated and by AUTO
+    (once per run: the searches and compiles are most of these tests' time)."""
+    loss, make, shape, hand = PROGRAMS[name]
     params, batch = make(), batch_of(shape)
     step = sgd_step(loss)
     replicated = jax.tree.map(lambda _: P(), hand)
@@ -138,10 +139,21 @@ def program(request):
         "step": step,
         "params": params,
         "batch": batch,
-        "hand": figures(step, params, batch, hand),
-        "replicated": figures(step, params, batch, replicated),
-        "auto": figures(step, params, batch, AUTO),
+        "hand": figures(mesh, step, params, batch, hand),
+        "replicated": figures(mesh, step, params, batch, replicated),
+        "auto": figures(mesh, step, params, batch, AUTO),
     }
+
+
+@pytest.fixture(scope="module", params=sorted(PROGRAMS))
+def program_name(request) -> str:
+    """Module-scoped, so the tests of one program run one after another."""
+    return request.param
+
+
+@pytest.fixture
+def program(program_name, mesh_4x2):
+    return measure(program_name, mesh_4x2)
 
 
 def test_auto_moves_no_more_bytes_and_uses_no_more_memory_than_megatron(program):
@@ -156,12 +168,12 @@ def test_auto_moves_no_more_bytes_and_uses_no_more_memory_than_megatron(program)
     assert report.auto.memory_bytes == auto_memory
 
 
-def test_auto_training_matches_jax_jit(program):
+def test_auto_training_matches_jax_jit(program, mesh_4x2):
     step, params, batch = program["step"], program["params"], program["batch"]
     f = partitioner.pjit(step, in_axis_resources=(AUTO, BATCH), out_axis_resources=(AUTO, P()))
     ref = jax.jit(step)
     ours, theirs = params, params
-    with jax.set_mesh(mesh_4x2()):
+    with jax.set_mesh(mesh_4x2):
         for _ in range(3):
             ours, loss = f(ours, batch)
             theirs, ref_loss = ref(theirs, batch)
@@ -173,29 +185,29 @@ def test_auto_training_matches_jax_jit(program):
         assert str(ours[path.split("'")[1]].sharding.spec) == spec
 
 
-def test_auto_fits_a_memory_limit_below_megatron(program):
+def test_auto_fits_a_memory_limit_below_megatron(program, mesh_4x2):
     step, params, batch = program["step"], program["params"], program["batch"]
     _, hand_memory, _ = program["hand"]
     limit = int(hand_memory * 0.9)
-    _, memory, report = figures(step, params, batch, AUTO, auto_memory_limit=limit)
+    _, memory, report = figures(mesh_4x2, step, params, batch, AUTO, auto_memory_limit=limit)
     assert memory <= limit, str(report)
     assert report.auto.choice.memory_limit == limit
 
 
-def test_a_limit_nothing_fits_names_the_smallest_layout():
+def test_a_limit_nothing_fits_names_the_smallest_layout(mesh_4x2):
     params, batch = mlp_params(), batch_of((512, 128))
     f = partitioner.pjit(
         sgd_step(mlp_loss), in_axis_resources=(AUTO, BATCH), out_axis_resources=(AUTO, P()),
         auto_memory_limit=1000,
     )  # fmt: skip
-    with jax.set_mesh(mesh_4x2()), pytest.raises(ValueError, match="auto_memory_limit=1,000") as e:
+    with jax.set_mesh(mesh_4x2), pytest.raises(ValueError, match="auto_memory_limit=1,000") as e:
         f.lower(params, batch)
     assert "the smallest found" in str(e.value) and "args[0]['w1']" in str(e.value)
 
 
-def test_the_report_has_the_auto_table():
+def test_the_report_has_the_auto_table(mesh_4x2):
     params, batch = mlp_params(), batch_of((512, 128))
-    _, _, report = figures(sgd_step(mlp_loss), params, batch, AUTO)
+    _, _, report = figures(mesh_4x2, sgd_step(mlp_loss), params, batch, AUTO)
     choice = report.auto.choice
     assert choice.paths == ("args[0]['b1']", "args[0]['w1']", "args[0]['w2']")
     assert (
@@ -211,7 +223,7 @@ def test_the_report_has_the_auto_table():
     assert '"auto"' in report.to_json()
 
 
-def test_one_search_per_signature_across_threads():
+def test_one_search_per_signature_across_threads(mesh_4x2):
     params, batch = mlp_params(), batch_of((512, 128))
     f = partitioner.pjit(
         sgd_step(mlp_loss), in_axis_resources=(AUTO, BATCH), out_axis_resources=(AUTO, P())
@@ -220,7 +232,7 @@ def test_one_search_per_signature_across_threads():
 
     def lower() -> None:
         try:
-            with jax.set_mesh(mesh_4x2()):
+            with jax.set_mesh(mesh_4x2):
                 f.lower(params, batch)
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
@@ -232,23 +244,22 @@ def test_one_search_per_signature_across_threads():
             t.start()
         for t in threads:
             t.join()
-        with jax.set_mesh(mesh_4x2()):
+        with jax.set_mesh(mesh_4x2):
             f(params, batch)[1].block_until_ready()
     assert not errors
     assert events["auto_search"] == 1
 
 
-def test_auto_leaves_mix_with_given_specs_and_the_jit_spelling():
+def test_auto_leaves_mix_with_given_specs_and_the_jit_spelling(mesh_4x2):
     params, batch = mlp_params(), batch_of((512, 128))
     step = sgd_step(mlp_loss)
     specs = {"w1": AUTO, "b1": P(), "w2": AUTO}
-    mesh = mesh_4x2()
     f = partitioner.jit(
         step,
-        in_shardings=(specs, tuple(NamedSharding(mesh, s) for s in BATCH)),
+        in_shardings=(specs, tuple(NamedSharding(mesh_4x2, s) for s in BATCH)),
         out_shardings=(AUTO, None),
     )
-    with jax.set_mesh(mesh):
+    with jax.set_mesh(mesh_4x2):
         lowered = f.lower(params, batch)
         new, loss = f(params, batch)
     choice = lowered.report().auto.choice
@@ -264,14 +275,14 @@ def test_auto_leaves_mix_with_given_specs_and_the_jit_spelling():
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), new, ref_new)
 
 
-def test_grad_and_vmap_compose_with_auto():
+def test_grad_and_vmap_compose_with_auto(mesh_4x2):
     w = jax.random.normal(jax.random.key(3), (64, 32))
     x = jax.random.normal(jax.random.key(4), (16, 64))
     f = partitioner.pjit(
         lambda w, x: jnp.tanh(x @ w), in_axis_resources=(AUTO, P("data")), out_axis_resources=AUTO
     )
     g = lambda w, x: jnp.sum(f(w, x) ** 2)  # noqa: E731
-    with jax.set_mesh(mesh_4x2()):
+    with jax.set_mesh(mesh_4x2):
         ours = jax.grad(g)(w, x)
         batched = jax.vmap(f, in_axes=(None, 0))(w, jnp.stack([x, 2 * x]))
     ref = jax.grad(lambda w, x: jnp.sum(jnp.tanh(x @ w) ** 2))(w, x)
@@ -279,27 +290,26 @@ def test_grad_and_vmap_compose_with_auto():
     np.testing.assert_allclose(batched[1], jnp.tanh(2 * x @ w), rtol=1e-5, atol=1e-5)
 
 
-def test_a_committed_argument_laid_out_otherwise_is_an_error_as_for_any_spec():
+def test_a_committed_argument_laid_out_otherwise_is_an_error_as_for_any_spec(mesh_4x2):
     params, batch = mlp_params(), batch_of((512, 128))
-    mesh = mesh_4x2()
     f = partitioner.pjit(
         sgd_step(mlp_loss), in_axis_resources=(AUTO, BATCH), out_axis_resources=(AUTO, P())
     )
-    with jax.set_mesh(mesh):
+    with jax.set_mesh(mesh_4x2):
         chosen = f.lower(params, batch).report().auto.choice.chosen.specs
     assert chosen[1] != "P()"  # w1 is split, so a replicated committed w1 is laid out otherwise
-    committed = dict(params, w1=jax.device_put(params["w1"], NamedSharding(mesh, P())))
-    with jax.set_mesh(mesh), pytest.raises(ValueError, match=r"argument params\['w1'\]"):
+    committed = dict(params, w1=jax.device_put(params["w1"], NamedSharding(mesh_4x2, P())))
+    with jax.set_mesh(mesh_4x2), pytest.raises(ValueError, match=r"argument params\['w1'\]"):
         f(committed, batch)
 
 
-def test_bad_auto_input_is_a_clear_error():
+def test_bad_auto_input_is_a_clear_error(mesh_4x2):
     with pytest.raises(TypeError, match="auto_memory_limit must be a positive int"):
         partitioner.pjit(lambda x: x, in_axis_resources=AUTO, auto_memory_limit=1.5)
     with pytest.raises(TypeError, match="auto_memory_limit must be a positive int"):
         partitioner.jit(lambda x: x, auto_memory_limit=-1)
     with (
-        jax.set_mesh(mesh_4x2()),
+        jax.set_mesh(mesh_4x2),
         pytest.raises(TypeError, match="AUTO is a layout partitioner chooses"),
     ):
         partitioner.with_sharding_constraint(jnp.ones(8), AUTO)
@@ -310,23 +320,19 @@ def test_bad_auto_input_is_a_clear_error():
         f(jnp.ones(8))
 
 
-def test_on_explicit_axes_auto_splits_only_over_auto_axes():
+def test_on_explicit_axes_auto_splits_only_over_auto_axes(mesh: MeshFactory):
     """An Explicit axis is part of the traced types: AUTO leaves are split over the
     Auto axes only, and the results are the types' layouts."""
     from jax.sharding import AxisType
 
-    mesh = Mesh(
-        np.array(jax.devices()[:8]).reshape(4, 2),
-        ("data", "model"),
-        axis_types=(AxisType.Explicit, AxisType.Auto),
-    )
+    m = mesh((4, 2), ("data", "model"), axis_types=(AxisType.Explicit, AxisType.Auto))
     w = jax.random.normal(jax.random.key(0), (64, 32))
     x = jax.random.normal(jax.random.key(1), (16, 64))
     f = partitioner.pjit(
         lambda w, x: jnp.tanh(x @ w), in_axis_resources=(AUTO, P("data")), out_axis_resources=AUTO
     )
-    with jax.set_mesh(mesh):
-        xs = jax.device_put(x, NamedSharding(mesh, P("data")))
+    with jax.set_mesh(m):
+        xs = jax.device_put(x, NamedSharding(m, P("data")))
         choice = f.lower(w, xs).report().auto.choice
         y = f(w, xs)
     assert "data" not in choice.chosen.specs[0]
@@ -356,23 +362,23 @@ def test_the_command_line_takes_auto(tmp_path):
     assert "auto: 1 AUTO inputs chosen" in done.stdout and "args[1]" in done.stdout
 
 
-def test_both_partitioners_choose_and_run(partitioner_mode):
+def test_both_partitioners_choose_and_run(partitioner_mode, mesh_4x2):
     """The search compiles its finalists with the partitioner in effect, and keys its
     cache on it: each partitioner gets its own choice, checked against XLA's figures."""
     params, batch = mlp_params(), batch_of((512, 128))
-    hand_bytes, hand_memory, _ = figures(sgd_step(mlp_loss), params, batch, MLP_MEGATRON)
-    auto_bytes, auto_memory, report = figures(sgd_step(mlp_loss), params, batch, AUTO)
+    hand_bytes, hand_memory, _ = figures(mesh_4x2, sgd_step(mlp_loss), params, batch, MLP_MEGATRON)
+    auto_bytes, auto_memory, report = figures(mesh_4x2, sgd_step(mlp_loss), params, batch, AUTO)
     assert report.partitioner == {"gspmd": "GSPMD", "shardy": "Shardy"}[partitioner_mode]
     assert auto_bytes <= hand_bytes and auto_memory <= hand_memory, str(report)
     f = partitioner.pjit(
         sgd_step(mlp_loss), in_axis_resources=(AUTO, BATCH), out_axis_resources=(AUTO, P())
     )
-    with jax.set_mesh(mesh_4x2()):
+    with jax.set_mesh(mesh_4x2):
         _, loss = f(params, batch)
     np.testing.assert_allclose(loss, jax.jit(sgd_step(mlp_loss))(params, batch)[1], rtol=1e-5)
 
 
-def test_a_body_closing_over_an_outer_tracer_is_chosen_by_the_model_alone():
+def test_a_body_closing_over_an_outer_tracer_is_chosen_by_the_model_alone(mesh_4x2):
     """Under jax.grad of an enclosing function the body closes over a tracer: it cannot
     be lowered alone, so the model's estimates decide (no XLA compile during the search)."""
     w = jax.random.normal(jax.random.key(0), (64, 32))
@@ -391,7 +397,7 @@ def test_a_body_closing_over_an_outer_tracer_is_chosen_by_the_model_alone():
         lambda event, info: searches.append(info) if event == "auto_search" else None
     )
     try:
-        with jax.set_mesh(mesh_4x2()):
+        with jax.set_mesh(mesh_4x2):
             ours = jax.grad(outer)(2.0)
     finally:
         remove()
@@ -401,7 +407,7 @@ def test_a_body_closing_over_an_outer_tracer_is_chosen_by_the_model_alone():
     np.testing.assert_allclose(ours, ref, rtol=1e-4)
 
 
-def test_a_pjit_with_auto_inside_another():
+def test_a_pjit_with_auto_inside_another(mesh_4x2):
     """The inner call's search runs while the outer body is traced; the outer's after."""
     w = jax.random.normal(jax.random.key(0), (64, 32))
     x = jax.random.normal(jax.random.key(1), (16, 64))
@@ -412,13 +418,13 @@ def test_a_pjit_with_auto_inside_another():
         lambda w, x: inner(w, x) * 2, in_axis_resources=(AUTO, P("data")), out_axis_resources=AUTO
     )
     partitioner.clear_caches()  # the inner body's choice may be cached by an earlier test
-    with jax.set_mesh(mesh_4x2()), partitioner.recording() as events:
+    with jax.set_mesh(mesh_4x2), partitioner.recording() as events:
         y = outer(w, x)
     assert events["auto_search"] == 2
     np.testing.assert_allclose(y, 2 * jnp.tanh(x @ w), rtol=1e-5, atol=1e-5)
 
 
-def test_with_an_auto_batch_data_parallelism_is_a_baseline_of_its_own():
+def test_with_an_auto_batch_data_parallelism_is_a_baseline_of_its_own(mesh_4x2):
     """NOTE [auto floor]: the batch chosen too, plain data parallelism (parameters
     replicated, the batch split along its leading dimension over every axis it takes)
     is a program of its own beside the replicated one; XLA measures both and neither
@@ -427,7 +433,7 @@ def test_with_an_auto_batch_data_parallelism_is_a_baseline_of_its_own():
     f = partitioner.pjit(
         sgd_step(mlp_loss), in_axis_resources=(AUTO, AUTO), out_axis_resources=(AUTO, P())
     )
-    with jax.set_mesh(mesh_4x2()):
+    with jax.set_mesh(mesh_4x2):
         report = f.lower(params, batch).report()
     choice = report.auto.choice
     by_name = {b.name: b.candidate for b in choice.baselines}
@@ -441,7 +447,7 @@ def test_with_an_auto_batch_data_parallelism_is_a_baseline_of_its_own():
         assert not (theirs[0] <= mine[0] and theirs[1] <= mine[1] and theirs != mine), str(report)
 
 
-def test_a_large_programs_baseline_the_model_rules_out_is_not_compiled(monkeypatch):
+def test_a_large_programs_baseline_the_model_rules_out_is_not_compiled(monkeypatch, mesh_4x2):
     """NOTE [auto floor]: in a large program (every program, here) without a memory
     limit, a baseline whose compute alone exceeds the finalist's time on XLA's figures
     and whose estimated memory is MARGIN above the finalist's is not compiled; the
@@ -452,7 +458,7 @@ def test_a_large_programs_baseline_the_model_rules_out_is_not_compiled(monkeypat
     def choose() -> partitioner.inspect.Report:
         partitioner.clear_caches()
         f = partitioner.pjit(sgd_step(mlp_loss), (AUTO, (P("data"), P("data"))), (AUTO, P()))
-        with jax.set_mesh(mesh_4x2()):
+        with jax.set_mesh(mesh_4x2):
             return f.lower(params, batch).report()
 
     ruled = choose()
@@ -470,11 +476,11 @@ def test_a_large_programs_baseline_the_model_rules_out_is_not_compiled(monkeypat
     assert f"{skipped.estimate.memory_bytes:,.0f}" in row
 
 
-def test_the_choice_is_drawn(tmp_path):
+def test_the_choice_is_drawn(tmp_path, mesh_4x2):
     """``report.auto.visualize``: a line per AUTO input naming the mesh axes that split
     each dimension, and a picture with a panel per input."""
     params, batch = mlp_params(), batch_of((512, 128))
-    _, _, report = figures(sgd_step(mlp_loss), params, batch, AUTO)
+    _, _, report = figures(mesh_4x2, sgd_step(mlp_loss), params, batch, AUTO)
     choice = report.auto.choice
     picture = tmp_path / "auto.png"
     text = report.auto.visualize(png=str(picture), show=False)

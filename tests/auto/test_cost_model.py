@@ -14,11 +14,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import Mesh
 
 import partitioner
 from partitioner import PartitionSpec as P
 from partitioner._testing import AutoEstimator, auto_candidates, auto_moves
+from partitioner.testing.plugin import MeshFactory
 
 # among the slowest modules measured (--durations)
 pytestmark = pytest.mark.slow
@@ -84,7 +84,7 @@ def _layout(spec, ndim):
     ],
     ids=["megatron", "replicated"],
 )
-def test_estimated_collective_bytes_equal_xlas(specs):
+def test_estimated_collective_bytes_equal_xlas(specs, mesh: MeshFactory):
     """For the textbook layouts of an MLP train step the model's collectives are XLA's."""
     k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
     params = {
@@ -93,11 +93,11 @@ def test_estimated_collective_bytes_equal_xlas(specs):
         "w2": jax.random.normal(k2, (512, 128)),
     }
     x = jax.random.normal(k3, (512, 128))
-    mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ORDER)
+    m = mesh((4, 2), ORDER)
     f = partitioner.pjit(
         _mlp_step, in_axis_resources=(specs, (P("data"), P("data"))), out_axis_resources=specs
     )
-    with jax.set_mesh(mesh):
+    with jax.set_mesh(m):
         report = f.lower(params, (x, x)).report()
     measured = sum(c.bytes_per_device * c.count for c in report.collectives)
     jaxpr = jax.make_jaxpr(_mlp_step)(params, (x, x))
@@ -114,16 +114,16 @@ def test_estimated_collective_bytes_equal_xlas(specs):
     [(P("model", None), (("model",), ())), (P(None, "model"), ((), ("model",)))],
     ids=["contracting-split", "column-split"],
 )
-def test_a_scan_body_counts_once_per_iteration(w_spec, w_layout):
+def test_a_scan_body_counts_once_per_iteration(w_spec, w_layout, mesh: MeshFactory):
     """A collective in a scan body runs ``length`` times, in the model as in XLA's program."""
 
     def body(w, x):
         return jax.lax.scan(lambda c, _: (jnp.tanh(c @ w), None), x, None, length=4)[0]
 
     w, x = jnp.ones((64, 64)) / 64, jnp.ones((32, 64))
-    mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ORDER)
+    m = mesh((4, 2), ORDER)
     f = partitioner.pjit(body, in_axis_resources=(w_spec, P("data")), out_axis_resources=P("data"))
-    with jax.set_mesh(mesh):
+    with jax.set_mesh(m):
         report = f.lower(w, x).report()
     in_loop = [c for c in report.collectives if c.count == 4]
     estimate, _ = AutoEstimator(jax.make_jaxpr(body)(w, x), SIZES).run(
@@ -197,12 +197,14 @@ def _scatter_add(e, i, g):
         "pool-height", "cumsum", "sort", "top-k",
     ],
 )  # fmt: skip
-def test_layer_strategies_move_the_bytes_xla_moves(fun, args, in_specs, out_spec):
+def test_layer_strategies_move_the_bytes_xla_moves(
+    fun, args, in_specs, out_spec, mesh: MeshFactory
+):
     """Where XLA's choice is unambiguous the model's collectives are XLA's: no layer
     the model knows falls back to gathering its operands."""
-    mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ORDER)
+    m = mesh((4, 2), ORDER)
     f = partitioner.pjit(fun, in_axis_resources=in_specs, out_axis_resources=out_spec)
-    with jax.set_mesh(mesh):
+    with jax.set_mesh(m):
         report = f.lower(*args).report()
     measured = sum(c.bytes_per_device * c.count for c in report.collectives)
     jaxpr = jax.make_jaxpr(fun)(*args)
@@ -247,7 +249,7 @@ def test_the_walk_replays_what_an_assignment_does_not_change():
     assert one.applied < len(jaxpr.jaxpr.eqns) / 2
 
 
-def test_a_while_counting_to_a_literal_bound_counts_its_trips():
+def test_a_while_counting_to_a_literal_bound_counts_its_trips(mesh: MeshFactory):
     """A ``while`` counting ``i`` from a literal to a literal bound runs its body that many
     times, in the model as in XLA's program (``known_trip_count``)."""
 
@@ -259,11 +261,11 @@ def test_a_while_counting_to_a_literal_bound_counts_its_trips():
         return jax.lax.while_loop(lambda c: c[0] < 3, step, (0, x))[1]
 
     w, x = jnp.ones((64, 64)) / 64, jnp.ones((32, 64))
-    mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ORDER)
+    m = mesh((4, 2), ORDER)
     f = partitioner.pjit(
         body, in_axis_resources=(P("model", None), P("data")), out_axis_resources=P("data")
     )
-    with jax.set_mesh(mesh):
+    with jax.set_mesh(m):
         report = f.lower(w, x).report()
     in_loop = [c for c in report.collectives if c.count == 3]
     estimate, _ = AutoEstimator(jax.make_jaxpr(body)(w, x), SIZES).run(

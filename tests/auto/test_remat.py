@@ -28,10 +28,6 @@ LAYERS, BATCH_SIZE, SEQ, WIDTH, HIDDEN, HEADS = 8, 16, 32, 32, 128, 2
 BATCH = (P("data"), P("data"))
 
 
-def mesh_4x2() -> Mesh:
-    return Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("data", "model"))
-
-
 def stacked_params() -> dict[str, jax.Array]:
     ks = jax.random.split(jax.random.key(1), 4)
 
@@ -181,12 +177,13 @@ def test_a_plan_that_keeps_less_recomputes_more():
 # --- AUTO chooses it under the limit ---
 
 
-@pytest.fixture(scope="module")
-def layout_only():
-    """XLA's memory for AUTO's plan without a limit, recomputing nothing (not even the
-    element-wise work NOTE [auto scan residuals] recomputes without a limit)."""
+@functools.cache
+def measure_layout_only(mesh: Mesh) -> partitioner.inspect.Report:
+    """XLA's memory for AUTO's plan over ``mesh`` without a limit, recomputing nothing (not
+    even the element-wise work NOTE [auto scan residuals] recomputes without a limit);
+    once per run, as its search and compiles are a good part of these tests' time."""
     params, batch = stacked_params(), batch_of()
-    with jax.set_mesh(mesh_4x2()), pytest.MonkeyPatch.context() as m:
+    with jax.set_mesh(mesh), pytest.MonkeyPatch.context() as m:
         m.setattr(policies, "TRIM_FLOPS", -1.0)  # no plan costs fewer flops than none
         report = auto_step().lower(params, batch).report()
     partitioner.clear_caches()  # the signature's choice made so is not the one to reuse
@@ -194,13 +191,20 @@ def layout_only():
     return report
 
 
-def test_without_a_limit_a_scan_keeps_only_what_xla_keeps_of_its_unrolled_twin(layout_only):
+@pytest.fixture
+def layout_only(mesh_4x2: Mesh) -> partitioner.inspect.Report:
+    return measure_layout_only(mesh_4x2)
+
+
+def test_without_a_limit_a_scan_keeps_only_what_xla_keeps_of_its_unrolled_twin(
+    layout_only, mesh_4x2
+):
     """NOTE [auto scan residuals]: the layouts chosen without a limit, the scan's body
     under dots_saveable (the element-wise work recomputed, as XLA recomputes it in an
     unrolled stack): less memory for at most 2% more flops, and jax.jit's values."""
     params, batch = stacked_params(), batch_of()
     f = auto_step()
-    with jax.set_mesh(mesh_4x2()):
+    with jax.set_mesh(mesh_4x2):
         report = f.lower(params, batch).report()
         ours = f(params, batch)
     choice, plain = report.auto.choice, layout_only.auto.choice
@@ -218,13 +222,15 @@ def test_without_a_limit_a_scan_keeps_only_what_xla_keeps_of_its_unrolled_twin(l
 
 
 @pytest.mark.slow
-def test_a_model_that_fits_only_rematerialized_gets_jax_jits_values(layout_only, monkeypatch):
+def test_a_model_that_fits_only_rematerialized_gets_jax_jits_values(
+    layout_only, monkeypatch, mesh_4x2
+):
     _fewer_finalists(monkeypatch)  # the layouts-only search that fails first is not tested here
     params, batch = stacked_params(), batch_of()
     unconstrained, layout_only = layout_only.auto.choice, layout_only.memory.total
     limit = int(0.6 * layout_only)
     f = auto_step(auto_memory_limit=limit)
-    with jax.set_mesh(mesh_4x2()):
+    with jax.set_mesh(mesh_4x2):
         report = f.lower(params, batch).report()
         ours = f(params, batch)
     theirs = jax.jit(step)(params, batch)
@@ -257,7 +263,9 @@ def _fewer_finalists(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.slow
-def test_a_limit_nothing_meets_names_the_smallest_plan_and_its_size(layout_only, monkeypatch):
+def test_a_limit_nothing_meets_names_the_smallest_plan_and_its_size(
+    layout_only, monkeypatch, mesh_4x2
+):
     layout_only = layout_only.memory.total
     # A limit nothing meets makes AUTO search every plan; the policy that keeps least, on
     # a block without names, is enough to fail here (the fitting test tries them all).
@@ -269,7 +277,7 @@ def test_a_limit_nothing_meets_names_the_smallest_plan_and_its_size(layout_only,
     untagged = functools.partial(block, tag=False)
     f = auto_step(untagged, auto_memory_limit=limit)
     params, batch = stacked_params(), batch_of()
-    with jax.set_mesh(mesh_4x2()), pytest.raises(ValueError, match="rematerialization") as e:
+    with jax.set_mesh(mesh_4x2), pytest.raises(ValueError, match="rematerialization") as e:
         f.lower(params, batch)
     err = e.value
     assert isinstance(err, NoLayoutFits)
@@ -280,7 +288,9 @@ def test_a_limit_nothing_meets_names_the_smallest_plan_and_its_size(layout_only,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("jit", [jax.jit, partitioner.jit], ids=["jax.jit", "partitioner.jit"])
-def test_a_scan_differentiated_inside_a_jit_call_is_rematerialized(layout_only, monkeypatch, jit):
+def test_a_scan_differentiated_inside_a_jit_call_is_rematerialized(
+    layout_only, monkeypatch, jit, mesh_4x2
+):
     """A loss written as a jitted function: under grad its forward scan and its backward
     scan are in two jit calls; they are inlined, and the scan recomputed to fit."""
     monkeypatch.setattr(policies, "POLICIES", {"dots_saveable": policies.POLICIES["dots_saveable"]})
@@ -299,7 +309,7 @@ def test_a_scan_differentiated_inside_a_jit_call_is_rematerialized(layout_only, 
     assert scans.blocks(jax.make_jaxpr(jitted_loss_step)(params, batch)) == []  # in the calls
     limit = int(0.6 * layout_only.memory.total)
     f = partitioner.pjit(jitted_loss_step, (AUTO, BATCH), (AUTO, P()), auto_memory_limit=limit)
-    with jax.set_mesh(mesh_4x2()):
+    with jax.set_mesh(mesh_4x2):
         report = f.lower(params, batch).report()
         ours = f(params, batch)
     assert report.memory.total <= limit, str(report)
@@ -318,7 +328,7 @@ MEGATRON = {
 
 
 @pytest.mark.slow
-def test_under_the_hand_plans_memory_auto_recomputes_no_more_than_it(monkeypatch):
+def test_under_the_hand_plans_memory_auto_recomputes_no_more_than_it(monkeypatch, mesh_4x2):
     """At the memory of "Megatron + jax.checkpoint on every block", where the layouts
     chosen without a limit do not fit even rematerialized: recomputed flops are the
     price, so AUTO recomputes no more than the hand plan (a layout that moves fewer
@@ -335,7 +345,7 @@ def test_under_the_hand_plans_memory_auto_recomputes_no_more_than_it(monkeypatch
         f = partitioner.pjit(train_step(body), (MEGATRON, BATCH), (MEGATRON, P()))
         return f.lower(params, batch).compile().report()
 
-    with jax.set_mesh(mesh_4x2()):
+    with jax.set_mesh(mesh_4x2):
         plain, checkpointed = hand(untagged), hand(jax.checkpoint(untagged))
         f = auto_step(untagged, auto_memory_limit=checkpointed.memory.total)
         report = f.lower(params, batch).report()

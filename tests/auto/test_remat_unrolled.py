@@ -21,7 +21,7 @@ from partitioner import AUTO
 from partitioner import PartitionSpec as P
 from partitioner._src.auto.remat import policies, unrolled
 
-from .test_remat import BATCH, LAYERS, _fewer_finalists, batch_of, block, mesh_4x2, stacked_params
+from .test_remat import BATCH, LAYERS, _fewer_finalists, batch_of, block, stacked_params
 
 
 def unrolled_step(params, batch, tag=True):
@@ -155,7 +155,9 @@ def test_a_flax_linen_stack_of_modules_is_rewritten_layer_by_layer():
 
 
 @pytest.mark.slow
-def test_an_unrolled_model_that_fits_only_rematerialized_gets_jax_jits_values(monkeypatch):
+def test_an_unrolled_model_that_fits_only_rematerialized_gets_jax_jits_values(
+    monkeypatch, mesh_4x2
+):
     """A limit 0.6x AUTO's layout-only memory (stated, as measured: searching the plan
     without it would double the test): the layers are recomputed to fit, and
     the step computes what jax.jit's does. One policy (the one that keeps least) on
@@ -172,7 +174,7 @@ def test_an_unrolled_model_that_fits_only_rematerialized_gets_jax_jits_values(mo
         return partitioner.pjit(step, (AUTO, BATCH), (AUTO, P()), **kw)
 
     limit = 1_950_000  # 0.6x AUTO's plan without it: 3,253,267 bytes per device
-    with jax.set_mesh(mesh_4x2()):
+    with jax.set_mesh(mesh_4x2):
         f = auto(auto_memory_limit=limit)
         report = f.lower(params, batch).report()
         ours = f(params, batch)
@@ -189,7 +191,7 @@ def test_an_unrolled_model_that_fits_only_rematerialized_gets_jax_jits_values(mo
 
 
 @pytest.mark.slow
-def test_a_flax_nnx_stack_trained_with_optax_fits_rematerialized(monkeypatch):
+def test_a_flax_nnx_stack_trained_with_optax_fits_rematerialized(monkeypatch, mesh_4x2):
     """flax nnx layers in a list, their state and optax's adamw state AUTO: the step
     fits 0.7x its layout-only memory with its layers recomputed; values are jax.jit's."""
     _fewer_finalists(monkeypatch)
@@ -226,7 +228,7 @@ def test_a_flax_nnx_stack_trained_with_optax_fits_rematerialized(monkeypatch):
         return partitioner.jit(step, in_shardings=(AUTO, AUTO, P("data")), out_shardings=(AUTO, AUTO, None), **kw)  # fmt: skip
 
     limit = 649_000  # 0.7x AUTO's plan without it: 927,396 bytes per device
-    with jax.set_mesh(mesh_4x2()):
+    with jax.set_mesh(mesh_4x2):
         f = auto(auto_memory_limit=limit)
         report = f.lower(state, opt, x).report()
         ours = f(state, opt, x)

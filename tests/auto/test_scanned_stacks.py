@@ -39,10 +39,6 @@ LAYERS, D, F = 4, 64, 256
 FLAX_LAYERS = 2
 
 
-def mesh_4x2() -> Mesh:
-    return Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("data", "model"))
-
-
 def sgd(loss: Callable[..., jax.Array]) -> Callable[..., Any]:
     def step(params: Any, batch: Any) -> Any:
         return jax.tree.map(lambda p, g: p - 0.1 * g, params, jax.grad(loss)(params, batch))
@@ -134,7 +130,9 @@ STACK_LAYOUTS = {
 
 @pytest.mark.parametrize("loop", [scanned, fori], ids=["scan", "fori_loop"])
 @pytest.mark.parametrize("specs", list(STACK_LAYOUTS.values()), ids=list(STACK_LAYOUTS))
-def test_a_stack_costs_what_xla_measures(loop: Callable[..., Any], specs: dict[str, P]) -> None:
+def test_a_stack_costs_what_xla_measures(
+    loop: Callable[..., Any], specs: dict[str, P], mesh_4x2: Mesh
+) -> None:
     """A train step looping over a stack of MLP layers: the model's collective bytes are
     XLA's, whether the stack is whole or split over its layers (gathered by each scan
     that reads it as its slices; hoisted out of a ``fori_loop`` that slices it)."""
@@ -142,7 +140,7 @@ def test_a_stack_costs_what_xla_measures(loop: Callable[..., Any], specs: dict[s
     x = _normal(99, (128, D))
     step = sgd(loop(mlp_layer))
     f = partitioner.pjit(step, (specs, BATCH), specs)
-    with jax.set_mesh(mesh_4x2()):
+    with jax.set_mesh(mesh_4x2):
         report = f.lower(st, (x, x)).report()
     measured = sum(c.bytes_per_device * c.count for c in report.collectives)
     ins = [_layout(specs[k], st[k].ndim) for k in sorted(st)] + [(("data",), ())] * 2
@@ -155,10 +153,12 @@ def test_a_stack_costs_what_xla_measures(loop: Callable[..., Any], specs: dict[s
 # --- twins: the search on a scanned stack against its unrolled twin ---
 
 
-def figures(step: Callable[..., Any], params: Any, batch: Any, specs: Any) -> tuple[float, ...]:
+def figures(
+    mesh: Mesh, step: Callable[..., Any], params: Any, batch: Any, specs: Any
+) -> tuple[float, ...]:
     """(collective bytes, memory) of ``step`` laid out by ``specs``, XLA's, and the report."""
     f = partitioner.pjit(step, (specs, BATCH), specs)
-    with jax.set_mesh(mesh_4x2()):
+    with jax.set_mesh(mesh):
         report = f.lower(params, batch).compile().report()
     total = sum(c.bytes_per_device * c.count for c in report.collectives)
     return float(total), float(report.memory.total), report
@@ -182,6 +182,7 @@ def specs_like(params: Any, plan: dict[str, Any]) -> Any:
 
 
 def check_twins(
+    mesh: Mesh,
     step_scan: Callable[..., Any],
     step_unrolled: Callable[..., Any],
     layers: list[Any],
@@ -194,12 +195,13 @@ def check_twins(
     of the unrolled twin's choice, its figures within 10% of the unrolled twin's plan
     laid over the stack."""
     st = stack(layers) if st is None else st
-    twin = figures(step_unrolled, layers, batch, AUTO)
-    ours = figures(step_scan, st, batch, AUTO)
-    theirs = figures(step_scan, st, batch, specs_like(st, stacked_plan(twin[2], first, stacked)))
+    twin = figures(mesh, step_unrolled, layers, batch, AUTO)
+    ours = figures(mesh, step_scan, st, batch, AUTO)
+    plan = specs_like(st, stacked_plan(twin[2], first, stacked))
+    theirs = figures(mesh, step_scan, st, batch, plan)
     assert ours[0] <= 1.1 * twin[0], (str(ours[2]), str(twin[2]))
     assert ours[0] <= 1.1 * theirs[0] and ours[1] <= 1.1 * theirs[1], (str(ours[2]), theirs[:2])
-    with jax.set_mesh(mesh_4x2()):
+    with jax.set_mesh(mesh):
         got = partitioner.pjit(step_scan, (AUTO, BATCH), AUTO)(st, batch)
     want = jax.jit(step_scan)(st, batch)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5), got, want)
@@ -210,11 +212,13 @@ def _layer_path(path: str) -> str:
 
 
 @pytest.mark.parametrize("loop", [scanned, fori], ids=["scan", "fori_loop"])
-def test_scanned_mlp_stack_gets_its_unrolled_twins_plan(loop: Callable[..., Any]) -> None:
+def test_scanned_mlp_stack_gets_its_unrolled_twins_plan(
+    loop: Callable[..., Any], mesh_4x2: Mesh
+) -> None:
     layers = [mlp_params(i) for i in range(LAYERS)]
     batch = (_normal(98, (128, D)), _normal(99, (128, D)))
-    check_twins(sgd(loop(mlp_layer)), sgd(unrolled(mlp_layer)), layers, batch, "args[0][0]",
-                _layer_path)  # fmt: skip
+    check_twins(mesh_4x2, sgd(loop(mlp_layer)), sgd(unrolled(mlp_layer)), layers, batch,
+                "args[0][0]", _layer_path)  # fmt: skip
 
 
 @pytest.fixture
@@ -225,15 +229,15 @@ def one_finalist(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("one_finalist")
-def test_scanned_transformer_blocks_get_their_unrolled_twins_plan() -> None:
+def test_scanned_transformer_blocks_get_their_unrolled_twins_plan(mesh_4x2: Mesh) -> None:
     layers = [block_params(i) for i in range(LAYERS)]
     batch = (_normal(96, (8, 16, D)), _normal(97, (8, 16, D)))
-    check_twins(sgd(scanned(block_layer)), sgd(unrolled(block_layer)), layers, batch,
-                "args[0][0]", _layer_path)  # fmt: skip
+    check_twins(mesh_4x2, sgd(scanned(block_layer)), sgd(unrolled(block_layer)), layers,
+                batch, "args[0][0]", _layer_path)  # fmt: skip
 
 
 @pytest.mark.usefixtures("one_finalist")
-def test_a_flax_nn_scan_model_gets_its_unrolled_twins_plan() -> None:
+def test_a_flax_nn_scan_model_gets_its_unrolled_twins_plan(mesh_4x2: Mesh) -> None:
     nn = pytest.importorskip("flax.linen")
 
     class Block(nn.Module):
@@ -269,11 +273,11 @@ def test_a_flax_nn_scan_model_gets_its_unrolled_twins_plan() -> None:
     def stacked(path: str) -> str:
         return path.replace("['Block_0']", "['ScanBlock_0']")
 
-    check_twins(sgd(loss_of(Scanned())), sgd(loss_of(Unrolled())), unrolled_params, batch,
-                "args[0]['params']['Block_0']", stacked, st=scan_params)  # fmt: skip
+    check_twins(mesh_4x2, sgd(loss_of(Scanned())), sgd(loss_of(Unrolled())), unrolled_params,
+                batch, "args[0]['params']['Block_0']", stacked, st=scan_params)  # fmt: skip
 
 
-def test_a_while_loop_with_a_known_trip_count_gathers_its_stack_once() -> None:
+def test_a_while_loop_with_a_known_trip_count_gathers_its_stack_once(mesh_4x2: Mesh) -> None:
     """A ``while_loop`` counting layers from 0 to a literal bound, reading a stack split
     over its layers a slice per trip: XLA gathers the stack once, before the loop, and
     so does the model (NOTE [loop invariants])."""
@@ -291,7 +295,7 @@ def test_a_while_loop_with_a_known_trip_count_gathers_its_stack_once() -> None:
     specs = {"w1": P("data", None, "model"), "w2": P("data", "model")}
     x = _normal(99, (128, D))
     f = partitioner.pjit(forward, (specs, P("data")), P("data"))
-    with jax.set_mesh(mesh_4x2()):
+    with jax.set_mesh(mesh_4x2):
         report = f.lower(st, x).report()
         np.testing.assert_allclose(f(st, x), jax.jit(forward)(st, x), rtol=2e-4, atol=2e-5)
     measured = sum(c.bytes_per_device * c.count for c in report.collectives)

@@ -17,7 +17,7 @@ from partitioner._src.pipeline import microbatches
 from partitioner._src.pipeline.program import Saves
 from partitioner._src.pipeline.schedule import Schedule
 
-from .test_pipeline import batch, layer, mesh_of, stacked_params
+from .test_pipeline import batch, layer, stacked_params
 
 COSTS = microbatches.LayerCosts(
     flops=1e9, activation_bytes=1e6, residual_bytes=4e6, weight_bytes=2e6
@@ -106,13 +106,13 @@ def test_a_layer_with_a_cond_is_priced_at_its_dearest_branch() -> None:
     assert costs.flops >= 2 * (2 * 8 * 16 * 16)
 
 
-def test_the_choice_is_kept_with_autos_and_forgotten_by_clear_caches() -> None:
+def test_the_choice_is_kept_with_autos_and_forgotten_by_clear_caches(mesh) -> None:
     """The pipeline kept its choices in a dict of its own, unbounded, which
     ``partitioner.clear_caches()`` did not clear."""
     params, (x, _) = stacked_params(), batch()
     run = partitioner.pipeline(layer, axis="stage")
     partitioner.clear_caches()
-    with jax.set_mesh(mesh_of(("stage", "data"))):
+    with jax.set_mesh(mesh((4, 2), ("stage", "data"))):
         first = run.plan(params, x)
         assert choices.size() == 1
         assert run.plan(params, x).estimates is first.estimates  # kept

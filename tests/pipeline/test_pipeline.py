@@ -16,6 +16,7 @@ import pytest
 import partitioner
 from partitioner import PartitionSpec as P
 from partitioner import with_sharding_constraint
+from partitioner.testing.plugin import MeshFactory
 
 LAYERS, BATCH, WIDTH, HIDDEN = 8, 16, 16, 32
 STACK = {"w1": P("stage"), "w2": P("stage"), "b": P("stage")}
@@ -55,11 +56,6 @@ def train_step(forward):
     return jax.value_and_grad(loss)
 
 
-def mesh_of(names: tuple[str, ...]) -> jax.sharding.Mesh:
-    shape = {2: (4, 2), 3: (2, 2, 2)}[len(names)]
-    return jax.sharding.Mesh(np.array(jax.devices()[:8]).reshape(shape), names)
-
-
 def close(ours, theirs, what: str = "") -> None:
     """Microbatches sum the gradient in another order than the plain scan."""
     for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
@@ -80,10 +76,10 @@ MICROBATCHES = {
 
 
 @pytest.mark.parametrize("names", [("stage", "data"), ("stage", "data", "model")])
-def test_a_train_step_equals_the_plain_scan(names, partitioner_mode) -> None:
+def test_a_train_step_equals_the_plain_scan(names, partitioner_mode, mesh: MeshFactory) -> None:
     """Both schedules and several microbatch counts, in one program (one compile)."""
     params, (x, y) = stacked_params(), batch()
-    mesh = mesh_of(names)
+    stages = mesh({2: (4, 2), 3: (2, 2, 2)}[len(names)], names)
     steps = {
         (schedule, m): train_step(
             partitioner.pipeline(layer, axis="stage", microbatches=m, schedule=schedule)
@@ -98,20 +94,22 @@ def test_a_train_step_equals_the_plain_scan(names, partitioner_mode) -> None:
     f = partitioner.pjit(
         every, in_axis_resources=(STACK, P("data"), P("data")), out_axis_resources=None
     )
-    with jax.set_mesh(mesh):
+    with jax.set_mesh(stages):
         ours = f(params, x, y)
         theirs = jax.jit(train_step(plain))(params, x, y)
     for key, value in ours.items():
         close(value, theirs, key)
 
 
-def test_the_stages_hold_their_layers_and_pass_activations_to_their_neighbours() -> None:
+def test_the_stages_hold_their_layers_and_pass_activations_to_their_neighbours(
+    mesh: MeshFactory,
+) -> None:
     params, (x, y) = stacked_params(), batch()
     run = partitioner.pipeline(layer, axis="stage", microbatches=4)
     f = partitioner.pjit(
         train_step(run), in_axis_resources=(STACK, P("data"), P("data")), out_axis_resources=None
     )
-    with jax.set_mesh(mesh_of(("stage", "data"))):
+    with jax.set_mesh(mesh((4, 2), ("stage", "data"))):
         compiled = f.lower(params, x, y).compile()
         plan = run.plan(params, x)
     report = compiled.report()
@@ -135,9 +133,9 @@ def test_the_stages_hold_their_layers_and_pass_activations_to_their_neighbours()
     assert "stage 3: layers 6-7 on devices [6, 7]" in str(plan)
 
 
-def test_circular_puts_layer_i_on_stage_i_mod_s_with_a_smaller_bubble() -> None:
+def test_circular_puts_layer_i_on_stage_i_mod_s_with_a_smaller_bubble(mesh: MeshFactory) -> None:
     params, (x, _) = stacked_params(), batch()
-    with jax.set_mesh(mesh_of(("stage", "data"))):
+    with jax.set_mesh(mesh((4, 2), ("stage", "data"))):
         gpipe = partitioner.pipeline(layer, axis="stage", microbatches=4).plan(params, x)
         circ = partitioner.pipeline(layer, axis="stage", microbatches=4, schedule="circular").plan(
             params, x
@@ -149,10 +147,10 @@ def test_circular_puts_layer_i_on_stage_i_mod_s_with_a_smaller_bubble() -> None:
     assert circ.chart().splitlines()[0] == "stage 0 | 0a 1a 2a 3a 0b 1b 2b 3b  .  .  ."
 
 
-def test_partitioner_chooses_the_microbatches_once_and_says_so() -> None:
+def test_partitioner_chooses_the_microbatches_once_and_says_so(mesh: MeshFactory) -> None:
     params, (x, _) = stacked_params(), batch()
     run = partitioner.pipeline(layer, axis="stage")
-    with jax.set_mesh(mesh_of(("stage", "data"))):
+    with jax.set_mesh(mesh((4, 2), ("stage", "data"))):
         plan = run.plan(params, x)
         again = run.plan(params, x)
     assert plan.chosen and plan.schedule.microbatches == again.schedule.microbatches
@@ -176,12 +174,12 @@ def test_partitioner_chooses_the_microbatches_once_and_says_so() -> None:
 # --- composing with jax's transformations ---
 
 
-def test_vmap_over_another_dimension_and_checkpointed_layers() -> None:
+def test_vmap_over_another_dimension_and_checkpointed_layers(mesh: MeshFactory) -> None:
     params, (x, y) = stacked_params(), batch()
     xs = jnp.stack([x, 2 * x, -x])
     run = partitioner.pipeline(jax.checkpoint(layer), axis="stage", microbatches=2)
     f = partitioner.pjit(jax.vmap(run, in_axes=(None, 0)), in_axis_resources=(STACK, P()))
-    with jax.set_mesh(mesh_of(("stage", "data"))):
+    with jax.set_mesh(mesh((4, 2), ("stage", "data"))):
         ours = f(params, xs)
         grads = partitioner.pjit(train_step(run), in_axis_resources=(STACK, P("data"), P("data")))(
             params, x, y
@@ -192,7 +190,9 @@ def test_vmap_over_another_dimension_and_checkpointed_layers() -> None:
     close(grads, their_grads)
 
 
-def test_auto_chooses_the_parameters_layouts_around_the_stages(monkeypatch) -> None:
+def test_auto_chooses_the_parameters_layouts_around_the_stages(
+    monkeypatch, mesh: MeshFactory
+) -> None:
     from partitioner._src.auto.search import confirm
 
     monkeypatch.setattr(confirm, "FINALISTS", 1)  # composing is the point, not the ranking
@@ -201,7 +201,7 @@ def test_auto_chooses_the_parameters_layouts_around_the_stages(monkeypatch) -> N
     f = partitioner.pjit(
         train_step(run), in_axis_resources=(partitioner.AUTO, P("data"), P("data"))
     )
-    with jax.set_mesh(mesh_of(("stage", "data", "model"))):
+    with jax.set_mesh(mesh((2, 2, 2), ("stage", "data", "model"))):
         report = f.lower(params, x, y).compile().report()
         ours = f(params, x, y)
         theirs = jax.jit(train_step(plain))(params, x, y)
@@ -211,7 +211,7 @@ def test_auto_chooses_the_parameters_layouts_around_the_stages(monkeypatch) -> N
     assert report.pipelines[0].stages == 2
 
 
-def test_a_flax_scanned_model() -> None:
+def test_a_flax_scanned_model(mesh: MeshFactory) -> None:
     nn = pytest.importorskip("flax.linen")
 
     class Block(nn.Module):
@@ -233,12 +233,12 @@ def test_a_flax_scanned_model() -> None:
     run = partitioner.pipeline(apply, axis="stage", microbatches=4, schedule="circular")
     specs = jax.tree.map(lambda _: P("stage"), stacked)
     f = partitioner.pjit(train_step(run), in_axis_resources=(specs, P("data"), P("data")))
-    with jax.set_mesh(mesh_of(("stage", "data"))):
+    with jax.set_mesh(mesh((4, 2), ("stage", "data"))):
         ours = f(stacked, x, y)
     close(ours, jax.jit(train_step(scanned))(stacked, x, y))
 
 
-def test_bubble_slots_put_no_nan_into_the_gradients() -> None:
+def test_bubble_slots_put_no_nan_into_the_gradients(mesh: MeshFactory) -> None:
     """A layer undefined at zero: the bubble computes on real activations, never read."""
 
     def normalised(p, h):  # NaN where h is all zeros
@@ -253,7 +253,7 @@ def test_bubble_slots_put_no_nan_into_the_gradients() -> None:
     def scanned(p, h):
         return jax.lax.scan(lambda c, q: (normalised(q, c), None), h, p)[0]
 
-    with jax.set_mesh(mesh_of(("stage", "data"))):
+    with jax.set_mesh(mesh((4, 2), ("stage", "data"))):
         ours = f(params, x, y)
         theirs = jax.jit(train_step(scanned))(params, x, y)
     assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(ours))
@@ -263,54 +263,54 @@ def test_bubble_slots_put_no_nan_into_the_gradients() -> None:
 # --- bad input ---
 
 
-def _plan(run, params=None, x=None, names=("stage", "data")):
+def _plan(mesh: jax.sharding.Mesh, run, params=None, x=None):
     params = stacked_params() if params is None else params
     x = batch()[0] if x is None else x
-    with jax.set_mesh(mesh_of(names)):
+    with jax.set_mesh(mesh):
         return run.plan(params, x)
 
 
-def test_fewer_layers_than_stages() -> None:
+def test_fewer_layers_than_stages(mesh: MeshFactory) -> None:
     run = partitioner.pipeline(layer, axis="stage")
     with pytest.raises(ValueError, match=r"3 layers cannot fill the 4 stages of mesh axis 'stage'"):
-        _plan(run, stacked_params(3))
+        _plan(mesh((4, 2), ("stage", "data")), run, stacked_params(3))
 
 
-def test_a_batch_not_divisible_by_the_microbatches() -> None:
+def test_a_batch_not_divisible_by_the_microbatches(mesh: MeshFactory) -> None:
     run = partitioner.pipeline(layer, axis="stage", microbatches=3)
     with pytest.raises(ValueError, match=r"batch .*16.* not divisible by microbatches=3"):
-        _plan(run)
+        _plan(mesh((4, 2), ("stage", "data")), run)
 
 
-def test_an_axis_not_in_the_mesh() -> None:
+def test_an_axis_not_in_the_mesh(mesh: MeshFactory) -> None:
     run = partitioner.pipeline(layer, axis="pipe")
     with pytest.raises(ValueError, match=r"axis 'pipe' is not an axis of the mesh.*'stage': 4"):
-        _plan(run)
+        _plan(mesh((4, 2), ("stage", "data")), run)
 
 
-def test_parameters_without_a_common_leading_dimension() -> None:
+def test_parameters_without_a_common_leading_dimension(mesh: MeshFactory) -> None:
     params = dict(stacked_params(), b=jnp.zeros((4, WIDTH)))
     with pytest.raises(ValueError, match=r"leading \(layer\) dimensions differ.*\['b'\] has 4"):
-        _plan(partitioner.pipeline(layer, axis="stage"), params)
+        _plan(mesh((4, 2), ("stage", "data")), partitioner.pipeline(layer, axis="stage"), params)
     params = dict(stacked_params(), scale=jnp.float32(1.0))
     with pytest.raises(ValueError, match=r"stacked_params\['scale'\] is a scalar"):
-        _plan(partitioner.pipeline(layer, axis="stage"), params)
+        _plan(mesh((4, 2), ("stage", "data")), partitioner.pipeline(layer, axis="stage"), params)
 
 
-def test_a_layer_whose_output_differs_from_its_input() -> None:
+def test_a_layer_whose_output_differs_from_its_input(mesh: MeshFactory) -> None:
     def widening(p, h):
         return h @ p["w1"]
 
     with pytest.raises(
         ValueError, match=r"output is float32\[16, 32\] but its input is float32\[16, 16\]"
     ):
-        _plan(partitioner.pipeline(widening, axis="stage"))
+        _plan(mesh((4, 2), ("stage", "data")), partitioner.pipeline(widening, axis="stage"))
 
     def casting(p, h):
         return layer(p, h).astype(jnp.bfloat16)
 
     with pytest.raises(ValueError, match=r"bfloat16.* but its input is float32"):
-        _plan(partitioner.pipeline(casting, axis="stage"))
+        _plan(mesh((4, 2), ("stage", "data")), partitioner.pipeline(casting, axis="stage"))
 
 
 def test_no_mesh_in_context() -> None:
