@@ -156,3 +156,29 @@ def reshard_committed(enabled: bool = True) -> Iterator[None]:
         yield
     finally:
         set_reshard_committed(previous)
+
+
+_auto_progress = True
+
+
+def auto_progress_enabled() -> bool:
+    """True when a long AUTO search draws a live progress line on a terminal's stderr."""
+    return _auto_progress
+
+
+def set_auto_progress(enabled: bool) -> None:
+    """Process-wide: draw (True, the default) or never draw an AUTO search's live progress
+    line on stderr. The search's records on the ``"partitioner"`` logger are not affected."""
+    global _auto_progress
+    _auto_progress = bool(enabled)
+
+
+@contextlib.contextmanager
+def auto_progress(enabled: bool) -> Iterator[None]:
+    """:func:`set_auto_progress` for the block (process-wide), restored afterwards."""
+    previous = _auto_progress
+    set_auto_progress(enabled)
+    try:
+        yield
+    finally:
+        set_auto_progress(previous)

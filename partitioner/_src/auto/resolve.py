@@ -28,6 +28,7 @@ from .search.confirm import Measured, NoLayoutFits, Outcome, solve
 from .search.descent import Scored
 from .search.measure import compiles_alone, measure, specs_of
 from .search.problem import Problem, problem_of, spec_text
+from .search.progress import reporting
 
 #: The specs, the record, and the program rewritten to rematerialize (``None``: as traced).
 Choice = tuple[tuple[Any, ...], tuple[Any, ...], AutoChoice, Any]
@@ -77,33 +78,29 @@ def _search(
 ) -> Choice:
     """Search, confirm with XLA (NOTE [auto floor]), rematerialize where that is what
     fits or where a scan's residuals cost more than its unrolled twin's (NOTE [auto
-    remat]); the specs, the record and the program rewritten (``None``: as traced)."""
-    alone = compiles_alone(plan)
-    chosen: Rematerialized | None = None
-    try:
-        outcome = solve(problem, functools.partial(measure, plan))
-    except NoLayoutFits as failed:
-        if problem.memory_limit is None or not alone:
-            raise
-        chosen = rematerialize(plan, problem, in_paths, failed)
-        outcome = chosen.outcome
-    if chosen is None and alone:  # NOTE [auto scan residuals] in remat/fit.py
-        chosen = trimmed(plan, outcome)
-        outcome = outcome if chosen is None else chosen.outcome
-    compiles = outcome.compiles if alone else 0  # the model stood in for XLA
-    measured = outcome.chosen_measured
+    remat]); the specs, the record and the program rewritten (``None``: as traced). The
+    search says what it is doing as it goes (``search/progress.py``)."""
+    with reporting(plan.api) as progress:
+        progress.note(
+            "choosing the layouts of %d AUTO leaves over the mesh %s%s",
+            len(problem.auto_inputs),
+            dict(problem.mesh_shape),
+            "" if problem.memory_limit is None else f" within {problem.memory_limit:,} bytes",
+        )
+        chosen, outcome = _searched(plan, problem, in_paths)
+        record = _record(plan, problem, outcome, out_paths, _compiles(plan, outcome))
+        progress.done(_summary(record))
     emit(
         "auto_search",
         name=plan.params.name,
         leaves=len(problem.auto_inputs),
         evaluations=outcome.evaluations,
-        compiles=compiles,
+        compiles=record.compiles,
         search_s=outcome.search_s,
         confirm_s=outcome.confirm_s,
-        collective_bytes=measured.collective_bytes,
-        memory_bytes=measured.memory_bytes,
+        collective_bytes=outcome.chosen_measured.collective_bytes,
+        memory_bytes=outcome.chosen_measured.memory_bytes,
     )
-    record = _record(plan, problem, outcome, out_paths, compiles)
     ins, outs = specs_of(plan, outcome.chosen)
     if chosen is None:
         return ins, outs, record, None
@@ -114,6 +111,41 @@ def _search(
         remat_to_fit=chosen.to_fit,
     )
     return ins, outs, record, chosen.body
+
+
+def _searched(
+    plan: CallPlan, problem: Problem, in_paths: Sequence[KeyPath]
+) -> tuple[Rematerialized | None, Outcome]:
+    """The search's outcome, and the rematerialization chosen with it (or None)."""
+    alone = compiles_alone(plan)
+    try:
+        outcome = solve(problem, functools.partial(measure, plan))
+    except NoLayoutFits as failed:
+        if problem.memory_limit is None or not alone:
+            raise
+        chosen = rematerialize(plan, problem, in_paths, failed)
+        return chosen, chosen.outcome
+    trim = trimmed(plan, outcome) if alone else None  # NOTE [auto scan residuals]
+    return trim, outcome if trim is None else trim.outcome
+
+
+def _compiles(plan: CallPlan, outcome: Outcome) -> int:
+    """XLA's compiles the search spent (none where the model stood in for XLA)."""
+    return outcome.compiles if compiles_alone(plan) else 0
+
+
+def _summary(record: AutoChoice) -> str:
+    """The search's line of summary: the choice, XLA's figures, what it cost."""
+    chosen = ", ".join(
+        f"{path}: {spec}" for path, spec in zip(record.paths, record.chosen.specs, strict=True)
+    )
+    if len(chosen) > 160:
+        chosen = chosen[:157] + "..."
+    return (
+        f"chose {chosen}; XLA: {record.chosen.measured_collective_bytes or 0:,.0f} collective "
+        f"bytes, {record.chosen.measured_memory_bytes or 0:,.0f} bytes per device; "
+        f"{record.evaluations} layouts scored, {record.compiles} compiles"
+    )
 
 
 def _record(

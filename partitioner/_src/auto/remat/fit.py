@@ -37,6 +37,7 @@ from ..search.confirm import NoLayoutFits, Objective, Outcome, no_fit, solve
 from ..search.descent import Scored
 from ..search.measure import Measured, measure
 from ..search.problem import Problem
+from ..search.progress import current
 from . import policies, scans, unrolled
 from .inline import inlined
 from .interpret import same_types
@@ -113,13 +114,22 @@ def rematerialize(
     best: tuple[tuple[float, float], Plan[Any], Any, Outcome] | None = None
     seen: set[str] = set()
     fitting: list[Plan[Any]] = []
-    for candidate in plans(found.parts):
+    candidates = plans(found.parts)
+    current().note(
+        "no layout fits %s bytes per device; %d parts may be recomputed, %d plans to try",
+        f"{problem.memory_limit or 0:,}",
+        len(found.parts),
+        len(candidates),
+    )
+    for number, candidate in enumerate(candidates, 1):
         if any(candidate.recomputes_more_than(fitting_plan) for fitting_plan in fitting):
             continue  # no cheaper than a plan that fits
         body = found.rewritten(candidate)
         if str(body.jaxpr) in seen or not same_types(body, found.program):
             continue  # two policies that keep the same values; or types retracing cannot keep
         seen.add(str(body.jaxpr))
+        what = ", ".join(f"{part} with {policy}" for part, policy in candidate.rematerialized())
+        current().note("rematerialization plan %d of %d: %s", number, len(candidates), what)
         outcome, smallest = _fitted(with_program(plan, body), problem, candidate, failed, smallest)
         if outcome is None:
             continue
@@ -191,6 +201,8 @@ def trimmed(plan: CallPlan, outcome: Outcome) -> Rematerialized | None:
     found = scans.blocks(plan.params.jaxpr)
     if not found:
         return None
+    current().note("the differentiated scans' bodies under %s, as XLA keeps an unrolled stack's",
+                   policies.TRIM)  # fmt: skip
     trim = Plan(tuple(found), (policies.TRIM,) * len(found))
     body = scans.rewrite(plan.params.jaxpr, trim)
     if not same_types(body, plan.params.jaxpr):

@@ -61,6 +61,7 @@ from ..cost.rates import BYTES_PER_S, LATENCY_S
 from .descent import Assignment, Scored, Search, distinct, rank
 from .measure import Measured
 from .problem import Problem
+from .progress import current
 
 #: Finalists compiled to confirm the model's ranking (more only to meet a memory limit).
 FINALISTS = 3
@@ -175,13 +176,18 @@ class _Judge:
     (its executable is the one the first call runs if it wins), the others quickly
     (``measure(scored, quick=True)``: XLA's figures without optimizing the machine code)."""
 
-    def __init__(self, measure: Measure) -> None:
+    def __init__(self, measure: Measure, describe: Callable[[Scored], str]) -> None:
         self.measure = measure
+        self.describe = describe
         self.measured: dict[Assignment, Measured] = {}
         self.seconds = 0.0
+        self.expected = 0  # how many the search expects to compile (its progress's "of m")
 
     def __call__(self, scored: Scored) -> Measured:
         if scored.assignment not in self.measured:
+            number = len(self.measured) + 1
+            self.expected = max(self.expected, number)
+            current().measuring(self.describe(scored), number, self.expected)
             start = time.perf_counter()
             self.measured[scored.assignment] = self.measure(scored, quick=bool(self.measured))
             self.seconds += time.perf_counter() - start
@@ -212,15 +218,23 @@ def solve(problem: Problem, measure: Measure, objective: Objective = Objective.T
     start = time.perf_counter()
     small = equations(problem.jaxpr) < LARGE_PROGRAM
     search = Search(problem, refine=small)
-    judge = _Judge(measure)
+    judge = _Judge(measure, lambda scored: problem.describe(scored.in_layouts))
     many = FINALISTS if small else 1
+    judge.expected = many + 2  # the finalists and the baselines, until both are known
     finalists, est_limit = _finalists(search, judge, memory_limit, many, objective)
+    current().note(
+        "the cost model scored %d layouts of %d groups of AUTO leaves",
+        search.evaluations,
+        len(search.groups),
+    )
     baselines = search.baselines()
     compared = [candidate for _, candidate in baselines]
     if not small and memory_limit is None:
         ruled_out = _ruled_out(finalists[0], judge)
         compared = [candidate for candidate in compared if not ruled_out(candidate)]
     pool = [*finalists, *compared]
+    unmeasured = {candidate.assignment for candidate in pool} - set(judge.measured)
+    judge.expected = len(judge.measured) + len(unmeasured)
 
     def allowed(candidate: Scored) -> bool:
         return memory_limit is None or judge(candidate).memory_bytes <= memory_limit
