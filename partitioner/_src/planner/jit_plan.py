@@ -136,6 +136,7 @@ def _input_specs(
         info.label,
         info.binding.static_hint,
         info.fun,
+        auto_search=info.has_auto,
     )
 
 

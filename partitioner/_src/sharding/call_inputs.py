@@ -96,9 +96,12 @@ def checked_inputs(
     api: str,
     static_hint: str,
     fun: Any = None,
+    *,
+    auto_search: bool = False,
 ) -> tuple[tuple[LeafSpec, ...], tuple[Any, ...]]:
     """Each argument's aval; every given spec checked against the mesh and shapes; memory
     kinds and layouts settled. ``labels`` name the arguments as jax does (``x['w']``).
+    ``auto_search``: the call has AUTO leaves (see :func:`abstractify`).
 
     Returns:
         ``(specs, avals)``: the avals in the memory kinds the arguments will live
@@ -111,7 +114,8 @@ def checked_inputs(
             memory kind or layout the argument does not have.
     """
     avals = [
-        abstractify(x, where(i), static_hint, mesh=mesh, fun=fun) for i, x in enumerate(leaves)
+        abstractify(x, where(i), static_hint, mesh=mesh, fun=fun, auto_search=auto_search)
+        for i, x in enumerate(leaves)
     ]
     given = given_specs(specs, avals)
     check_specs(
@@ -137,7 +141,13 @@ def checked_inputs(
 
 
 def abstractify(
-    leaf: Any, where: str, static_hint: str, *, mesh: Mesh | None = None, fun: Any = None
+    leaf: Any,
+    where: str,
+    static_hint: str,
+    *,
+    mesh: Mesh | None = None,
+    fun: Any = None,
+    auto_search: bool = False,
 ) -> Any:
     """The abstract value of an argument leaf of a call over ``mesh``, typed as jax.jit types it.
 
@@ -145,7 +155,11 @@ def abstractify(
     [explicit axes] in ``mesh_env.py``). Over an all-Auto mesh an array committed
     to that mesh names it in its type, with no axis in its spec (``jax.typeof``
     shows it so, outside the call and in jax.jit's body alike); other values, and
-    every value of a call with no mesh (pmap's blocks), are untyped.
+    every value of a call with no mesh (pmap's blocks), are untyped. So are the
+    arguments of a call with AUTO leaves over an all-Auto mesh (``auto_search``):
+    the search is made per program, and typed and untyped arguments make two (a
+    training step on ``init``'s uncommitted state, then on its committed results,
+    would search twice).
 
     Raises:
         TypeError: not a JAX type: jax.jit's message (``fun`` and the argument's
@@ -164,7 +178,9 @@ def abstractify(
             "(arrays, numpy arrays, Python scalars or jax.ShapeDtypeStruct). Mark it "
             f"static with {static_hint} if it is configuration."
         ) from None
-    if mesh is not None and (has_explicit_axes(mesh) or _names_mesh(typed, mesh)):
+    if mesh is None:
+        return jp.shaped_abstractify(leaf)
+    if has_explicit_axes(mesh) or (not auto_search and _names_mesh(typed, mesh)):
         return typed
     return jp.shaped_abstractify(leaf)
 
