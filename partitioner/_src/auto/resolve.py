@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,7 +29,7 @@ from .search.confirm import Measured, NoLayoutFits, Outcome, solve
 from .search.descent import Scored
 from .search.measure import compiles_alone, measure, specs_of
 from .search.problem import Problem, problem_of, spec_text
-from .search.progress import reporting
+from .search.progress import Progress, reporting
 
 #: The specs, the record, and the program rewritten to rematerialize (``None``: as traced).
 Choice = tuple[tuple[Any, ...], tuple[Any, ...], AutoChoice, Any]
@@ -89,6 +90,7 @@ def _search(
         )
         chosen, outcome = _searched(plan, problem, in_paths)
         record = _record(plan, problem, outcome, out_paths, _compiles(plan, outcome))
+        _xla_warnings(outcome, progress)
         progress.done(_summary(record))
     emit(
         "auto_search",
@@ -127,6 +129,22 @@ def _searched(
         return chosen, chosen.outcome
     trim = trimmed(plan, outcome) if alone else None  # NOTE [auto scan residuals]
     return trim, outcome if trim is None else trim.outcome
+
+
+def _xla_warnings(outcome: Outcome, progress: Progress) -> None:
+    """XLA's warnings that it replicated a value (NOTE [trial compiles' warnings] in
+    ``search/measure.py``): the chosen layout's written to stderr, they are the program's
+    own; of the layouts passed over, how many had any, logged."""
+    sys.stderr.write("".join(outcome.chosen_measured.replicated))
+    passed_over = sum(
+        1 for _, measured in outcome.others if measured is not None and measured.replicated
+    )
+    if passed_over:
+        progress.note(
+            "XLA replicated values to compile %d of the layouts passed over (its warnings "
+            "kept from stderr)",
+            passed_over,
+        )
 
 
 def _compiles(plan: CallPlan, outcome: Outcome) -> int:

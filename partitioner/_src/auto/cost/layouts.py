@@ -10,6 +10,17 @@ each collective's operand bytes on one device. Partial axes the target shards
 become one reduce-scatter, the rest one all-reduce; axes that change dimension
 one all-to-all; axes the target drops one all-gather; axes the target adds are a
 local slice, free.
+
+NOTE [involuntary rematerialization]: some moves XLA's SPMD partitioner cannot make
+with those collectives: where every tiled dimension changes (the target tiles none of
+the dimensions the source tiles) and the move is not one all-to-all of one dimension's
+tiles, whole, to one other dimension, it replicates the whole value on every device
+and slices the target's block out ("Involuntary full rematerialization", its warning
+says; the rule :func:`involuntary` states matches XLA on every move of a 2-d and a 3-d
+value over a 4x2 mesh, ``tests/auto/test_involuntary.py``). Such a
+move is priced as XLA makes it (:data:`REMATERIALIZE`: every device gathers the whole
+value, which it then holds), so the search sees its cost, and its memory, before XLA
+does, and a layout that needs one is not what it proposes.
 """
 
 from __future__ import annotations
@@ -19,6 +30,9 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 
 Layout = tuple[tuple[str, ...], ...]
+#: The kind of a move XLA can only make by replicating the whole value (NOTE [involuntary
+#: rematerialization]): an all-gather from every tile to the whole.
+REMATERIALIZE = "all-gather (full rematerialization)"
 Axes = frozenset[str]
 NO_AXES: Axes = frozenset()
 
@@ -103,6 +117,11 @@ def moves(
                 cur[dst_axis_dim[axis]].append(axis)
             block /= shards(scatter, sizes)
     moved = [axis for i, axes in enumerate(cur) for axis in axes if dst_axis_dim.get(axis, i) != i]
+    if involuntary(cur, dst):
+        # NOTE [involuntary rematerialization]: XLA replicates the whole value, then
+        # slices the target's block out of it.
+        yield REMATERIALIZE, shards([axis for axes in cur for axis in axes], sizes), block
+        return
     if moved:
         yield "all-to-all", shards(moved, sizes), block
         for axis in moved:
@@ -113,3 +132,21 @@ def moves(
     gathered = [axis for axes in cur for axis in axes if axis not in dst_axis_dim]
     if gathered:
         yield "all-gather", shards(gathered, sizes), block
+
+
+def involuntary(src: Sequence[Sequence[str]], dst: Layout) -> bool:
+    """Whether XLA can go from ``src`` to ``dst`` only by replicating the whole value
+    (NOTE [involuntary rematerialization]): every tiled dimension changes (``dst`` tiles
+    none of the dimensions ``src`` tiles), and the move is not one all-to-all of one
+    source dimension's tiles, whole, to one target dimension (the other source
+    dimensions gathered, the target sliced further)."""
+    tiled = {d for d, axes in enumerate(src) if axes}
+    target = {d for d, axes in enumerate(dst) if axes}
+    if not tiled or not target or tiled & target:
+        return False
+    dst_dim = {axis: d for d, axes in enumerate(dst) for axis in axes}
+    carried = [d for d in tiled if any(axis in dst_dim for axis in src[d])]
+    if len(carried) != 1:
+        return True  # none carried over (a gather and a slice), or two merged
+    (source,) = carried
+    return len({dst_dim.get(axis) for axis in src[source]}) != 1  # split, or partly dropped

@@ -50,6 +50,7 @@ from .equations import itemsize_of, shape_of
 from .flops import counted
 from .layouts import (
     NO_AXES,
+    REMATERIALIZE,
     Axes,
     Layout,
     canonical,
@@ -182,8 +183,12 @@ class Values:
         if outside is not None:  # NOTE [loop invariants]
             frame.note_move(var, dst, 0.0)
             return self.move(outside.var, dst, outside.frame, outside.tally, outside.mult)
-        cost = tally.pay(self.steps(var, src, partial, dst), mult)
-        copy = self.nbytes(var, dst)
+        steps = self.steps(var, src, partial, dst)
+        cost = tally.pay(steps, mult)
+        # A move XLA makes by replicating the value holds all of it (NOTE [involuntary
+        # rematerialization] in layouts.py); any other, the target's block.
+        whole = any(kind == REMATERIALIZE for kind, _, _ in steps)
+        copy = self.nbytes(var, replicated(len(shape_of(var))) if whole else dst)
         frame.note_move(var, dst, copy)
         if frame.log is not None:
             frame.log.append((var, dst, copy))

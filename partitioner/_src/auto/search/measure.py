@@ -8,7 +8,12 @@ call's first run uses, and reads the report's collectives, memory and cost table
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 from ... import options
@@ -31,6 +36,8 @@ class Measured:
     memory_bytes: float
     collectives: float  # executions of collectives per run
     flops: float = 0.0  # XLA's cost analysis (the price of rematerializing, ``../remat/``)
+    # XLA's warnings that it replicated a value to compile it (NOTE [trial compiles' warnings])
+    replicated: tuple[str, ...] = ()
 
 
 def compiles_alone(plan: CallPlan) -> bool:
@@ -72,12 +79,51 @@ def measure(plan: CallPlan, scored: Scored, *, quick: bool) -> Measured:
         plan.params, in_axis_resources=ins, out_axis_resources=outs, compiler_options=compiler
     )
     trial = dataclasses.replace(plan, params=new_params)
-    # Through the executable cache: the winner's is the one its first call runs.
-    report = build_report(trial, get_executable(trial.params)[0], options.use_shardy())
+    with _involuntary_rematerializations() as replicated:
+        # Through the executable cache: the winner's is the one its first call runs.
+        executable = get_executable(trial.params)[0]
+    report = build_report(trial, executable, options.use_shardy())
     collective = sum(
         collective.bytes_per_device * collective.count for collective in report.collectives
     )
     memory = scored.estimate.memory_bytes if report.memory is None else report.memory.total
     count = sum(collective.count for collective in report.collectives)
     flops = 0.0 if report.cost is None else report.cost.flops
-    return Measured(float(collective), float(memory), float(count), flops)
+    return Measured(float(collective), float(memory), float(count), flops, tuple(replicated))
+
+
+#: The start of the warning XLA's SPMD partitioner writes when it replicates a value.
+INVOLUNTARY = "Involuntary full rematerialization"
+
+
+@contextlib.contextmanager
+def _involuntary_rematerializations() -> Iterator[list[str]]:
+    """XLA's warnings that it replicated a value, written while the block compiles, kept
+    apart (in the list yielded) instead of reaching stderr; anything else XLA writes
+    reaches stderr as it would have.
+
+    NOTE [trial compiles' warnings]: a layout the search only measures can make XLA's
+    partitioner replicate a value (a move it cannot make with collectives, NOTE
+    [involuntary rematerialization] in ``cost/layouts.py``, where XLA's propagation
+    takes another route than the cost model's), and XLA warns on stderr. A user would
+    read that as a flaw of their program, when it is one of a layout nobody chose. So
+    the search's compiles keep XLA's warnings apart: the chosen layout's are written out
+    at the end (they are the program's own), the others logged at INFO.
+    """
+    found: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as written:
+        os.dup2(written.fileno(), 2)
+        try:
+            yield found
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            written.seek(0)
+            passed: list[str] = []
+            for line in written.read().decode(errors="replace").splitlines(keepends=True):
+                (found if INVOLUNTARY in line else passed).append(line)
+            if passed:
+                sys.stderr.write("".join(passed))
+                sys.stderr.flush()
