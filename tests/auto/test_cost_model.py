@@ -42,6 +42,14 @@ ORDER = ("data", "model")
         ((("model",), ()), frozenset(), ((), ("model",)), [("all-to-all", 2, 64 * 32 // 2 * 4)]),
         # both axes gathered at once: one all-gather over 8 devices
         ((("data",), ("model",)), frozenset(), ((), ()), [("all-gather", 8, 64 * 32 // 8 * 4)]),
+        # a partial sum over both axes, split over one: scattered first, so the all-reduce
+        # over the other moves the scattered block (as XLA orders them)
+        (
+            ((), ()),
+            frozenset({"data", "model"}),
+            (("data",), ()),
+            [("reduce-scatter", 4, 64 * 32 * 4), ("all-reduce", 2, 64 * 32 // 4 * 4)],
+        ),
     ],
 )
 def test_moves_between_layouts(src, partial, dst, want):
@@ -212,6 +220,30 @@ def test_layer_strategies_move_the_bytes_xla_moves(
     out = _layout(out_spec, len(jaxpr.out_avals[0].shape))
     estimate, _ = AutoEstimator(jaxpr, SIZES).run(ins, [out], [False] * len(args))
     assert estimate.collective_bytes == measured, str(report)
+
+
+def test_a_residual_add_keeps_the_split_of_its_split_operand(mesh: MeshFactory):
+    """``x + f(x)`` with ``f(x)`` a partial sum: the sum is reduced to ``x``'s layout, as
+    XLA does, not ``x`` gathered to the sum's (NOTE [elementwise keeps the split]): a
+    gathered residual would leave every later layer of a stack working on the whole
+    batch. The bytes are XLA's."""
+    x, h, w = jnp.ones((8, 16, 128)), jnp.ones((8, 16, 512)), jnp.ones((512, 128))
+    in_specs = (P("data"), P(None, None, ("data", "model")), P(("data", "model")))
+
+    def residual(x, h, w):
+        return x + h @ w
+
+    m = mesh((4, 2), ORDER)
+    f = partitioner.pjit(residual, in_axis_resources=in_specs, out_axis_resources=P("data"))
+    with jax.set_mesh(m):
+        report = f.lower(x, h, w).report()
+    measured = sum(c.bytes_per_device * c.count for c in report.collectives)
+    jaxpr = jax.make_jaxpr(residual)(x, h, w)
+    ins = [_layout(s, jnp.ndim(a)) for s, a in zip(in_specs, (x, h, w), strict=True)]
+    estimate, _ = AutoEstimator(jaxpr, SIZES).run(ins, [ins[0]], [False] * 3)
+    assert estimate.collective_bytes == measured, str(report)
+    _, (arrived,) = AutoEstimator(jaxpr, SIZES).run(ins, [None], [False] * 3)
+    assert arrived == ins[0]
 
 
 def _stacked_mlp_step(layers, x):

@@ -41,9 +41,11 @@ def elementwise(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float
     shape = shape_of(out)
     operands = [operand for operand in eqn.invars if len(shape_of(operand)) == len(shape) and shape]
     states = [model.read(frame, operand) for operand in operands]
-    options: list[State] = [(state[0], NO_AXES) for state in states] + [
-        (replicated(len(shape)), NO_AXES)
-    ]
+    options = _split_enough(
+        [(state[0], NO_AXES) for state in states] + [(replicated(len(shape)), NO_AXES)],
+        states,
+        model.sizes,
+    )
     p_options = _partial_options(eqn, operands, states)
 
     def kept(
@@ -75,6 +77,30 @@ def elementwise(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float
             result,
             (layout, partial) if same else (replicated(len(shape_of(result))), NO_AXES),
         )
+
+
+def _split_enough(
+    options: list[State], states: list[State], sizes: Mapping[str, int]
+) -> list[State]:
+    """The options that split the output over as many devices as the most split operand
+    that is no partial sum.
+
+    NOTE [elementwise keeps the split]: an elementwise operation's own cost can favour
+    gathering a split operand (a residual ``x + f(x)`` whose ``f(x)`` is a partial sum:
+    one all-reduce of the sum and a gather of ``x`` is a collective fewer than reducing
+    the sum to ``x``'s layout), but the gathered result makes every operation after it
+    work on the whole value, a cost this equation cannot see; a stack of such blocks then
+    drifts to replicated activations. XLA's propagation keeps the most split operand's
+    layout for an elementwise operation, and so does this rule.
+    """
+    most = max(
+        (shards(sorted(used_axes(layout)), sizes) for layout, partial in states if not partial),
+        default=1,
+    )
+    kept = [
+        option for option in options if shards(sorted(used_axes(option[0])), sizes) >= most
+    ]
+    return kept or options
 
 
 def _partial_options(eqn: Any, operands: list[Any], states: list[State]) -> list[State]:

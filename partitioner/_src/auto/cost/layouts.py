@@ -7,7 +7,8 @@ contraction over a sharded dimension leaves one). Keeping the order canonical
 makes equal layouts equal keys. Moving a value between layouts costs collectives,
 counted as the report's collectives table counts them (NOTE [collective table]):
 each collective's operand bytes on one device. Partial axes the target shards
-become one reduce-scatter, the rest one all-reduce; axes that change dimension
+become one reduce-scatter, the rest one all-reduce after it, of the scattered block
+(XLA's order); axes that change dimension
 one all-to-all; axes the target drops one all-gather; axes the target adds are a
 local slice, free.
 
@@ -109,13 +110,13 @@ def moves(
             axis for axis in partial if axis in dst_axis_dim and axis not in used_axes(src)
         )
         reduce = sorted(partial - set(scatter))
-        if reduce:
-            yield "all-reduce", shards(reduce, sizes), block
-        if scatter:
+        if scatter:  # first, so the all-reduce of the rest moves the scattered block
             yield "reduce-scatter", shards(scatter, sizes), block
             for axis in scatter:
                 cur[dst_axis_dim[axis]].append(axis)
             block /= shards(scatter, sizes)
+        if reduce:
+            yield "all-reduce", shards(reduce, sizes), block
     moved = [axis for i, axes in enumerate(cur) for axis in axes if dst_axis_dim.get(axis, i) != i]
     if involuntary(cur, dst):
         # NOTE [involuntary rematerialization]: XLA replicates the whole value, then
