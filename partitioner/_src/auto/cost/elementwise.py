@@ -97,9 +97,7 @@ def _split_enough(
         (shards(sorted(used_axes(layout)), sizes) for layout, partial in states if not partial),
         default=1,
     )
-    kept = [
-        option for option in options if shards(sorted(used_axes(option[0])), sizes) >= most
-    ]
+    kept = [option for option in options if shards(sorted(used_axes(option[0])), sizes) >= most]
     return kept or options
 
 
