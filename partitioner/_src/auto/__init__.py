@@ -5,5 +5,7 @@ program: the cost model), ``search/`` (which layouts, the model ranking and XLA
 confirming: NOTE [auto search] in ``search/descent.py``, NOTE [auto floor] in
 ``search/confirm.py``) and ``remat/`` (what to recompute: NOTE [auto remat] in
 ``remat/__init__.py``). ``resolve.py`` is the one place that ties them together;
-``choices.py`` keeps what they chose, with the pipeline's microbatch choices.
+``plans.py`` weighs whole plans, a body traced once per pipeline it could run (NOTE
+[whole plan]); ``choices.py`` keeps what they chose, with the pipeline's microbatch
+choices.
 """

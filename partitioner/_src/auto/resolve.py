@@ -55,23 +55,35 @@ def resolve(
         ValueError: no layout, rematerialized or not, fits ``memory_limit`` (the
             message names the smallest found).
     """
-    params = plan.params
     problem = problem_of(plan, in_paths, out_paths, memory_limit)
-    # The program's text, not the jaxpr object: two threads tracing one signature at
-    # once get two equal jaxprs, and the choice depends on the program alone.
-    key = (
+    choice = choices.chosen(
+        key_of(plan, problem), lambda: _search(plan, problem, in_paths, out_paths)
+    )
+    return resolved(plan, choice)
+
+
+def key_of(plan: CallPlan, problem: Problem) -> tuple[Any, ...]:
+    """What a choice for ``plan`` depends on: the program's text, not the jaxpr object
+    (two threads tracing one signature at once get two equal jaxprs), its specs, ties,
+    limit and options."""
+    params = plan.params
+    return (
         "auto", str(params.jaxpr.jaxpr), tuple(params.jaxpr.in_avals), params.mesh,
         tuple(params.in_axis_resources), tuple(params.out_axis_resources), problem.out_ties,
-        problem.in_families, problem.donated, memory_limit, options.use_shardy(),
+        problem.in_families, problem.donated, problem.memory_limit, options.use_shardy(),
         params.compiler_options,
     )  # fmt: skip
-    ins, outs, choice, body = choices.chosen(
-        key, lambda: _search(plan, problem, in_paths, out_paths)
-    )
+
+
+def resolved(plan: CallPlan, choice: Choice) -> CallPlan:
+    """``plan`` with ``choice``'s specs, its program (rewritten where it rematerializes)
+    and its record."""
+    ins, outs, record, body = choice
+    params = plan.params
     new_params = dataclasses.replace(
         params, in_axis_resources=ins, out_axis_resources=outs, jaxpr=body or params.jaxpr
     )
-    return dataclasses.replace(plan, params=new_params, auto=choice)
+    return dataclasses.replace(plan, params=new_params, auto=record)
 
 
 def _search(
@@ -89,7 +101,7 @@ def _search(
             "" if problem.memory_limit is None else f" within {problem.memory_limit:,} bytes",
         )
         chosen, outcome = _searched(plan, problem, in_paths)
-        record = _record(plan, problem, outcome, out_paths, _compiles(plan, outcome))
+        record = record_of(plan, problem, outcome, out_paths, _compiles(plan, outcome))
         _xla_warnings(outcome, progress)
         progress.done(_summary(record))
     emit(
@@ -166,7 +178,7 @@ def _summary(record: AutoChoice) -> str:
     )
 
 
-def _record(
+def record_of(
     plan: CallPlan,
     problem: Problem,
     outcome: Outcome,

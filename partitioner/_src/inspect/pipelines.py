@@ -182,6 +182,11 @@ def stage_devices(mesh: Mesh, axis: str) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(int(d.id) for d in row.flat) for row in rows)
 
 
+def summaries(jaxpr: Any) -> tuple[PipelineSummary, ...]:
+    """The pipelines a traced program runs, as their markers say (one per pipeline)."""
+    return tuple(PipelineSummary.from_marker(text) for text in dict.fromkeys(_markers(jaxpr)))
+
+
 def _markers(jaxpr: Any) -> Iterator[str]:
     for eqn in jaxpr.eqns:
         for match in _MARKER.finditer(str(eqn.source_info.name_stack)):

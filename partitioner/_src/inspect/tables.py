@@ -262,6 +262,27 @@ def _auto_lines(t: AutoTable) -> list[str]:
         f"  this program (XLA): {t.collective_bytes:,} collective bytes, {memory} bytes of memory "
         "per device"
     )
+    if c.plans:
+        lines += ["", f"  plan (pipeline or not): {c.plan}"]
+        lines += _table(
+            ("plan", "est. us", "XLA coll. bytes", "XLA memory", "why not"),
+            [
+                (
+                    option.name,
+                    "-"
+                    if option.candidate is None
+                    else f"{option.candidate.estimate.time_s * 1e6:,.1f}",
+                    "-"
+                    if option.candidate is None
+                    else _opt(option.candidate.measured_collective_bytes),
+                    "-"
+                    if option.candidate is None
+                    else _opt(option.candidate.measured_memory_bytes),
+                    option.note or ("chosen" if option.name == c.plan else ""),
+                )
+                for option in c.plans
+            ],
+        )
     if c.remat:
         why = "to fit the memory limit" if c.remat_to_fit else "(element-wise work, as if unrolled)"
         lines += [

@@ -22,8 +22,10 @@ from ..inspect.pipelines import PipelineSummary, stage_devices
 from ..inspect.visualize import schedule_png
 from ..primitives.auto_choice import Estimate
 from ..primitives.constraint import with_sharding_constraint
+from ..sharding.auto import AUTO, _Auto
 from ..sharding.mesh_env import maybe_current_mesh
-from ..trace.tracing import enclosing_body, enclosing_memory_limit
+from ..trace.plans import decision
+from ..trace.tracing import enclosing_body, enclosing_memory_limit, note_auto_pipeline
 from . import checks
 from . import microbatches as choice
 from .checks import API
@@ -39,9 +41,9 @@ _SAVES = tuple(kind.value for kind in Saves)
 def pipeline(
     layer: Callable[[Any, Any], Any],
     *,
-    axis: str,
+    axis: str | _Auto,
     microbatches: int | None = None,
-    schedule: str = "gpipe",
+    schedule: str | None = None,
     mesh: Mesh | None = None,
     saves: str | None = None,
 ) -> Pipelined:
@@ -53,12 +55,16 @@ def pipeline(
         layer: ``layer(params, h) -> h``, one layer: the same structure, shapes and
             dtypes out as in. It acts on each example of the batch on its own (a
             layer mixing examples, as batch norm does, would see microbatches).
-        axis: the mesh axis whose devices are the stages.
+        axis: the mesh axis whose devices are the stages; ``partitioner.AUTO``: the
+            enclosing jit/pjit call chooses whether to pipeline at all, over which
+            axis and with which schedule, with its layouts (NOTE [pipeline decision];
+            outside such a call, the plain scan runs).
         microbatches: how many pieces the batch (``x``'s leading dimension) is cut
             into; None: chosen by partitioner (NOTE [pipeline microbatches]).
         schedule: ``"gpipe"`` (each stage holds ``L / S`` contiguous layers) or
             ``"circular"`` (layer ``i`` on stage ``i mod S``, ``L / S`` visits: a
-            smaller bubble; give it parameters staged once, :meth:`Pipelined.stage`).
+            smaller bubble; give it parameters staged once, :meth:`Pipelined.stage`);
+            None: gpipe, or with ``axis=AUTO`` either, as chosen.
         mesh: the mesh (as ``jax.shard_map`` takes one); None: the mesh in context,
             else the mesh of the enclosing ``jit``/``pjit`` call.
         saves: what each step keeps for the backward pass: ``"activations"`` (what it
@@ -73,8 +79,10 @@ def pipeline(
     """
     if not callable(layer):
         raise TypeError(f"{API}: layer must be callable, got {type(layer).__name__}")
-    if not isinstance(axis, str):
-        raise TypeError(f"{API}: axis must be a mesh axis name (a str), got {axis!r}")
+    if not isinstance(axis, str) and axis is not AUTO:
+        raise TypeError(
+            f"{API}: axis must be a mesh axis name (a str) or partitioner.AUTO, got {axis!r}"
+        )
     if microbatches is not None:
         if isinstance(microbatches, bool) or not isinstance(microbatches, (int, np.integer)):
             raise TypeError(
@@ -82,8 +90,8 @@ def pipeline(
             )
         if microbatches < 1:
             raise ValueError(f"{API}: microbatches must be >= 1, got {microbatches}")
-    if schedule not in SCHEDULES:
-        raise ValueError(f"{API}: schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if schedule is not None and schedule not in SCHEDULES:
+        raise ValueError(f"{API}: schedule must be one of {SCHEDULES} or None, got {schedule!r}")
     if mesh is not None and not isinstance(mesh, Mesh):
         raise TypeError(f"{API}: mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
     if saves is not None and saves not in _SAVES:
@@ -203,12 +211,14 @@ class Pipelined:
     def __init__(
         self,
         layer: Callable[[Any, Any], Any],
-        axis: str,
+        axis: str | _Auto,
         microbatches: int | None,
-        schedule: str,
+        schedule: str | None,
         mesh: Mesh | None = None,
         saves: str | None = None,
     ) -> None:
+        if isinstance(axis, str) and schedule is None:
+            schedule = "gpipe"
         self.layer, self.axis = layer, axis
         self.microbatches, self.schedule = microbatches, schedule
         self.mesh, self.saves = mesh, saves
@@ -217,6 +227,18 @@ class Pipelined:
     def __call__(self, params: Any, x: Any) -> Any:
         """The plain scan's value on ``x``; ``params`` stacked (every leaf ``[layers,
         ...]``) or staged once (:meth:`stage`)."""
+        if self.axis is AUTO:
+            note_auto_pipeline(SCHEDULES if self.schedule is None else (self.schedule,))
+            if isinstance(params, StagedParams):
+                raise ValueError(
+                    f"{API}: axis=AUTO takes the stacked parameters (every leaf [layers, "
+                    "...]): staged ones are staged for one schedule and stage count, which "
+                    "the search chooses"
+                )
+            decided = self._decided()
+            if decided is None:  # NOTE [pipeline decision]: the plain scan
+                return jax.lax.scan(lambda h, one: (self.layer(one, h), None), x, params)[0]
+            return decided(params, x)
         plan = self.plan(params, x)
         staged = params if isinstance(params, StagedParams) else self._staged(params, plan)
         with jax.named_scope(plan.summary().marker()):  # NOTE [pipeline in the report]
@@ -228,17 +250,67 @@ class Pipelined:
         # The layers the stages do not divide: after them, outside them (as MaxText runs them).
         return jax.lax.scan(lambda h, one: (self.layer(one, h), None), out, staged.rest)[0]
 
+    @property
+    def _axis(self) -> str:
+        """The stages' axis of a pipeline given one (``axis=AUTO`` goes through
+        :meth:`_concrete` first)."""
+        assert isinstance(self.axis, str), "an AUTO pipeline is made concrete first"
+        return self.axis
+
+    @property
+    def _schedule(self) -> str:
+        assert self.schedule is not None, "an AUTO pipeline is made concrete first"
+        return self.schedule
+
+    def _decided(self) -> Pipelined | None:
+        """This AUTO pipeline as the body's trace decided it (NOTE [pipeline decision]):
+        a pipeline over a given axis, or None for the plain scan."""
+        chosen = decision()
+        if chosen is None or chosen.axis is None:
+            return None
+        return Pipelined(
+            self.layer, chosen.axis, self.microbatches, chosen.schedule, self.mesh, self.saves
+        )
+
+    def _concrete(self) -> Pipelined:
+        """This pipeline with its axis known: itself, or under ``axis=AUTO`` the one the
+        body's trace decided.
+
+        Raises:
+            ValueError: ``axis=AUTO`` and no pipeline decided: whether and how the stack
+                is pipelined is the enclosing call's choice.
+        """
+        if self.axis is not AUTO:
+            return self
+        decided = self._decided()
+        if decided is None:
+            raise ValueError(
+                f"{API}: axis=AUTO: whether and how this stack is pipelined is chosen by "
+                "the enclosing jit/pjit call, and here it runs the plain scan; the call's "
+                "report says what it chose (Lowered.report().auto.choice.plan)"
+            )
+        return decided
+
     def stage(self, stacked_params: Any) -> StagedParams:
         """``stacked_params`` (every leaf ``[layers, ...]``) in the order this pipeline's
         stages hold them, to lay out once (``P(axis)`` on every leaf's first dimension:
         ``jax.tree.map(lambda _: P(axis), staged)``) and train in that form: a circular
         pipeline given a stack moves every parameter to that order and back at every
-        call. :meth:`StagedParams.unstage` gives the stack back."""
+        call. :meth:`StagedParams.unstage` gives the stack back.
+
+        Raises:
+            ValueError: ``axis=AUTO`` (the stages are the enclosing call's choice).
+        """
+        if self.axis is AUTO:
+            raise ValueError(
+                f"{API}: axis=AUTO: the stages are chosen by the enclosing call, so there is "
+                "no one order to stage the parameters in; pass the stacked parameters"
+            )
         mesh = self._mesh()
         stages = self._stages(mesh)
         layers = checks.layer_count(stacked_params)
-        pipelined = checks.pipelined(layers, stages, self.axis)
-        staged = stage_order(stacked_params, Schedule(self.schedule, pipelined, stages, 1))
+        pipelined = checks.pipelined(layers, stages, self._axis)
+        staged = stage_order(stacked_params, Schedule(self._schedule, pipelined, stages, 1))
         stage_first = NamedSharding(mesh, PartitionSpec(self.axis))
         laid = jax.tree.map(lambda leaf: with_sharding_constraint(leaf, stage_first), staged.staged)
         return dataclasses.replace(staged, staged=laid)
@@ -257,12 +329,15 @@ class Pipelined:
                 leading (layer) dimension, or fewer layers than stages; staged
                 parameters for another schedule or stage count; a batch not divisible
                 by ``microbatches``; a layer whose output differs from its input in
-                structure, shape or dtype.
+                structure, shape or dtype; ``axis=AUTO`` outside a body traced under a
+                pipeline decision (NOTE [pipeline decision]).
         """
+        if self.axis is AUTO:
+            return self._concrete().plan(params, x)
         mesh = self._mesh()
         stages = self._stages(mesh)
         one_layer, layers = self._layers(params, stages)
-        pipelined = checks.pipelined(layers, stages, self.axis)
+        pipelined = checks.pipelined(layers, stages, self._axis)
         batch = checks.batch_size(x)
         h_aval = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype), x)
         checks.layer_keeps_its_input(self.layer, one_layer, h_aval)
@@ -278,11 +353,11 @@ class Pipelined:
         best, table, placement = choice.chosen_for(
             key, lambda: self._choose(mesh, one_layer, h_aval, pipelined, batch, limit)
         )
-        schedule = Schedule(self.schedule, pipelined, stages, best.microbatches)
+        schedule = Schedule(self._schedule, pipelined, stages, best.microbatches)
         return PipelinePlan(
             schedule=schedule,
             placement=placement,
-            stage_devices=stage_devices(mesh, self.axis),
+            stage_devices=stage_devices(mesh, self._axis),
             chosen=self.microbatches is None,
             saves=best.saves,
             rest_layers=layers - pipelined,
@@ -336,8 +411,8 @@ class Pipelined:
         program = jax.make_jaxpr(self.layer)(one_layer, h_aval)
 
         def placement(count: int) -> Placement:
-            axes = batch_axes(mesh, self.axis, program, batch // count)
-            return Placement(mesh, self.axis, axes, math.prod(int(mesh.shape[a]) for a in axes))
+            axes = batch_axes(mesh, self._axis, program, batch // count)
+            return Placement(mesh, self._axis, axes, math.prod(int(mesh.shape[a]) for a in axes))
 
         counts = (
             [self.microbatches]
@@ -347,7 +422,7 @@ class Pipelined:
         saves = [Saves(self.saves)] if self.saves is not None else list(Saves)
         costs = choice.layer_costs(self.layer, one_layer, h_aval)
         table = choice.options(
-            self.schedule, pipelined, int(mesh.shape[self.axis]), counts,
+            self._schedule, pipelined, int(mesh.shape[self._axis]), counts,
             lambda count: placement(count).shards, costs, saves,
         )  # fmt: skip
         best = choice.choose(table, limit)

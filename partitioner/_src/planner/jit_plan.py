@@ -38,6 +38,7 @@ from ..sharding.placement import (
 from ..sharding.tree import UNSPECIFIED
 from ..trace.arguments import BoundCall, bind_call
 from ..trace.tracing import check_mesh_unchanged, enclosing_body, trace_body
+from . import plan_choice
 from .jit_info import JitInfo, NoneRule
 
 # NOTE [lazy AUTO]: the AUTO stage (its cost model, search and reports) is loaded
@@ -105,6 +106,7 @@ def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPla
         num_consts=len(consts),
         arguments=flat,
         inline=info.options["inline"] and _unspecified(in_tree) and _unspecified(out_tree),
+        auto_pipelines=traced.auto_pipelines,
     )
 
 
@@ -236,9 +238,13 @@ def _debug_info(info: JitInfo, bound: BoundCall) -> Any:
     )
 
 
-def resolve_auto(info: JitInfo, plan: CallPlan) -> CallPlan:
-    """Have the AUTO stage choose the plan's AUTO specs, then check the arguments
-    against the chosen ones as against any given spec."""
+def resolve_auto(
+    info: JitInfo, plan: CallPlan, retrace: Callable[[], CallPlan] | None = None
+) -> CallPlan:
+    """Have the AUTO stage choose the plan's AUTO specs (and, for a body with AUTO
+    pipelines, its whole plan among the programs ``retrace`` traces: NOTE [pipeline
+    decision]), then check the arguments against the chosen specs as against any given
+    spec."""
     params = plan.params
     n = plan.num_consts
     was_auto = [s is AUTO for s in params.in_axis_resources[n:]]
@@ -246,7 +252,11 @@ def resolve_auto(info: JitInfo, plan: CallPlan) -> CallPlan:
     out_paths = [path for path, _ in tree_flatten_with_path(out_avals)[0]]
     arguments = plan.arguments
     assert arguments is not None  # a jit plan always names its arguments
-    plan = auto_resolve.resolve(plan, arguments.paths, out_paths, info.options["auto_memory_limit"])
+    limit = info.options["auto_memory_limit"]
+    if retrace is not None and plan.auto_pipelines:
+        plan = plan_choice.choose(plan, retrace, arguments.paths, out_paths, limit)
+    else:
+        plan = auto_resolve.resolve(plan, arguments.paths, out_paths, limit)
     if not options.reshard_committed_enabled():
         for i, auto in enumerate(was_auto):
             if auto:
@@ -271,8 +281,9 @@ class JitPlanner(PlannerFromInfo):
     def plan(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallPlan:
         plan = plan_jit_call(self.info, args, kwargs)
         params = plan.params
-        if has_auto(params.in_axis_resources) or has_auto(params.out_axis_resources):
-            plan = resolve_auto(self.info, plan)
+        auto = has_auto(params.in_axis_resources) or has_auto(params.out_axis_resources)
+        if auto or plan.auto_pipelines:
+            plan = resolve_auto(self.info, plan, lambda: plan_jit_call(self.info, args, kwargs))
         return plan
 
     def wrap_call(self, call: Callable[..., Any]) -> Callable[..., Any]:

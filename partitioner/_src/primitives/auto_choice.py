@@ -68,6 +68,24 @@ class Baseline:
 
 
 @dataclass(frozen=True)
+class PlanOption:
+    """One whole plan weighed for a call whose body has AUTO pipelines (NOTE [pipeline
+    decision] in ``trace/plans.py``).
+
+    Attributes:
+        name: ``"no pipeline"``, or the pipeline it runs (``"gpipe pipeline over
+            'model', 4 microbatches"``).
+        candidate: its best layouts' specs and figures, the model's and XLA's; None
+            where the program could not be built (``note`` says why).
+        note: why it was not built, or was not chosen where it was measured.
+    """
+
+    name: str
+    candidate: Candidate | None
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class AutoChoice:
     """How the AUTO leaves of one signature were resolved.
 
@@ -94,6 +112,9 @@ class AutoChoice:
             ``flops_added`` what that costs, XLA's flops (cost analysis) of the chosen
             program minus those of the same layouts recomputing nothing (``None``
             without rematerialization).
+        plan: for a body with AUTO pipelines, the plan chosen (a :class:`PlanOption`'s
+            ``name``), and ``plans`` every one weighed, the chosen first; ``""`` and
+            ``()`` otherwise.
     """
 
     paths: tuple[str, ...]
@@ -112,3 +133,5 @@ class AutoChoice:
     remat: tuple[tuple[str, str], ...] = ()
     flops_added: float | None = None
     remat_to_fit: bool = False
+    plan: str = ""
+    plans: tuple[PlanOption, ...] = ()

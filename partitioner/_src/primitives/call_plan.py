@@ -41,6 +41,9 @@ class CallPlan:
     # ``jit(inline=True)`` with no specs: inside another trace the body's equations
     # join that trace instead of one ``pjit_p`` call (as jax.jit inlines).
     inline: bool = False
+    # Per AUTO pipeline the body calls, the schedules it allows: the call chooses its
+    # whole plan (NOTE [pipeline decision] in ``trace/plans.py``).
+    auto_pipelines: tuple[tuple[str, ...], ...] = ()
 
     @property
     def mesh(self) -> Mesh:

@@ -1,7 +1,8 @@
 """Trace a Python function to a ClosedJaxpr, once per signature.
 
 NOTE [trace cache key]: the key is (function, input tree, avals, static
-values, mesh, jax's trace context). The *function* is the key, not the pjit
+values, mesh, the call's memory limit, the pipeline decision it is traced under
+(NOTE [pipeline decision] in ``plans.py``), jax's trace context). The *function* is the key, not the pjit
 wrapper, so a fresh ``pjit(f, ...)`` around the same ``f`` reuses the trace. A
 trace whose constants include tracers (the body closes over an outer traced
 value) is never cached: its constants belong to one outer trace.
@@ -13,7 +14,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from jax.sharding import Mesh
@@ -23,6 +24,7 @@ from .. import jax_private as jp
 from ..events import emit
 from ..sharding.devices import DeviceSource, incompatible_devices
 from ..sharding.mesh_env import typed_context
+from .plans import decision
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,9 @@ class TracedBody:
     jaxpr: Any  # ClosedJaxpr whose invars are (*tracer_consts, *flat_args)
     out_tree: PyTreeDef
     tracer_consts: tuple[Any, ...]
+    # Per AUTO pipeline met while tracing (nested calls' included), the schedules it
+    # allows: the body has a plan to choose (NOTE [pipeline decision] in ``plans.py``).
+    auto_pipelines: tuple[tuple[str, ...], ...] = ()
 
 
 class _TraceCache:
@@ -89,6 +94,7 @@ class _Frame:
     axis_name: str | None
     source: DeviceSource | None = None
     memory_limit: int | None = None
+    auto_pipelines: list[tuple[str, ...]] = field(default_factory=list)
 
 
 def _frames() -> tuple[_Frame, ...]:
@@ -109,6 +115,14 @@ def enclosing_memory_limit() -> int | None:
     body of (a pipeline's microbatch choice honours it); None outside any or without one."""
     stack = _frames()
     return stack[-1].memory_limit if stack else None
+
+
+def note_auto_pipeline(schedules: tuple[str, ...]) -> None:
+    """An AUTO pipeline allowing ``schedules`` is called in the body this thread is
+    tracing (NOTE [pipeline decision] in ``plans.py``); outside any body, nothing to note."""
+    stack = _frames()
+    if stack:
+        stack[-1].auto_pipelines.append(schedules)
 
 
 def enclosing_maps() -> tuple[str, ...]:
@@ -187,9 +201,11 @@ def trace_body(
         memory_limit: the call's ``auto_memory_limit`` (choices made while tracing,
             a pipeline's microbatches, fit it: part of the cache key).
     """
-    key = (cache_key, in_avals, mesh, memory_limit, jp.trace_context())
+    key = (cache_key, in_avals, mesh, memory_limit, decision(), jp.trace_context())
     hit = trace_cache.get(fun, key)
     if hit is not None:
+        for schedules in hit.auto_pipelines:  # a nested call's: the enclosing body has them
+            note_auto_pipeline(schedules)
         return hit
     out_tree_box: list[PyTreeDef] = []
     result_paths: list[tuple[str, ...]] = []
@@ -205,8 +221,9 @@ def trace_body(
 
     name = getattr(fun, "__name__", repr(fun))
     emit("trace", name=name)
+    frame = _Frame(mesh, axis_name, source, memory_limit)
     with (
-        _tracing_under(_Frame(mesh, axis_name, source, memory_limit)),
+        _tracing_under(frame),
         typed_context(mesh),
         jp.log_elapsed_time(
             "Finished tracing + transforming {fun_name} for pjit in {elapsed_time:.9f} sec",
@@ -217,12 +234,14 @@ def trace_body(
         jaxpr, _, consts = jp.trace_to_jaxpr_dynamic(
             _with_result_paths(flat_fun, debug_info, lambda: result_paths[-1]), list(in_avals)
         )
+    met = tuple(frame.auto_pipelines)
+    for schedules in met:
+        note_auto_pipeline(schedules)
     if any(isinstance(c, jp.Tracer) for c in consts):
         # Closed-over values of an outer trace: make them explicit inputs.
         closed = jp.ClosedJaxpr(jp.convert_constvars_jaxpr(jaxpr), ())
-        traced = TracedBody(closed, out_tree_box[-1], tuple(consts))
-        return traced
-    traced = TracedBody(jp.ClosedJaxpr(jaxpr, consts), out_tree_box[-1], ())
+        return TracedBody(closed, out_tree_box[-1], tuple(consts), met)
+    traced = TracedBody(jp.ClosedJaxpr(jaxpr, consts), out_tree_box[-1], (), met)
     trace_cache.put(fun, key, traced)
     return traced
 
