@@ -30,6 +30,7 @@ FIGURES = (
     "pmap",
     "auto",
     "pipeline",
+    "plan",
     "startup",
 )
 

@@ -1,0 +1,306 @@
+"""Figure 14: the whole plan AUTO chooses against every hand plan: bytes, memory, search time.
+
+Why: a user scaling a model chooses by hand whether to pipeline, over which axis, and
+how the weights are split (FSDP, tensor parallel). ``partitioner.pipeline(layer,
+axis=AUTO)`` with AUTO parameters leaves all of it to one search (NOTE [whole plan]).
+That search is worth having only if no hand plan beats its choice on both figures a
+user pays: collective bytes and memory per device. Each program here is a training
+step (SGD) of a stack written with ``pipeline(layer, axis=AUTO)``, the batch over one
+axis of the ("data", "model") 4x2 mesh, the parameters AUTO; beside it, the same step
+written as the plain scan under every hand plan: replicated, FSDP over the batch's axis
+and over all 8 devices, Megatron over the free axis, the layer dimension over either
+axis, and pipelines over the free axis (gpipe and circular at 2, 4 and 8
+microbatches, the stack laid out over that axis). Every figure is XLA's (partitioner's
+report of the compiled program). Then the same AUTO step under ``auto_memory_limit``
+of 1.05x the least memory a hand plan reaches: it must fit and keep the values.
+
+The programs: the transformer stack of ``bench_pipeline.py`` (8 pre-LN blocks, d 128,
+ff 512, batch 32 x 16) with the batch over "model" (a pipeline over "data" wins) and
+over "data"; its residual MLP stack (8 layers 256x1024, batch 64) over "data" (a
+pipeline must not be chosen: FSDP over all 8 keeps the weights split); and a program
+the search was not built on: a gated-MLP (SwiGLU) stack with RMS norms and
+multi-query attention, trained with Adam. Values are checked against jax.jit's plain
+scan. Search time: the AUTO pipeline's first call against the same stack written as
+the plain scan with AUTO parameters (8 blocks), and for 32 blocks.
+"""
+
+from __future__ import annotations
+
+import common  # first: sets XLA_FLAGS before jax is imported
+
+# isort: split
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import bench_pipeline as stacks
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+import partitioner
+from partitioner import AUTO
+from partitioner import PartitionSpec as P
+
+NAME = "plan"
+AXES = ("data", "model")
+SIZES = {"data": 4, "model": 2}
+NOT_BEATEN = common.Target("0 hand plans", hi=0.0)
+FITS = common.Target("<= 1.00x", hi=1.0)
+SEARCH_8 = common.Target("<= 1.50x", hi=1.5)
+SEARCH_32_S = 20.0
+LIMIT_SLACK = 1.05
+
+# --- a program the search was not built on: SwiGLU, RMS norm, multi-query attention ---
+
+GLU_D, GLU_FF, GLU_HEADS, GLU_LAYERS = 128, 384, 4, 8
+
+
+def glu_block(p: dict[str, jax.Array], h: jax.Array) -> jax.Array:
+    """A block with multi-query attention (one key/value head) and a SwiGLU MLP."""
+    batch, tokens, _ = h.shape
+    head = GLU_D // GLU_HEADS
+
+    def rms(x: jax.Array, scale: jax.Array) -> jax.Array:
+        return x * jax.lax.rsqrt((x * x).mean(-1, keepdims=True) + 1e-6) * scale
+
+    x = rms(h, p["norm1"])
+    q = (x @ p["wq"]).reshape(batch, tokens, GLU_HEADS, head)
+    k, v = (x @ p["wk"]), (x @ p["wv"])  # one head, shared
+    scores = jnp.einsum("bqhd,bkd->bhqk", q, k) / math.sqrt(head)
+    attended = jnp.einsum("bhqk,bkd->bqhd", jax.nn.softmax(scores, axis=-1), v)
+    h = h + attended.reshape(batch, tokens, GLU_D) @ p["wo"]
+    x = rms(h, p["norm2"])
+    return h + (jax.nn.silu(x @ p["gate"]) * (x @ p["up"])) @ p["down"]
+
+
+def glu_params(key: jax.Array, layers: int = GLU_LAYERS) -> dict[str, jax.Array]:
+    head = GLU_D // GLU_HEADS
+    shapes = {
+        "wq": (GLU_D, GLU_D), "wk": (GLU_D, head), "wv": (GLU_D, head), "wo": (GLU_D, GLU_D),
+        "gate": (GLU_D, GLU_FF), "up": (GLU_D, GLU_FF), "down": (GLU_FF, GLU_D),
+    }  # fmt: skip
+    keys = jax.random.split(key, len(shapes))
+    params = {
+        name: jax.random.normal(k, (layers, *shape)) / math.sqrt(shape[0]) / 2
+        for k, (name, shape) in zip(keys, shapes.items(), strict=True)
+    }
+    params.update(norm1=jnp.ones((layers, GLU_D)), norm2=jnp.ones((layers, GLU_D)))
+    return params
+
+
+def glu_batch(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    kx, ky = jax.random.split(key)
+    return jax.random.normal(kx, (32, 16, GLU_D)), jax.random.normal(ky, (32, 16, GLU_D))
+
+
+#: name -> (layer, params, batch, optimizer, the batch's axis)
+SETUPS: dict[str, tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any], str, str]] = {
+    "transformer, batch over model": (stacks.block, stacks.block_params, stacks.block_batch, "sgd", "model"),
+    "transformer, batch over data": (stacks.block, stacks.block_params, stacks.block_batch, "sgd", "data"),
+    "MLP, batch over data": (stacks.mlp_layer, stacks.mlp_params, stacks.mlp_batch, "sgd", "data"),
+    "SwiGLU + MQA (Adam), batch over model": (glu_block, glu_params, glu_batch, "adam", "model"),
+}  # fmt: skip
+
+# --- the hand plans ---
+
+
+def _largest(leaf: Any, axes: Any) -> P:
+    """``axes`` on the leaf's largest dimension they divide (the layer dimension not
+    counted); replicated where none is."""
+    size = math.prod(SIZES[axis] for axis in (axes if isinstance(axes, tuple) else (axes,)))
+    for d in sorted(range(1, leaf.ndim), key=lambda d: -leaf.shape[d]):
+        if leaf.shape[d] % size == 0:
+            return P(*[None] * d, axes)
+    return P()
+
+
+def _megatron(params: dict[str, Any], axis: str) -> dict[str, P]:
+    """Column-split the projections into a block, row-split the ones out of it (the
+    layer's own vectors whole)."""
+    rows = {"wo", "w2", "down"}
+    return {
+        name: P(None, axis) if name in rows else (P(None, None, axis) if leaf.ndim == 3 else P())
+        for name, leaf in params.items()
+    }
+
+
+def hand_plans(params: Any, batch_axis: str) -> dict[str, tuple[str | None, str | None, Any]]:
+    """name -> (pipeline schedule or None, microbatches, the parameters' specs)."""
+    free = next(axis for axis in AXES if axis != batch_axis)
+    plans: dict[str, tuple[str | None, str | None, Any]] = {
+        "replicated": (None, None, jax.tree.map(lambda _: P(), params)),
+        f"FSDP over {batch_axis!r}": (None, None, jax.tree.map(lambda x: _largest(x, batch_axis), params)),
+        "FSDP over all 8": (None, None, jax.tree.map(lambda x: _largest(x, AXES), params)),
+        f"Megatron over {free!r}": (None, None, _megatron(params, free)),
+        "layers over 'data'": (None, None, jax.tree.map(lambda _: P("data"), params)),
+        "layers over 'model'": (None, None, jax.tree.map(lambda _: P("model"), params)),
+    }  # fmt: skip
+    for schedule in ("gpipe", "circular"):
+        for count in (2, 4, 8):
+            plans[f"{schedule} over {free!r}, {count} microbatches"] = (
+                schedule, str(count), jax.tree.map(lambda _: P(free), params)
+            )  # fmt: skip
+    return plans
+
+
+# --- the steps ---
+
+
+def _forward(layer: Callable[..., Any], schedule: str | None, count: str | None, axis: Any) -> Any:
+    if schedule is None:
+        return lambda params, x: jax.lax.scan(lambda h, p: (layer(p, h), None), x, params)[0]
+    return partitioner.pipeline(layer, axis=axis, schedule=schedule, microbatches=int(count))
+
+
+def _auto_forward(layer: Callable[..., Any]) -> Any:
+    return partitioner.pipeline(layer, axis=AUTO)
+
+
+def _step(forward: Any, optimizer: str) -> Any:
+    return stacks._step(forward, optimizer)
+
+
+def _figures(report: Any) -> tuple[float, float]:
+    return float(sum(c.bytes_per_device * c.count for c in report.collectives)), float(
+        report.memory.total
+    )
+
+
+def _setup_rows(name: str, mesh: Mesh) -> tuple[list[common.Row], dict[str, Any]]:
+    layer, make_params, make_batch, optimizer, batch_axis = SETUPS[name]
+    params = make_params(jax.random.key(0))
+    x, y = jax.device_get(make_batch(jax.random.key(1)))  # host arrays: each plan lays them out
+    state = jax.device_get(stacks._state(params, optimizer))
+    over = lambda spec: stacks._over_state(spec, optimizer)  # noqa: E731
+    batch = P(batch_axis)
+    plain = _step(_forward(layer, None, None, None), optimizer)
+    want = jax.jit(plain)(state, x, y)
+
+    def check(got: Any, what: str) -> None:
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            np.testing.assert_allclose(
+                np.asarray(a), np.asarray(b), rtol=2e-3, atol=1e-4, err_msg=f"{name}: {what}"
+            )
+
+    hands: dict[str, tuple[float, float]] = {}
+    for hand, (schedule, count, specs) in hand_plans(params, batch_axis).items():
+        free = next(axis for axis in AXES if axis != batch_axis)
+        f = partitioner.jit(
+            _step(_forward(layer, schedule, count, free), optimizer),
+            in_shardings=(over(specs), batch, batch),
+            out_shardings=(over(specs), P()),
+        )
+        hands[hand] = _figures(f.lower(state, x, y).compile().report())
+    auto_step = _step(_auto_forward(layer), optimizer)
+    partitioner.clear_caches()
+    f = partitioner.jit(auto_step, in_shardings=(AUTO, batch, batch), out_shardings=(AUTO, P()))
+    start = time.perf_counter()
+    report = f.lower(state, x, y).compile().report()
+    search_s = time.perf_counter() - start
+    check(f(state, x, y), "AUTO")
+    moved, memory = _figures(report)
+    plan = report.auto.choice.plan
+    beaten_by = [
+        h for h, (b, m) in hands.items() if b <= moved and m <= memory and (b, m) != (moved, memory)
+    ]
+    extra = {
+        "plan": plan, "hand": {h: {"collective_bytes": b, "memory_bytes": m} for h, (b, m) in hands.items()},
+        "collective_bytes": moved, "memory_bytes": memory, "search_s": search_s,
+        "beaten_by": beaten_by,
+    }  # fmt: skip
+    rows = [
+        common.Row(
+            f"{name}: AUTO ({plan}): hand plans beating it on bytes and memory",
+            "plans", float(len(beaten_by)), None, None, NOT_BEATEN.text,
+            not beaten_by, "ok" if not beaten_by else "MISSED", extra=extra,
+        )
+    ]  # fmt: skip
+    best_bytes = min(hands, key=lambda h: hands[h][0])
+    best_memory = min(hands, key=lambda h: hands[h][1])
+    rows.append(
+        common.compare(f"{name}: AUTO / fewest-bytes hand plan ({best_bytes}): collective bytes",
+                       "KiB/device", [moved], [hands[best_bytes][0]], None, 1 / 1024)
+    )  # fmt: skip
+    rows.append(
+        common.compare(f"{name}: AUTO / least-memory hand plan ({best_memory}): XLA memory",
+                       "KiB/device", [memory], [hands[best_memory][1]], None, 1 / 1024)
+    )  # fmt: skip
+    limit = int(LIMIT_SLACK * hands[best_memory][1])
+    partitioner.clear_caches()
+    limited = partitioner.jit(
+        auto_step, in_shardings=(AUTO, batch, batch), out_shardings=(AUTO, P()),
+        auto_memory_limit=limit,
+    )  # fmt: skip
+    limited_report = limited.lower(state, x, y).compile().report()
+    check(limited(state, x, y), "AUTO under the limit")
+    _, limited_memory = _figures(limited_report)
+    rows.append(
+        common.compare(
+            f"{name}: AUTO under auto_memory_limit = 1.05x the least hand memory "
+            f"({limited_report.auto.choice.plan}) / the limit: XLA memory",
+            "KiB/device", [limited_memory], [limit], FITS, 1 / 1024,
+        )
+    )  # fmt: skip
+    return rows, {"search_s": search_s}
+
+
+def _stack(layers: int) -> tuple[Any, Any, Any]:
+    params = stacks.block_params(jax.random.key(0))
+    params = jax.tree.map(lambda leaf: jnp.concatenate([leaf] * (layers // leaf.shape[0])), params)
+    return jax.device_get((params, *stacks.block_batch(jax.random.key(1))))
+
+
+def search_rows() -> list[common.Row]:
+    """The AUTO pipeline's first call against the same stack as a plain scan with AUTO
+    parameters (8 blocks), and the AUTO pipeline's for 32 blocks; each cold."""
+    rows = []
+    batch = P("model")
+    seconds: dict[tuple[str, int], float] = {}
+    for layers in (8, 32):
+        params, x, y = _stack(layers)
+        kinds = {"AUTO pipeline": _auto_forward(stacks.block)}
+        if layers == 8:
+            kinds["plain scan"] = _forward(stacks.block, None, None, None)
+        for kind, forward in kinds.items():
+            partitioner.clear_caches()
+            f = partitioner.jit(
+                _step(forward, "sgd"), in_shardings=(AUTO, batch, batch), out_shardings=(AUTO, P())
+            )
+            start = time.perf_counter()
+            f.lower(params, x, y).compile()
+            seconds[kind, layers] = time.perf_counter() - start
+    rows.append(
+        common.compare(
+            "search, 8 transformer blocks: AUTO pipeline / plain scan with AUTO parameters",
+            "s", [seconds["AUTO pipeline", 8]], [seconds["plain scan", 8]], SEARCH_8,
+        )
+    )  # fmt: skip
+    met = seconds["AUTO pipeline", 32] <= SEARCH_32_S
+    rows.append(
+        common.Row(
+            "search, 32 transformer blocks: AUTO pipeline", "s", seconds["AUTO pipeline", 32],
+            None, None, f"<= {SEARCH_32_S:.0f} s", met, "ok" if met else "MISSED",
+        )
+    )  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    args = common.parse_args(__doc__.splitlines()[0])
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), AXES)
+    rows: list[common.Row] = []
+    with jax.set_mesh(mesh):
+        for name in SETUPS if not args.quick else list(SETUPS)[:1]:
+            setup_rows, _ = _setup_rows(name, mesh)
+            rows += setup_rows
+            common.print_rows(f"plan: {name}", setup_rows)
+        rows += search_rows()
+    common.print_rows("plan: AUTO against every hand plan (4x2 mesh)", rows)
+    common.write_json(NAME, rows, args.quick)
+
+
+if __name__ == "__main__":
+    main()
