@@ -37,7 +37,7 @@ import pytest
 if TYPE_CHECKING:  # imported where used: loading the plugin imports no jax
     from jax.sharding import AxisType, Mesh
 
-    from partitioner.testing._axis_types import AxisTypes
+    from .axis_types import AxisTypes
 
 OPTION = "--virtual-devices"
 INI = "virtual_devices"
@@ -167,7 +167,7 @@ def _per_axis(axis_types: AxisTypes, names: tuple[str, ...]) -> tuple[AxisType, 
     """
     from jax.sharding import AxisType
 
-    from partitioner.testing._axis_types import normalize_axis_types
+    from .axis_types import normalize_axis_types
 
     types = normalize_axis_types(axis_types, "mesh")
     if isinstance(types, AxisType):

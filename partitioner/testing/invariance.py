@@ -35,9 +35,10 @@ import numpy as np
 from jax.sharding import AxisType, Mesh
 from jax.tree_util import keystr, tree_flatten_with_path
 
+from _partitioner_pytest.axis_types import AxisTypes, normalize_axis_types
+
 from .._src.jit import jit
 from . import strategies
-from ._axis_types import AxisTypes, normalize_axis_types
 
 #: Tolerances (rtol, atol) by dtype kind and width: what one device and a partitioned
 #: program may differ by when XLA sums in another order.

@@ -41,12 +41,13 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 
+from _partitioner_pytest.axis_types import AxisTypes, normalize_axis_types
+
 from .._src import jax_private as jp
 from .._src.sharding.checks import check_spec
 from .._src.sharding.parsed import ParsedPartitionSpec
 from .._src.sharding.partition_spec import UNCONSTRAINED, PartitionSpec, Spec
 from .._src.sharding.sharding_spec import ShardingSpec, sharding_spec_from_parsed
-from ._axis_types import AxisTypes, normalize_axis_types
 
 DEFAULT_AXIS_NAMES: tuple[str, ...] = ("a", "b", "c", "d", "e", "f", "g", "h")
 """The axis names :func:`meshes` draws from unless told otherwise."""

@@ -8,7 +8,9 @@ may also be the type's name as a string, in any case (``"auto"``, ``"Explicit"``
 one type, and a form accepted once stays accepted. This module is the only place that
 reads the forms, so the three cannot drift apart again.
 
-Imported where used by the plugin, which must not import jax when pytest loads it.
+It lives in the plugin's package, the lowest of the kit (it loads before partitioner and
+imports neither jax nor partitioner when pytest loads it: the plugin imports this module
+where used), so the kit's modules import it downward.
 """
 
 from __future__ import annotations
