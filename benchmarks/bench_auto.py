@@ -141,7 +141,7 @@ LAYER_PROGRAMS = (
 )
 
 
-def _stack_program(n: int) -> Program:
+def _stack_program(n: int, dims: models.Dims = models.DIMS) -> Program:
     """``n`` transformer blocks in a row, every parameter AUTO; hand: Megatron per block."""
 
     def loss(params: list[models.Params], batch: models.Batch) -> jax.Array:
@@ -151,13 +151,13 @@ def _stack_program(n: int) -> Program:
         return jnp.mean((x - y) ** 2)
 
     def args() -> tuple[list[models.Params], models.Batch]:
-        return [models.block_params() for _ in range(n)], models.block_batch()
+        return [models.block_params(dims) for _ in range(n)], models.block_batch(dims)
 
     hand = [models.BLOCK_PARAM_SPECS] * n
     return Program(f"{n} stacked blocks", "block", models.train_step(loss), hand, args)
 
 
-def _scanned_program(n: int) -> Program:
+def _scanned_program(n: int, dims: models.Dims = models.DIMS) -> Program:
     """The same ``n`` blocks as a ``lax.scan`` over stacked parameters (hand: Megatron
     per layer, the stack whole)."""
 
@@ -167,8 +167,8 @@ def _scanned_program(n: int) -> Program:
         return jnp.mean((x - y) ** 2)
 
     def args() -> tuple[models.Params, models.Batch]:
-        layers = [models.block_params() for _ in range(n)]
-        return jax.tree.map(lambda *a: jnp.stack(a), *layers), models.block_batch()
+        layers = [models.block_params(dims) for _ in range(n)]
+        return jax.tree.map(lambda *a: jnp.stack(a), *layers), models.block_batch(dims)
 
     hand = {k: P(None, *s) for k, s in models.BLOCK_PARAM_SPECS.items()}
     return Program(f"{n} scanned blocks", "block", models.train_step(loss), hand, args)
@@ -415,13 +415,15 @@ def _figures_of(prog: Program, spec: Any) -> dict[str, Any]:
     return _program_figures(_pjit(prog, spec).lower(params, batch).compile().report())
 
 
-def twin_rows(n: int) -> list[common.Row]:
+def twin_rows(n: int, dims: models.Dims = models.DIMS) -> list[common.Row]:
     """``n`` blocks scanned against the same blocks unrolled, each laid out by AUTO:
     XLA's collective bytes and memory per device (scanned / unrolled). Beside them,
     the scanned program laid out as the unrolled twin's choice (stacked): what the
     scan's own choice is to be judged against where XLA's loop holds more than the
-    unrolled program for any layout (its stacked residuals and gradients)."""
-    scanned, unrolled = _scanned_program(n), _stack_program(n)
+    unrolled program for any layout (its stacked residuals and gradients). ``dims``:
+    the blocks' sizes (the rows name a batch other than the default's)."""
+    scanned, unrolled = _scanned_program(n, dims), _stack_program(n, dims)
+    shape = "" if dims == models.DIMS else f" (batch {dims.batch} x {dims.seq})"
     _cold()
     params, batch = unrolled.args()
     report = _pjit(unrolled, AUTO).lower(params, batch).compile().report()
@@ -439,7 +441,7 @@ def twin_rows(n: int) -> list[common.Row]:
         for other, short in ((theirs, "unrolled"), (transplanted, "unrolled's plan, scanned")):
             rows.append(
                 common.compare(
-                    f"{n} scanned blocks: {what} / {short}",
+                    f"{n} scanned blocks{shape}: {what} / {short}",
                     "KiB/device",
                     [ours[key]],
                     [other[key]],
@@ -572,6 +574,7 @@ def main() -> None:
             rows += scaling_rows(STACKS)
             rows += remat_case.remat_rows() + remat_case.unrolled_rows()
             rows += twin_rows(8)
+            rows += twin_rows(8, models.Dims(batch=8, seq=16))
             rows += scan_scaling_rows(SCANNED)
     common.print_rows("AUTO layouts: chosen vs hand vs replicated, 4x2 mesh", rows)
     for name, info in details.items():

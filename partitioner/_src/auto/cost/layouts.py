@@ -17,8 +17,9 @@ with those collectives: where every tiled dimension changes (the target tiles no
 the dimensions the source tiles) and the move is not one all-to-all of one dimension's
 tiles, whole, to one other dimension, it replicates the whole value on every device
 and slices the target's block out ("Involuntary full rematerialization", its warning
-says; the rule :func:`involuntary` states matches XLA on every move of a 2-d and a 3-d
-value over a 4x2 mesh, ``tests/auto/test_involuntary.py``). Such a
+says; the rule :func:`involuntary` states agrees with XLA's warning on the moves of
+``tests/auto/test_involuntary.py``, neighbours each way, picked from a probe of every
+move of a 2-d and a 3-d value over a 4x2 mesh). Such a
 move is priced as XLA makes it (:data:`REMATERIALIZE`: every device gathers the whole
 value, which it then holds), so the search sees its cost, and its memory, before XLA
 does, and a layout that needs one is not what it proposes.
