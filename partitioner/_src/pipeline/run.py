@@ -237,7 +237,7 @@ class Pipelined:
                 )
             decided = self._decided()
             if decided is None:  # NOTE [pipeline decision]: the plain scan
-                return jax.lax.scan(lambda h, one: (self.layer(one, h), None), x, params)[0]
+                return self._scan(params, x)
             return decided(params, x)
         plan = self.plan(params, x)
         staged = params if isinstance(params, StagedParams) else self._staged(params, plan)
@@ -248,7 +248,11 @@ class Pipelined:
         if staged.rest is None:
             return out
         # The layers the stages do not divide: after them, outside them (as MaxText runs them).
-        return jax.lax.scan(lambda h, one: (self.layer(one, h), None), out, staged.rest)[0]
+        return self._scan(staged.rest, out)
+
+    def _scan(self, stacked: Any, x: Any) -> Any:
+        """The plain scan of the layer over ``stacked`` (every leaf ``[layers, ...]``)."""
+        return jax.lax.scan(lambda h, one: (self.layer(one, h), None), x, stacked)[0]
 
     @property
     def _axis(self) -> str:

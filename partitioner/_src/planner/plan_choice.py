@@ -37,7 +37,7 @@ def options(plan: CallPlan) -> list[PipelineDecision]:
         for axes in getattr(spec, "partitions", ())
         for axis in axes
     }
-    allowed = [schedule for schedule in plan.auto_pipelines[0]]
+    allowed = list(plan.auto_pipelines[0])
     for schedules in plan.auto_pipelines[1:]:
         allowed = [schedule for schedule in allowed if schedule in schedules]
     return [
