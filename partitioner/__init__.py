@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from ._src.auto.search.confirm import NoLayoutFits
     from ._src.colocated.api import colocated_cpu_devices, colocated_python
     from ._src.colocated.objects import colocated_python_class
-    from ._src.pipeline.run import Pipelined, PipelinePlan, pipeline
+    from ._src.pipeline.run import AutoPipelined, Pipelined, PipelinePlan, pipeline
     from ._src.pipeline.staged import StagedParams
     from ._src.pmap import PmapWrapped, pmap
     from ._src.residuals import Residual, residuals
@@ -59,6 +59,7 @@ else:
             "NoLayoutFits": "partitioner._src.auto.search.confirm",
             "pipeline": "partitioner._src.pipeline.run",
             "Pipelined": "partitioner._src.pipeline.run",
+            "AutoPipelined": "partitioner._src.pipeline.run",
             "PipelinePlan": "partitioner._src.pipeline.run",
             "StagedParams": "partitioner._src.pipeline.staged",
             "PmapWrapped": "partitioner._src.pmap",
@@ -83,6 +84,7 @@ __all__ = [
     "NoLayoutFits",
     "PjitWrapped",
     "PmapWrapped",
+    "AutoPipelined",
     "Pipelined",
     "PipelinePlan",
     "SpecSync",

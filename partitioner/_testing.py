@@ -10,8 +10,9 @@ helpers below; nothing else.
 What is here, and why a test needs it:
 
 - ``pjit_p``, ``sharding_constraint_p``, ``id_tap_p``, ``call_p``, ``pmap_region_p``,
-  ``shift_p`` (and ``shift``): the
-  primitives, to check that every jax transformation registry has a rule for them.
+  ``shift_p`` (and ``shift``), ``auto_pipeline_p`` (and ``auto_pipeline_sites``, what a
+  traced program's marks say): the primitives, to check that every jax transformation
+  registry has a rule for them.
 - ``Sequencer``, ``TapItem``: the tap receiver's program-order bookkeeping (NOTE
   [device tap order]), driven directly with arrivals in any interleaving.
 - ``executable_cache``, ``ExecutableCache``: the compile-once cache, to count its
@@ -60,6 +61,8 @@ from ._src.host_callback.primitive import id_tap_p
 from ._src.host_callback.receiver import Sequencer, TapItem
 from ._src.inspect.collectives import parse_groups as hlo_replica_groups
 from ._src.lower.annotate import ensure_sdy_mesh, sdy_mesh_attr, sdy_sharding_attr
+from ._src.primitives.auto_pipeline import auto_pipeline_p
+from ._src.primitives.auto_pipeline import sites as auto_pipeline_sites
 from ._src.primitives.constraint import sharding_constraint_p
 from ._src.primitives.pjit_call import pjit_p
 from ._src.primitives.pmap_region import pmap_region_p
@@ -107,6 +110,8 @@ def runs_windowed(f: Any, *args: Any, **kwargs: Any) -> bool:
 
 __all__ = [
     "AutoEstimator",
+    "auto_pipeline_p",
+    "auto_pipeline_sites",
     "auto_candidates",
     "auto_moves",
     "MAX_IN_FLIGHT",

@@ -22,7 +22,7 @@ from __future__ import annotations
 from . import jax_private as jp
 from .dispatch import execute
 from .lower import manual, nested
-from .primitives import constraint, pjit_call, pmap_region, shift
+from .primitives import auto_pipeline, constraint, pjit_call, pmap_region, shift
 
 # --- pjit_p: a partitioned call of a traced body over a mesh ---
 
@@ -57,6 +57,15 @@ jp.primitive_jvps[shift_p] = shift.jvp
 jp.primitive_transposes[shift_p] = shift.transpose
 jp.register_lowering(shift_p, shift.lowering)
 shift_p.def_impl(shift.impl)
+
+# --- auto_pipeline_p: the mark an AUTO pipeline leaves for its call (NOTE [pipeline decision]) ---
+
+auto_pipeline_p = auto_pipeline.auto_pipeline_p
+auto_pipeline_p.def_abstract_eval(auto_pipeline.abstract_eval)
+jp.partial_eval_jaxpr_custom_rules[auto_pipeline_p] = auto_pipeline.partial_eval_custom
+jp.dce_rules[auto_pipeline_p] = auto_pipeline.dce
+jp.register_lowering(auto_pipeline_p, auto_pipeline.lowering)
+auto_pipeline_p.def_impl(auto_pipeline.impl)
 
 # --- pmap_region_p: a per-device body run once on every device of an axis ---
 

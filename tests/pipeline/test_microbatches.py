@@ -69,17 +69,17 @@ def test_the_choice_is_the_fastest_within_the_memory_slack_or_the_limit() -> Non
     )
     assert len(table) == 12
     least = min(o.estimate.memory_bytes for o in table)
-    chosen = microbatches.choose(table, None)
+    chosen = microbatches.pick(table, None)
     near = [o for o in table if o.estimate.memory_bytes <= least * (1 + microbatches.MEMORY_SLACK)]
     assert chosen in near
     assert chosen.estimate.time_s <= min(o.estimate.time_s for o in near) * (1 + microbatches.TIE)
     # under a limit only options that fit it; the least memory where none does
     limit = int(sorted(o.estimate.memory_bytes for o in table)[3]) + 1
-    under = microbatches.choose(table, limit)
+    under = microbatches.pick(table, limit)
     assert under.estimate.memory_bytes <= limit
     fits = [o for o in table if o.estimate.memory_bytes <= limit]
     assert under.estimate.time_s <= min(o.estimate.time_s for o in fits) * (1 + microbatches.TIE)
-    assert microbatches.choose(table, 1).estimate.memory_bytes == least
+    assert microbatches.pick(table, 1).estimate.memory_bytes == least
 
 
 def test_a_layers_costs_are_the_flop_counters_and_jaxs_residuals() -> None:

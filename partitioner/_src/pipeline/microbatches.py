@@ -44,7 +44,7 @@ from ..auto.cost.equations import aval_itemsize
 from ..auto.cost.rates import BYTES_PER_S, FLOPS_PER_S, LATENCY_S
 from ..primitives.auto_choice import Estimate
 from .program import Saves
-from .schedule import Schedule
+from .schedule import Schedule, ScheduleKind
 
 #: Estimated times within this share of the best count as tied.
 TIE = 0.01
@@ -77,8 +77,7 @@ class MicrobatchOption:
 
     Attributes:
         microbatches: the count.
-        saves: what each step keeps for the backward pass (``"activations"`` or
-            ``"inputs"``).
+        saves: what each step keeps for the backward pass.
         bubble_fraction: the share of stage-steps with no microbatch to work on.
         estimate: the pipeline's training step as AUTO's cost model counts a program:
             ``time_s`` (what the choice minimizes), compute, collective bytes and
@@ -86,7 +85,7 @@ class MicrobatchOption:
     """
 
     microbatches: int
-    saves: str
+    saves: Saves
     bubble_fraction: float
     estimate: Estimate
 
@@ -147,7 +146,7 @@ def estimate(schedule: Schedule, shards: int, costs: LayerCosts, saves: Saves) -
 
 
 def options(
-    kind: str,
+    kind: ScheduleKind,
     layers: int,
     stages: int,
     counts: Sequence[int],
@@ -162,12 +161,12 @@ def options(
         schedule = Schedule(kind, layers, stages, count)
         for kept in saves:
             figures = estimate(schedule, shards(count), costs, kept)
-            table.append(MicrobatchOption(count, kept.value, schedule.bubble_fraction, figures))
+            table.append(MicrobatchOption(count, kept, schedule.bubble_fraction, figures))
     return tuple(table)
 
 
-def choose(table: Sequence[MicrobatchOption], memory_limit: int | None) -> MicrobatchOption:
-    """The option NOTE [pipeline microbatches] chooses."""
+def pick(table: Sequence[MicrobatchOption], memory_limit: int | None) -> MicrobatchOption:
+    """The option NOTE [pipeline microbatches] takes."""
     least = min(option.estimate.memory_bytes for option in table)
     if memory_limit is not None and least <= memory_limit:
         bound = float(memory_limit)
@@ -179,6 +178,6 @@ def choose(table: Sequence[MicrobatchOption], memory_limit: int | None) -> Micro
     return max(tied, key=lambda option: (option.microbatches, -option.estimate.time_s))
 
 
-def chosen_for(key: Hashable, compute: Callable[[], Any]) -> Any:
-    """The choice kept for ``key`` (layer, shapes, schedule, placement), computed once."""
+def kept(key: Hashable, compute: Callable[[], Any]) -> Any:
+    """The option kept for ``key`` (layer, shapes, schedule, placement), computed once."""
     return choices.chosen(("pipeline", key), compute)

@@ -50,7 +50,7 @@ from .shards import ShardLayer, per_shard
 _OPEN = PartitionSpec.UNCONSTRAINED
 
 
-class Saves(enum.Enum):
+class Saves(enum.StrEnum):
     """What each step of the forward loop keeps for the backward pass (NOTE [pipeline
     residuals])."""
 
@@ -80,6 +80,12 @@ class Placement:
         """``array`` ``[stages, ...]`` laid out with its stages over the axis."""
         spec = PartitionSpec(self.axis, *[_OPEN] * (array.ndim - 1))
         return with_sharding_constraint(array, NamedSharding(self.mesh, spec))
+
+
+def plain_scan(layer: Callable[[Any, Any], Any], stacked: Any, x: Any) -> Any:
+    """What a pipeline computes: ``layer`` applied to ``x`` once per layer of
+    ``stacked`` (every leaf ``[layers, ...]``), in order, as a ``lax.scan``."""
+    return jax.lax.scan(lambda h, one: (layer(one, h), None), x, stacked)[0]
 
 
 def run(

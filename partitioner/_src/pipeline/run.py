@@ -21,17 +21,19 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ..inspect.pipelines import PipelineSummary, stage_devices
 from ..inspect.visualize import schedule_png
 from ..primitives.auto_choice import Estimate
+from ..primitives.auto_pipeline import AutoPipelineSite, mark
 from ..primitives.constraint import with_sharding_constraint
 from ..sharding.auto import AUTO, _Auto
 from ..sharding.mesh_env import maybe_current_mesh
-from ..trace.plans import decision
-from ..trace.tracing import enclosing_body, enclosing_memory_limit, note_auto_pipeline
+from ..trace.decision import PipelineDecision
+from ..trace.tracing import enclosing_body, enclosing_settings
 from . import checks
-from . import microbatches as choice
 from .checks import API
-from .program import Placement, Saves
+from .microbatches import MicrobatchOption, kept, layer_costs, pick, tree_bytes
+from .microbatches import options as microbatch_options
+from .program import Placement, Saves, plain_scan
 from .program import run as run_program
-from .schedule import SCHEDULES, Schedule
+from .schedule import SCHEDULES, Schedule, ScheduleKind
 from .shards import batch_axes
 from .staged import StagedParams, stage_order
 
@@ -46,7 +48,7 @@ def pipeline(
     schedule: str | None = None,
     mesh: Mesh | None = None,
     saves: str | None = None,
-) -> Pipelined:
+) -> Pipelined | AutoPipelined:
     """A function ``run(stacked_params, x)`` whose value is the plain scan's,
     ``lax.scan(lambda h, p: (layer(p, h), None), x, stacked_params)[0]``, run as a
     pipeline over the mesh axis ``axis`` inside the enclosing program (NOTE [pipeline]).
@@ -70,6 +72,10 @@ def pipeline(
         saves: what each step keeps for the backward pass: ``"activations"`` (what it
             reads), ``"inputs"`` (each visit's input, the rest recomputed); None:
             chosen with the microbatches (NOTE [pipeline residuals]).
+
+    Returns:
+        A :class:`Pipelined`, or for ``axis=AUTO`` an :class:`AutoPipelined` (which,
+        traced under its call's decision, runs as the :class:`Pipelined` decided).
 
     Raises:
         TypeError: ``layer`` not callable, ``axis`` not a string, ``microbatches``
@@ -97,7 +103,12 @@ def pipeline(
     if saves is not None and saves not in _SAVES:
         raise ValueError(f"{API}: saves must be one of {_SAVES} or None, got {saves!r}")
     count = None if microbatches is None else int(microbatches)
-    return Pipelined(layer, axis, count, schedule, mesh, saves)
+    kind = None if schedule is None else ScheduleKind(schedule)
+    keeps = None if saves is None else Saves(saves)
+    if isinstance(axis, str):
+        return Pipelined(layer, axis, count, kind or ScheduleKind.GPIPE, mesh, keeps)
+    allowed = tuple(ScheduleKind) if kind is None else (kind,)
+    return AutoPipelined(layer, count, allowed, mesh, keeps)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,8 +121,8 @@ class PipelinePlan:
             (NOTE [pipeline gradients]).
         stage_devices: per stage, the ids of the devices that run it.
         chosen: whether partitioner chose the microbatch count.
-        saves: what each step keeps for the backward pass (``"activations"`` or
-            ``"inputs"``).
+        saves: what each step keeps for the backward pass (:class:`Saves`, a string:
+            ``"activations"`` or ``"inputs"``).
         rest_layers: layers after the stages' that run outside them (a layer count
             the stages do not divide).
         estimates: the model's figures per option (microbatches, saves) it weighed.
@@ -125,9 +136,9 @@ class PipelinePlan:
     placement: Placement
     stage_devices: tuple[tuple[int, ...], ...]
     chosen: bool
-    saves: str
+    saves: Saves
     rest_layers: int
-    estimates: tuple[choice.MicrobatchOption, ...]
+    estimates: tuple[MicrobatchOption, ...]
     estimate: Estimate
     permute_bytes: int
 
@@ -152,7 +163,7 @@ class PipelinePlan:
                 _ranges(schedule.layers_of(stage)) for stage in range(schedule.stages)
             ),
             batch_axes=self.placement.batch,
-            saves=self.saves,
+            saves=self.saves.value,
             rest_layers=self.rest_layers,
         )
 
@@ -205,122 +216,57 @@ class PipelinePlan:
         return "\n".join(rows)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
 class Pipelined:
-    """The function :func:`pipeline` returns."""
+    """The function :func:`pipeline` returns for a given axis: ``run(params, x)``.
 
-    def __init__(
-        self,
-        layer: Callable[[Any, Any], Any],
-        axis: str | _Auto,
-        microbatches: int | None,
-        schedule: str | None,
-        mesh: Mesh | None = None,
-        saves: str | None = None,
-    ) -> None:
-        if isinstance(axis, str) and schedule is None:
-            schedule = "gpipe"
-        self.layer, self.axis = layer, axis
-        self.microbatches, self.schedule = microbatches, schedule
-        self.mesh, self.saves = mesh, saves
-        functools.update_wrapper(self, layer)  # type: ignore[arg-type]
+    Attributes:
+        layer, axis, microbatches, mesh: as :func:`pipeline` took them.
+        schedule: the schedule (gpipe where none was given).
+        saves: what each step keeps (None: chosen with the microbatches).
+    """
+
+    layer: Callable[[Any, Any], Any]
+    axis: str
+    microbatches: int | None
+    schedule: ScheduleKind
+    mesh: Mesh | None = None
+    saves: Saves | None = None
+
+    def __post_init__(self) -> None:
+        _wraps(self, self.layer)
 
     def __call__(self, params: Any, x: Any) -> Any:
         """The plain scan's value on ``x``; ``params`` stacked (every leaf ``[layers,
         ...]``) or staged once (:meth:`stage`)."""
-        if self.axis is AUTO:
-            note_auto_pipeline(SCHEDULES if self.schedule is None else (self.schedule,))
-            if isinstance(params, StagedParams):
-                raise ValueError(
-                    f"{API}: axis=AUTO takes the stacked parameters (every leaf [layers, "
-                    "...]): staged ones are staged for one schedule and stage count, which "
-                    "the search chooses"
-                )
-            decided = self._decided()
-            if decided is None:  # NOTE [pipeline decision]: the plain scan
-                return self._scan(params, x)
-            return decided(params, x)
-        plan = self.plan(params, x)
-        staged = params if isinstance(params, StagedParams) else self._staged(params, plan)
+        return self.run(self.plan(params, x), params, x)
+
+    def run(self, plan: PipelinePlan, params: Any, x: Any) -> Any:
+        """The call, as ``plan`` (this pipeline's :meth:`plan` of the arguments) says."""
+        staged = params if isinstance(params, StagedParams) else stage_order(params, plan.schedule)
         with jax.named_scope(plan.summary().marker()):  # NOTE [pipeline in the report]
             out = run_program(
-                self.layer, plan.schedule, plan.placement, Saves(plan.saves), staged.staged, x
+                self.layer, plan.schedule, plan.placement, plan.saves, staged.staged, x
             )
         if staged.rest is None:
             return out
         # The layers the stages do not divide: after them, outside them (as MaxText runs them).
-        return self._scan(staged.rest, out)
-
-    def _scan(self, stacked: Any, x: Any) -> Any:
-        """The plain scan of the layer over ``stacked`` (every leaf ``[layers, ...]``)."""
-        return jax.lax.scan(lambda h, one: (self.layer(one, h), None), x, stacked)[0]
-
-    @property
-    def _axis(self) -> str:
-        """The stages' axis of a pipeline given one (``axis=AUTO`` goes through
-        :meth:`_concrete` first)."""
-        assert isinstance(self.axis, str), "an AUTO pipeline is made concrete first"
-        return self.axis
-
-    @property
-    def _schedule(self) -> str:
-        assert self.schedule is not None, "an AUTO pipeline is made concrete first"
-        return self.schedule
-
-    def _decided(self) -> Pipelined | None:
-        """This AUTO pipeline as the body's trace decided it (NOTE [pipeline decision]):
-        a pipeline over a given axis, or None for the plain scan."""
-        chosen = decision()
-        if chosen is None or chosen.axis is None:
-            return None
-        return Pipelined(
-            self.layer, chosen.axis, self.microbatches, chosen.schedule, self.mesh, self.saves
-        )
-
-    def _concrete(self) -> Pipelined:
-        """This pipeline with its axis known: itself, or under ``axis=AUTO`` the one the
-        body's trace decided.
-
-        Raises:
-            ValueError: ``axis=AUTO`` and no pipeline decided: whether and how the stack
-                is pipelined is the enclosing call's choice.
-        """
-        if self.axis is not AUTO:
-            return self
-        decided = self._decided()
-        if decided is None:
-            raise ValueError(
-                f"{API}: axis=AUTO: whether and how this stack is pipelined is chosen by "
-                "the enclosing jit/pjit call, and here it runs the plain scan; the call's "
-                "report says what it chose (Lowered.report().auto.choice.plan)"
-            )
-        return decided
+        return plain_scan(self.layer, staged.rest, out)
 
     def stage(self, stacked_params: Any) -> StagedParams:
         """``stacked_params`` (every leaf ``[layers, ...]``) in the order this pipeline's
         stages hold them, to lay out once (``P(axis)`` on every leaf's first dimension:
         ``jax.tree.map(lambda _: P(axis), staged)``) and train in that form: a circular
         pipeline given a stack moves every parameter to that order and back at every
-        call. :meth:`StagedParams.unstage` gives the stack back.
-
-        Raises:
-            ValueError: ``axis=AUTO`` (the stages are the enclosing call's choice).
-        """
-        if self.axis is AUTO:
-            raise ValueError(
-                f"{API}: axis=AUTO: the stages are chosen by the enclosing call, so there is "
-                "no one order to stage the parameters in; pass the stacked parameters"
-            )
+        call. :meth:`StagedParams.unstage` gives the stack back."""
         mesh = self._mesh()
         stages = self._stages(mesh)
         layers = checks.layer_count(stacked_params)
-        pipelined = checks.pipelined(layers, stages, self._axis)
-        staged = stage_order(stacked_params, Schedule(self._schedule, pipelined, stages, 1))
+        pipelined = checks.pipelined(layers, stages, self.axis)
+        staged = stage_order(stacked_params, Schedule(self.schedule, pipelined, stages, 1))
         stage_first = NamedSharding(mesh, PartitionSpec(self.axis))
         laid = jax.tree.map(lambda leaf: with_sharding_constraint(leaf, stage_first), staged.staged)
         return dataclasses.replace(staged, staged=laid)
-
-    def _staged(self, stacked: Any, plan: PipelinePlan) -> StagedParams:
-        return stage_order(stacked, plan.schedule)
 
     def plan(self, params: Any, x: Any) -> PipelinePlan:
         """The stages, microbatches, schedule and what each step saves for a call with
@@ -333,41 +279,38 @@ class Pipelined:
                 leading (layer) dimension, or fewer layers than stages; staged
                 parameters for another schedule or stage count; a batch not divisible
                 by ``microbatches``; a layer whose output differs from its input in
-                structure, shape or dtype; ``axis=AUTO`` outside a body traced under a
-                pipeline decision (NOTE [pipeline decision]).
+                structure, shape or dtype.
         """
-        if self.axis is AUTO:
-            return self._concrete().plan(params, x)
         mesh = self._mesh()
         stages = self._stages(mesh)
         one_layer, layers = self._layers(params, stages)
-        pipelined = checks.pipelined(layers, stages, self._axis)
+        pipelined = checks.pipelined(layers, stages, self.axis)
         batch = checks.batch_size(x)
         h_aval = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype), x)
         checks.layer_keeps_its_input(self.layer, one_layer, h_aval)
         if self.microbatches is not None:
             checks.microbatch_count(self.microbatches, batch)
-        limit = enclosing_memory_limit()
+        limit = enclosing_settings().memory_limit
         key = (
             self.layer, self.schedule, self.microbatches, self.saves, layers, stages,
             str(jax.tree.structure((one_layer, h_aval))),
             tuple((leaf.shape, str(leaf.dtype)) for leaf in jax.tree.leaves((one_layer, h_aval))),
             tuple(mesh.shape.items()), tuple(mesh.axis_types), self.axis, limit,
         )  # fmt: skip
-        best, table, placement = choice.chosen_for(
-            key, lambda: self._choose(mesh, one_layer, h_aval, pipelined, batch, limit)
+        best, table, placement = kept(
+            key, lambda: self._weigh(mesh, one_layer, h_aval, pipelined, batch, limit)
         )
-        schedule = Schedule(self._schedule, pipelined, stages, best.microbatches)
+        schedule = Schedule(self.schedule, pipelined, stages, best.microbatches)
         return PipelinePlan(
             schedule=schedule,
             placement=placement,
-            stage_devices=stage_devices(mesh, self._axis),
+            stage_devices=stage_devices(mesh, self.axis),
             chosen=self.microbatches is None,
             saves=best.saves,
             rest_layers=layers - pipelined,
             estimates=table,
             estimate=best.estimate,
-            permute_bytes=choice.tree_bytes(x) // (best.microbatches * placement.shards),
+            permute_bytes=tree_bytes(x) // (best.microbatches * placement.shards),
         )
 
     def _mesh(self) -> Mesh:
@@ -394,7 +337,7 @@ class Pipelined:
         """One layer's parameters (as ``jax.ShapeDtypeStruct``s) and the layer count."""
         if isinstance(params, StagedParams):
             staged_stages = np.shape(jax.tree.leaves(params.staged)[0])[0]
-            if params.schedule != self.schedule or staged_stages != stages:
+            if params.schedule is not self.schedule or staged_stages != stages:
                 raise ValueError(
                     f"{API}: the parameters were staged for a {params.schedule} pipeline of "
                     f"{staged_stages} stages, not this {self.schedule} one of {stages} stages "
@@ -409,28 +352,109 @@ class Pipelined:
         )
         return one, checks.layer_count(params)
 
-    def _choose(
+    def _weigh(
         self, mesh: Mesh, one_layer: Any, h_aval: Any, pipelined: int, batch: int, limit: Any
-    ) -> tuple[choice.MicrobatchOption, tuple[choice.MicrobatchOption, ...], Placement]:
+    ) -> tuple[MicrobatchOption, tuple[MicrobatchOption, ...], Placement]:
+        """NOTE [pipeline microbatches]: every option's figures, the one picked and its
+        placement."""
         program = jax.make_jaxpr(self.layer)(one_layer, h_aval)
 
         def placement(count: int) -> Placement:
-            axes = batch_axes(mesh, self._axis, program, batch // count)
-            return Placement(mesh, self._axis, axes, math.prod(int(mesh.shape[a]) for a in axes))
+            axes = batch_axes(mesh, self.axis, program, batch // count)
+            return Placement(mesh, self.axis, axes, math.prod(int(mesh.shape[a]) for a in axes))
 
         counts = (
             [self.microbatches]
             if self.microbatches is not None
             else [d for d in range(1, batch + 1) if batch % d == 0]
         )
-        saves = [Saves(self.saves)] if self.saves is not None else list(Saves)
-        costs = choice.layer_costs(self.layer, one_layer, h_aval)
-        table = choice.options(
-            self._schedule, pipelined, int(mesh.shape[self._axis]), counts,
+        saves = [self.saves] if self.saves is not None else list(Saves)
+        costs = layer_costs(self.layer, one_layer, h_aval)
+        table = microbatch_options(
+            self.schedule, pipelined, int(mesh.shape[self.axis]), counts,
             lambda count: placement(count).shards, costs, saves,
         )  # fmt: skip
-        best = choice.choose(table, limit)
+        best = pick(table, limit)
         return best, table, placement(best.microbatches)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class AutoPipelined:
+    """The function :func:`pipeline` returns for ``axis=AUTO``: ``run(params, x)``,
+    whose call decides whether and how it is pipelined (NOTE [pipeline decision]).
+
+    Attributes:
+        layer, microbatches, mesh: as :func:`pipeline` took them.
+        schedules: the schedules the call may choose among.
+        saves: what each step keeps (None: chosen with the microbatches).
+    """
+
+    layer: Callable[[Any, Any], Any]
+    microbatches: int | None
+    schedules: tuple[ScheduleKind, ...]
+    mesh: Mesh | None = None
+    saves: Saves | None = None
+
+    def __post_init__(self) -> None:
+        _wraps(self, self.layer)
+
+    def decided(self, decision: PipelineDecision) -> Pipelined | None:
+        """This pipeline as ``decision`` runs it; None for the plain scan."""
+        if decision.axis is None:
+            return None
+        kind = ScheduleKind(decision.schedule)
+        return Pipelined(self.layer, decision.axis, self.microbatches, kind, self.mesh, self.saves)
+
+    def __call__(self, params: Any, x: Any) -> Any:
+        """The plain scan's value on ``x`` (``params`` stacked: every leaf ``[layers,
+        ...]``), pipelined as the enclosing call decided (outside one: the plain scan)."""
+        if isinstance(params, StagedParams):
+            raise ValueError(
+                f"{API}: axis=AUTO takes the stacked parameters (every leaf [layers, "
+                "...]): staged ones are staged for one schedule and stage count, which "
+                "the search chooses"
+            )
+        schedules = tuple(kind.value for kind in self.schedules)
+        concrete = self.decided(enclosing_settings().pipeline)
+        if concrete is None:
+            mark(AutoPipelineSite(schedules))
+            return plain_scan(self.layer, params, x)
+        plan = concrete.plan(params, x)
+        mark(AutoPipelineSite(schedules, plan.schedule.microbatches))
+        return concrete.run(plan, params, x)
+
+    def plan(self, params: Any, x: Any) -> PipelinePlan:
+        """The plan of the pipeline the enclosing call's decision runs.
+
+        Raises:
+            ValueError: the body is traced under no decision to pipeline (outside a
+                call, or the call chose the plain scan).
+        """
+        concrete = self.decided(enclosing_settings().pipeline)
+        if concrete is None:
+            raise ValueError(
+                f"{API}: axis=AUTO: whether and how this stack is pipelined is chosen by "
+                "the enclosing jit/pjit call, and here it runs the plain scan; the call's "
+                "report says what it chose (Lowered.report().auto.choice.plan)"
+            )
+        return concrete.plan(params, x)
+
+    def stage(self, stacked_params: Any) -> StagedParams:
+        """Raises ``ValueError``: the stages are the enclosing call's choice."""
+        del stacked_params
+        raise ValueError(
+            f"{API}: axis=AUTO: the stages are chosen by the enclosing call, so there is "
+            "no one order to stage the parameters in; pass the stacked parameters"
+        )
+
+
+def _wraps(pipelined: Any, layer: Callable[..., Any]) -> None:
+    """Give a (frozen) pipelined function its layer's name and docstring, as
+    ``functools.wraps`` would."""
+    for name in functools.WRAPPER_ASSIGNMENTS:
+        if hasattr(layer, name):
+            pipelined.__dict__[name] = getattr(layer, name)
+    pipelined.__dict__["__wrapped__"] = layer
 
 
 def _ranges(layers: Sequence[int]) -> str:

@@ -18,11 +18,20 @@ steps is one layer, not ``L / S``).
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Any
 
 import jax.numpy as jnp
 
-SCHEDULES = ("gpipe", "circular")
+
+class ScheduleKind(enum.StrEnum):
+    """How a pipeline's layers sit on its stages (NOTE [pipeline schedule])."""
+
+    GPIPE = "gpipe"  # one visit of L / S contiguous layers per stage
+    CIRCULAR = "circular"  # L / S visits of one layer: layer i on stage i mod S
+
+
+SCHEDULES = tuple(kind.value for kind in ScheduleKind)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,20 +42,23 @@ class Schedule:
     ``microbatches * repeats`` of the ``steps``.
     """
 
-    kind: str
+    kind: ScheduleKind
     layers: int
     stages: int
     microbatches: int
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", ScheduleKind(self.kind))  # canonical: "gpipe" too
+
     @property
     def repeats(self) -> int:
         """Visits of each microbatch to each stage."""
-        return 1 if self.kind == "gpipe" else self.layers // self.stages
+        return 1 if self.kind is ScheduleKind.GPIPE else self.layers // self.stages
 
     @property
     def per_visit(self) -> int:
         """Layers a stage applies in one visit."""
-        return self.layers // self.stages if self.kind == "gpipe" else 1
+        return self.layers // self.stages if self.kind is ScheduleKind.GPIPE else 1
 
     @property
     def slots(self) -> int:

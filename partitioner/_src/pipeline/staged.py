@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .schedule import Schedule
+from .schedule import Schedule, ScheduleKind
 
 
 @jax.tree_util.register_dataclass
@@ -38,7 +38,7 @@ class StagedParams:
 
     staged: Any
     rest: Any
-    schedule: str = dataclasses.field(metadata={"static": True})
+    schedule: ScheduleKind = dataclasses.field(metadata={"static": True})
 
     def unstage(self) -> Any:
         """The stack ``[layers, ...]`` in layer order (for a checkpoint, or the plain scan)."""

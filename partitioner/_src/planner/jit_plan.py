@@ -21,6 +21,7 @@ from jax.tree_util import tree_flatten_with_path, tree_leaves, tree_unflatten
 
 from .. import jax_private as jp
 from .. import lazy, options
+from ..primitives.auto_pipeline import sites
 from ..primitives.call_plan import CallPlan, PlannerFromInfo
 from ..primitives.pjit_call import PjitParams
 from ..sharding.auto import AUTO, has_auto
@@ -37,8 +38,16 @@ from ..sharding.placement import (
 )
 from ..sharding.tree import UNSPECIFIED
 from ..trace.arguments import BoundCall, bind_call
-from ..trace.tracing import check_mesh_unchanged, enclosing_body, trace_body
-from . import plan_choice
+from ..trace.decision import PipelineDecision
+from ..trace.tracing import (
+    BodySettings,
+    check_mesh_unchanged,
+    enclosing_body,
+    enclosing_settings,
+    trace_body,
+    tracing_a_body,
+)
+from . import decisions
 from .jit_info import JitInfo, NoneRule
 
 # NOTE [lazy AUTO]: the AUTO stage (its cost model, search and reports) is loaded
@@ -49,16 +58,29 @@ else:
     auto_resolve = lazy.module("partitioner._src.auto.resolve")
 
 
-def plan_jit_call(info: JitInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallPlan:
+def plan_jit_call(
+    info: JitInfo,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    decision: PipelineDecision | None = None,
+) -> CallPlan:
     """Check one call's arguments, trace the body (cached) and build ``pjit_p``'s params.
 
-    AUTO leaves stay AUTO in the plan (:class:`JitPlanner` resolves them).
+    AUTO leaves stay AUTO in the plan (:class:`JitPlanner` resolves them). The body is
+    traced under ``decision`` (NOTE [pipeline decision]); None: the enclosing body's,
+    the plain scan outside any.
     """
     bound = bind_call(info.binding, args, kwargs)
-    return _plan_over(info, bound, _placement(info, bound))
+    settings = BodySettings(
+        memory_limit=info.options["auto_memory_limit"],
+        pipeline=enclosing_settings().pipeline if decision is None else decision,
+    )
+    return _plan_over(info, bound, _placement(info, bound), settings)
 
 
-def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPlan:
+def _plan_over(
+    info: JitInfo, bound: BoundCall, placement: Placement, settings: BodySettings
+) -> CallPlan:
     """The plan of a bound call over ``placement``'s devices (moved once to the devices
     the body's own shardings name, when nothing outside it placed the call)."""
     mesh = placement.mesh
@@ -75,11 +97,11 @@ def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPla
         bound.trace_key(),
         _debug_info(info, bound),
         source=placement.source,
-        memory_limit=info.options["auto_memory_limit"],
+        settings=settings,
     )
     moved = placement_in_body(info.label, jp.body_shardings(traced.jaxpr.jaxpr), placement)
     if moved is not None:
-        return _plan_over(info, bound, moved)
+        return _plan_over(info, bound, moved, settings)
     outs = tree_unflatten(traced.out_tree, list(traced.jaxpr.out_avals))
     out_specs, _ = output_specs(
         out_tree, outs, traced.jaxpr.out_avals, mesh, api=info.label, out_name=info.names.outputs
@@ -106,7 +128,7 @@ def _plan_over(info: JitInfo, bound: BoundCall, placement: Placement) -> CallPla
         num_consts=len(consts),
         arguments=flat,
         inline=info.options["inline"] and _unspecified(in_tree) and _unspecified(out_tree),
-        auto_pipelines=traced.auto_pipelines,
+        auto_pipelines=sites(traced.jaxpr),
     )
 
 
@@ -239,7 +261,7 @@ def _debug_info(info: JitInfo, bound: BoundCall) -> Any:
 
 
 def resolve_auto(
-    info: JitInfo, plan: CallPlan, retrace: Callable[[], CallPlan] | None = None
+    info: JitInfo, plan: CallPlan, retrace: Callable[[PipelineDecision], CallPlan] | None = None
 ) -> CallPlan:
     """Have the AUTO stage choose the plan's AUTO specs (and, for a body with AUTO
     pipelines, its whole plan among the programs ``retrace`` traces: NOTE [pipeline
@@ -254,7 +276,7 @@ def resolve_auto(
     assert arguments is not None  # a jit plan always names its arguments
     limit = info.options["auto_memory_limit"]
     if retrace is not None and plan.auto_pipelines:
-        plan = plan_choice.choose(plan, retrace, arguments.paths, out_paths, limit)
+        plan = decisions.weigh(plan, retrace, arguments.paths, out_paths, limit)
     else:
         plan = auto_resolve.resolve(plan, arguments.paths, out_paths, limit)
     if not options.reshard_committed_enabled():
@@ -282,8 +304,12 @@ class JitPlanner(PlannerFromInfo):
         plan = plan_jit_call(self.info, args, kwargs)
         params = plan.params
         auto = has_auto(params.in_axis_resources) or has_auto(params.out_axis_resources)
-        if auto or plan.auto_pipelines:
-            plan = resolve_auto(self.info, plan, lambda: plan_jit_call(self.info, args, kwargs))
+        # The outermost call decides its body's AUTO pipelines, nested calls' included
+        # (NOTE [pipeline decision]); a call inside another body takes its decision.
+        decides = bool(plan.auto_pipelines) and not tracing_a_body()
+        if auto or decides:
+            retrace = lambda decision: plan_jit_call(self.info, args, kwargs, decision)  # noqa: E731
+            plan = resolve_auto(self.info, plan, retrace if decides else None)
         return plan
 
     def wrap_call(self, call: Callable[..., Any]) -> Callable[..., Any]:

@@ -70,7 +70,7 @@ class Baseline:
 @dataclass(frozen=True)
 class PlanOption:
     """One whole plan weighed for a call whose body has AUTO pipelines (NOTE [pipeline
-    decision] in ``trace/plans.py``).
+    decision] in ``trace/decision.py``).
 
     Attributes:
         name: ``"no pipeline"``, or the pipeline it runs (``"gpipe pipeline over

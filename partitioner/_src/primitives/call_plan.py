@@ -18,6 +18,7 @@ from jax.tree_util import PyTreeDef, tree_unflatten
 from .. import jax_private as jp
 from ..trace.arguments import Binding, FlatArguments
 from .auto_choice import AutoChoice
+from .auto_pipeline import AutoPipelineSite
 from .pjit_call import PjitParams
 
 
@@ -41,9 +42,9 @@ class CallPlan:
     # ``jit(inline=True)`` with no specs: inside another trace the body's equations
     # join that trace instead of one ``pjit_p`` call (as jax.jit inlines).
     inline: bool = False
-    # Per AUTO pipeline the body calls, the schedules it allows: the call chooses its
-    # whole plan (NOTE [pipeline decision] in ``trace/plans.py``).
-    auto_pipelines: tuple[tuple[str, ...], ...] = ()
+    # The AUTO pipelines the body calls, as their marks say: the call chooses its whole
+    # plan (NOTE [pipeline decision] in ``trace/decision.py``).
+    auto_pipelines: tuple[AutoPipelineSite, ...] = ()
 
     @property
     def mesh(self) -> Mesh:

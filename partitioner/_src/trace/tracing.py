@@ -1,8 +1,9 @@
 """Trace a Python function to a ClosedJaxpr, once per signature.
 
 NOTE [trace cache key]: the key is (function, input tree, avals, static
-values, mesh, the call's memory limit, the pipeline decision it is traced under
-(NOTE [pipeline decision] in ``plans.py``), jax's trace context). The *function* is the key, not the pjit
+values, mesh, the body's settings (:class:`BodySettings`: the call's memory limit and
+the pipeline decision, NOTE [pipeline decision] in ``decision.py``), jax's trace
+context). The *function* is the key, not the pjit
 wrapper, so a fresh ``pjit(f, ...)`` around the same ``f`` reuses the trace. A
 trace whose constants include tracers (the body closes over an outer traced
 value) is never cached: its constants belong to one outer trace.
@@ -14,7 +15,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from jax.sharding import Mesh
@@ -24,7 +25,7 @@ from .. import jax_private as jp
 from ..events import emit
 from ..sharding.devices import DeviceSource, incompatible_devices
 from ..sharding.mesh_env import typed_context
-from .plans import decision
+from .decision import NO_PIPELINE, PipelineDecision
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,6 @@ class TracedBody:
     jaxpr: Any  # ClosedJaxpr whose invars are (*tracer_consts, *flat_args)
     out_tree: PyTreeDef
     tracer_consts: tuple[Any, ...]
-    # Per AUTO pipeline met while tracing (nested calls' included), the schedules it
-    # allows: the body has a plan to choose (NOTE [pipeline decision] in ``plans.py``).
-    auto_pipelines: tuple[tuple[str, ...], ...] = ()
 
 
 class _TraceCache:
@@ -85,16 +83,30 @@ _tracing = threading.local()
 
 
 @dataclass(frozen=True)
+class BodySettings:
+    """What a call tells the code traced in its body: the choices made while tracing it
+    depend on them, so they are part of the trace cache key (NOTE [trace cache key]).
+
+    Attributes:
+        memory_limit: the call's ``auto_memory_limit``: what a pipeline's microbatch
+            choice must fit.
+        pipeline: how the body's AUTO pipelines run (NOTE [pipeline decision]).
+    """
+
+    memory_limit: int | None = None
+    pipeline: PipelineDecision = NO_PIPELINE
+
+
+@dataclass(frozen=True)
 class _Frame:
     """A body being traced: its mesh, the pmap axis it maps over (None for a pjit), what
-    put its call on the mesh's devices (jax's device messages name it), and the call's
-    ``auto_memory_limit`` (what a choice made while tracing must fit)."""
+    put its call on the mesh's devices (jax's device messages name it), and its
+    settings."""
 
     mesh: Mesh
     axis_name: str | None
     source: DeviceSource | None = None
-    memory_limit: int | None = None
-    auto_pipelines: list[tuple[str, ...]] = field(default_factory=list)
+    settings: BodySettings = BodySettings()
 
 
 def _frames() -> tuple[_Frame, ...]:
@@ -110,19 +122,16 @@ def enclosing_body() -> tuple[Mesh, DeviceSource | None] | None:
     return stack[-1].mesh, stack[-1].source
 
 
-def enclosing_memory_limit() -> int | None:
-    """The ``auto_memory_limit`` of the innermost jit/pjit call this thread is tracing a
-    body of (a pipeline's microbatch choice honours it); None outside any or without one."""
-    stack = _frames()
-    return stack[-1].memory_limit if stack else None
+def tracing_a_body() -> bool:
+    """Whether this thread is tracing the body of one of partitioner's calls."""
+    return bool(_frames())
 
 
-def note_auto_pipeline(schedules: tuple[str, ...]) -> None:
-    """An AUTO pipeline allowing ``schedules`` is called in the body this thread is
-    tracing (NOTE [pipeline decision] in ``plans.py``); outside any body, nothing to note."""
+def enclosing_settings() -> BodySettings:
+    """The settings of the innermost body this thread is tracing (the defaults outside
+    any): the one place code in a body reads what its call decided for it."""
     stack = _frames()
-    if stack:
-        stack[-1].auto_pipelines.append(schedules)
+    return stack[-1].settings if stack else BodySettings()
 
 
 def enclosing_maps() -> tuple[str, ...]:
@@ -182,7 +191,7 @@ def trace_body(
     call: Callable[..., Any] | None = None,
     axis_name: str | None = None,
     source: DeviceSource | None = None,
-    memory_limit: int | None = None,
+    settings: BodySettings = BodySettings(),
 ) -> TracedBody:
     """Trace ``fun`` on flat ``in_avals`` (cached, see NOTE [trace cache key]).
 
@@ -198,14 +207,11 @@ def trace_body(
             whatever it adds must be in ``cache_key``).
         axis_name: the pmap axis the body maps over (None for a pjit body).
         source: what put the call on ``mesh`` (for the messages of calls inside it).
-        memory_limit: the call's ``auto_memory_limit`` (choices made while tracing,
-            a pipeline's microbatches, fit it: part of the cache key).
+        settings: what the call tells the code in its body (part of the cache key).
     """
-    key = (cache_key, in_avals, mesh, memory_limit, decision(), jp.trace_context())
+    key = (cache_key, in_avals, mesh, settings, jp.trace_context())
     hit = trace_cache.get(fun, key)
     if hit is not None:
-        for schedules in hit.auto_pipelines:  # a nested call's: the enclosing body has them
-            note_auto_pipeline(schedules)
         return hit
     out_tree_box: list[PyTreeDef] = []
     result_paths: list[tuple[str, ...]] = []
@@ -221,9 +227,8 @@ def trace_body(
 
     name = getattr(fun, "__name__", repr(fun))
     emit("trace", name=name)
-    frame = _Frame(mesh, axis_name, source, memory_limit)
     with (
-        _tracing_under(frame),
+        _tracing_under(_Frame(mesh, axis_name, source, settings)),
         typed_context(mesh),
         jp.log_elapsed_time(
             "Finished tracing + transforming {fun_name} for pjit in {elapsed_time:.9f} sec",
@@ -234,14 +239,11 @@ def trace_body(
         jaxpr, _, consts = jp.trace_to_jaxpr_dynamic(
             _with_result_paths(flat_fun, debug_info, lambda: result_paths[-1]), list(in_avals)
         )
-    met = tuple(frame.auto_pipelines)
-    for schedules in met:
-        note_auto_pipeline(schedules)
     if any(isinstance(c, jp.Tracer) for c in consts):
         # Closed-over values of an outer trace: make them explicit inputs.
         closed = jp.ClosedJaxpr(jp.convert_constvars_jaxpr(jaxpr), ())
-        return TracedBody(closed, out_tree_box[-1], tuple(consts), met)
-    traced = TracedBody(jp.ClosedJaxpr(jaxpr, consts), out_tree_box[-1], (), met)
+        return TracedBody(closed, out_tree_box[-1], tuple(consts))
+    traced = TracedBody(jp.ClosedJaxpr(jaxpr, consts), out_tree_box[-1], ())
     trace_cache.put(fun, key, traced)
     return traced
 

@@ -48,6 +48,7 @@ RULES: Mapping[str, Rule] = {
     **{name: no_peak(slices.sliced) for name in ("slice", "pad", "concatenate", "dynamic_slice")},
     "dynamic_update_slice": no_peak(slices.dynamic_update_slice),
     "shift": no_peak(slices.shift),
+    "auto_pipeline": no_peak(elementwise.no_operands),  # a mark: no values, no work
     # top_k: XLA gathers its operand whole, whichever dimension is split (the default).
     **{name: no_peak(slices.along_axis) for name in ALONG_AXIS},
     # loops and branches

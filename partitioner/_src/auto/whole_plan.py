@@ -1,7 +1,7 @@
 """The whole plan of a call whose body has AUTO pipelines: pipeline or not, where, how.
 
 NOTE [whole plan]: the planner traced the body once per option (NOTE [pipeline
-decision] in ``trace/plans.py``): the plain scan, and a pipeline over each mesh axis
+decision] in ``trace/decision.py``): the plain scan, and a pipeline over each mesh axis
 the call's given specs leave free with each schedule. This module weighs those
 programs, each with its own layouts:
 
@@ -33,10 +33,10 @@ from collections.abc import Sequence
 
 from jax.tree_util import KeyPath
 
-from ..inspect.pipelines import summaries
 from ..primitives.auto_choice import Candidate, PlanOption
+from ..primitives.auto_pipeline import sites
 from ..primitives.call_plan import CallPlan
-from ..trace.plans import PipelineDecision
+from ..trace.decision import PipelineDecision
 from . import choices
 from .cost.rates import BYTES_PER_S, LATENCY_S
 from .resolve import Choice, key_of, record_of, resolve, resolved
@@ -61,7 +61,7 @@ class _Weighed:
     replicated: tuple[str, ...] = ()  # XLA's warnings that it replicated a value
 
 
-def resolve_plans(
+def resolve_whole_plan(
     programs: Sequence[Program],
     skipped: Sequence[tuple[PipelineDecision, str]],
     in_paths: Sequence[KeyPath],
@@ -212,7 +212,7 @@ def _measured(entry: _Searched, out_paths: Sequence[KeyPath]) -> _Weighed:
 
 def _name(decided: PipelineDecision, plan: CallPlan) -> str:
     """``decided``'s description, with the microbatches its pipelines chose."""
-    counts = sorted({summary.microbatches for summary in summaries(plan.params.jaxpr.jaxpr)})
+    counts = sorted({site.microbatches for site in sites(plan.params.jaxpr) if site.microbatches})
     if not counts:
         return decided.describe()
     return f"{decided.describe()}, {'/'.join(map(str, counts))} microbatches"
