@@ -202,7 +202,7 @@ def _setup_rows(name: str, mesh: Mesh) -> tuple[list[common.Row], dict[str, Any]
     search_s = time.perf_counter() - start
     check(f(state, x, y), "AUTO")
     moved, memory = _figures(report)
-    plan = report.auto.choice.plan
+    plan = report.auto.choice.whole_plan.name
     beaten_by = [
         h for h, (b, m) in hands.items() if b <= moved and m <= memory and (b, m) != (moved, memory)
     ]
@@ -240,7 +240,7 @@ def _setup_rows(name: str, mesh: Mesh) -> tuple[list[common.Row], dict[str, Any]
     rows.append(
         common.compare(
             f"{name}: AUTO under auto_memory_limit = 1.05x the least hand memory "
-            f"({limited_report.auto.choice.plan}) / the limit: XLA memory",
+            f"({limited_report.auto.choice.whole_plan.name}) / the limit: XLA memory",
             "KiB/device", [limited_memory], [limit], FITS, 1 / 1024,
         )
     )  # fmt: skip

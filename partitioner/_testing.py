@@ -35,6 +35,9 @@ What is here, and why a test needs it:
 - The lowering's Shardy attribute builders, ``sdy_sharding_attr`` and
   ``sdy_mesh_attr``, and ``ensure_sdy_mesh`` (one ``sdy.mesh`` op per distinct mesh
   in a module); they need an MLIR context with the sdy dialect.
+- ``Figures`` (a plan's collective bytes, memory and time, and ``dominates``: the one
+  test of "at least as good on both figures") and ``PipelineDecision``: the records
+  AUTO's whole plan is judged and named by, for tests that hold it against hand plans.
 - The AUTO cost model, tested on its own against XLA (NOTE [auto cost model],
   NOTE [auto layouts]): ``auto_moves`` (the collectives between two layouts),
   ``auto_candidates`` (the layouts of a shape) and ``AutoEstimator`` (one pass over a
@@ -61,6 +64,7 @@ from ._src.host_callback.primitive import id_tap_p
 from ._src.host_callback.receiver import Sequencer, TapItem
 from ._src.inspect.collectives import parse_groups as hlo_replica_groups
 from ._src.lower.annotate import ensure_sdy_mesh, sdy_mesh_attr, sdy_sharding_attr
+from ._src.primitives.auto_choice import Figures
 from ._src.primitives.auto_pipeline import auto_pipeline_p
 from ._src.primitives.auto_pipeline import sites as auto_pipeline_sites
 from ._src.primitives.constraint import sharding_constraint_p
@@ -84,6 +88,7 @@ from ._src.sharding.op_sharding import (
     unflatten_superdims,
 )
 from ._src.sharding.tree import broadcast_prefix
+from ._src.trace.decision import PipelineDecision
 from ._src.window import MAX_IN_FLIGHT
 
 
@@ -110,6 +115,8 @@ def runs_windowed(f: Any, *args: Any, **kwargs: Any) -> bool:
 
 __all__ = [
     "AutoEstimator",
+    "Figures",
+    "PipelineDecision",
     "auto_pipeline_p",
     "auto_pipeline_sites",
     "auto_candidates",

@@ -16,6 +16,7 @@ import pytest
 import partitioner
 from partitioner import AUTO
 from partitioner import PartitionSpec as P
+from partitioner._testing import Figures, PipelineDecision
 
 LAYERS, HEADS, D, FF, TOKENS = 8, 4, 128, 512, 16
 
@@ -81,9 +82,10 @@ def _plain(layer):
     return lambda params, x: jax.lax.scan(lambda h, p: (layer(p, h), None), x, params)[0]
 
 
-def _figures(report) -> tuple[float, float]:
+def _figures(report) -> Figures:
+    """XLA's figures of a compiled program (no step time: dominance alone is checked)."""
     moved = sum(c.bytes_per_device * c.count for c in report.collectives)
-    return float(moved), float(report.memory.total)
+    return Figures(float(moved), float(report.memory.total), time_s=0.0, measured=True)
 
 
 def _close(ours, theirs) -> None:
@@ -113,12 +115,8 @@ def _hand(layer, params, x, y, batch: P, specs, schedule=None, count=None, axis=
     return _figures(f.lower(params, x, y).compile().report())
 
 
-def _not_beaten(ours: tuple[float, float], hands: dict[str, tuple[float, float]]) -> None:
-    beaten = {
-        name: figures
-        for name, figures in hands.items()
-        if figures[0] <= ours[0] and figures[1] <= ours[1] and figures != ours
-    }
+def _not_beaten(ours: Figures, hands: dict[str, Figures]) -> None:
+    beaten = {name: figures for name, figures in hands.items() if figures.dominates(ours)}
     assert not beaten, f"AUTO's {ours} beaten on bytes and memory by {beaten}"
 
 
@@ -132,10 +130,11 @@ def test_a_pipeline_is_chosen_where_it_wins(mesh_4x2) -> None:
     with jax.set_mesh(mesh_4x2):
         report = _auto(block, params, x, y, batch)
         choice = report.auto.choice
-        assert choice.plan.startswith("gpipe pipeline over 'data'"), str(report)
+        assert choice.whole_plan.decision == PipelineDecision("data", "gpipe"), str(report)
         assert report.pipelines and report.pipelines[0].axis == "data"
-        plain = next(option for option in choice.plans if option.name == "no pipeline")
-        assert "beaten" in plain.note or "slower" in plain.note
+        assert choice.whole_plan.microbatches == (report.pipelines[0].microbatches,)
+        plain = next(plan for plan in choice.whole_plans if plan.decision.axis is None)
+        assert plain.candidate is not None and plain.note
         columns = {name: P(None, None, "data") for name in ("wq", "wk", "wv", "w1")}
         megatron = {**columns, "wo": P(None, "data"), "w2": P(None, "data")}
         megatron.update(ln1=P(), ln2=P())
@@ -166,15 +165,13 @@ def test_no_pipeline_where_it_loses(mesh_4x2, caplog) -> None:
         with caplog.at_level(logging.INFO, logger="partitioner"):
             report = _auto(mlp_layer, params, x, y, batch)
         choice = report.auto.choice
-        assert choice.plan == "no pipeline", str(report)
+        assert choice.whole_plan.decision == PipelineDecision(None), str(report)
         assert not report.pipelines
-        weighed = [option.name for option in choice.plans]
-        assert any(name.startswith("gpipe pipeline over 'model'") for name in weighed)
-        assert any(name.startswith("circular pipeline over 'model'") for name in weighed)
+        weighed = {plan.decision for plan in choice.whole_plans}
+        assert {PipelineDecision("model", kind) for kind in ("gpipe", "circular")} <= weighed
+        # the search says what it weighs as it goes
         assert "searching the layouts of the gpipe pipeline over 'model'" in caplog.text
         assert "to measure it" in caplog.text
-        assert "chose the no pipeline" in caplog.text
-        assert "plan (pipeline or not): no pipeline" in str(report)
         hands = {
             f"{schedule} {count}": _hand(
                 mlp_layer, params, x, y, batch, P("model"), schedule, count, "model"

@@ -27,12 +27,20 @@ from . import choices
 from .remat.fit import Rematerialized, rematerialize, trimmed
 from .search.confirm import Measured, NoLayoutFits, Outcome, solve
 from .search.descent import Scored
-from .search.measure import compiles_alone, measure, specs_of
+from .search.measure import candidate_of, compiles_alone, measure, specs_of
 from .search.problem import Problem, problem_of, spec_text
 from .search.progress import Progress, reporting
 
-#: The specs, the record, and the program rewritten to rematerialize (``None``: as traced).
-Choice = tuple[tuple[Any, ...], tuple[Any, ...], AutoChoice, Any]
+
+@dataclasses.dataclass(frozen=True)
+class Resolution:
+    """What AUTO resolved for one signature: every input's and output's spec, the
+    report's record, and the program rewritten to rematerialize (None: as traced)."""
+
+    in_specs: tuple[Any, ...]
+    out_specs: tuple[Any, ...]
+    record: AutoChoice
+    body: Any = None
 
 
 def resolve(
@@ -56,10 +64,10 @@ def resolve(
             message names the smallest found).
     """
     problem = problem_of(plan, in_paths, out_paths, memory_limit)
-    choice = choices.chosen(
+    resolution = choices.chosen(
         key_of(plan, problem), lambda: _search(plan, problem, in_paths, out_paths)
     )
-    return resolved(plan, choice)
+    return resolved(plan, resolution)
 
 
 def key_of(plan: CallPlan, problem: Problem) -> tuple[Any, ...]:
@@ -75,20 +83,22 @@ def key_of(plan: CallPlan, problem: Problem) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-def resolved(plan: CallPlan, choice: Choice) -> CallPlan:
-    """``plan`` with ``choice``'s specs, its program (rewritten where it rematerializes)
-    and its record."""
-    ins, outs, record, body = choice
+def resolved(plan: CallPlan, resolution: Resolution) -> CallPlan:
+    """``plan`` with ``resolution``'s specs, its program (rewritten where it
+    rematerializes) and its record."""
     params = plan.params
     new_params = dataclasses.replace(
-        params, in_axis_resources=ins, out_axis_resources=outs, jaxpr=body or params.jaxpr
+        params,
+        in_axis_resources=resolution.in_specs,
+        out_axis_resources=resolution.out_specs,
+        jaxpr=resolution.body or params.jaxpr,
     )
-    return dataclasses.replace(plan, params=new_params, auto=record)
+    return dataclasses.replace(plan, params=new_params, auto=resolution.record)
 
 
 def _search(
     plan: CallPlan, problem: Problem, in_paths: Sequence[KeyPath], out_paths: Sequence[KeyPath]
-) -> Choice:
+) -> Resolution:
     """Search, confirm with XLA (NOTE [auto floor]), rematerialize where that is what
     fits or where a scan's residuals cost more than its unrolled twin's (NOTE [auto
     remat]); the specs, the record and the program rewritten (``None``: as traced). The
@@ -117,14 +127,14 @@ def _search(
     )
     ins, outs = specs_of(plan, outcome.chosen)
     if chosen is None:
-        return ins, outs, record, None
+        return Resolution(ins, outs, record)
     record = dataclasses.replace(
         record,
         remat=chosen.plan.rematerialized(),
         flops_added=chosen.outcome.chosen_measured.flops - chosen.layout_only_flops,
         remat_to_fit=chosen.to_fit,
     )
-    return ins, outs, record, chosen.body
+    return Resolution(ins, outs, record, chosen.body)
 
 
 def _searched(
@@ -190,12 +200,7 @@ def record_of(
     auto_out = [j for j, spec in enumerate(plan.params.out_axis_resources) if spec is AUTO]
 
     def candidate(scored: Scored, measured: Measured | None) -> Candidate:
-        return Candidate(
-            specs=tuple(spec_text(scored.in_layouts[i]) for i in auto_in),
-            estimate=scored.estimate,
-            measured_collective_bytes=None if measured is None else measured.collective_bytes,
-            measured_memory_bytes=None if measured is None else measured.memory_bytes,
-        )
+        return candidate_of(problem, scored, measured)
 
     chosen = outcome.chosen
     return AutoChoice(

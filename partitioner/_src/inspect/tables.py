@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from jax.sharding import Mesh
@@ -21,9 +21,9 @@ from jax.tree_util import keystr, tree_flatten_with_path, tree_unflatten
 
 from .. import jax_private as jp
 from ..compiler.executable import Executable
-from ..primitives.auto_choice import AutoChoice, Candidate
+from ..primitives.auto_choice import AutoChoice, Candidate, WholePlan
 from ..primitives.call_plan import CallPlan
-from ..primitives.constraint import ConstraintParams, sharding_constraint_p
+from ..primitives.constraint import constraints
 from ..sharding.parsed import ParsedPartitionSpec
 from .collectives import Collective, collectives
 from .pipelines import PipelineTable
@@ -213,7 +213,7 @@ class Report:
 
 def _auto_lines(t: AutoTable) -> list[str]:
     """The auto table: chosen specs beside the runners-up and the baselines, then their
-    costs (NOTE [auto floor])."""
+    costs (NOTE [auto floor]), the whole plans weighed and what is recomputed."""
     c = t.choice
     limit = "" if c.memory_limit is None else f", memory limit {c.memory_limit:,} bytes"
     lines = [
@@ -234,6 +234,17 @@ def _auto_lines(t: AutoTable) -> list[str]:
         lines += ["", "  AUTO outputs"]
         lines += _table(("output", "chosen"), list(zip(c.out_paths, c.out_specs, strict=True)))
     lines += ["", "  cost per device (estimated by the cost model; XLA where compiled)"]
+    lines += _cost_lines(named)
+    memory = "-" if t.memory_bytes is None else f"{t.memory_bytes:,}"
+    lines.append(
+        f"  this program (XLA): {t.collective_bytes:,} collective bytes, {memory} bytes of memory "
+        "per device"
+    )
+    return lines + _whole_plan_lines(c) + _remat_lines(c)
+
+
+def _cost_lines(named: Sequence[tuple[str, Candidate]]) -> list[str]:
+    """Each candidate's figures, the model's beside XLA's."""
 
     def row(name: str, cand: Candidate) -> tuple[str, ...]:
         e = cand.estimate
@@ -246,51 +257,41 @@ def _auto_lines(t: AutoTable) -> list[str]:
             _opt(cand.measured_memory_bytes),
         )
 
-    lines += _table(
-        (
-            "candidate",
-            "est. us",
-            "est. coll. bytes",
-            "XLA coll. bytes",
-            "est. memory",
-            "XLA memory",
-        ),
-        [row(n, cand) for n, cand in named],
-    )
-    memory = "-" if t.memory_bytes is None else f"{t.memory_bytes:,}"
-    lines.append(
-        f"  this program (XLA): {t.collective_bytes:,} collective bytes, {memory} bytes of memory "
-        "per device"
-    )
-    if c.plans:
-        lines += ["", f"  plan (pipeline or not): {c.plan}"]
-        lines += _table(
-            ("plan", "est. us", "XLA coll. bytes", "XLA memory", "why not"),
-            [
-                (
-                    option.name,
-                    "-"
-                    if option.candidate is None
-                    else f"{option.candidate.estimate.time_s * 1e6:,.1f}",
-                    "-"
-                    if option.candidate is None
-                    else _opt(option.candidate.measured_collective_bytes),
-                    "-"
-                    if option.candidate is None
-                    else _opt(option.candidate.measured_memory_bytes),
-                    option.note or ("chosen" if option.name == c.plan else ""),
-                )
-                for option in c.plans
-            ],
+    header = (
+        "candidate", "est. us", "est. coll. bytes", "XLA coll. bytes", "est. memory", "XLA memory"
+    )  # fmt: skip
+    return _table(header, [row(n, cand) for n, cand in named])
+
+
+def _whole_plan_lines(c: AutoChoice) -> list[str]:
+    """The whole plans weighed (NOTE [whole plan]), the chosen first, and why not the others."""
+    if c.whole_plan is None:
+        return []
+
+    def row(plan: WholePlan) -> tuple[str, ...]:
+        cand = plan.candidate
+        if cand is None:
+            return (plan.name, "-", "-", "-", plan.note)
+        return (
+            plan.name,
+            f"{cand.estimate.time_s * 1e6:,.1f}",
+            _opt(cand.measured_collective_bytes),
+            _opt(cand.measured_memory_bytes),
+            plan.note or ("chosen" if plan is c.whole_plan else ""),
         )
-    if c.remat:
-        why = "to fit the memory limit" if c.remat_to_fit else "(element-wise work, as if unrolled)"
-        lines += [
-            "",
-            f"  rematerialized {why}: {c.flops_added or 0:,.0f} flops added",
-        ]
-        lines += _table(("block", "policy"), list(c.remat))
-    return lines
+
+    header = ("plan", "est. us", "XLA coll. bytes", "XLA memory", "why not")
+    lines = ["", f"  whole plan (pipeline or not): {c.whole_plan.name}"]
+    return lines + _table(header, [row(plan) for plan in c.whole_plans])
+
+
+def _remat_lines(c: AutoChoice) -> list[str]:
+    """The blocks the chosen program recomputes, and what that costs."""
+    if not c.remat:
+        return []
+    why = "to fit the memory limit" if c.remat_to_fit else "(element-wise work, as if unrolled)"
+    lines = ["", f"  rematerialized {why}: {c.flops_added or 0:,.0f} flops added"]
+    return lines + _table(("block", "policy"), list(c.remat))
 
 
 def _opt(x: float | None) -> str:
@@ -338,14 +339,6 @@ def _paths(tree: Any) -> list[str]:
     return [keystr(path) for path, _ in leaves]
 
 
-def _constraints(jaxpr: Any) -> Iterator[Any]:
-    for eqn in jaxpr.eqns:
-        if eqn.primitive is sharding_constraint_p:
-            yield eqn
-    for sub in jp.subjaxprs(jaxpr):
-        yield from _constraints(sub)
-
-
 def build(plan: CallPlan, executable: Executable, shardy: bool) -> Report:
     """The report of one compiled plan (NOTE [partitioning report])."""
     params, mesh = plan.params, plan.params.mesh
@@ -377,9 +370,8 @@ def build(plan: CallPlan, executable: Executable, shardy: bool) -> Report:
                 mesh,
             )
         )
-    for k, eqn in enumerate(_constraints(params.jaxpr.jaxpr), start=1):
+    for k, (eqn, spec) in enumerate(constraints(params.jaxpr.jaxpr), start=1):
         where = jp.summarize_source_info(eqn.source_info)
-        spec = ConstraintParams.of(eqn.params).axis_resources
         values.append(
             value_row("constraint", f"#{k} {where}", eqn.invars[0].aval, spec, spec, mesh)
         )

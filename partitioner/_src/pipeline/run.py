@@ -435,7 +435,7 @@ class AutoPipelined:
             raise ValueError(
                 f"{API}: axis=AUTO: whether and how this stack is pipelined is chosen by "
                 "the enclosing jit/pjit call, and here it runs the plain scan; the call's "
-                "report says what it chose (Lowered.report().auto.choice.plan)"
+                "report says what it chose (Lowered.report().auto.choice.whole_plan)"
             )
         return concrete.plan(params, x)
 

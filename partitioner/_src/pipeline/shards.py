@@ -34,11 +34,13 @@ import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from .. import jax_private as jp
-from ..primitives.constraint import ConstraintParams, sharding_constraint_p
+from ..primitives.constraint import (
+    JAX_CONSTRAINT,
+    ConstraintParams,
+    constraints,
+    sharding_constraint_p,
+)
 from ..sharding.parsed import ParsedPartitionSpec
-
-#: The primitive name of jax's own ``with_sharding_constraint``.
-_JAX_CONSTRAINT = "sharding_constraint"
 
 
 def batch_axes(mesh: Mesh, axis: str, layer_program: Any, shard_size: int) -> tuple[str, ...]:
@@ -46,7 +48,7 @@ def batch_axes(mesh: Mesh, axis: str, layer_program: Any, shard_size: int) -> tu
     Auto axes of more than one device other than ``axis`` that the layer's constraints
     put on no dimension but the leading one, in mesh order, as many as divide
     ``shard_size`` (the microbatch's examples) together."""
-    own = _axes_beyond_the_batch(layer_program.jaxpr)
+    own = _constrained_axes(layer_program.jaxpr, after_leading=True)
     found: list[str] = []
     for name, size, kind in zip(mesh.axis_names, mesh.axis_sizes, mesh.axis_types, strict=True):
         if name == axis or size == 1 or kind != AxisType.Auto or name in own:
@@ -56,35 +58,12 @@ def batch_axes(mesh: Mesh, axis: str, layer_program: Any, shard_size: int) -> tu
     return tuple(found)
 
 
-def _axes_beyond_the_batch(jaxpr: Any) -> set[str]:
+def _constrained_axes(jaxpr: Any, *, after_leading: bool = False) -> set[str]:
     """The mesh axes some constraint of ``jaxpr`` (its bodies included) puts on a
-    dimension after the leading one."""
-    found: set[str] = set()
-    for eqn in jaxpr.eqns:
-        spec = _spec_of(eqn)
-        if spec is not None:
-            for entry in list(spec)[1:]:
-                found.update(_axes(entry))
-        for sub in jp.jaxprs_in_params(eqn.params):
-            found |= _axes_beyond_the_batch(sub)
-    return found
-
-
-def _spec_of(eqn: Any) -> PartitionSpec | None:
-    """The spec a constraint equation pins (ours or jax's), or None for another one."""
-    if eqn.primitive is sharding_constraint_p:
-        return ConstraintParams.of(eqn.params).axis_resources.to_partition_spec()
-    if eqn.primitive.name == _JAX_CONSTRAINT and isinstance(
-        eqn.params.get("sharding"), NamedSharding
-    ):
-        return eqn.params["sharding"].spec
-    return None
-
-
-def _axes(entry: Any) -> tuple[str, ...]:
-    if entry is None or entry is PartitionSpec.UNCONSTRAINED:
-        return ()
-    return tuple(entry) if isinstance(entry, tuple) else (entry,)
+    dimension (only dimensions after the leading one, ``after_leading``)."""
+    first = 1 if after_leading else 0
+    found = (dim for _, spec in constraints(jaxpr) for dim in spec.partitions[first:])
+    return {str(axis) for dim in found for axis in dim}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +86,7 @@ def per_shard(
     dropped from every constraint (NOTE [pipeline gradients]), split into
     :class:`ShardLayer`'s two parts."""
     closed = jax.make_jaxpr(layer)(one_layer, one_shard)
-    if batch and _named_axes(closed.jaxpr) & set(batch):
+    if batch and _constrained_axes(closed.jaxpr) & set(batch):
         closed = jp.ClosedJaxpr(_without(closed.jaxpr, frozenset(batch)), closed.consts)
     n_params = len(jax.tree.leaves(one_layer))
     unknowns = [False] * n_params + [True] * (len(closed.in_avals) - n_params)
@@ -124,18 +103,6 @@ def per_shard(
     return ShardLayer(prepare, apply)
 
 
-def _named_axes(jaxpr: Any) -> set[str]:
-    found: set[str] = set()
-    for eqn in jaxpr.eqns:
-        spec = _spec_of(eqn)
-        if spec is not None:
-            for entry in spec:
-                found.update(_axes(entry))
-        for sub in jp.jaxprs_in_params(eqn.params):
-            found |= _named_axes(sub)
-    return found
-
-
 def _without(jaxpr: Any, batch: frozenset[str]) -> Any:
     """``jaxpr`` with ``batch`` dropped from every constraint, bodies included."""
     return jaxpr.replace(eqns=[_eqn_without(eqn, batch) for eqn in jaxpr.eqns])
@@ -150,9 +117,7 @@ def _eqn_without(eqn: Any, batch: frozenset[str]) -> Any:
             spec, "partitioner.pipeline", allow_unconstrained=True
         )
         params = constraint.replace(axis_resources=parsed).as_kwargs()
-    elif eqn.primitive.name == _JAX_CONSTRAINT and isinstance(
-        params.get("sharding"), NamedSharding
-    ):
+    elif eqn.primitive.name == JAX_CONSTRAINT and isinstance(params.get("sharding"), NamedSharding):
         sharding = params["sharding"]
         params["sharding"] = NamedSharding(sharding.mesh, _spec_without(sharding.spec, batch))
     return eqn.replace(params=params)
@@ -175,6 +140,7 @@ def _spec_without(spec: PartitionSpec, batch: frozenset[str]) -> PartitionSpec:
         if entry is PartitionSpec.UNCONSTRAINED:
             entries.append(entry)
             continue
-        kept = tuple(a for a in _axes(entry) if a not in batch)
+        axes = () if entry is None else entry if isinstance(entry, tuple) else (entry,)
+        kept = tuple(a for a in axes if a not in batch)
         entries.append(None if not kept else kept[0] if len(kept) == 1 else kept)
     return PartitionSpec(*entries)

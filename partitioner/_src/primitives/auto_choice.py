@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..trace.decision import PipelineDecision
+
 
 @dataclass(frozen=True)
 class Estimate:
@@ -35,21 +37,64 @@ class Estimate:
 
 
 @dataclass(frozen=True)
+class Figures:
+    """What a plan costs per device, as AUTO's decisions judge it (NOTE [auto floor]).
+
+    Attributes:
+        collective_bytes: XLA's where the plan was compiled (``measured``), else the
+            cost model's.
+        memory_bytes: likewise (XLA's memory analysis).
+        time_s: the step time: the model's compute, and the collective bytes and
+            count (XLA's where measured) at the model's bandwidth and latency.
+        flops: XLA's flops where measured (the price of recomputing), else 0.
+        measured: whether the figures are XLA's.
+    """
+
+    collective_bytes: float
+    memory_bytes: float
+    time_s: float
+    flops: float = 0.0
+    measured: bool = False
+
+    def dominates(self, other: Figures, *, with_flops: bool = False, by: float = 0.0) -> bool:
+        """At least as good as ``other`` on collective bytes and memory (and flops,
+        ``with_flops``: where recomputing is the price), and better on one of them by
+        more than the share ``by``: a plan no one should pick over this one."""
+        pairs = [
+            (self.collective_bytes, other.collective_bytes),
+            (self.memory_bytes, other.memory_bytes),
+        ]
+        if with_flops:
+            pairs.append((self.flops, other.flops))
+        return all(mine <= theirs for mine, theirs in pairs) and any(
+            mine < theirs * (1 - by) for mine, theirs in pairs
+        )
+
+
+@dataclass(frozen=True)
 class Candidate:
     """One assignment of layouts the search scored (a row of the auto table).
 
     Attributes:
         specs: one spec string per AUTO input leaf, in :attr:`AutoChoice.paths` order.
         estimate: the cost model's figures.
-        measured_collective_bytes: XLA's, where this candidate was compiled to
-            confirm it (``None``: scored by the model only).
-        measured_memory_bytes: XLA's memory analysis, likewise.
+        figures: what the decision judged it by (XLA's where it was compiled).
     """
 
     specs: tuple[str, ...]
     estimate: Estimate
-    measured_collective_bytes: float | None = None
-    measured_memory_bytes: float | None = None
+    figures: Figures
+
+    @property
+    def measured_collective_bytes(self) -> float | None:
+        """XLA's collective bytes, where this candidate was compiled to confirm it
+        (``None``: scored by the model only)."""
+        return self.figures.collective_bytes if self.figures.measured else None
+
+    @property
+    def measured_memory_bytes(self) -> float | None:
+        """XLA's memory analysis, likewise."""
+        return self.figures.memory_bytes if self.figures.measured else None
 
 
 @dataclass(frozen=True)
@@ -68,21 +113,33 @@ class Baseline:
 
 
 @dataclass(frozen=True)
-class PlanOption:
-    """One whole plan weighed for a call whose body has AUTO pipelines (NOTE [pipeline
-    decision] in ``trace/decision.py``).
+class WholePlan:
+    """One whole plan weighed for a call whose body has AUTO pipelines: a pipeline
+    decision and its program's layouts (NOTE [whole plan] in ``auto/whole_plan.py``).
 
     Attributes:
-        name: ``"no pipeline"``, or the pipeline it runs (``"gpipe pipeline over
-            'model', 4 microbatches"``).
+        decision: how the body's AUTO pipelines run (the plain scan, or a schedule over
+            an axis; NOTE [pipeline decision] in ``trace/decision.py``).
+        microbatches: the microbatch counts its pipelines took (none for the plain scan,
+            or where the program could not be built).
         candidate: its best layouts' specs and figures, the model's and XLA's; None
             where the program could not be built (``note`` says why).
         note: why it was not built, or was not chosen where it was measured.
     """
 
-    name: str
-    candidate: Candidate | None
+    decision: PipelineDecision
+    microbatches: tuple[int, ...] = ()
+    candidate: Candidate | None = None
     note: str = ""
+
+    @property
+    def name(self) -> str:
+        """``"no pipeline"``, or the pipeline it runs (``"gpipe pipeline over 'model',
+        4 microbatches"``)."""
+        if not self.microbatches:
+            return self.decision.describe()
+        counts = "/".join(map(str, self.microbatches))
+        return f"{self.decision.describe()}, {counts} microbatches"
 
 
 @dataclass(frozen=True)
@@ -112,9 +169,8 @@ class AutoChoice:
             ``flops_added`` what that costs, XLA's flops (cost analysis) of the chosen
             program minus those of the same layouts recomputing nothing (``None``
             without rematerialization).
-        plan: for a body with AUTO pipelines, the plan chosen (a :class:`PlanOption`'s
-            ``name``), and ``plans`` every one weighed, the chosen first; ``""`` and
-            ``()`` otherwise.
+        whole_plans: for a body with AUTO pipelines, every whole plan weighed, the
+            chosen first (:attr:`whole_plan`); ``()`` otherwise.
     """
 
     paths: tuple[str, ...]
@@ -133,5 +189,9 @@ class AutoChoice:
     remat: tuple[tuple[str, str], ...] = ()
     flops_added: float | None = None
     remat_to_fit: bool = False
-    plan: str = ""
-    plans: tuple[PlanOption, ...] = ()
+    whole_plans: tuple[WholePlan, ...] = ()
+
+    @property
+    def whole_plan(self) -> WholePlan | None:
+        """The whole plan chosen (None: the body has no AUTO pipeline)."""
+        return self.whole_plans[0] if self.whole_plans else None

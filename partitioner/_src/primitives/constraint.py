@@ -14,11 +14,12 @@ open for XLA (``UNCONSTRAINED``), or split over ``spmd_axis_name``'s axes.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import jax
 from jax.experimental.layout import Layout, with_layout_constraint
-from jax.sharding import AxisType, Mesh
+from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.tree_util import tree_flatten_with_path, tree_unflatten
 
 from .. import jax_private as jp
@@ -101,6 +102,34 @@ class ConstraintParams(PrimitiveParams):
 
     axis_resources: ParsedPartitionSpec
     mesh: Mesh
+
+
+#: The primitive name of jax's own ``with_sharding_constraint``.
+JAX_CONSTRAINT = "sharding_constraint"
+
+
+def constraint_spec(eqn: Any) -> ParsedPartitionSpec | None:
+    """The layout a constraint equation pins: ours, or jax's own over a NamedSharding
+    (its spec); None for any other equation. The one reader of a constraint's spec
+    (the report's rows, AUTO's cost model, a pipeline's batch axes)."""
+    if eqn.primitive is sharding_constraint_p:
+        return ConstraintParams.of(eqn.params).axis_resources
+    sharding = eqn.params.get("sharding") if eqn.primitive.name == JAX_CONSTRAINT else None
+    if isinstance(sharding, NamedSharding):
+        return ParsedPartitionSpec.from_user_input(
+            sharding.spec, JAX_CONSTRAINT, allow_unconstrained=True
+        )
+    return None
+
+
+def constraints(jaxpr: Any) -> Iterator[tuple[Any, ParsedPartitionSpec]]:
+    """Every constraint of ``jaxpr`` (its bodies included), in order, with its spec."""
+    for eqn in jaxpr.eqns:
+        spec = constraint_spec(eqn)
+        if spec is not None:
+            yield eqn, spec
+    for sub in jp.subjaxprs(jaxpr):
+        yield from constraints(sub)
 
 
 def with_sharding_constraint(x: Any, axis_resources: Any) -> Any:

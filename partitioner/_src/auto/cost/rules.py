@@ -18,12 +18,12 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from ...primitives.constraint import ConstraintParams, sharding_constraint_p
+from ...primitives.constraint import constraint_spec
 from ...primitives.pjit_call import pjit_p
 from . import contractions, control, elementwise, slices
 from .equations import call_body, is_elementwise, shape_of
 from .flops import ALONG_AXIS, REDUCE_BY_SUM, REDUCE_OTHER, WINDOWS
-from .layouts import NO_AXES, Layout, canonical, replicated
+from .layouts import NO_AXES, Layout, replicated
 from .values import Frame, Rule, Tally, Values, no_peak, spec_layout
 
 RULES: Mapping[str, Rule] = {
@@ -65,12 +65,11 @@ def rule_for(eqn: Any, model: Values) -> Rule:
     ndim = len(shape_of(eqn.outvars[0])) if eqn.outvars else 0
     if prim is pjit_p:
         return control.pinned_call
-    if prim is sharding_constraint_p:
-        spec = ConstraintParams.of(eqn.params).axis_resources
-        layout = spec_layout(spec, ndim, model.order)
+    spec = constraint_spec(eqn)
+    if spec is not None:  # ours, or jax's own over another mesh's axes: replicated
+        foreign = any(axis not in model.sizes for dim in spec.partitions for axis in dim)
+        layout = replicated(ndim) if foreign else spec_layout(spec, ndim, model.order)
         return functools.partial(_fixed, layout=layout)
-    if name == "sharding_constraint" and "sharding" in eqn.params:  # jax's own
-        return functools.partial(_fixed, layout=_named_layout(model, eqn.params["sharding"], ndim))
     rule = RULES.get(name)
     if rule is not None:
         return rule
@@ -78,19 +77,6 @@ def rule_for(eqn: Any, model: Values) -> Rule:
     if body is not None:
         return functools.partial(control.call, body=body)
     return no_peak(elementwise.elementwise if is_elementwise(eqn) else Values.gather_all)
-
-
-def _named_layout(model: Values, sharding: Any, ndim: int) -> Layout:
-    """A jax sharding's layout over this mesh (replicated where it names other axes)."""
-    spec = list(getattr(sharding, "spec", ()) or ())
-    dims = [
-        [] if entry is None else [entry] if isinstance(entry, str) else list(entry)
-        for entry in spec
-    ]
-    dims = (dims + [[] for _ in range(ndim)])[:ndim]
-    if any(axis not in model.sizes for split in dims for axis in split):
-        return replicated(ndim)
-    return canonical(dims, model.order)
 
 
 def _fixed(

@@ -57,9 +57,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ... import jax_private as jp
-from ..cost.rates import BYTES_PER_S, LATENCY_S
+from ...primitives.auto_choice import Figures
 from .descent import Assignment, Scored, Search, distinct, rank
-from .measure import Measured
+from .measure import Measured, figures_of
 from .problem import Problem
 from .progress import current
 
@@ -136,15 +136,6 @@ class NoLayoutFits(ValueError):
         self.unconstrained = unconstrained
 
 
-def measured_time(scored: Scored, measured: Measured) -> float:
-    """The model's compute with XLA's collectives."""
-    return (
-        scored.estimate.compute_s
-        + measured.collective_bytes / BYTES_PER_S
-        + measured.collectives * LATENCY_S
-    )
-
-
 def equations(jaxpr: Any) -> int:
     """Equations XLA compiles: every body once (a scan's body is one loop)."""
     seen: set[int] = set()
@@ -193,17 +184,16 @@ class _Judge:
             self.seconds += time.perf_counter() - start
         return self.measured[scored.assignment]
 
+    def figures(self, scored: Scored) -> Figures:
+        """XLA's figures for ``scored`` (compiled first if it was not)."""
+        return figures_of(scored.estimate, self(scored))
+
     def key(self, scored: Scored, limit: float | None, objective: Objective) -> tuple[float, ...]:
         """XLA's figures decide exactly: time (flops first where ``objective`` is
         :attr:`Objective.FLOPS`), then memory, then the model's order."""
-        measured = self.measured[scored.assignment]
-        first = (measured.flops,) if objective is Objective.FLOPS else ()
-        return (
-            *first,
-            round(measured_time(scored, measured), 12),
-            measured.memory_bytes,
-            *rank(scored, limit),
-        )
+        figures = self.figures(scored)
+        first = (figures.flops,) if objective is Objective.FLOPS else ()
+        return (*first, round(figures.time_s, 12), figures.memory_bytes, *rank(scored, limit))
 
 
 def solve(problem: Problem, measure: Measure, objective: Objective = Objective.TIME) -> Outcome:
@@ -292,7 +282,7 @@ def _finalists(
 def _ruled_out(finalist: Scored, judge: _Judge) -> Callable[[Scored], bool]:
     """Whether a large program's baseline cannot be chosen beside the (measured, first)
     ``finalist``, as the model says (NOTE [auto floor])."""
-    time_s = measured_time(finalist, judge(finalist))
+    time_s = judge.figures(finalist).time_s
     memory = (1 + MARGIN) * finalist.estimate.memory_bytes
     return lambda baseline: (
         baseline.estimate.compute_s > time_s and baseline.estimate.memory_bytes >= memory
@@ -329,18 +319,11 @@ def _undominated(pool: list[Scored], judge: _Judge, *, with_flops: bool) -> list
     return [
         candidate
         for candidate in pool
-        if not any(_beats(judge(other), judge(candidate), with_flops=with_flops) for other in pool)
+        if not any(
+            judge.figures(other).dominates(judge.figures(candidate), with_flops=with_flops)
+            for other in pool
+        )
     ]
-
-
-def _beats(mine: Measured, theirs: Measured, *, with_flops: bool) -> bool:
-    pairs = [
-        (mine.collective_bytes, theirs.collective_bytes),
-        (mine.memory_bytes, theirs.memory_bytes),
-    ]
-    if with_flops:
-        pairs.append((mine.flops, theirs.flops))
-    return all(x <= y for x, y in pairs) and any(x < y for x, y in pairs)
 
 
 def _no_fit(

@@ -19,10 +19,12 @@ from typing import Any
 from ... import options
 from ...compiler.cache import get_executable
 from ...inspect.tables import build as build_report
+from ...primitives.auto_choice import Candidate, Estimate, Figures
 from ...primitives.call_plan import CallPlan
 from ...sharding.auto import AUTO
+from ..cost import rates
 from .descent import Scored
-from .problem import to_spec
+from .problem import Problem, spec_text, to_spec
 
 #: Compiler options of a quick trial compile (NOTE [auto floor] in ``confirm.py``).
 QUICK = {"xla_backend_optimization_level": 0}
@@ -38,6 +40,30 @@ class Measured:
     flops: float = 0.0  # XLA's cost analysis (the price of rematerializing, ``../remat/``)
     # XLA's warnings that it replicated a value to compile it (NOTE [trial compiles' warnings])
     replicated: tuple[str, ...] = ()
+
+
+def figures_of(estimate: Estimate, measured: Measured | None) -> Figures:
+    """The figures a decision judges a plan by: XLA's, where it was compiled, with the
+    model's compute; the model's alone otherwise (the one step time of NOTE [auto
+    floor] and NOTE [whole plan])."""
+    if measured is None:
+        return Figures(estimate.collective_bytes, estimate.memory_bytes, estimate.time_s)
+    time_s = estimate.compute_s + rates.seconds(
+        0.0, measured.collective_bytes, measured.collectives
+    )
+    return Figures(
+        measured.collective_bytes, measured.memory_bytes, time_s, measured.flops, measured=True
+    )
+
+
+def candidate_of(problem: Problem, scored: Scored, measured: Measured | None) -> Candidate:
+    """The report's row of ``scored`` (its AUTO leaves' specs, the model's figures and
+    the ones it was judged by)."""
+    return Candidate(
+        specs=tuple(spec_text(scored.in_layouts[i]) for i in problem.auto_inputs),
+        estimate=scored.estimate,
+        figures=figures_of(scored.estimate, measured),
+    )
 
 
 def compiles_alone(plan: CallPlan) -> bool:
