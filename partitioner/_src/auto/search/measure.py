@@ -10,10 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
-import sys
-import tempfile
-from collections.abc import Iterator
 from typing import Any
 
 from ... import options
@@ -25,6 +21,7 @@ from ...sharding.auto import AUTO
 from ..cost import rates
 from .descent import Scored
 from .problem import Problem, spec_text, to_spec
+from .stderr_capture import capture
 
 #: Compiler options of a quick trial compile (NOTE [auto floor] in ``confirm.py``).
 QUICK = {"xla_backend_optimization_level": 0}
@@ -122,8 +119,7 @@ def measure(plan: CallPlan, scored: Scored, *, quick: bool) -> Measured:
 INVOLUNTARY = "Involuntary full rematerialization"
 
 
-@contextlib.contextmanager
-def _involuntary_rematerializations() -> Iterator[list[str]]:
+def _involuntary_rematerializations() -> contextlib.AbstractContextManager[list[str]]:
     """XLA's warnings that it replicated a value, written while the block compiles, kept
     apart (in the list yielded) instead of reaching stderr; anything else XLA writes
     reaches stderr as it would have.
@@ -135,21 +131,14 @@ def _involuntary_rematerializations() -> Iterator[list[str]]:
     read that as a flaw of their program, when it is one of a layout nobody chose. So
     the search's compiles keep XLA's warnings apart: the chosen layout's are written out
     at the end (they are the program's own), the others logged at INFO.
+
+    XLA writes them to file descriptor 2, which is the whole process's: while a trial
+    compile runs, what other threads write to stderr (fd 2, or ``sys.stderr`` over it)
+    is caught too. It is held and written out in order, never lost, at the latest when
+    the capture ends; trial compiles overlapping in two threads share one redirection
+    (NOTE [one stderr capture] in ``stderr_capture.py``). One thing is not told apart:
+    a line with this warning that another thread writes meanwhile (its own compile's,
+    or another search writing out its chosen layout's) is taken for the trial's, and
+    reaches stderr only if the trial's layout is chosen.
     """
-    found: list[str] = []
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as written:
-        os.dup2(written.fileno(), 2)
-        try:
-            yield found
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            written.seek(0)
-            passed: list[str] = []
-            for line in written.read().decode(errors="replace").splitlines(keepends=True):
-                (found if INVOLUNTARY in line else passed).append(line)
-            if passed:
-                sys.stderr.write("".join(passed))
-                sys.stderr.flush()
+    return capture(lambda line: INVOLUNTARY in line)
