@@ -109,3 +109,20 @@ def test_overlapping_captures_in_two_threads_lose_nothing_and_restore_stderr(cap
     # a warning written while both run is kept by both: fd 2 cannot say whose it is
     assert one.found == [_warning("one"), _warning("two")]
     assert two.found == [_warning("two")]
+
+
+def test_a_chosen_programs_warnings_written_out_are_never_kept_by_another_capture(
+    capfd,
+) -> None:
+    """A search writes its chosen layout's warnings out (``write_out``) while another
+    thread's trial compile captures fd 2: they reach stderr, not that capture."""
+    from partitioner._src.auto.search.stderr_capture import write_out
+
+    capfd.readouterr()
+    with _involuntary_rematerializations() as found:
+        writer = threading.Thread(target=write_out, args=(_warning("chosen"),))
+        writer.start()
+        writer.join(PROMPT)
+        assert not writer.is_alive()
+    assert found == []
+    assert _warning("chosen") in capfd.readouterr().err

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +29,7 @@ from .search.descent import Scored
 from .search.measure import candidate_of, compiles_alone, measure, specs_of
 from .search.problem import Problem, problem_of, spec_text
 from .search.progress import Progress, reporting
+from .search.stderr_capture import write_out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +157,7 @@ def _xla_warnings(outcome: Outcome, progress: Progress) -> None:
     """XLA's warnings that it replicated a value (NOTE [trial compiles' warnings] in
     ``search/measure.py``): the chosen layout's written to stderr, they are the program's
     own; of the layouts passed over, how many had any, logged."""
-    sys.stderr.write("".join(outcome.chosen_measured.replicated))
+    write_out("".join(outcome.chosen_measured.replicated))
     passed_over = sum(
         1 for _, measured in outcome.others if measured is not None and measured.replicated
     )

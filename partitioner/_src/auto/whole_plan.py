@@ -28,7 +28,6 @@ obvious layout beats, nor the plain program where a pipeline beats it on both.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 from collections.abc import Sequence
 
@@ -45,6 +44,7 @@ from .search.descent import Scored, Search
 from .search.measure import candidate_of, measure, specs_of
 from .search.problem import Problem, problem_of
 from .search.progress import reporting
+from .search.stderr_capture import write_out
 
 #: A traced program: the decision it was traced under, and its plan.
 Program = tuple[PipelineDecision, CallPlan]
@@ -139,7 +139,7 @@ def _weigh(
         if winner is None:
             raise failed or _none_fits(weighed, memory_limit, plain.api)
         progress.done(f"chose the {winner.plan.name}")
-    sys.stderr.write("".join(winner.replicated))  # the program's own (search/measure.py)
+    write_out("".join(winner.replicated))  # the program's own (search/measure.py)
     others = [entry for entry in weighed if entry is not winner]
     plans = tuple(
         dataclasses.replace(entry.plan, note=notes.get(entry.index, ""))

@@ -65,6 +65,22 @@ def capture(keep: Callable[[str], bool]) -> Iterator[list[str]]:
                 _restore(redirection)
 
 
+def write_out(text: str) -> None:
+    """``text`` to the real stderr at once, whatever captures run: lines a capture kept
+    and its caller decides are the program's own (the chosen layout's warnings) must not
+    be kept again by a capture running in another thread."""
+    if not text:
+        return
+    with _lock:
+        if _now is None:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+            return
+        data = text.encode()
+        while data:
+            data = data[os.write(_now.saved, data) :]
+
+
 def _redirect() -> _Redirection:
     """fd 2 into a new temporary file (under the lock)."""
     global _now
