@@ -44,7 +44,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("_src.stages", "_src.residuals"),
     # AUTO in three rooms, one way (NOTE in _src/auto/__init__.py): the cost model, the
     # search (compiles finalists through the cache, reads reports), rematerialization;
-    # resolve.py ties them together, choices.py keeps what they chose.
+    # resolve.py ties them together, whole_plan.py weighs pipeline decisions, searched.py
+    # keeps what the searches found.
     ("_src.auto.cost",),
     ("_src.auto.search",),
     ("_src.auto.remat",),
@@ -231,7 +232,7 @@ def test_deferred_imports_are_read_as_imports() -> None:
         for target, _, _ in _deferred_imports(name, ast.parse(path.read_text()))
     ]
     assert ("__init__", "_src.pmap") in declared
-    assert ("_src.wrapped", "_src.auto.choices") in declared
+    assert ("_src.wrapped", "_src.auto.searched") in declared
     missing = [f"{n} defers {t}" for n, t in declared if t not in _modules()]
     assert not missing, missing
 

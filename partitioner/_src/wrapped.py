@@ -31,9 +31,9 @@ from .stages import Lowered, Traced, lower_plan
 from .trace.tracing import trace_cache
 
 if TYPE_CHECKING:
-    from .auto import choices as auto_choices
+    from .auto import searched as auto_searched
 else:  # loaded by the first plan with an AUTO leaf (NOTE [lazy AUTO] in planner/jit_plan.py)
-    auto_choices = lazy.module("partitioner._src.auto.choices")
+    auto_searched = lazy.module("partitioner._src.auto.searched")
 
 W = TypeVar("W", bound="Wrapped")
 
@@ -113,5 +113,5 @@ def clear_caches() -> None:
     for first.
     """
     clear_dispatch_caches()
-    if lazy.loaded(auto_choices):  # else no AUTO or pipeline choice was ever made
-        auto_choices.clear()
+    if lazy.loaded(auto_searched):  # else no AUTO or pipeline search was ever made
+        auto_searched.clear()

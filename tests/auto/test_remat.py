@@ -98,7 +98,7 @@ def test_each_policy_rewrite_computes_what_the_program_computes():
     closed = jax.make_jaxpr(step)(params, batch)
     (found,) = scans.blocks(closed)
     assert found.length == LAYERS and found.names == ("hidden",)
-    plans = policies.plans([found])
+    plans = policies.policies_to_try([found])
     assert [p.policies for p in plans] == [
         ("save_only_these_names:hidden",),
         ("dots_saveable",),
@@ -151,7 +151,7 @@ def test_a_flax_nn_scan_stack_is_a_block_whose_rewrites_keep_its_values():
     assert found.length == LAYERS
     leaves = jax.tree.leaves((params, x, y))
     expected = jax.tree.leaves(jax.jit(flax_step)(params, x, y))
-    for plan in policies.plans([found]):
+    for plan in policies.policies_to_try([found]):
         body = scans.rewrite(closed, plan)
         got = jax.jit(functools.partial(jax.core.eval_jaxpr, body.jaxpr, body.consts))(*leaves)
         for a, b in zip(got, expected, strict=True):
@@ -168,7 +168,7 @@ def test_a_program_without_a_differentiated_scan_has_no_block():
 
 def test_a_plan_that_keeps_less_recomputes_more():
     (found,) = scans.blocks(jax.make_jaxpr(step)(stacked_params(), batch_of()))
-    named, dots, no_batch, nothing = policies.plans([found])
+    named, dots, no_batch, nothing = policies.policies_to_try([found])
     assert nothing.recomputes_more_than(dots) and no_batch.recomputes_more_than(dots)
     assert not dots.recomputes_more_than(nothing)
     assert not nothing.recomputes_more_than(named) and not named.recomputes_more_than(dots)

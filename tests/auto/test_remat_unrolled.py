@@ -88,7 +88,7 @@ def test_a_scanned_stack_or_a_forward_only_program_has_no_layer_to_rewrite():
 
     closed, paths = traced(forward, layer_params(), batch_of())
     layers = unrolled.layers(closed, paths)
-    plan = policies.Plan(tuple(layers), ("nothing_saveable",) * len(layers))
+    plan = policies.RecomputePolicy(tuple(layers), ("nothing_saveable",) * len(layers))
     assert str(unrolled.rewrite(closed, plan).jaxpr) == str(closed.jaxpr)  # no residual
 
 
@@ -111,7 +111,7 @@ def test_each_policy_rewrite_keeps_the_values_and_lowers_xlas_memory():
         return program.memory_analysis().temp_size_in_bytes
 
     plain = memory(compiled(closed))
-    for plan in policies.plans(unrolled.layers(closed, paths)):
+    for plan in policies.policies_to_try(unrolled.layers(closed, paths)):
         body = unrolled.rewrite(closed, plan)
         assert body.in_avals == closed.in_avals and body.out_avals == closed.out_avals
         program = compiled(body)
@@ -148,7 +148,7 @@ def test_a_flax_linen_stack_of_modules_is_rewritten_layer_by_layer():
     assert [layer.name for layer in found] == [f"args[0]['params']['Block_{k}']" for k in range(3)]
     leaves = jax.tree.leaves((params, x, y))
     expected = jax.tree.leaves(jax.jit(flax_step)(params, x, y))
-    for plan in policies.plans(found):
+    for plan in policies.policies_to_try(found):
         got = run(unrolled.rewrite(closed, plan), leaves)
         for a, b in zip(got, expected, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=str(plan.policies))

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import pytest
 
 import partitioner
-from partitioner._src.auto import choices
+from partitioner._src.auto import searched
 from partitioner._src.auto.cost import flops
 from partitioner._src.auto.cost.rates import BYTES_PER_S, FLOPS_PER_S, LATENCY_S
 from partitioner._src.pipeline import microbatches
@@ -114,25 +114,25 @@ def test_the_choice_is_kept_with_autos_and_forgotten_by_clear_caches(mesh) -> No
     partitioner.clear_caches()
     with jax.set_mesh(mesh((4, 2), ("stage", "data"))):
         first = run.plan(params, x)
-        assert choices.size() == 1
+        assert searched.size() == 1
         assert run.plan(params, x).estimates is first.estimates  # kept
         partitioner.clear_caches()
-        assert choices.size() == 0
+        assert searched.size() == 0
         again = run.plan(params, x)
     assert again.estimates is not first.estimates  # chosen anew
     assert again.estimates == first.estimates
 
 
 def test_the_cache_is_bounded_least_recently_used_out_first() -> None:
-    choices.clear()
-    for k in range(choices.SIZE + 5):
-        choices.chosen(("test", k), lambda k=k: k)
-    assert choices.size() == choices.SIZE
+    searched.clear()
+    for k in range(searched.SIZE + 5):
+        searched.once(("test", k), lambda k=k: k)
+    assert searched.size() == searched.SIZE
     made = []
-    assert choices.chosen(("test", 0), lambda: made.append(0) or -1) == -1  # pushed out
-    assert choices.chosen(("test", choices.SIZE + 4), lambda: made.append(1)) == choices.SIZE + 4
+    assert searched.once(("test", 0), lambda: made.append(0) or -1) == -1  # pushed out
+    assert searched.once(("test", searched.SIZE + 4), lambda: made.append(1)) == searched.SIZE + 4
     assert made == [0]
-    choices.clear()
+    searched.clear()
 
 
 def test_memory_estimates_rank_as_xla_measures_them(mesh) -> None:

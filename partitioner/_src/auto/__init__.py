@@ -4,8 +4,8 @@ Three rooms, each importing only the ones before it: ``cost/`` (what a layout co
 program: the cost model), ``search/`` (which layouts, the model ranking and XLA
 confirming: NOTE [auto search] in ``search/descent.py``, NOTE [auto floor] in
 ``search/confirm.py``) and ``remat/`` (what to recompute: NOTE [auto remat] in
-``remat/__init__.py``). ``resolve.py`` is the one place that ties them together;
-``plans.py`` weighs whole plans, a body traced once per pipeline it could run (NOTE
-[whole plan]); ``choices.py`` keeps what they chose, with the pipeline's microbatch
-choices.
+``remat/__init__.py``). ``resolve.py`` is the one place that ties them together for one program;
+``whole_plan.py`` weighs whole plans, a body traced once per pipeline decision (NOTE
+[whole plan]); ``searched.py`` keeps what the searches found, the pipeline's microbatch
+searches' too.
 """

@@ -22,7 +22,7 @@ from ..events import emit
 from ..primitives.auto_choice import AutoChoice, Baseline, Candidate
 from ..primitives.call_plan import CallPlan
 from ..sharding.auto import AUTO
-from . import choices
+from . import searched
 from .remat.fit import Rematerialized, rematerialize, trimmed
 from .search.confirm import Measured, NoLayoutFits, Outcome, solve
 from .search.descent import Scored
@@ -50,7 +50,7 @@ def resolve(
     memory_limit: int | None,
 ) -> CallPlan:
     """``plan`` with every AUTO spec chosen (NOTE [auto search] in ``search/descent.py``),
-    once per signature (``choices.py``).
+    once per signature (``searched.py``).
 
     ``plan``'s params hold AUTO where a spec is to be chosen; ``in_paths`` are the
     dynamic arguments' key paths (after the plan's constants), ``out_paths`` the
@@ -64,7 +64,7 @@ def resolve(
             message names the smallest found).
     """
     problem = problem_of(plan, in_paths, out_paths, memory_limit)
-    resolution = choices.chosen(
+    resolution = searched.once(
         key_of(plan, problem), lambda: _search(plan, problem, in_paths, out_paths)
     )
     return resolved(plan, resolution)
@@ -130,7 +130,7 @@ def _search(
         return Resolution(ins, outs, record)
     record = dataclasses.replace(
         record,
-        remat=chosen.plan.rematerialized(),
+        remat=chosen.recompute.rematerialized(),
         flops_added=chosen.outcome.chosen_measured.flops - chosen.layout_only_flops,
         remat_to_fit=chosen.to_fit,
     )

@@ -37,7 +37,7 @@ from ..primitives.auto_choice import Candidate, WholePlan
 from ..primitives.auto_pipeline import sites
 from ..primitives.call_plan import CallPlan
 from ..trace.decision import PipelineDecision
-from . import choices
+from . import searched
 from .resolve import Resolution, key_of, record_of, resolve, resolved
 from .search.confirm import NoLayoutFits, Outcome, no_fit
 from .search.descent import Scored, Search
@@ -74,7 +74,7 @@ def resolve_whole_plan(
 ) -> CallPlan:
     """The plan chosen among ``programs`` (the plain one first; NOTE [whole plan]),
     resolved, its record naming every whole plan weighed; ``skipped``: decisions that
-    could not be built, and why. Once per signature (``choices.py``).
+    could not be built, and why. Once per signature (``searched.py``).
 
     Raises:
         NoLayoutFits: no plan, pipelined or not, fits ``memory_limit``.
@@ -86,7 +86,7 @@ def resolve_whole_plan(
         tuple(decision for decision, _ in programs),
         tuple(skipped),
     )
-    index, resolution = choices.chosen(
+    index, resolution = searched.once(
         key, lambda: _weigh(programs, skipped, in_paths, out_paths, memory_limit)
     )
     return resolved(programs[index][1], resolution)

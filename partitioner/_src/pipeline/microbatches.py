@@ -23,7 +23,7 @@ The choice: under ``auto_memory_limit`` only options whose memory fits it (the l
 memory where none does); without one, only options within :data:`MEMORY_SLACK` of
 the least memory; among those the least time, ties (within :data:`TIE`) going to
 more microbatches. It is made once per layer, shapes, schedule and placement, and
-kept with AUTO's choices (``auto/choices.py``: bounded, cleared by
+kept with what AUTO's searches found (``auto/searched.py``: bounded, cleared by
 ``partitioner.clear_caches()``). The figures are the model's, of the pipeline alone:
 the report (``Report.pipelines``) gives XLA's.
 """
@@ -38,7 +38,7 @@ from typing import Any
 import jax
 
 from .. import jax_private as jp
-from ..auto import choices
+from ..auto import searched
 from ..auto.cost import flops
 from ..auto.cost.equations import aval_itemsize
 from ..auto.cost.rates import BYTES_PER_S, FLOPS_PER_S, LATENCY_S
@@ -180,4 +180,4 @@ def pick(table: Sequence[MicrobatchOption], memory_limit: int | None) -> Microba
 
 def kept(key: Hashable, compute: Callable[[], Any]) -> Any:
     """The option kept for ``key`` (layer, shapes, schedule, placement), computed once."""
-    return choices.chosen(("pipeline", key), compute)
+    return searched.once(("pipeline", key), compute)

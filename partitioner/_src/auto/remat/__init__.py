@@ -4,7 +4,7 @@ NOTE [auto remat]: when no layout fits ``auto_memory_limit``, AUTO also chooses 
 to recompute. What memory holds in a training step is the residuals: the values
 ``jax.grad`` inside the call saved in the forward pass for the backward pass to
 read. Rematerializing trades that memory for flops, as ``jax.checkpoint`` does: a
-*plan* gives each recomputable part of the program one of jax's own checkpoint
+*recompute policy* gives each recomputable part of the program one of jax's own checkpoint
 policies, or none (``policies.py``). The parts are found in the traced program
 (``fit.py``):
 
@@ -23,12 +23,12 @@ the part would have: walking back from its residuals, an equation the policy cal
 saveable (``policy(prim, *avals, **params)``, read as jax reads it) keeps its
 outputs; any other one is recomputed in the backward pass from the kept values. The
 recomputation runs the same operations on the same values, so results are
-unchanged; only memory and flops move. XLA's memory analysis of each plan's
-compiled program is the judge, XLA's cost analysis the price (``fit.py``). A plan
-first keeps the layouts the search chose without the limit, as a user adds
-``jax.checkpoint`` to a plan that is too large (one compile); only where they do not
+unchanged; only memory and flops move. XLA's memory analysis of each recompute
+policy's compiled program is the judge, XLA's cost analysis the price (``fit.py``). A
+policy first keeps the layouts the search chose without the limit, as a user adds
+``jax.checkpoint`` to a program that is too large (one compile); only where they do not
 fit with it are the layouts searched again under the limit (searching first would
-cost a search per plan). That search prices layouts as plans are priced, by XLA's
+cost a search per policy). That search prices layouts as policies are priced, by XLA's
 flops first (NOTE [auto floor], ``Objective.FLOPS``): by estimated step time, a
 layout that moves fewer bytes but splits the compute less would win and recompute
 more flops per device (``benchmarks/remat_case.py`` measures both orders).

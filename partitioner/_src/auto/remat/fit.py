@@ -1,8 +1,9 @@
-"""Which plan to rematerialize with: found in the program, judged and priced by XLA.
+"""Which recompute policy to rematerialize with: found in the program, judged and priced
+by XLA.
 
-:func:`find` looks for the parts a plan may recompute (NOTE [auto remat] in
-``__init__.py``) and returns them with the rewrite that applies a plan to them;
-:func:`rematerialize` tries the plans, cheapest first, until it has the one that
+:func:`find` looks for the parts a recompute policy may recompute (NOTE [auto remat]
+in ``__init__.py``) and returns them with the rewrite that applies a policy to them;
+:func:`rematerialize` tries the recompute policies, cheapest first, until it has the one that
 fits the memory limit with the fewest flops; :func:`trimmed` keeps a differentiated
 scan's body to what XLA would keep of its unrolled twin (NOTE [auto scan
 residuals]).
@@ -15,7 +16,7 @@ residual jax saved, and a scanned stack holds more memory than its unrolled twin
 the same layouts and the same collective bytes (README's "8 scanned blocks vs the
 same 8 unrolled" row). So, whatever the limit, a call's differentiated scans are
 also tried with their bodies under ``dots_saveable`` (``policies.TRIM``): what XLA
-does to the unrolled twin, done to the loop. The chosen layouts are kept; the plan is
+does to the unrolled twin, done to the loop. The chosen layouts are kept; the policy is
 kept where XLA's figures for it show less memory, at most ``policies.TRIM_FLOPS``
 more flops and no more collective bytes (a body whose collectives would run again
 is not). One compile, of a loop: it does not grow with the scan's length. The
@@ -41,24 +42,24 @@ from ..search.progress import current
 from . import policies, scans, unrolled
 from .inline import inlined
 from .interpret import same_types
-from .policies import Plan, Recomputable, plans
+from .policies import Recomputable, RecomputePolicy, policies_to_try
 
 
 @dataclasses.dataclass(frozen=True)
 class Found:
-    """The parts of ``program`` a plan may recompute, and the rewrite that applies a
-    plan to them (``rewrite(program, plan)``)."""
+    """The parts of ``program`` a recompute policy may recompute, and the rewrite that
+    applies one to them (``rewrite(program, recompute)``)."""
 
     program: Any  # the call's program, its jit calls inlined where that found the parts
     parts: tuple[Recomputable, ...]
-    rewrite: Callable[[Any, Plan[Any]], Any]
+    rewrite: Callable[[Any, RecomputePolicy[Any]], Any]
 
-    def rewritten(self, plan: Plan[Any]) -> Any:
-        return self.rewrite(self.program, plan)
+    def rewritten(self, recompute: RecomputePolicy[Any]) -> Any:
+        return self.rewrite(self.program, recompute)
 
 
 def find(program: Any, in_paths: Sequence[KeyPath]) -> Found | None:
-    """What a plan may recompute in ``program`` (a ``ClosedJaxpr`` whose inputs have the
+    """What a recompute policy may recompute in ``program`` (a ``ClosedJaxpr`` whose inputs have the
     key paths ``in_paths``): its differentiated scans; failing that, those inside its
     jit calls; failing that, the layers of an unrolled stack. ``None``: nothing (the
     layouts were all there was)."""
@@ -77,10 +78,11 @@ def find(program: Any, in_paths: Sequence[KeyPath]) -> Found | None:
 
 @dataclasses.dataclass(frozen=True)
 class Rematerialized:
-    """The chosen rematerialization: the plan, the program rewritten as it says, the
-    search's outcome on it, and XLA's flops for the same layouts recomputing nothing."""
+    """The chosen rematerialization: the recompute policy, the program rewritten as it
+    says, the search's outcome on it, and XLA's flops for the same layouts recomputing
+    nothing."""
 
-    plan: Plan[Any]
+    recompute: RecomputePolicy[Any]
     body: Any
     outcome: Outcome
     layout_only_flops: float
@@ -92,51 +94,52 @@ def with_program(plan: CallPlan, jaxpr: Any) -> CallPlan:
     return dataclasses.replace(plan, params=dataclasses.replace(plan.params, jaxpr=jaxpr))
 
 
-#: The smallest plan tried so far: its memory per device, and how messages name it.
+#: The smallest program tried so far: its memory per device, and how messages name it.
 _Smallest = tuple[float, str]
 
 
 def rematerialize(
     plan: CallPlan, problem: Problem, in_paths: Sequence[KeyPath], failed: NoLayoutFits
 ) -> Rematerialized:
-    """The plan that recomputes the fewest flops (XLA's cost analysis) and fits
+    """The recompute policy that recomputes the fewest flops (XLA's cost analysis) and fits
     ``problem.memory_limit``, its layouts searched and confirmed as any program's
     (NOTE [auto remat]); ``failed``: the search without rematerializing.
 
     Raises:
-        NoLayoutFits: nothing to recompute, or no plan fits (naming the smallest).
+        NoLayoutFits: nothing to recompute, or no policy fits (naming the smallest).
     """
     found = find(plan.params.jaxpr, in_paths)
     if found is None:  # nothing differentiated to recompute: the layouts were all there was
         raise failed
     plan = with_program(plan, found.program)
     smallest: _Smallest = (failed.memory_bytes, failed.smallest)
-    best: tuple[tuple[float, float], Plan[Any], Any, Outcome] | None = None
+    best: tuple[tuple[float, float], RecomputePolicy[Any], Any, Outcome] | None = None
     seen: set[str] = set()
-    fitting: list[Plan[Any]] = []
-    candidates = plans(found.parts)
+    fitting: list[RecomputePolicy[Any]] = []
+    to_try = policies_to_try(found.parts)
     current().note(
-        "no layout fits %s bytes per device; %d parts may be recomputed, %d plans to try",
+        "no layout fits %s bytes per device; %d parts may be recomputed, %d recompute "
+        "policies to try",
         f"{problem.memory_limit or 0:,}",
         len(found.parts),
-        len(candidates),
+        len(to_try),
     )
-    for number, candidate in enumerate(candidates, 1):
-        if any(candidate.recomputes_more_than(fitting_plan) for fitting_plan in fitting):
-            continue  # no cheaper than a plan that fits
-        body = found.rewritten(candidate)
+    for number, recompute in enumerate(to_try, 1):
+        if any(recompute.recomputes_more_than(fits) for fits in fitting):
+            continue  # no cheaper than a policy that fits
+        body = found.rewritten(recompute)
         if str(body.jaxpr) in seen or not same_types(body, found.program):
             continue  # two policies that keep the same values; or types retracing cannot keep
         seen.add(str(body.jaxpr))
-        what = ", ".join(f"{part} with {policy}" for part, policy in candidate.rematerialized())
-        current().note("rematerialization plan %d of %d: %s", number, len(candidates), what)
-        outcome, smallest = _fitted(with_program(plan, body), problem, candidate, failed, smallest)
+        what = ", ".join(f"{part} with {policy}" for part, policy in recompute.rematerialized())
+        current().note("recompute policy %d of %d: %s", number, len(to_try), what)
+        outcome, smallest = _fitted(with_program(plan, body), problem, recompute, failed, smallest)
         if outcome is None:
             continue
-        fitting.append(candidate)
+        fitting.append(recompute)
         price = (outcome.chosen_measured.flops, outcome.chosen_measured.memory_bytes)
         if best is None or price < best[0]:
-            best = (price, candidate, body, outcome)
+            best = (price, recompute, body, outcome)
     if best is None:
         raise no_fit(
             plan.api, problem.memory_limit or 0, smallest[1], smallest[0],
@@ -150,14 +153,14 @@ def rematerialize(
 def _fitted(
     trial: CallPlan,
     problem: Problem,
-    candidate: Plan[Any],
+    recompute: RecomputePolicy[Any],
     failed: NoLayoutFits,
     smallest: _Smallest,
 ) -> tuple[Outcome | None, _Smallest]:
-    """``trial`` (the program rewritten as ``candidate`` says) laid out to fit: with the
+    """``trial`` (the program rewritten as ``recompute`` says) laid out to fit: with the
     layouts chosen without the limit where they fit (one compile), else searched under
-    it; ``None`` where nothing fits. And the smallest plan tried so far."""
-    what = ", ".join(f"{part} with {policy}" for part, policy in candidate.rematerialized())
+    it; ``None`` where nothing fits. And the smallest program tried so far."""
+    what = ", ".join(f"{part} with {policy}" for part, policy in recompute.rematerialized())
     unconstrained = failed.unconstrained
     if unconstrained is not None:
         outcome, kept = _keeping_layouts(trial, unconstrained, problem.memory_limit or 0)
@@ -203,7 +206,7 @@ def trimmed(plan: CallPlan, outcome: Outcome) -> Rematerialized | None:
         return None
     current().note("the differentiated scans' bodies under %s, as XLA keeps an unrolled stack's",
                    policies.TRIM)  # fmt: skip
-    trim = Plan(tuple(found), (policies.TRIM,) * len(found))
+    trim = RecomputePolicy(tuple(found), (policies.TRIM,) * len(found))
     body = scans.rewrite(plan.params.jaxpr, trim)
     if not same_types(body, plan.params.jaxpr):
         return None

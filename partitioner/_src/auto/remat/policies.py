@@ -1,9 +1,9 @@
-"""Rematerialization plans: one of jax's own ``jax.checkpoint`` policies per part.
+"""Recompute policies: one of jax's own ``jax.checkpoint`` policies per part.
 
 A *part* (:class:`Recomputable`) is what one policy applies to: a differentiated
 scan (``scans.Block``) or a layer of an unrolled stack (``unrolled.Layer``); a
-:class:`Plan` gives each part a policy or none (NOTE [auto remat] in
-``__init__.py``). The plans tried are few: per part, its tagged names (where the
+:class:`RecomputePolicy` gives each part a policy or none (NOTE [auto remat] in
+``__init__.py``). The recompute policies tried are few: per part, its tagged names (where the
 program tags values with ``checkpoint_name``) and jax's three policies that keep
 less and less (:data:`POLICIES`), and all their combinations while they are at most
 :data:`MAX_PLANS`.
@@ -28,7 +28,7 @@ POLICIES: dict[str, Callable[..., Any]] = {
     "dots_with_no_batch_dims_saveable": _policies.dots_with_no_batch_dims_saveable,
     "nothing_saveable": _policies.nothing_saveable,
 }
-#: At most this many plans are compiled; with more parts, one policy for every part.
+#: At most this many recompute policies are compiled; with more parts, one policy for every part.
 MAX_PLANS = 16
 #: Where layouts alone fit (any limit, or none), the policy every differentiated scan's
 #: body is tried with, kept where XLA counts at most this share more flops for it
@@ -37,7 +37,7 @@ TRIM, TRIM_FLOPS = "dots_saveable", 0.02
 
 
 class Recomputable(Protocol):
-    """What a plan gives a policy: a scan's ``scans.Block``, or a layer of an unrolled
+    """What a recompute policy gives a jax policy: a scan's ``scans.Block``, or a layer of an unrolled
     stack (``unrolled.Layer``)."""
 
     @property
@@ -50,14 +50,14 @@ Part = TypeVar("Part", bound=Recomputable)
 
 
 @dataclass(frozen=True)
-class Plan(Generic[Part]):
+class RecomputePolicy(Generic[Part]):
     """A policy name (or ``None``: residuals kept as jax saved them) per part."""
 
     parts: tuple[Part, ...]
     policies: tuple[str | None, ...]
 
-    def recomputes_more_than(self, other: Plan[Part]) -> bool:
-        """Whether this plan recomputes at least what ``other`` does, part by part
+    def recomputes_more_than(self, other: RecomputePolicy[Part]) -> bool:
+        """Whether this recompute policy recomputes at least what ``other`` does, part by part
         (:data:`POLICIES` order; a tagged-names policy compares with none)."""
         order = [None, *POLICIES]
         pairs = zip(self.policies, other.policies, strict=True)
@@ -66,7 +66,7 @@ class Plan(Generic[Part]):
             for mine, theirs in pairs
         )
 
-    def chosen(self) -> list[tuple[Part, Callable[..., Any]]]:
+    def applied(self) -> list[tuple[Part, Callable[..., Any]]]:
         """Each part a policy recomputes, with that policy (jax's function)."""
         pairs = zip(self.parts, self.policies, strict=True)
         return [(part, policy_of(name)) for part, name in pairs if name is not None]
@@ -81,27 +81,25 @@ class Plan(Generic[Part]):
 
 
 def policy_of(name: str) -> Callable[..., Any]:
-    """The jax policy a plan names (``save_only_these_names:a,b`` for tagged values)."""
+    """The jax policy a recompute policy names (``save_only_these_names:a,b`` for tagged values)."""
     if name.startswith("save_only_these_names:"):
         names = name.split(":", 1)[1].split(",")
         return ad_checkpoint.checkpoint_policies.save_only_these_names(*names)
     return POLICIES[name]
 
 
-def plans(found: Sequence[Part]) -> list[Plan[Part]]:
-    """Every plan to try, least recomputed first per part; one policy for all parts
+def policies_to_try(found: Sequence[Part]) -> list[RecomputePolicy[Part]]:
+    """Every recompute policy to try, least recomputed first per part; one policy for all parts
     when the product passes :data:`MAX_PLANS`."""
-    choices = [_choices(part) for part in found]
-    product = list(itertools.product(*choices))
+    options = [_options(part) for part in found]
+    product = list(itertools.product(*options))
     if len(product) > MAX_PLANS:
-        common = sorted(
-            set.intersection(*(set(options) for options in choices)), key=choices[0].index
-        )
+        common = sorted(set.intersection(*(set(named) for named in options)), key=options[0].index)
         product = [(name,) * len(found) for name in common]
-    return [Plan(tuple(found), tuple(combination)) for combination in product]
+    return [RecomputePolicy(tuple(found), tuple(combination)) for combination in product]
 
 
-def _choices(part: Recomputable) -> list[str]:
+def _options(part: Recomputable) -> list[str]:
     tagged = [f"save_only_these_names:{','.join(part.names)}"] if part.names else []
     return [*tagged, *POLICIES]
 
@@ -115,5 +113,6 @@ def saveable(eqn: Any, policy: Callable[..., Any]) -> bool:
 
 
 def tags(eqns: Sequence[Any]) -> tuple[str, ...]:
-    """The ``checkpoint_name`` tags among ``eqns``, sorted (a plan may keep only those)."""
+    """The ``checkpoint_name`` tags among ``eqns``, sorted (a recompute policy may keep
+    only those)."""
     return tuple(sorted({eqn.params["name"] for eqn in eqns if eqn.primitive.name == "name"}))

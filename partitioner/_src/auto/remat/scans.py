@@ -31,7 +31,7 @@ from .interpret import (
     retraced,
     run_equations,
 )
-from .policies import Plan, saveable, tags
+from .policies import RecomputePolicy, saveable, tags
 
 
 @dataclass(frozen=True)
@@ -85,13 +85,13 @@ def _backward_of(forward: Any, candidate: Any, residual: Any) -> bool:
     return residual not in candidate.invars[:n_lead]
 
 
-def rewrite(closed: Any, plan: Plan[Block]) -> Any:
-    """``closed`` with each block of ``plan`` rematerialized (NOTE [auto remat]); the
-    same inputs and outputs."""
+def rewrite(closed: Any, recompute: RecomputePolicy[Block]) -> Any:
+    """``closed`` with each block ``recompute`` names rematerialized (NOTE [auto remat]);
+    the same inputs and outputs."""
     jaxpr = closed.jaxpr
     kept = {
         block.forward: _Kept.of(jaxpr.eqns[block.forward], block, policy)
-        for block, policy in plan.chosen()
+        for block, policy in recompute.applied()
     }
     forward_of = {kept_block.block.backward: index for index, kept_block in kept.items()}
 

@@ -52,7 +52,7 @@ from jax.tree_util import KeyPath, keystr
 from ... import jax_private as jp
 from ..search.structure import layer_keys
 from .interpret import Env, as_traced, evaluate, outputs, readers_of, retraced, run_equations
-from .policies import Plan, saveable, tags
+from .policies import RecomputePolicy, saveable, tags
 
 
 @dataclass(frozen=True)
@@ -139,15 +139,15 @@ def _kind(eqn: Any) -> tuple[Any, ...]:
     return (eqn.primitive, types)
 
 
-def rewrite(closed: Any, plan: Plan[Layer]) -> Any:
-    """``closed`` with each layer of ``plan`` rematerialized (NOTE [auto remat
+def rewrite(closed: Any, per_layer: RecomputePolicy[Layer]) -> Any:
+    """``closed`` with each layer ``per_layer`` names rematerialized (NOTE [auto remat
     unrolled]); the same inputs and outputs."""
     jaxpr = closed.jaxpr
     readers = readers_of(jaxpr)
     made = (var for eqn in jaxpr.eqns for var in eqn.outvars)
     order = {var: k for k, var in enumerate(itertools.chain(jaxpr.constvars, jaxpr.invars, made))}
     before: dict[int, list[_Recompute]] = {}
-    for layer, policy in plan.chosen():
+    for layer, policy in per_layer.applied():
         recompute = _Recompute.of(jaxpr, layer, policy, readers, order)
         if recompute is not None:
             before.setdefault(recompute.before, []).append(recompute)

@@ -17,7 +17,7 @@ import pytest
 import partitioner
 from partitioner import AUTO
 from partitioner import PartitionSpec as P
-from partitioner._src.auto import choices, resolve
+from partitioner._src.auto import resolve, searched
 from partitioner.testing.plugin import MeshFactory
 
 from ..pipeline.test_pipeline import STACK, batch, layer, stacked_params
@@ -63,35 +63,35 @@ class Blocking:
 
 @pytest.fixture(autouse=True)
 def _fresh_choices():
-    choices.clear()
+    searched.clear()
     yield
-    choices.clear()
+    searched.clear()
 
 
 def test_another_keys_choice_does_not_wait_on_a_choice_in_flight() -> None:
     """One lock held through every choose() made a second thread's unrelated choice wait
     out the first's whole search."""
     slow = Blocking(value="a")
-    first = Caller(lambda: choices.chosen(("a",), slow))
+    first = Caller(lambda: searched.once(("a",), slow))
     first.start()
     try:
         assert slow.started.wait(PROMPT)
-        other = Caller(lambda: choices.chosen(("b",), lambda: "b"))
+        other = Caller(lambda: searched.once(("b",), lambda: "b"))
         other.start()
         assert other.finished(), "a choice of another key waited on the one in flight"
         assert other.value == "b" and first.is_alive()
     finally:
         slow.release.set()
     assert first.finished() and first.value == "a"
-    assert choices.size() == 2
+    assert searched.size() == 2
 
 
 def test_a_second_caller_of_the_same_key_waits_and_takes_the_same_value() -> None:
     slow = Blocking(value=object())
-    first = Caller(lambda: choices.chosen(("a",), slow))
+    first = Caller(lambda: searched.once(("a",), slow))
     first.start()
     assert slow.started.wait(PROMPT)
-    second = Caller(lambda: choices.chosen(("a",), lambda: pytest.fail("chosen twice")))
+    second = Caller(lambda: searched.once(("a",), lambda: pytest.fail("chosen twice")))
     second.start()
     assert not second.finished(timeout=0.2), "it did not wait for the choice in flight"
     slow.release.set()
@@ -102,32 +102,32 @@ def test_a_second_caller_of_the_same_key_waits_and_takes_the_same_value() -> Non
 
 def test_an_error_in_choose_is_not_kept_and_its_waiters_choose_again() -> None:
     failing = Blocking(error=ValueError("no layout fits"))
-    first = Caller(lambda: choices.chosen(("a",), failing))
+    first = Caller(lambda: searched.once(("a",), failing))
     first.start()
     assert failing.started.wait(PROMPT)
-    second = Caller(lambda: choices.chosen(("a",), lambda: "made by the waiter"))
+    second = Caller(lambda: searched.once(("a",), lambda: "made by the waiter"))
     second.start()
     assert not second.finished(timeout=0.2)
     failing.release.set()
     assert first.finished() and second.finished(), "a waiter hung on a choice that raised"
     assert isinstance(first.error, ValueError)
     assert second.error is None and second.value == "made by the waiter"
-    assert choices.chosen(("a",), lambda: "again") == "made by the waiter"
+    assert searched.once(("a",), lambda: "again") == "made by the waiter"
 
 
 def test_a_choice_may_make_another_and_ask_for_its_own_key_in_the_same_thread() -> None:
     """A search tracing a pipeline makes the pipeline's choice inside its own."""
 
     def outer() -> tuple[str, str]:
-        inner = choices.chosen(("inner",), lambda: "inner")
-        again = choices.chosen(("outer",), lambda: "computed in place")
+        inner = searched.once(("inner",), lambda: "inner")
+        again = searched.once(("outer",), lambda: "computed in place")
         return inner, again
 
-    done = Caller(lambda: choices.chosen(("outer",), outer))
+    done = Caller(lambda: searched.once(("outer",), outer))
     done.start()
     assert done.finished(), "a thread waited on its own choice"
     assert done.value == ("inner", "computed in place")
-    assert choices.chosen(("inner",), lambda: "not kept") == "inner"
+    assert searched.once(("inner",), lambda: "not kept") == "inner"
 
 
 def test_two_threads_whose_choices_need_each_others_do_not_deadlock() -> None:
@@ -139,10 +139,10 @@ def test_two_threads_whose_choices_need_each_others_do_not_deadlock() -> None:
         def choose() -> str:
             started[mine].set()
             assert started[theirs].wait(PROMPT), "the other choice never started"
-            choices.chosen((theirs,), lambda: f"{theirs} made by {mine}'s thread")
+            searched.once((theirs,), lambda: f"{theirs} made by {mine}'s thread")
             return mine
 
-        return lambda: choices.chosen((mine,), choose)
+        return lambda: searched.once((mine,), choose)
 
     one, two = Caller(making("a", "b")), Caller(making("b", "a"))
     one.start()
@@ -150,26 +150,26 @@ def test_two_threads_whose_choices_need_each_others_do_not_deadlock() -> None:
     assert one.finished() and two.finished(), "deadlock"
     assert (one.error, two.error) == (None, None)
     assert (one.value, two.value) == ("a", "b")
-    assert choices.chosen(("a",), str) == "a" and choices.chosen(("b",), str) == "b"
+    assert searched.once(("a",), str) == "a" and searched.once(("b",), str) == "b"
 
 
 def test_clear_during_a_choice_in_flight_forgets_it_without_waiting() -> None:
     slow = Blocking(value="old")
-    first = Caller(lambda: choices.chosen(("a",), slow))
+    first = Caller(lambda: searched.once(("a",), slow))
     first.start()
     try:
         assert slow.started.wait(PROMPT)
-        clearing = Caller(choices.clear)
+        clearing = Caller(searched.clear)
         clearing.start()
         assert clearing.finished(), "clear() waited on a choice in flight"
         # the key is forgotten: a caller now makes it anew instead of waiting
-        anew = Caller(lambda: choices.chosen(("a",), lambda: "new"))
+        anew = Caller(lambda: searched.once(("a",), lambda: "new"))
         anew.start()
         assert anew.finished() and anew.value == "new"
     finally:
         slow.release.set()
     assert first.finished() and first.value == "old"  # its caller still gets it
-    assert choices.size() == 1 and choices.chosen(("a",), str) == "new"  # not kept
+    assert searched.size() == 1 and searched.once(("a",), str) == "new"  # not kept
 
 
 def test_a_pipelines_choice_is_made_while_another_threads_auto_search_runs(

@@ -1,24 +1,24 @@
-"""The one cache of choices partitioner makes for a program: bounded, thread-safe, cleared
-by ``partitioner.clear_caches()``.
+"""The one cache of what partitioner's searches found for a program: bounded, thread-safe,
+cleared by ``partitioner.clear_caches()``.
 
-Why one: AUTO's layouts (``resolve.py``) and a pipeline's microbatch count
-(``_src/pipeline/microbatches.py``) are both decisions made once per program
-signature and kept, as the trace and executable caches keep theirs. Kept apart, one
+Why one: AUTO's layouts (``resolve.py``), its whole plans (``whole_plan.py``) and a
+pipeline's microbatch count (``_src/pipeline/microbatches.py``) are each searched once
+per program signature and kept, as the trace and executable caches keep theirs. Kept apart, one
 of them would grow without bound or survive ``clear_caches()`` while the other did
 not; here both live under one bound (:data:`SIZE` entries, least recently used
 first out) and one ``clear()``.
 
-NOTE [choices in flight]: a choice can take a whole AUTO search (tens of seconds of
+NOTE [searches in flight]: a search can take a whole AUTO search (tens of seconds of
 XLA compiles), so no lock is held while one is made: the lock guards the dictionaries
-only, and a caller waits only for the thread making the same key's choice, then takes
-its value (made once). Callers of other keys go on. Choices nest (a search tracing a
-pipeline makes that pipeline's microbatch choice), so a caller never waits on a
-choice it is itself making, directly or through threads waiting on it in turn: it
-would wait forever. It calls its own ``choose`` instead, as the one re-entrant lock
-of before had it do. A ``choose`` that raises is not kept, and its waiters try again
-as later callers would: one of them makes the choice, the others wait on that one
+only, and a caller waits only for the thread searching the same key, then takes
+its value (found once). Callers of other keys go on. Searches nest (an AUTO search
+tracing a pipeline searches that pipeline's microbatches), so a caller never waits on a
+search it is itself making, directly or through threads waiting on it in turn: it
+would wait forever. It calls its own ``search`` instead, as the one re-entrant lock
+of before had it do. A ``search`` that raises is not kept, and its waiters try again
+as later callers would: one of them searches, the others wait on that one
 (so an interrupt in one thread is never raised in another, and each error carries
-its own caller's traceback). ``clear()`` forgets the choices in flight too: each
+its own caller's traceback). ``clear()`` forgets the searches in flight too: each
 still finishes for its caller and those waiting on it, and is not kept.
 """
 
@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
-#: Choices kept, AUTO's and pipelines' together; the least recently used goes first.
+#: What searches found, AUTO's and pipelines' together; the least recently used goes first.
 SIZE = 64
 
 T = TypeVar("T")
@@ -38,28 +38,28 @@ T = TypeVar("T")
 
 @dataclasses.dataclass(eq=False)
 class _Making:
-    """A choice in flight: the thread making it, and what it made once ``done`` is set."""
+    """A search in flight: the thread making it, and what it found once ``done`` is set."""
 
-    owner: int  # threading.get_ident() of the thread calling choose()
+    owner: int  # threading.get_ident() of the thread calling search()
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
-    made: bool = False  # False once done: choose() raised
+    made: bool = False  # False once done: search() raised
     value: Any = None
 
 
 _cache: collections.OrderedDict[Hashable, Any] = collections.OrderedDict()
-_making: dict[Hashable, _Making] = {}  # keys whose choice is in flight
-_waiting: dict[int, _Making] = {}  # thread -> the choice it waits on
-# Guards the three dictionaries, never a choose() (NOTE [choices in flight]).
+_making: dict[Hashable, _Making] = {}  # keys whose search is in flight
+_waiting: dict[int, _Making] = {}  # thread -> the search it waits on
+# Guards the three dictionaries, never a search() (NOTE [searches in flight]).
 _lock = threading.Lock()
 
 
-def chosen(key: Hashable, choose: Callable[[], T]) -> T:
-    """The choice kept for ``key``, made by ``choose()`` the first time (and again after
-    :func:`clear`, or once :data:`SIZE` later choices pushed it out).
+def once(key: Hashable, search: Callable[[], T]) -> T:
+    """What ``search()`` found for ``key``, searched the first time (and again after
+    :func:`clear`, or once :data:`SIZE` later searches pushed it out).
 
-    A caller of a key being chosen in another thread waits for that choice and returns
-    the same value; ``choose`` is then not called. No caller waits on another key's
-    choice (NOTE [choices in flight]).
+    A caller of a key being searched in another thread waits for that search and returns
+    the same value; ``search`` is then not called. No caller waits on another key's
+    search (NOTE [searches in flight]).
     """
     me = threading.get_ident()
     while True:
@@ -75,7 +75,7 @@ def chosen(key: Hashable, choose: Callable[[], T]) -> T:
             if not cycle:
                 _waiting[me] = making
         if cycle:
-            return choose()  # waiting would be waiting on ourselves
+            return search()  # waiting would be waiting on ourselves
         try:
             making.done.wait()
         finally:
@@ -83,12 +83,12 @@ def chosen(key: Hashable, choose: Callable[[], T]) -> T:
                 del _waiting[me]
         if making.made:
             return making.value  # type: ignore[no-any-return]
-    return _make(key, making, choose)
+    return _make(key, making, search)
 
 
 def _leads_back(making: _Making, me: int) -> bool:
     """Whether waiting on ``making`` would wait on thread ``me``: it makes it, or the
-    thread that does waits, in turn, on a choice ``me`` makes. Called under the lock;
+    thread that does waits, in turn, on a search ``me`` makes. Called under the lock;
     the waits form no cycle (none is ever entered), so the walk ends."""
     owner = making.owner
     while owner != me:
@@ -99,11 +99,11 @@ def _leads_back(making: _Making, me: int) -> bool:
     return True
 
 
-def _make(key: Hashable, making: _Making, choose: Callable[[], T]) -> T:
-    """``choose()``'s value, kept for ``key`` unless :func:`clear` forgot ``making``
+def _make(key: Hashable, making: _Making, search: Callable[[], T]) -> T:
+    """``search()``'s value, kept for ``key`` unless :func:`clear` forgot ``making``
     meanwhile; ``making``'s waiters woken either way, with the value or to retry."""
     try:
-        value = choose()
+        value = search()
         making.value, making.made = value, True
         return value
     finally:
@@ -118,13 +118,13 @@ def _make(key: Hashable, making: _Making, choose: Callable[[], T]) -> T:
 
 
 def clear() -> None:
-    """Forget every choice, and the choices in flight (NOTE [choices in flight])."""
+    """Forget everything found, and the searches in flight (NOTE [searches in flight])."""
     with _lock:
         _cache.clear()
         _making.clear()
 
 
 def size() -> int:
-    """Choices kept now."""
+    """Entries kept now."""
     with _lock:
         return len(_cache)
