@@ -211,7 +211,7 @@ def search_time(prog: Program, rounds: int) -> tuple[list[float], list[float], l
 def _program_figures(report: Any) -> dict[str, Any]:
     """XLA's per-device figures of one compiled program, from its report."""
     return {
-        "collective_bytes": sum(c.bytes_per_device * c.count for c in report.collectives),
+        "collective_bytes": report.collective_bytes,
         "collectives": sum(c.count for c in report.collectives),
         "memory_bytes": None if report.memory is None else report.memory.total,
     }

@@ -251,7 +251,7 @@ def _figures(program: Any, report: Any, given: Any, x: Any, y: Any) -> tuple[flo
     """XLA's collective bytes and memory per device, and the step's flops per device as
     partitioner's flop counter counts them (XLA's cost analysis counts a loop's body
     once, not once per trip), over the 8 devices."""
-    moved = sum(c.bytes_per_device * c.count for c in report.collectives)
+    moved = report.collective_bytes
     work = flops.program(jax.make_jaxpr(program)(given, x, y)) / 8
     return float(moved), float(report.memory.total), work
 

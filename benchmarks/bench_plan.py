@@ -164,9 +164,7 @@ def _step(forward: Any, optimizer: str) -> Any:
 
 
 def _figures(report: Any) -> tuple[float, float]:
-    return float(sum(c.bytes_per_device * c.count for c in report.collectives)), float(
-        report.memory.total
-    )
+    return float(report.collective_bytes), float(report.memory.total)
 
 
 def _setup_rows(name: str, mesh: Mesh) -> tuple[list[common.Row], dict[str, Any]]:

@@ -90,10 +90,6 @@ def _report(step: Any, specs: Any, unrolled: bool = False, **kw: Any) -> Any:
     return f.lower(params, batch).compile().report()
 
 
-def _collective_bytes(report: Any) -> int:
-    return sum(c.bytes_per_device * c.count for c in report.collectives)
-
-
 def _against_hand(
     name: str, ours: Any, hand: Any, hand_added: float, extra: dict[str, Any]
 ) -> list[common.Row]:
@@ -136,8 +132,8 @@ def remat_rows() -> list[common.Row]:
         "auto_flops_added": choice.flops_added,
         "hand_flops_added": hand_added,
         "search_s": choice.search_s,
-        "auto_collective_bytes": _collective_bytes(ours),
-        "hand_collective_bytes": _collective_bytes(hand),
+        "auto_collective_bytes": ours.collective_bytes,
+        "hand_collective_bytes": hand.collective_bytes,
         "auto_specs": dict(zip(choice.paths, choice.chosen.specs, strict=True)),
     }
     return [

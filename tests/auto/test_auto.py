@@ -121,7 +121,7 @@ def figures(mesh, step, params, batch, specs, **kw):
     with jax.set_mesh(mesh):
         report = f.lower(params, batch).report()
     return (
-        sum(c.bytes_per_device * c.count for c in report.collectives),
+        report.collective_bytes,
         report.memory.total,
         report,
     )

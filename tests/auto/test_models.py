@@ -202,8 +202,7 @@ def figures(
     f = partitioner.pjit(sgd(prog.loss), (specs, prog.batch_specs), specs)
     with jax.set_mesh(mesh):
         report = f.lower(params, batch).compile().report()
-    total = sum(c.bytes_per_device * c.count for c in report.collectives)
-    return float(total), float(report.memory.total), report
+    return float(report.collective_bytes), float(report.memory.total), report
 
 
 @functools.cache

@@ -142,7 +142,7 @@ def test_a_stack_costs_what_xla_measures(
     f = partitioner.pjit(step, (specs, BATCH), specs)
     with jax.set_mesh(mesh_4x2):
         report = f.lower(st, (x, x)).report()
-    measured = sum(c.bytes_per_device * c.count for c in report.collectives)
+    measured = report.collective_bytes
     ins = [_layout(specs[k], st[k].ndim) for k in sorted(st)] + [(("data",), ())] * 2
     estimate, _ = AutoEstimator(jax.make_jaxpr(step)(st, (x, x)), SIZES).run(
         ins, ins[:3], [False] * 5
@@ -160,8 +160,7 @@ def figures(
     f = partitioner.pjit(step, (specs, BATCH), specs)
     with jax.set_mesh(mesh):
         report = f.lower(params, batch).compile().report()
-    total = sum(c.bytes_per_device * c.count for c in report.collectives)
-    return float(total), float(report.memory.total), report
+    return float(report.collective_bytes), float(report.memory.total), report
 
 
 def stacked_plan(report: Any, first: str, stacked: Callable[[str], str]) -> dict[str, Any]:
@@ -298,7 +297,7 @@ def test_a_while_loop_with_a_known_trip_count_gathers_its_stack_once(mesh_4x2: M
     with jax.set_mesh(mesh_4x2):
         report = f.lower(st, x).report()
         np.testing.assert_allclose(f(st, x), jax.jit(forward)(st, x), rtol=2e-4, atol=2e-5)
-    measured = sum(c.bytes_per_device * c.count for c in report.collectives)
+    measured = report.collective_bytes
     ins = [_layout(specs[k], 3) for k in sorted(st)] + [(("data",), ())]
     estimate, _ = AutoEstimator(jax.make_jaxpr(forward)(st, x), SIZES).run(
         ins, [(("data",), ())], [False] * 3
