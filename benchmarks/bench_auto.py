@@ -163,12 +163,11 @@ def _scanned_program(n: int, dims: models.Dims = models.DIMS) -> Program:
 
     def loss(params: models.Params, batch: models.Batch) -> jax.Array:
         x, y = batch
-        x = jax.lax.scan(lambda c, p: (models.block(p, c), None), x, params)[0]
+        x = models.plain_scan(models.block)(params, x)
         return jnp.mean((x - y) ** 2)
 
     def args() -> tuple[models.Params, models.Batch]:
-        layers = [models.block_params(dims) for _ in range(n)]
-        return jax.tree.map(lambda *a: jnp.stack(a), *layers), models.block_batch(dims)
+        return models.stack([models.block_params(dims)] * n), models.block_batch(dims)
 
     hand = {k: P(None, *s) for k, s in models.BLOCK_PARAM_SPECS.items()}
     return Program(f"{n} scanned blocks", "block", models.train_step(loss), hand, args)
