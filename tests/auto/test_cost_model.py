@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import partitioner
+from benchmarks import models
 from partitioner import PartitionSpec as P
 from partitioner._testing import AutoEstimator, auto_candidates, auto_moves
 from partitioner.testing.plugin import MeshFactory
@@ -74,7 +75,7 @@ def test_candidates_split_evenly_and_start_replicated():
 def _mlp_step(p, batch):
     def loss(p):
         x, y = batch
-        return jnp.mean((jax.nn.gelu(x @ p["w1"] + p["b1"]) @ p["w2"] - y) ** 2)
+        return jnp.mean((models.mlp(p, x) - y) ** 2)
 
     return jax.tree.map(lambda a, g: a - 0.1 * g, p, jax.grad(loss)(p))
 

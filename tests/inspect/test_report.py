@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh
 
+from benchmarks import models
 from partitioner import PartitionSpec as P
 from partitioner import inspect, pjit, pmap, with_sharding_constraint
 from partitioner._testing import hlo_replica_groups
@@ -75,7 +76,7 @@ def _layer(p: Any, x: Any) -> Any:
 
 
 def _scanned(ps: Any, x: Any) -> Any:
-    return jnp.sum(jax.lax.scan(lambda x, p: (_layer(p, x), None), x, ps)[0] ** 2)
+    return jnp.sum(models.plain_scan(_layer)(ps, x) ** 2)
 
 
 def _unrolled(ps: Any, x: Any, repeat: int = 1) -> Any:
