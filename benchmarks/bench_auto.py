@@ -163,12 +163,11 @@ def _scanned_program(n: int, dims: models.Dims = models.DIMS) -> Program:
 
     def loss(params: models.Params, batch: models.Batch) -> jax.Array:
         x, y = batch
-        x = jax.lax.scan(lambda c, p: (models.block(p, c), None), x, params)[0]
+        x = models.plain_scan(models.block)(params, x)
         return jnp.mean((x - y) ** 2)
 
     def args() -> tuple[models.Params, models.Batch]:
-        layers = [models.block_params(dims) for _ in range(n)]
-        return jax.tree.map(lambda *a: jnp.stack(a), *layers), models.block_batch(dims)
+        return models.stack([models.block_params(dims)] * n), models.block_batch(dims)
 
     hand = {k: P(None, *s) for k, s in models.BLOCK_PARAM_SPECS.items()}
     return Program(f"{n} scanned blocks", "block", models.train_step(loss), hand, args)
@@ -211,7 +210,7 @@ def search_time(prog: Program, rounds: int) -> tuple[list[float], list[float], l
 def _program_figures(report: Any) -> dict[str, Any]:
     """XLA's per-device figures of one compiled program, from its report."""
     return {
-        "collective_bytes": sum(c.bytes_per_device * c.count for c in report.collectives),
+        "collective_bytes": report.collective_bytes,
         "collectives": sum(c.count for c in report.collectives),
         "memory_bytes": None if report.memory is None else report.memory.total,
     }

@@ -16,7 +16,7 @@ with loop trips counted):
   partitioner chooses (``microbatches=None``); the stack laid out ``P("stage")``
   (circular's staged once, ``Pipelined.stage``), the batch over "data".
 
-Two models, each with two optimizers (plain SGD, so no optimizer state hides
+Two models (models.py's stacks, which tests/pipeline checks too), each with two optimizers (plain SGD, so no optimizer state hides
 anything, and Adam): a residual MLP stack (8 layers 256x1024, batch 64) and a
 pre-LN transformer (8 blocks: attention with 4 heads and separate q/k/v/o
 projections, an MLP; d 128, ff 512, batch 32 x 16 tokens). Values are checked
@@ -38,12 +38,12 @@ import common  # first: sets XLA_FLAGS before jax is imported
 
 # isort: split
 import functools
-import math
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import models
 import numpy as np
 from jax.sharding import Mesh
 
@@ -53,82 +53,19 @@ from partitioner._src.auto.cost import flops
 from partitioner._src.pipeline.schedule import Schedule
 
 NAME = "pipeline"
-STAGES, LAYERS, MICRO = 4, 8, 4
+STAGES, LAYERS, MICRO = 4, models.STACK_LAYERS, 4
 BYTES = common.Target("<= 0.40x", hi=0.40)
 MEMORY = {"sgd": common.Target("<= 1.00x", hi=1.0), "adam": common.Target("<= 0.75x", hi=0.75)}
 EVERYWHERE = P(("stage", "data"))
 
-# --- the models ---
-
-
-def mlp_layer(p: dict[str, jax.Array], h: jax.Array) -> jax.Array:
-    return h + jax.nn.gelu(h @ p["w1"]) @ p["w2"]
-
-
-def mlp_params(key: jax.Array) -> dict[str, jax.Array]:
-    k1, k2 = jax.random.split(key)
-    width, hidden = 256, 1024
-    return {
-        "w1": jax.random.normal(k1, (LAYERS, width, hidden)) / math.sqrt(width),
-        "w2": jax.random.normal(k2, (LAYERS, hidden, width)) / math.sqrt(hidden) / 4,
-    }
-
-
-def mlp_batch(key: jax.Array) -> tuple[jax.Array, jax.Array]:
-    kx, ky = jax.random.split(key)
-    return jax.random.normal(kx, (64, 256)), jax.random.normal(ky, (64, 256))
-
-
-HEADS, D, FF, TOKENS = 4, 128, 512, 16
-
-
-def _norm(x: jax.Array, scale: jax.Array) -> jax.Array:
-    x = x - x.mean(-1, keepdims=True)
-    return x * jax.lax.rsqrt((x * x).mean(-1, keepdims=True) + 1e-6) * scale
-
-
-def block(p: dict[str, jax.Array], h: jax.Array) -> jax.Array:
-    """A pre-LN transformer block: multi-head attention, then an MLP."""
-    batch, tokens, _ = h.shape
-    x = _norm(h, p["ln1"])
-
-    def heads(w: jax.Array) -> jax.Array:
-        return (x @ w).reshape(batch, tokens, HEADS, D // HEADS)
-
-    q, k, v = heads(p["wq"]), heads(p["wk"]), heads(p["wv"])
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(D // HEADS)
-    attended = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v)
-    h = h + attended.reshape(batch, tokens, D) @ p["wo"]
-    x = _norm(h, p["ln2"])
-    return h + jax.nn.gelu(x @ p["w1"]) @ p["w2"]
-
-
-def block_params(key: jax.Array) -> dict[str, jax.Array]:
-    keys = jax.random.split(key, 6)
-    shapes = {"wq": (D, D), "wk": (D, D), "wv": (D, D), "wo": (D, D), "w1": (D, FF), "w2": (FF, D)}
-    params = {
-        name: jax.random.normal(k, (LAYERS, *shape)) / math.sqrt(shape[0])
-        for k, (name, shape) in zip(keys, shapes.items(), strict=True)
-    }
-    params.update(ln1=jnp.ones((LAYERS, D)), ln2=jnp.ones((LAYERS, D)))
-    return params
-
-
-def block_batch(key: jax.Array) -> tuple[jax.Array, jax.Array]:
-    kx, ky = jax.random.split(key)
-    return jax.random.normal(kx, (32, TOKENS, D)), jax.random.normal(ky, (32, TOKENS, D))
-
+# --- the models (models.py's stacks, shared with tests/pipeline) ---
 
 MODELS: dict[str, tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]] = {
-    "MLP": (mlp_layer, mlp_params, mlp_batch),
-    "transformer": (block, block_params, block_batch),
+    "MLP": (models.residual_mlp, models.mlp_stack_params, models.mlp_stack_batch),
+    "transformer": (models.stack_block, models.stack_block_params, models.stack_block_batch),
 }
 
 # --- the training steps ---
-
-
-def _plain(layer: Callable[..., Any]) -> Callable[..., Any]:
-    return lambda params, x: jax.lax.scan(lambda h, p: (layer(p, h), None), x, params)[0]
 
 
 def _step(forward: Callable[..., Any], optimizer: str) -> Callable[..., Any]:
@@ -193,7 +130,7 @@ def _programs(mesh: Mesh, model: str, optimizer: str) -> dict[str, Any]:
     state, x, y = _inputs(model, optimizer)
     params = state if optimizer == "sgd" else state[0]
     out: dict[str, Any] = {}
-    plain_step = _step(_plain(layer), optimizer)
+    plain_step = _step(models.plain_scan(layer), optimizer)
     for name, spec in (
         ("data parallel", jax.tree.map(lambda _: P(), params)),
         ("FSDP over all 8", _fsdp_all(params)),
@@ -233,7 +170,7 @@ def _programs(mesh: Mesh, model: str, optimizer: str) -> dict[str, Any]:
 def _check_values(programs: dict[str, Any], model: str, optimizer: str) -> None:
     layer, _, _ = MODELS[model]
     state, x, y = _inputs(model, optimizer)
-    want = jax.jit(_step(_plain(layer), optimizer))(state, x, y)
+    want = jax.jit(_step(models.plain_scan(layer), optimizer))(state, x, y)
     for name, (f, given, *_) in programs.items():
         got = f(jax.device_get(given), x, y)
         got = jax.tree.map(
@@ -251,7 +188,7 @@ def _figures(program: Any, report: Any, given: Any, x: Any, y: Any) -> tuple[flo
     """XLA's collective bytes and memory per device, and the step's flops per device as
     partitioner's flop counter counts them (XLA's cost analysis counts a loop's body
     once, not once per trip), over the 8 devices."""
-    moved = sum(c.bytes_per_device * c.count for c in report.collectives)
+    moved = report.collective_bytes
     work = flops.program(jax.make_jaxpr(program)(given, x, y)) / 8
     return float(moved), float(report.memory.total), work
 
@@ -266,7 +203,7 @@ def rows_for(programs: dict[str, Any], model: str, optimizer: str) -> list[commo
     _, x, y = _inputs(model, optimizer)
     figures = {}
     for name, (_, given, report, *_) in programs.items():
-        forward = programs[name][4] if len(programs[name]) > 4 else _plain(layer)
+        forward = programs[name][4] if len(programs[name]) > 4 else models.plain_scan(layer)
         figures[name] = _figures(_step(forward, optimizer), report, given, x, y)
     rows = []
     what = f"{model}, {optimizer}"

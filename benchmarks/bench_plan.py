@@ -14,9 +14,9 @@ microbatches, the stack laid out over that axis). Every figure is XLA's (partiti
 report of the compiled program). Then the same AUTO step under ``auto_memory_limit``
 of 1.05x the least memory a hand plan reaches: it must fit and keep the values.
 
-The programs: the transformer stack of ``bench_pipeline.py`` (8 pre-LN blocks, d 128,
-ff 512, batch 32 x 16) with the batch over "model" (a pipeline over "data" wins) and
-over "data"; its residual MLP stack (8 layers 256x1024, batch 64) over "data" (a
+The programs: the transformer stack of ``bench_pipeline.py`` (``models.py``'s: 8
+pre-LN blocks, d 128, ff 512, batch 32 x 16) with the batch over "model" (a pipeline
+over "data" wins) and over "data"; its residual MLP stack (8 layers 256x1024, batch 64) over "data" (a
 pipeline must not be chosen: FSDP over all 8 keeps the weights split); and a program
 the search was not built on: a gated-MLP (SwiGLU) stack with RMS norms and
 multi-query attention, trained with Adam. Values are checked against jax.jit's plain
@@ -37,6 +37,7 @@ from typing import Any
 import bench_pipeline as stacks
 import jax
 import jax.numpy as jnp
+import models
 import numpy as np
 from jax.sharding import Mesh
 
@@ -92,15 +93,14 @@ def glu_params(key: jax.Array, layers: int = GLU_LAYERS) -> dict[str, jax.Array]
 
 
 def glu_batch(key: jax.Array) -> tuple[jax.Array, jax.Array]:
-    kx, ky = jax.random.split(key)
-    return jax.random.normal(kx, (32, 16, GLU_D)), jax.random.normal(ky, (32, 16, GLU_D))
+    return models.batch((32, 16, GLU_D), key)
 
 
 #: name -> (layer, params, batch, optimizer, the batch's axis)
 SETUPS: dict[str, tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any], str, str]] = {
-    "transformer, batch over model": (stacks.block, stacks.block_params, stacks.block_batch, "sgd", "model"),
-    "transformer, batch over data": (stacks.block, stacks.block_params, stacks.block_batch, "sgd", "data"),
-    "MLP, batch over data": (stacks.mlp_layer, stacks.mlp_params, stacks.mlp_batch, "sgd", "data"),
+    "transformer, batch over model": (models.stack_block, models.stack_block_params, models.stack_block_batch, "sgd", "model"),
+    "transformer, batch over data": (models.stack_block, models.stack_block_params, models.stack_block_batch, "sgd", "data"),
+    "MLP, batch over data": (models.residual_mlp, models.mlp_stack_params, models.mlp_stack_batch, "sgd", "data"),
     "SwiGLU + MQA (Adam), batch over model": (glu_block, glu_params, glu_batch, "adam", "model"),
 }  # fmt: skip
 
@@ -151,7 +151,7 @@ def hand_plans(params: Any, batch_axis: str) -> dict[str, tuple[str | None, str 
 
 def _forward(layer: Callable[..., Any], schedule: str | None, count: str | None, axis: Any) -> Any:
     if schedule is None:
-        return lambda params, x: jax.lax.scan(lambda h, p: (layer(p, h), None), x, params)[0]
+        return models.plain_scan(layer)
     return partitioner.pipeline(layer, axis=axis, schedule=schedule, microbatches=int(count))
 
 
@@ -164,9 +164,7 @@ def _step(forward: Any, optimizer: str) -> Any:
 
 
 def _figures(report: Any) -> tuple[float, float]:
-    return float(sum(c.bytes_per_device * c.count for c in report.collectives)), float(
-        report.memory.total
-    )
+    return float(report.collective_bytes), float(report.memory.total)
 
 
 def _setup_rows(name: str, mesh: Mesh) -> tuple[list[common.Row], dict[str, Any]]:
@@ -248,9 +246,9 @@ def _setup_rows(name: str, mesh: Mesh) -> tuple[list[common.Row], dict[str, Any]
 
 
 def _stack(layers: int) -> tuple[Any, Any, Any]:
-    params = stacks.block_params(jax.random.key(0))
+    params = models.stack_block_params(jax.random.key(0))
     params = jax.tree.map(lambda leaf: jnp.concatenate([leaf] * (layers // leaf.shape[0])), params)
-    return jax.device_get((params, *stacks.block_batch(jax.random.key(1))))
+    return jax.device_get((params, *models.stack_block_batch(jax.random.key(1))))
 
 
 def search_rows() -> list[common.Row]:
@@ -261,9 +259,9 @@ def search_rows() -> list[common.Row]:
     seconds: dict[tuple[str, int], float] = {}
     for layers in (8, 32):
         params, x, y = _stack(layers)
-        kinds = {"AUTO pipeline": _auto_forward(stacks.block)}
+        kinds = {"AUTO pipeline": _auto_forward(models.stack_block)}
         if layers == 8:
-            kinds["plain scan"] = _forward(stacks.block, None, None, None)
+            kinds["plain scan"] = _forward(models.stack_block, None, None, None)
         for kind, forward in kinds.items():
             partitioner.clear_caches()
             f = partitioner.jit(

@@ -5,9 +5,10 @@ search holds up on the other layers models are made of, each with the layout a
 person would write for it: a small CNN (two convolutions, max pools, a dense
 head), an embedding whose softmax is tied to it (a gather and its scatter-add
 gradient), a mixture-of-experts layer (experts as a leading dimension, top-1
-routing by a one-hot dispatch), and a stack of transformer layers written as a
-``lax.scan`` over stacked parameters and unrolled. Sizes are small, so each
-program compiles in seconds on two cores.
+routing by a one-hot dispatch), and a stack of transformer layers (``models.py``'s
+RMS block, which the AUTO tests stack too) written as a ``lax.scan`` over stacked
+parameters and unrolled. Sizes are small, so each program compiles in seconds on two
+cores.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import models
 
 from partitioner import PartitionSpec as P
 
@@ -106,7 +108,7 @@ def moe_loss(p: Params, batch: Batch) -> jax.Array:
 
 # --- transformer layers, scanned and unrolled ---
 
-LAYERS, MODEL, FF, HEADS = 4, 128, 512, 4
+LAYERS, MODEL, FF = 4, 128, 512  # 4 heads
 LAYER_SPECS = {
     "ln": P(),
     "wqkv": P(None, "model"),
@@ -117,49 +119,29 @@ LAYER_SPECS = {
 SCAN_SPECS = {k: P(None, *s) for k, s in LAYER_SPECS.items()}
 
 
-def _layer_params(i: int) -> Params:
-    ks = [20 + 5 * i + k for k in range(4)]
-    return {
-        "ln": jnp.ones((MODEL,), jnp.float32),
-        "wqkv": _normal(ks[0], (MODEL, 3 * MODEL), 1 / math.sqrt(MODEL)),
-        "wo": _normal(ks[1], (MODEL, MODEL), 1 / math.sqrt(MODEL)),
-        "w1": _normal(ks[2], (MODEL, FF), 1 / math.sqrt(MODEL)),
-        "w2": _normal(ks[3], (FF, MODEL), 1 / math.sqrt(FF)),
-    }
-
-
 def _layers_batch() -> Batch:
     return _normal(40, (16, 32, MODEL), 1.0), _normal(41, (16, 32, MODEL), 1.0)
 
 
 def unrolled_args() -> tuple[list[Params], Batch]:
-    return [_layer_params(i) for i in range(LAYERS)], _layers_batch()
+    layers = [models.rms_block_params(20 + 5 * i, MODEL, FF) for i in range(LAYERS)]
+    return layers, _layers_batch()
 
 
 def scan_args() -> tuple[Params, Batch]:
     layers, batch = unrolled_args()
-    return jax.tree.map(lambda *a: jnp.stack(a), *layers), batch
-
-
-def layer(p: Params, x: jax.Array) -> jax.Array:
-    """Pre-norm (RMS) attention + GELU MLP, residual connections."""
-    b, s, m = x.shape
-    h = x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-5) * p["ln"]
-    q, k, v = jnp.split((h @ p["wqkv"]).reshape(b, s, HEADS, 3 * m // HEADS), 3, -1)
-    scores = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(m // HEADS))
-    x = x + jnp.einsum("bhqk,bkhd->bqhd", scores, v).reshape(b, s, m) @ p["wo"]
-    return x + jax.nn.gelu(x @ p["w1"]) @ p["w2"]
+    return models.stack(layers), batch
 
 
 def scan_loss(p: Params, batch: Batch) -> jax.Array:
     x, y = batch
-    return jnp.mean((jax.lax.scan(lambda x, lp: (layer(lp, x), None), x, p)[0] - y) ** 2)
+    return jnp.mean((models.plain_scan(models.rms_block)(p, x) - y) ** 2)
 
 
 def unrolled_loss(ps: list[Params], batch: Batch) -> jax.Array:
     x, y = batch
     for p in ps:
-        x = layer(p, x)
+        x = models.rms_block(p, x)
     return jnp.mean((x - y) ** 2)
 
 

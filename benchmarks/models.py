@@ -1,21 +1,35 @@
-"""The programs the compile, step and memory figures share: an MLP and a transformer block.
+"""The programs the figures and the tests share: MLPs, transformer blocks, their stacks.
 
-Why one module: the three figures must measure the same program, laid out the same
-way (specs over a 4x2 ``("data", "model")`` mesh, Megatron-style: column-parallel
-in, row-parallel out), for partitioner and for ``jax.jit`` alike. Dimensions are
-small so a full ``nox -s bench`` fits in minutes on two cores.
+Why one module: a figure and a test about the same program must run the very same
+program (the same equations in the same order, the same parameters), or a test no
+longer checks what a README row reports. The compile, step and memory figures lay the
+MLP and the block out on a 4x2 ``("data", "model")`` mesh, Megatron-style (column-
+parallel in, row-parallel out), for partitioner and for ``jax.jit`` alike;
+``bench_auto``, ``bench_pipeline`` and ``bench_plan`` search layouts of these layers
+and of their stacks, and ``tests/auto`` and ``tests/pipeline`` check the same searches
+on them. Dimensions are small so a full ``nox -s bench`` fits in minutes on two cores.
+
+Why here, and how each side imports it: the benchmarks run as scripts from this folder
+and import it as ``models``; the tests import it as ``benchmarks.models`` (pytest puts
+the repository root on their path, where ``benchmarks/`` is a namespace package), so
+there is one file and no path set by hand. For the same file to work under both names
+it imports jax and numpy only: no sibling module (``common`` sets ``XLA_FLAGS`` when
+imported) and not partitioner (``startup_worker.py`` imports it into a jax.jit-only
+process). It is not in the wheel (pyproject packages ``partitioner*`` and
+``_partitioner_pytest*`` only): the suite's models are no user's API.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import Mesh, NamedSharding
 
 # jax's own spec type: partitioner.PartitionSpec builds these very objects, and a
@@ -25,6 +39,8 @@ from jax.sharding import PartitionSpec as P
 
 Params = dict[str, jax.Array]
 Batch = tuple[jax.Array, jax.Array]
+#: One layer of a stack: ``layer(params, activations) -> activations``.
+Layer = Callable[[Params, jax.Array], jax.Array]
 
 
 @dataclass(frozen=True)
@@ -53,6 +69,27 @@ def to_jax(spec_tree: Any, mesh: Mesh) -> Any:
     )
 
 
+def batch(shape: tuple[int, ...], key: jax.Array) -> Batch:
+    """Inputs and regression targets of one shape, each normal, from ``key`` split in two."""
+    kx, ky = jax.random.split(key)
+    return jax.random.normal(kx, shape, jnp.float32), jax.random.normal(ky, shape, jnp.float32)
+
+
+# --- stacks of layers ---
+
+
+def stack(layers: Sequence[Params]) -> Params:
+    """Per-layer parameters as one tree, each leaf stacked on a new leading dimension."""
+    return jax.tree.map(lambda *a: jnp.stack(a), *layers)
+
+
+def plain_scan(layer: Layer) -> Callable[[Params, jax.Array], jax.Array]:
+    """``layer`` applied once per slice of stacked parameters, by ``lax.scan`` carrying
+    the activations: what ``partitioner.pipeline(layer)`` computes, written as users
+    write it, so the reference every pipeline is checked and measured against."""
+    return lambda params, x: jax.lax.scan(lambda h, p: (layer(p, h), None), x, params)[0]
+
+
 # --- MLP ---
 
 MLP_SPECS = ({"w1": P(None, "model"), "b1": P("model"), "w2": P("model", None)}, P("data", None))
@@ -71,7 +108,42 @@ def mlp_args(d: Dims = DIMS) -> tuple[Params, jax.Array]:
 
 
 def mlp(params: Params, x: jax.Array) -> jax.Array:
-    return jax.nn.gelu(x @ params["w1"] + params["b1"]) @ params["w2"]
+    """A GELU MLP, with the bias ``b1`` where the parameters have one."""
+    h = x @ params["w1"]
+    if "b1" in params:
+        h = h + params["b1"]
+    return jax.nn.gelu(h) @ params["w2"]
+
+
+def residual_mlp(params: Params, x: jax.Array) -> jax.Array:
+    """The MLP with a residual connection: the layer of the MLP stacks (in width = out)."""
+    return x + mlp(params, x)
+
+
+# --- layer norms ---
+
+# NOTE [three spellings of layer norm]: the blocks below normalise alike but spell it
+# three ways (centred once or twice, eps 1e-5 or 1e-6, with a scale or without). Each
+# block keeps the spelling its tests and recorded figures were measured with: another
+# spelling is another jaxpr, whose equations AUTO's cost model walks in order (its peak
+# memory estimate follows them), so choices and README rows could move. One spelling
+# when those figures are measured again (tests/auto/test_auto.py's block has a fourth).
+
+
+def _layer_norm(x: jax.Array, scale: jax.Array) -> jax.Array:
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(var + 1e-5) * scale
+
+
+def _centred_layer_norm(x: jax.Array, scale: jax.Array) -> jax.Array:
+    x = x - x.mean(-1, keepdims=True)
+    return x * jax.lax.rsqrt((x * x).mean(-1, keepdims=True) + 1e-6) * scale
+
+
+def _unscaled_layer_norm(x: jax.Array) -> jax.Array:
+    mean = x.mean(-1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5)
 
 
 # --- transformer block ---
@@ -90,48 +162,53 @@ BATCH_SPECS = (P("data"), P("data"))
 BLOCK_OUT = P("data")
 
 
-def block_params(d: Dims = DIMS) -> Params:
-    keys = jax.random.split(jax.random.key(1), 6)
+def block_params(d: Dims = DIMS, key: jax.Array | None = None, layers: int | None = None) -> Params:
+    """The block's parameters from ``key`` (``jax.random.key(1)`` when None); with
+    ``layers``, a stack of that many (one draw of each stacked weight)."""
+    keys = jax.random.split(jax.random.key(1) if key is None else key, 6)
+    lead = () if layers is None else (layers,)
 
     def dense(k: jax.Array, n_in: int, n_out: int) -> jax.Array:
-        return jax.random.normal(k, (n_in, n_out), jnp.float32) / math.sqrt(n_in)
+        return jax.random.normal(k, (*lead, n_in, n_out), jnp.float32) / math.sqrt(n_in)
 
     return {
-        "ln1": jnp.ones((d.model,), jnp.float32),
+        "ln1": jnp.ones((*lead, d.model), jnp.float32),
         "wq": dense(keys[0], d.model, d.model),
         "wk": dense(keys[1], d.model, d.model),
         "wv": dense(keys[2], d.model, d.model),
         "wo": dense(keys[3], d.model, d.model),
-        "ln2": jnp.ones((d.model,), jnp.float32),
+        "ln2": jnp.ones((*lead, d.model), jnp.float32),
         "w1": dense(keys[4], d.model, d.ff),
         "w2": dense(keys[5], d.ff, d.model),
     }
 
 
-def block_batch(d: Dims = DIMS) -> Batch:
-    kx, ky = jax.random.split(jax.random.key(2))
-    shape = (d.batch, d.seq, d.model)
-    return jax.random.normal(kx, shape, jnp.float32), jax.random.normal(ky, shape, jnp.float32)
+def block_batch(d: Dims = DIMS, key: jax.Array | None = None) -> Batch:
+    """A ``(batch, seq, model)`` batch from ``key`` (``jax.random.key(2)`` when None)."""
+    return batch((d.batch, d.seq, d.model), jax.random.key(2) if key is None else key)
 
 
-def _layer_norm(x: jax.Array, scale: jax.Array) -> jax.Array:
-    mean = x.mean(-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(-1, keepdims=True)
-    return (x - mean) * jax.lax.rsqrt(var + 1e-5) * scale
-
-
-def block(params: Params, x: jax.Array, heads: int = DIMS.heads) -> jax.Array:
-    """Pre-norm causal self-attention + GELU MLP, each with a residual connection."""
+def block(
+    params: Params,
+    x: jax.Array,
+    heads: int = DIMS.heads,
+    *,
+    causal: bool = True,
+    norm: Callable[[jax.Array, jax.Array], jax.Array] = _layer_norm,
+) -> jax.Array:
+    """Pre-norm self-attention (separate q/k/v/o projections; causal unless ``causal``
+    is False) + GELU MLP, each with a residual connection."""
     b, s, m = x.shape
     dh = m // heads
-    h = _layer_norm(x, params["ln1"])
+    h = norm(x, params["ln1"])
     q, k, v = ((h @ params[w]).reshape(b, s, heads, dh) for w in ("wq", "wk", "wv"))
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(dh)
-    causal = jnp.tril(jnp.ones((s, s), bool))
-    scores = jnp.where(causal, scores, jnp.finfo(scores.dtype).min)
+    if causal:
+        mask = jnp.tril(jnp.ones((s, s), bool))
+        scores = jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
     attn = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v).reshape(b, s, m)
     x = x + attn @ params["wo"]
-    h = _layer_norm(x, params["ln2"])
+    h = norm(x, params["ln2"])
     return x + jax.nn.gelu(h @ params["w1"]) @ params["w2"]
 
 
@@ -153,3 +230,101 @@ def train_step(
         return sgd(params, jax.grad(loss_fn)(params, batch))
 
     return step
+
+
+# --- the stacks bench_pipeline and bench_plan train, and tests/pipeline checks ---
+
+STACK_LAYERS = 8
+STACK_DIMS = Dims(batch=32, seq=16)
+
+
+def stack_block(params: Params, h: jax.Array) -> jax.Array:
+    """The stacks' transformer block: bidirectional attention, the centred layer norm."""
+    return block(params, h, causal=False, norm=_centred_layer_norm)
+
+
+def stack_block_params(key: jax.Array) -> Params:
+    return block_params(STACK_DIMS, key, STACK_LAYERS)
+
+
+def stack_block_batch(key: jax.Array) -> Batch:
+    return block_batch(STACK_DIMS, key)
+
+
+def mlp_stack_params(key: jax.Array) -> Params:
+    """8 ``residual_mlp`` layers, 256 wide, 1024 hidden, no bias; ``w2`` a further 4x
+    smaller than fan-in scaling, which keeps the sum of 8 residual branches small."""
+    k1, k2 = jax.random.split(key)
+    width, hidden = 256, 1024
+    return {
+        "w1": jax.random.normal(k1, (STACK_LAYERS, width, hidden)) / math.sqrt(width),
+        "w2": jax.random.normal(k2, (STACK_LAYERS, hidden, width)) / math.sqrt(hidden) / 4,
+    }
+
+
+def mlp_stack_batch(key: jax.Array) -> Batch:
+    return batch((64, 256), key)
+
+
+# --- an RMS-norm block with a fused q/k/v projection (bench_auto's and the AUTO tests'
+# scanned and unrolled stacks) ---
+
+
+def rms_block_params(seed: int, d: int, ff: int) -> Params:
+    """One layer's parameters, its four weights from ``jax.random.key(seed)`` to
+    ``key(seed + 3)``: a stack draws each layer's from seeds of its own."""
+
+    def normal(k: int, shape: tuple[int, ...], scale: float) -> jax.Array:
+        return jax.random.normal(jax.random.key(seed + k), shape, jnp.float32) * scale
+
+    return {
+        "ln": jnp.ones((d,), jnp.float32),
+        "wqkv": normal(0, (d, 3 * d), 1 / math.sqrt(d)),
+        "wo": normal(1, (d, d), 1 / math.sqrt(d)),
+        "w1": normal(2, (d, ff), 1 / math.sqrt(d)),
+        "w2": normal(3, (ff, d), 1 / math.sqrt(ff)),
+    }
+
+
+def rms_block(p: Params, x: jax.Array, heads: int = 4) -> jax.Array:
+    """Pre-norm (RMS) attention + GELU MLP, residual connections."""
+    b, s, m = x.shape
+    h = x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-5) * p["ln"]
+    q, k, v = jnp.split((h @ p["wqkv"]).reshape(b, s, heads, 3 * m // heads), 3, -1)
+    scores = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(m // heads))
+    x = x + jnp.einsum("bhqk,bkhd->bqhd", scores, v).reshape(b, s, m) @ p["wo"]
+    return x + jax.nn.gelu(x @ p["w1"]) @ p["w2"]
+
+
+# --- the rematerialization case's block (bench_auto's remat rows, tests/auto/test_remat*) ---
+
+
+def remat_params(layers: int, width: int, hidden: int) -> Params:
+    """A stack of ``remat_block`` weights, each 4x smaller than fan-in scaling."""
+    ks = jax.random.split(jax.random.key(1), 4)
+
+    def dense(k: jax.Array, a: int, b: int) -> jax.Array:
+        return jax.random.normal(k, (layers, a, b)) / math.sqrt(a) / 4
+
+    return {
+        "wqkv": dense(ks[0], width, 3 * width),
+        "wo": dense(ks[1], width, width),
+        "w1": dense(ks[2], width, hidden),
+        "w2": dense(ks[3], hidden, width),
+    }
+
+
+def remat_block(
+    x: jax.Array, p: Params, heads: int = 4, name: str | None = None
+) -> tuple[jax.Array, None]:
+    """An activation-heavy pre-norm block as a ``lax.scan`` body (carry first); ``name``
+    tags the MLP's hidden activations with ``checkpoint_name`` for a policy to save."""
+    b, s, m = x.shape
+    q, k, v = jnp.split(_unscaled_layer_norm(x) @ p["wqkv"], 3, -1)
+    q, k, v = (t.reshape(b, s, heads, m // heads) for t in (q, k, v))
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(m // heads)
+    attn = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, -1), v).reshape(b, s, m)
+    x = x + attn @ p["wo"]
+    hidden = jax.nn.gelu(_unscaled_layer_norm(x) @ p["w1"])
+    hidden = hidden if name is None else checkpoint_name(hidden, name)
+    return x + hidden @ p["w2"], None

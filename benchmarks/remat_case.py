@@ -6,7 +6,8 @@ and with ``jax.checkpoint`` on its block by hand) and the rows read XLA's memory
 cost analyses, none of bench_auto's timing machinery.
 
 The program: an activation-heavy train step, a ``lax.scan`` of 8 transformer blocks
-over stacked parameters on the 4x2 mesh. The hand plan lays the parameters out as
+(``models.remat_block``, the block tests/auto/test_remat.py recomputes at smaller
+sizes) over stacked parameters on the 4x2 mesh. The hand plan lays the parameters out as
 Megatron does and checkpoints each block (jax's default policy: nothing saved but the
 block's inputs). AUTO gets the hand plan's memory as ``auto_memory_limit``; the targets:
 its memory <= the hand plan's, and the flops it recomputes (XLA's cost analysis of the
@@ -17,7 +18,6 @@ less recomputes more per device), so each program's flops per device are shown t
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import common
@@ -29,7 +29,7 @@ import partitioner
 from partitioner import AUTO
 from partitioner import PartitionSpec as P
 
-LAYERS, BATCH, SEQ, WIDTH, HIDDEN, HEADS = 8, 32, 64, 64, 256, 4
+LAYERS, BATCH, SEQ, WIDTH, HIDDEN = 8, 32, 64, 64, 256  # models.remat_block: 4 heads
 MEGATRON = {
     "wqkv": P(None, None, "model"),
     "wo": P(None, "model", None),
@@ -37,30 +37,6 @@ MEGATRON = {
     "w2": P(None, "model", None),
 }
 AT_MOST = common.Target("<= 1.00x", hi=1.0)
-
-
-def _params() -> dict[str, jax.Array]:
-    ks = jax.random.split(jax.random.key(1), 4)
-
-    def dense(k: jax.Array, a: int, b: int) -> jax.Array:
-        return jax.random.normal(k, (LAYERS, a, b)) / math.sqrt(a) / 4
-
-    shapes = {"wqkv": (WIDTH, 3 * WIDTH), "wo": (WIDTH, WIDTH), "w1": (WIDTH, HIDDEN)}
-    shapes["w2"] = (HIDDEN, WIDTH)
-    return {n: dense(k, *s) for k, (n, s) in zip(ks, shapes.items(), strict=True)}
-
-
-def _norm(x: jax.Array) -> jax.Array:
-    mean = x.mean(-1, keepdims=True)
-    return (x - mean) * jax.lax.rsqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5)
-
-
-def _block(x: jax.Array, p: dict[str, jax.Array]) -> tuple[jax.Array, None]:
-    b, s, m = x.shape
-    q, k, v = (t.reshape(b, s, HEADS, m // HEADS) for t in jnp.split(_norm(x) @ p["wqkv"], 3, -1))
-    a = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(m // HEADS), -1)
-    x = x + jnp.einsum("bhqk,bkhd->bqhd", a, v).reshape(b, s, m) @ p["wo"]
-    return x + jax.nn.gelu(_norm(x) @ p["w1"]) @ p["w2"], None
 
 
 def _step(block: Any, unrolled: bool = False) -> Any:
@@ -81,17 +57,12 @@ def _step(block: Any, unrolled: bool = False) -> Any:
 
 
 def _report(step: Any, specs: Any, unrolled: bool = False, **kw: Any) -> Any:
-    params: Any = _params()
+    params: Any = models.remat_params(LAYERS, WIDTH, HIDDEN)
     if unrolled:
         params = [jax.tree.map(lambda a, i=i: a[i], params) for i in range(LAYERS)]
-    kx, ky = jax.random.split(jax.random.key(2))
-    batch = (jax.random.normal(kx, (BATCH, SEQ, WIDTH)), jax.random.normal(ky, (BATCH, SEQ, WIDTH)))
+    batch = models.batch((BATCH, SEQ, WIDTH), jax.random.key(2))
     f = partitioner.pjit(step, (specs, models.BATCH_SPECS), (specs, P()), **kw)
     return f.lower(params, batch).compile().report()
-
-
-def _collective_bytes(report: Any) -> int:
-    return sum(c.bytes_per_device * c.count for c in report.collectives)
 
 
 def _against_hand(
@@ -121,10 +92,10 @@ def _against_hand(
 
 def remat_rows() -> list[common.Row]:
     """AUTO's plan under the hand plan's memory against the hand plan (module docstring)."""
-    plain = _report(_step(_block), MEGATRON)
-    hand = _report(_step(jax.checkpoint(_block)), MEGATRON)
-    layout_only = _report(_step(_block), AUTO)
-    ours = _report(_step(_block), AUTO, auto_memory_limit=hand.memory.total)
+    plain = _report(_step(models.remat_block), MEGATRON)
+    hand = _report(_step(jax.checkpoint(models.remat_block)), MEGATRON)
+    layout_only = _report(_step(models.remat_block), AUTO)
+    ours = _report(_step(models.remat_block), AUTO, auto_memory_limit=hand.memory.total)
     choice = ours.auto.choice
     hand_added = hand.cost.flops - plain.cost.flops
     extra = {
@@ -136,8 +107,8 @@ def remat_rows() -> list[common.Row]:
         "auto_flops_added": choice.flops_added,
         "hand_flops_added": hand_added,
         "search_s": choice.search_s,
-        "auto_collective_bytes": _collective_bytes(ours),
-        "hand_collective_bytes": _collective_bytes(hand),
+        "auto_collective_bytes": ours.collective_bytes,
+        "hand_collective_bytes": hand.collective_bytes,
         "auto_specs": dict(zip(choice.paths, choice.chosen.specs, strict=True)),
     }
     return [
@@ -169,11 +140,11 @@ def unrolled_rows() -> list[common.Row]:
     checkpoint's optimization barriers before merging common subexpressions, and the
     recomputation is merged back into the forward pass."""
     megatron = [{n: P(*spec[1:]) for n, spec in MEGATRON.items()}] * LAYERS
-    plain = _report(_step(_block, True), megatron, True)
-    hand = _report(_step(jax.checkpoint(_block), True), megatron, True)
-    layout_only = _report(_step(_block, True), AUTO, True)
+    plain = _report(_step(models.remat_block, True), megatron, True)
+    hand = _report(_step(jax.checkpoint(models.remat_block), True), megatron, True)
+    layout_only = _report(_step(models.remat_block, True), AUTO, True)
     limit = int(0.6 * layout_only.memory.total)
-    ours = _report(_step(_block, True), AUTO, True, auto_memory_limit=limit)
+    ours = _report(_step(models.remat_block, True), AUTO, True, auto_memory_limit=limit)
     choice = ours.auto.choice
     hand_added = hand.cost.flops - plain.cost.flops
     extra = {

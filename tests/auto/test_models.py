@@ -1,6 +1,6 @@
 """AUTO on the layers models are made of: a CNN, an embedding with a tied softmax, a
-mixture-of-experts layer, and a transformer written as a scan over stacked layers
-and as its unrolled twin.
+mixture-of-experts layer, and a transformer (benchmarks/models.py's RMS block, as
+bench_auto's) written as a scan over stacked layers and as its unrolled twin.
 
 Every figure is XLA's (the report's collectives and memory analysis of the compiled
 program). For each program the chosen layout is not beaten on both collective bytes
@@ -23,6 +23,7 @@ import pytest
 from jax.sharding import Mesh
 
 import partitioner
+from benchmarks import models
 from partitioner import AUTO
 from partitioner import PartitionSpec as P
 
@@ -118,47 +119,27 @@ def moe_batch() -> tuple[jax.Array, jax.Array]:
     return _normal(11, (128, D)), _normal(12, (128, D))
 
 
-LAYERS, MODEL, FF, HEADS = 3, 64, 256, 4
-
-
-def layer_params(key: int) -> dict[str, jax.Array]:
-    ks = [13 + 7 * key + i for i in range(4)]
-    return {
-        "ln": jnp.ones((MODEL,)),
-        "wqkv": _normal(ks[0], (MODEL, 3 * MODEL), 1 / math.sqrt(MODEL)),
-        "wo": _normal(ks[1], (MODEL, MODEL), 1 / math.sqrt(MODEL)),
-        "w1": _normal(ks[2], (MODEL, FF), 1 / math.sqrt(MODEL)),
-        "w2": _normal(ks[3], (FF, MODEL), 1 / math.sqrt(FF)),
-    }
-
-
-def layer(p: dict[str, jax.Array], x: jax.Array) -> jax.Array:
-    b, s, m = x.shape
-    h = x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-5) * p["ln"]
-    q, k, v = jnp.split((h @ p["wqkv"]).reshape(b, s, HEADS, 3 * m // HEADS), 3, -1)
-    scores = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(m // HEADS))
-    x = x + jnp.einsum("bhqk,bkhd->bqhd", scores, v).reshape(b, s, m) @ p["wo"]
-    return x + jax.nn.gelu(x @ p["w1"]) @ p["w2"]
+LAYERS, MODEL, FF = 3, 64, 256  # models.rms_block: 4 heads
 
 
 def scan_loss(p: dict[str, jax.Array], batch: tuple[jax.Array, jax.Array]) -> jax.Array:
     x, y = batch
-    return jnp.mean((jax.lax.scan(lambda x, lp: (layer(lp, x), None), x, p)[0] - y) ** 2)
+    return jnp.mean((models.plain_scan(models.rms_block)(p, x) - y) ** 2)
 
 
 def unrolled_loss(ps: list[dict[str, jax.Array]], batch: tuple[jax.Array, jax.Array]) -> jax.Array:
     x, y = batch
     for p in ps:
-        x = layer(p, x)
+        x = models.rms_block(p, x)
     return jnp.mean((x - y) ** 2)
 
 
 def unrolled_params() -> list[dict[str, jax.Array]]:
-    return [layer_params(i) for i in range(LAYERS)]
+    return [models.rms_block_params(13 + 7 * i, MODEL, FF) for i in range(LAYERS)]
 
 
 def scan_params() -> dict[str, jax.Array]:
-    return jax.tree.map(lambda *a: jnp.stack(a), *unrolled_params())
+    return models.stack(unrolled_params())
 
 
 def layers_batch() -> tuple[jax.Array, jax.Array]:
@@ -202,8 +183,7 @@ def figures(
     f = partitioner.pjit(sgd(prog.loss), (specs, prog.batch_specs), specs)
     with jax.set_mesh(mesh):
         report = f.lower(params, batch).compile().report()
-    total = sum(c.bytes_per_device * c.count for c in report.collectives)
-    return float(total), float(report.memory.total), report
+    return float(report.collective_bytes), float(report.memory.total), report
 
 
 @functools.cache

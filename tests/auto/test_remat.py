@@ -9,16 +9,15 @@ analysis, cost analysis); every value is compared with jax.jit's.
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import Mesh
 
 import partitioner
+from benchmarks import models
 from partitioner import AUTO, NoLayoutFits
 from partitioner import PartitionSpec as P
 from partitioner._src.auto.remat import policies, scans
@@ -29,34 +28,13 @@ BATCH = (P("data"), P("data"))
 
 
 def stacked_params() -> dict[str, jax.Array]:
-    ks = jax.random.split(jax.random.key(1), 4)
-
-    def dense(k: jax.Array, a: int, b: int) -> jax.Array:
-        return jax.random.normal(k, (LAYERS, a, b)) / math.sqrt(a) / 4
-
-    return {
-        "wqkv": dense(ks[0], WIDTH, 3 * WIDTH),
-        "wo": dense(ks[1], WIDTH, WIDTH),
-        "w1": dense(ks[2], WIDTH, HIDDEN),
-        "w2": dense(ks[3], HIDDEN, WIDTH),
-    }
-
-
-def _norm(x: jax.Array) -> jax.Array:
-    mean = x.mean(-1, keepdims=True)
-    return (x - mean) * jax.lax.rsqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5)
+    return models.remat_params(LAYERS, WIDTH, HIDDEN)
 
 
 def block(x: jax.Array, p: dict[str, jax.Array], tag: bool = True) -> tuple[jax.Array, None]:
-    b, s, m = x.shape
-    q, k, v = jnp.split(_norm(x) @ p["wqkv"], 3, -1)
-    q, k, v = (t.reshape(b, s, HEADS, m // HEADS) for t in (q, k, v))
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(m // HEADS)
-    attn = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, -1), v).reshape(b, s, m)
-    x = x + attn @ p["wo"]
-    hidden = jax.nn.gelu(_norm(x) @ p["w1"])
-    hidden = checkpoint_name(hidden, "hidden") if tag else hidden
-    return x + hidden @ p["w2"], None
+    """bench_auto's remat block (benchmarks/models.py) at these sizes, its MLP's hidden
+    activations named ``"hidden"`` unless ``tag`` is False."""
+    return models.remat_block(x, p, HEADS, "hidden" if tag else None)
 
 
 def train_step(body):
@@ -78,9 +56,7 @@ step = train_step(block)
 
 
 def batch_of() -> tuple[jax.Array, jax.Array]:
-    kx, ky = jax.random.split(jax.random.key(2))
-    shape = (BATCH_SIZE, SEQ, WIDTH)
-    return jax.random.normal(kx, shape), jax.random.normal(ky, shape)
+    return models.batch((BATCH_SIZE, SEQ, WIDTH), jax.random.key(2))
 
 
 def auto_step(body=block, **kw):

@@ -24,6 +24,7 @@ import pytest
 from jax.sharding import Mesh
 
 import partitioner
+from benchmarks import models
 from partitioner import AUTO
 from partitioner import PartitionSpec as P
 from partitioner._src.auto.search import confirm
@@ -50,37 +51,12 @@ def _normal(key: int, shape: tuple[int, ...], scale: float = 1.0) -> jax.Array:
     return jax.random.normal(jax.random.key(key), shape) * scale
 
 
-def stack(layers: list[Any]) -> Any:
-    return jax.tree.map(lambda *a: jnp.stack(a), *layers)
-
-
-# --- the layers: an MLP and a transformer block ---
+# --- the layers: models.py's residual MLP (biased) and its RMS transformer block ---
 
 
 def mlp_params(i: int) -> dict[str, jax.Array]:
     return {"w1": _normal(2 * i, (D, F), 1 / math.sqrt(D)), "b1": jnp.zeros((F,)),
             "w2": _normal(2 * i + 1, (F, D), 1 / math.sqrt(F))}  # fmt: skip
-
-
-def mlp_layer(p: dict[str, jax.Array], x: jax.Array) -> jax.Array:
-    return x + jax.nn.gelu(x @ p["w1"] + p["b1"]) @ p["w2"]
-
-
-def block_params(i: int) -> dict[str, jax.Array]:
-    ks = [10 + 5 * i + k for k in range(4)]
-    return {"ln": jnp.ones((D,)), "wqkv": _normal(ks[0], (D, 3 * D), 1 / math.sqrt(D)),
-            "wo": _normal(ks[1], (D, D), 1 / math.sqrt(D)),
-            "w1": _normal(ks[2], (D, F), 1 / math.sqrt(D)),
-            "w2": _normal(ks[3], (F, D), 1 / math.sqrt(F))}  # fmt: skip
-
-
-def block_layer(p: dict[str, jax.Array], x: jax.Array, heads: int = 4) -> jax.Array:
-    b, s, m = x.shape
-    h = x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-5) * p["ln"]
-    q, k, v = jnp.split((h @ p["wqkv"]).reshape(b, s, heads, 3 * m // heads), 3, -1)
-    scores = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(m // heads))
-    x = x + jnp.einsum("bhqk,bkhd->bqhd", scores, v).reshape(b, s, m) @ p["wo"]
-    return x + jax.nn.gelu(x @ p["w1"]) @ p["w2"]
 
 
 def unrolled(layer: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
@@ -96,7 +72,7 @@ def unrolled(layer: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
 def scanned(layer: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
     def loss(st: Any, batch: tuple[jax.Array, jax.Array]) -> jax.Array:
         x, y = batch
-        return jnp.mean((jax.lax.scan(lambda c, p: (layer(p, c), None), x, st)[0] - y) ** 2)
+        return jnp.mean((models.plain_scan(layer)(st, x) - y) ** 2)
 
     return loss
 
@@ -136,13 +112,13 @@ def test_a_stack_costs_what_xla_measures(
     """A train step looping over a stack of MLP layers: the model's collective bytes are
     XLA's, whether the stack is whole or split over its layers (gathered by each scan
     that reads it as its slices; hoisted out of a ``fori_loop`` that slices it)."""
-    st = stack([mlp_params(i) for i in range(8)])  # a stack every device can hold a layer of
+    st = models.stack([mlp_params(i) for i in range(8)])  # a stack every device can hold a layer of
     x = _normal(99, (128, D))
-    step = sgd(loop(mlp_layer))
+    step = sgd(loop(models.residual_mlp))
     f = partitioner.pjit(step, (specs, BATCH), specs)
     with jax.set_mesh(mesh_4x2):
         report = f.lower(st, (x, x)).report()
-    measured = sum(c.bytes_per_device * c.count for c in report.collectives)
+    measured = report.collective_bytes
     ins = [_layout(specs[k], st[k].ndim) for k in sorted(st)] + [(("data",), ())] * 2
     estimate, _ = AutoEstimator(jax.make_jaxpr(step)(st, (x, x)), SIZES).run(
         ins, ins[:3], [False] * 5
@@ -160,8 +136,7 @@ def figures(
     f = partitioner.pjit(step, (specs, BATCH), specs)
     with jax.set_mesh(mesh):
         report = f.lower(params, batch).compile().report()
-    total = sum(c.bytes_per_device * c.count for c in report.collectives)
-    return float(total), float(report.memory.total), report
+    return float(report.collective_bytes), float(report.memory.total), report
 
 
 def stacked_plan(report: Any, first: str, stacked: Callable[[str], str]) -> dict[str, Any]:
@@ -194,7 +169,7 @@ def check_twins(
     """The scanned step under AUTO trains as jax.jit; its collective bytes are within 10%
     of the unrolled twin's choice, its figures within 10% of the unrolled twin's plan
     laid over the stack."""
-    st = stack(layers) if st is None else st
+    st = models.stack(layers) if st is None else st
     twin = figures(mesh, step_unrolled, layers, batch, AUTO)
     ours = figures(mesh, step_scan, st, batch, AUTO)
     plan = specs_like(st, stacked_plan(twin[2], first, stacked))
@@ -217,8 +192,9 @@ def test_scanned_mlp_stack_gets_its_unrolled_twins_plan(
 ) -> None:
     layers = [mlp_params(i) for i in range(LAYERS)]
     batch = (_normal(98, (128, D)), _normal(99, (128, D)))
-    check_twins(mesh_4x2, sgd(loop(mlp_layer)), sgd(unrolled(mlp_layer)), layers, batch,
-                "args[0][0]", _layer_path)  # fmt: skip
+    layer = models.residual_mlp
+    check_twins(mesh_4x2, sgd(loop(layer)), sgd(unrolled(layer)), layers, batch, "args[0][0]",
+                _layer_path)  # fmt: skip
 
 
 @pytest.fixture
@@ -230,10 +206,11 @@ def one_finalist(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("one_finalist")
 def test_scanned_transformer_blocks_get_their_unrolled_twins_plan(mesh_4x2: Mesh) -> None:
-    layers = [block_params(i) for i in range(LAYERS)]
+    layers = [models.rms_block_params(10 + 5 * i, D, F) for i in range(LAYERS)]
     batch = (_normal(96, (8, 16, D)), _normal(97, (8, 16, D)))
-    check_twins(mesh_4x2, sgd(scanned(block_layer)), sgd(unrolled(block_layer)), layers,
-                batch, "args[0][0]", _layer_path)  # fmt: skip
+    layer = models.rms_block
+    check_twins(mesh_4x2, sgd(scanned(layer)), sgd(unrolled(layer)), layers, batch, "args[0][0]",
+                _layer_path)  # fmt: skip
 
 
 @pytest.mark.usefixtures("one_finalist")
@@ -281,7 +258,7 @@ def test_a_while_loop_with_a_known_trip_count_gathers_its_stack_once(mesh_4x2: M
     """A ``while_loop`` counting layers from 0 to a literal bound, reading a stack split
     over its layers a slice per trip: XLA gathers the stack once, before the loop, and
     so does the model (NOTE [loop invariants])."""
-    st = stack([mlp_params(i) for i in range(8)])
+    st = models.stack([mlp_params(i) for i in range(8)])
     del st["b1"]
 
     def forward(st: dict[str, jax.Array], x: jax.Array) -> jax.Array:
@@ -298,7 +275,7 @@ def test_a_while_loop_with_a_known_trip_count_gathers_its_stack_once(mesh_4x2: M
     with jax.set_mesh(mesh_4x2):
         report = f.lower(st, x).report()
         np.testing.assert_allclose(f(st, x), jax.jit(forward)(st, x), rtol=2e-4, atol=2e-5)
-    measured = sum(c.bytes_per_device * c.count for c in report.collectives)
+    measured = report.collective_bytes
     ins = [_layout(specs[k], 3) for k in sorted(st)] + [(("data",), ())]
     estimate, _ = AutoEstimator(jax.make_jaxpr(forward)(st, x), SIZES).run(
         ins, [(("data",), ())], [False] * 3

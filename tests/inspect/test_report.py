@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh
 
+from benchmarks import models
 from partitioner import PartitionSpec as P
 from partitioner import inspect, pjit, pmap, with_sharding_constraint
 from partitioner._testing import hlo_replica_groups
@@ -46,9 +47,10 @@ def test_a_data_parallel_gradient_all_reduces_the_parameters_over_data() -> None
         return jax.grad(lambda w: jnp.sum(jnp.tanh(x @ w) ** 2))(w)
 
     f = pjit(grad, (None, P("data")), None)
-    found = inspect.report(f, W, X).collectives
+    report = inspect.report(f, W, X)
+    found = report.collectives
     assert found and all(c.kind == "all-reduce" and c.axes == ("data",) for c in found)
-    assert sum(c.bytes_per_device * c.count for c in found) == W.nbytes  # the parameters
+    assert report.collective_bytes == W.nbytes  # the parameters
 
 
 @pytest.mark.usefixtures("partitioner_mode", "in_mesh_4x2")
@@ -74,7 +76,7 @@ def _layer(p: Any, x: Any) -> Any:
 
 
 def _scanned(ps: Any, x: Any) -> Any:
-    return jnp.sum(jax.lax.scan(lambda x, p: (_layer(p, x), None), x, ps)[0] ** 2)
+    return jnp.sum(models.plain_scan(_layer)(ps, x) ** 2)
 
 
 def _unrolled(ps: Any, x: Any, repeat: int = 1) -> Any:
@@ -100,8 +102,8 @@ def _while(ps: Any, x: Any) -> Any:  # forward only: a while loop has no reverse
     return jnp.sum(jax.lax.while_loop(lambda c: c[0] < LAYERS, body, (0, x))[1] ** 2)
 
 
-def _loop_total(fun: Any, grad: bool) -> tuple[int, int]:
-    """Collective bytes per device, and the largest count, of ``fun``'s partitioned program."""
+def _loop_report(fun: Any, grad: bool) -> inspect.Report:
+    """The report of ``fun`` (its gradient with ``grad``) over the stacked layers."""
     k = jax.random.split(jax.random.key(0), 3)
     ps = {
         "w1": jax.random.normal(k[0], (LAYERS, 16, 32)),
@@ -115,8 +117,7 @@ def _loop_total(fun: Any, grad: bool) -> tuple[int, int]:
         )
     else:
         f = pjit(fun, (_LAYER_SPECS, P("data")), P())
-    found = inspect.report(f, ps, x).collectives
-    return sum(c.bytes_per_device * c.count for c in found), max(c.count for c in found)
+    return inspect.report(f, ps, x)
 
 
 @pytest.mark.usefixtures("in_mesh_4x2")
@@ -140,9 +141,20 @@ def test_collectives_in_loops_total_as_their_unrolled_twin(
     lays out the scan's stacked residuals otherwise and reshards them (collective
     permutes the unrolled twin does not have), so the twins differ there for real.
     """
-    looped_bytes, most = _loop_total(looped, grad)
-    assert most == trips
-    assert looped_bytes == _loop_total(twin, grad)[0]
+    report = _loop_report(looped, grad)
+    assert max(c.count for c in report.collectives) == trips
+    assert report.collective_bytes == _loop_report(twin, grad).collective_bytes
+
+
+@pytest.mark.usefixtures("in_mesh_4x2")
+def test_collective_bytes_is_the_table_summed_loop_trips_included() -> None:
+    """``Report.collective_bytes`` adds up the collectives table, each row's bytes times
+    its count: a scan's collectives weigh once per trip, not once."""
+    report = _loop_report(_scanned, grad=True)
+    rows = report.collectives
+    assert max(c.count for c in rows) == LAYERS
+    assert report.collective_bytes == sum(c.bytes_per_device * c.count for c in rows)
+    assert report.collective_bytes > sum(c.bytes_per_device for c in rows)
 
 
 @pytest.mark.usefixtures("partitioner_mode", "in_mesh_4x2")

@@ -1,7 +1,8 @@
 """``partitioner.pipeline``: a stack of layers as pipeline stages over a mesh axis.
 
 Every value is compared with jax.jit running the plain scan
-``lax.scan(lambda h, p: (layer(p, h), None), x, stacked_params)`` on the same inputs.
+``lax.scan(lambda h, p: (layer(p, h), None), x, stacked_params)`` on the same inputs
+(``benchmarks/models.py``'s ``plain_scan``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 import partitioner
+from benchmarks import models
 from partitioner import PartitionSpec as P
 from partitioner import with_sharding_constraint
 from partitioner.testing.plugin import MeshFactory
@@ -45,8 +47,7 @@ def layer(p: dict[str, jax.Array], h: jax.Array) -> jax.Array:
     return h + hidden @ p["w2"] + p["b"]
 
 
-def plain(params: dict[str, jax.Array], x: jax.Array) -> jax.Array:
-    return jax.lax.scan(lambda h, p: (layer(p, h), None), x, params)[0]
+plain = models.plain_scan(layer)  # the reference every pipeline is compared with
 
 
 def train_step(forward):
@@ -227,9 +228,7 @@ def test_a_flax_scanned_model(mesh: MeshFactory) -> None:
     def apply(p, h):
         return block.apply({"params": p}, h)
 
-    def scanned(p, h):  # what flax's nn.scan over Block computes
-        return jax.lax.scan(lambda c, q: (apply(q, c), None), h, p)[0]
-
+    scanned = models.plain_scan(apply)  # what flax's nn.scan over Block computes
     run = partitioner.pipeline(apply, axis="stage", microbatches=4, schedule="circular")
     specs = jax.tree.map(lambda _: P("stage"), stacked)
     f = partitioner.pjit(train_step(run), in_axis_resources=(specs, P("data"), P("data")))
@@ -249,13 +248,9 @@ def test_bubble_slots_put_no_nan_into_the_gradients(mesh: MeshFactory) -> None:
     f = partitioner.pjit(
         train_step(run), in_axis_resources=(STACK, P("data"), P("data")), out_axis_resources=None
     )
-
-    def scanned(p, h):
-        return jax.lax.scan(lambda c, q: (normalised(q, c), None), h, p)[0]
-
     with jax.set_mesh(mesh((4, 2), ("stage", "data"))):
         ours = f(params, x, y)
-        theirs = jax.jit(train_step(scanned))(params, x, y)
+        theirs = jax.jit(train_step(models.plain_scan(normalised)))(params, x, y)
     assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(ours))
     close(ours, theirs)
 

@@ -1,12 +1,12 @@
 """``partitioner.pipeline(layer, axis=AUTO)``: the enclosing call chooses the whole plan
 (NOTE [whole plan]): a pipeline, over which axis, with which schedule, or the plain scan
 with its layouts. Each choice is checked against hand plans on XLA's own figures, and
-every value against jax.jit's plain scan."""
+every value against jax.jit's plain scan. The stacks are the ones bench_pipeline.py and
+bench_plan.py measure (benchmarks/models.py)."""
 
 from __future__ import annotations
 
 import logging
-import math
 
 import jax
 import jax.numpy as jnp
@@ -14,60 +14,10 @@ import numpy as np
 import pytest
 
 import partitioner
+from benchmarks import models
 from partitioner import AUTO
 from partitioner import PartitionSpec as P
 from partitioner._testing import Figures, PipelineDecision
-
-LAYERS, HEADS, D, FF, TOKENS = 8, 4, 128, 512, 16
-
-
-def _norm(x: jax.Array, scale: jax.Array) -> jax.Array:
-    x = x - x.mean(-1, keepdims=True)
-    return x * jax.lax.rsqrt((x * x).mean(-1, keepdims=True) + 1e-6) * scale
-
-
-def block(p: dict[str, jax.Array], h: jax.Array) -> jax.Array:
-    """A pre-LN transformer block: attention with separate q/k/v/o projections, an MLP."""
-    batch, tokens, _ = h.shape
-    x = _norm(h, p["ln1"])
-
-    def heads(w: jax.Array) -> jax.Array:
-        return (x @ w).reshape(batch, tokens, HEADS, D // HEADS)
-
-    q, k, v = heads(p["wq"]), heads(p["wk"]), heads(p["wv"])
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(D // HEADS)
-    attended = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v)
-    h = h + attended.reshape(batch, tokens, D) @ p["wo"]
-    x = _norm(h, p["ln2"])
-    return h + jax.nn.gelu(x @ p["w1"]) @ p["w2"]
-
-
-def block_params() -> dict[str, jax.Array]:
-    shapes = {"wq": (D, D), "wk": (D, D), "wv": (D, D), "wo": (D, D), "w1": (D, FF), "w2": (FF, D)}
-    keys = jax.random.split(jax.random.key(0), len(shapes))
-    params = {
-        name: jax.random.normal(k, (LAYERS, *shape)) / math.sqrt(shape[0])
-        for k, (name, shape) in zip(keys, shapes.items(), strict=True)
-    }
-    params.update(ln1=jnp.ones((LAYERS, D)), ln2=jnp.ones((LAYERS, D)))
-    return params
-
-
-def mlp_layer(p: dict[str, jax.Array], h: jax.Array) -> jax.Array:
-    return h + jax.nn.gelu(h @ p["w1"]) @ p["w2"]
-
-
-def mlp_params() -> dict[str, jax.Array]:
-    k1, k2 = jax.random.split(jax.random.key(0))
-    return {
-        "w1": jax.random.normal(k1, (LAYERS, 256, 1024)) / 16,
-        "w2": jax.random.normal(k2, (LAYERS, 1024, 256)) / 128,
-    }
-
-
-def _batch(shape: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
-    kx, ky = jax.random.split(jax.random.key(1))
-    return jax.random.normal(kx, shape), jax.random.normal(ky, shape)
 
 
 def _sgd(forward):
@@ -78,14 +28,9 @@ def _sgd(forward):
     return step
 
 
-def _plain(layer):
-    return lambda params, x: jax.lax.scan(lambda h, p: (layer(p, h), None), x, params)[0]
-
-
 def _figures(report) -> Figures:
     """XLA's figures of a compiled program (no step time: dominance alone is checked)."""
-    moved = sum(c.bytes_per_device * c.count for c in report.collectives)
-    return Figures(float(moved), float(report.memory.total), time_s=0.0, measured=True)
+    return Figures(float(report.collective_bytes), float(report.memory.total), 0.0, measured=True)
 
 
 def _close(ours, theirs) -> None:
@@ -101,13 +46,13 @@ def _auto(layer, params, x, y, batch: P):
         out_shardings=AUTO,
     )
     report = f.lower(params, x, y).compile().report()
-    _close(f(params, x, y), jax.jit(_sgd(_plain(layer)))(params, x, y))
+    _close(f(params, x, y), jax.jit(_sgd(models.plain_scan(layer)))(params, x, y))
     return report
 
 
 def _hand(layer, params, x, y, batch: P, specs, schedule=None, count=None, axis=None):
     forward = (
-        _plain(layer)
+        models.plain_scan(layer)
         if schedule is None
         else partitioner.pipeline(layer, axis=axis, schedule=schedule, microbatches=count)
     )
@@ -125,10 +70,11 @@ def test_a_pipeline_is_chosen_where_it_wins(mesh_4x2) -> None:
     moves a quarter of the plain scan's best layouts' bytes and holds less; no hand
     plan (Megatron over "data", FSDP over all 8, the layers over "data", pipelines of
     2 to 8 microbatches) beats it on both figures."""
-    params, (x, y) = block_params(), _batch((32, TOKENS, D))
+    params = models.stack_block_params(jax.random.key(0))
+    x, y = models.stack_block_batch(jax.random.key(1))
     batch = P("model")
     with jax.set_mesh(mesh_4x2):
-        report = _auto(block, params, x, y, batch)
+        report = _auto(models.stack_block, params, x, y, batch)
         choice = report.auto.choice
         assert choice.whole_plan.decision == PipelineDecision("data", "gpipe"), str(report)
         assert report.pipelines and report.pipelines[0].axis == "data"
@@ -139,17 +85,17 @@ def test_a_pipeline_is_chosen_where_it_wins(mesh_4x2) -> None:
         megatron = {**columns, "wo": P(None, "data"), "w2": P(None, "data")}
         megatron.update(ln1=P(), ln2=P())
         hands = {
-            "Megatron over 'data'": _hand(block, params, x, y, batch, megatron),
+            "Megatron over 'data'": _hand(models.stack_block, params, x, y, batch, megatron),
             "FSDP over all 8": _hand(
-                block, params, x, y, batch,
+                models.stack_block, params, x, y, batch,
                 {k: P(None, ("data", "model")) if k.startswith("ln") else
                  P(None, None, ("data", "model")) for k in params},
             ),
-            "layers over 'data'": _hand(block, params, x, y, batch, P("data")),
+            "layers over 'data'": _hand(models.stack_block, params, x, y, batch, P("data")),
         }  # fmt: skip
         for schedule, count in (("gpipe", 2), ("gpipe", 8), ("circular", 4)):
             hands[f"{schedule} {count}"] = _hand(
-                block, params, x, y, batch, P("data"), schedule, count, "data"
+                models.stack_block, params, x, y, batch, P("data"), schedule, count, "data"
             )
     _not_beaten(_figures(report), hands)
 
@@ -159,11 +105,12 @@ def test_no_pipeline_where_it_loses(mesh_4x2, caplog) -> None:
     its weights split over all 8 devices beat any pipeline over "model" on both
     figures; the choice is the plain scan, which no pipeline beats. The search says
     which plans it weighs."""
-    params, (x, y) = mlp_params(), _batch((64, 256))
+    params = models.mlp_stack_params(jax.random.key(0))
+    x, y = models.mlp_stack_batch(jax.random.key(1))
     batch = P("data")
     with jax.set_mesh(mesh_4x2):
         with caplog.at_level(logging.INFO, logger="partitioner"):
-            report = _auto(mlp_layer, params, x, y, batch)
+            report = _auto(models.residual_mlp, params, x, y, batch)
         choice = report.auto.choice
         assert choice.whole_plan.decision == PipelineDecision(None), str(report)
         assert not report.pipelines
@@ -174,18 +121,19 @@ def test_no_pipeline_where_it_loses(mesh_4x2, caplog) -> None:
         assert "to measure it" in caplog.text
         hands = {
             f"{schedule} {count}": _hand(
-                mlp_layer, params, x, y, batch, P("model"), schedule, count, "model"
+                models.residual_mlp, params, x, y, batch, P("model"), schedule, count, "model"
             )
             for schedule, count in (("gpipe", 4), ("gpipe", 8), ("circular", 4))
         }
-        hands["replicated"] = _hand(mlp_layer, params, x, y, batch, P())
+        hands["replicated"] = _hand(models.residual_mlp, params, x, y, batch, P())
     _not_beaten(_figures(report), hands)
 
 
 def test_outside_a_partitioner_call_the_plain_scan_runs(mesh_4x2) -> None:
-    params, (x, _) = mlp_params(), _batch((64, 256))
-    run = partitioner.pipeline(mlp_layer, axis=AUTO)
-    _close(jax.jit(run)(params, x), jax.jit(_plain(mlp_layer))(params, x))
+    params = models.mlp_stack_params(jax.random.key(0))
+    x, _ = models.mlp_stack_batch(jax.random.key(1))
+    run = partitioner.pipeline(models.residual_mlp, axis=AUTO)
+    _close(jax.jit(run)(params, x), jax.jit(models.plain_scan(models.residual_mlp))(params, x))
     with pytest.raises(ValueError, match="axis=AUTO"):
         run.plan(params, x)
     with jax.set_mesh(mesh_4x2), pytest.raises(ValueError, match="axis=AUTO"):
@@ -194,4 +142,4 @@ def test_outside_a_partitioner_call_the_plain_scan_runs(mesh_4x2) -> None:
 
 def test_a_bad_axis_names_auto_in_its_message() -> None:
     with pytest.raises(TypeError, match="partitioner.AUTO"):
-        partitioner.pipeline(mlp_layer, axis=3)
+        partitioner.pipeline(models.residual_mlp, axis=3)

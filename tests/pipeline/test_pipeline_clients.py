@@ -13,6 +13,7 @@ from flax import linen as nn
 from jax.sharding import NamedSharding
 
 import partitioner
+from benchmarks import models
 from partitioner import PartitionSpec as P
 
 LAYERS, BATCH, WIDTH, STEPS = 8, 32, 32, 4
@@ -58,8 +59,7 @@ def loss_with(forward):
     return loss
 
 
-def plain(params, carried):
-    return jax.lax.scan(lambda c, p: (layer(p, c), None), carried, params)[0]
+plain = models.plain_scan(layer)
 
 
 def train_step(forward, tx):

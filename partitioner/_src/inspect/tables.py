@@ -90,8 +90,8 @@ class AutoTable:
     Attributes:
         choice: the search's record: every AUTO leaf's chosen spec, the runners-up
             with their estimated (and, for compiled finalists, measured) costs.
-        collective_bytes: this program's collective operand bytes per device, as the
-            collectives table adds them up (counts included).
+        collective_bytes: this program's collective operand bytes per device: the
+            report's ``collective_bytes``.
         memory_bytes: XLA's arguments + outputs + temporaries - aliased per device.
         mesh: the mesh's axis sizes, and ``device_ids`` its devices in mesh order
             (what :meth:`visualize` draws over).
@@ -142,6 +142,18 @@ class Report:
     cost: Cost | None
     auto: AutoTable | None = None
     pipelines: tuple[PipelineTable, ...] = ()
+
+    @property
+    def collective_bytes(self) -> int:
+        """The bytes each device sends per run: every collective's ``bytes_per_device``
+        times its ``count`` (loop trip counts included), summed.
+
+        The one figure of communication the AUTO search, the benchmarks and the tests
+        compare layouts by; here so that each reads it the same way instead of adding
+        up the table by hand. Equals ``auto.collective_bytes`` when the program has
+        AUTO inputs.
+        """
+        return sum(c.bytes_per_device * c.count for c in self.collectives)
 
     def with_values(self, extra: Sequence[ValueRow]) -> Report:
         return dataclasses.replace(self, values=(*self.values, *extra))
@@ -377,27 +389,26 @@ def build(plan: CallPlan, executable: Executable, shardy: bool) -> Report:
         )
     loaded = executable.loaded
     found = tuple(collectives((m.to_string() for m in loaded.hlo_modules()), mesh))
-    memory = _memory(loaded)
-    auto = None
-    if plan.auto is not None:
-        auto = AutoTable(
-            choice=plan.auto,
-            collective_bytes=sum(c.bytes_per_device * c.count for c in found),
-            memory_bytes=None if memory is None else memory.total,
-            mesh={str(a): int(n) for a, n in mesh.shape.items()},
-            device_ids=tuple(int(d.id) for d in mesh.devices.flat),
-        )
-    return Report(
+    report = Report(
         name=params.name,
         partitioner="Shardy" if shardy else "GSPMD",
         mesh=dict(mesh.shape),
         values=tuple(values),
         collectives=found,
-        memory=memory,
+        memory=_memory(loaded),
         cost=_cost(loaded),
-        auto=auto,
         pipelines=pipelines_in(params.jaxpr.jaxpr, found, mesh),
     )
+    if plan.auto is None:
+        return report
+    auto = AutoTable(
+        choice=plan.auto,
+        collective_bytes=report.collective_bytes,
+        memory_bytes=None if report.memory is None else report.memory.total,
+        mesh={str(a): int(n) for a, n in mesh.shape.items()},
+        device_ids=tuple(int(d.id) for d in mesh.devices.flat),
+    )
+    return dataclasses.replace(report, auto=auto)
 
 
 def _memory(loaded: Any) -> Memory | None:

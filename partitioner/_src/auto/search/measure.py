@@ -106,9 +106,7 @@ def measure(plan: CallPlan, scored: Scored, *, quick: bool) -> Measured:
         # Through the executable cache: the winner's is the one its first call runs.
         executable = get_executable(trial.params)[0]
     report = build_report(trial, executable, options.use_shardy())
-    collective = sum(
-        collective.bytes_per_device * collective.count for collective in report.collectives
-    )
+    collective = report.collective_bytes
     memory = scored.estimate.memory_bytes if report.memory is None else report.memory.total
     count = sum(collective.count for collective in report.collectives)
     flops = 0.0 if report.cost is None else report.cost.flops
