@@ -80,12 +80,12 @@ def collectives_picture(report: inspect.Report, path: Path) -> None:
         per_axis[c.describe_axes()].append(c)
     names = sorted(per_axis)
     colours = {"all-reduce": "tab:blue", "all-gather": "tab:orange", "reduce-scatter": "tab:green"}
-    widest = max(c.bytes_per_device * c.count for c in report.collectives)
+    widest = max(c.bytes_per_run for c in report.collectives)
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.9 * len(names)))
     for row, name in enumerate(names):
         left = 0
         for c in per_axis[name]:
-            width = c.bytes_per_device * c.count
+            width = c.bytes_per_run
             colour = colours.get(c.kind, "tab:gray")
             ax.barh(row, width, left=left, color=colour, alpha=0.7, edgecolor="black")
             shape = "x".join(map(str, c.shape))

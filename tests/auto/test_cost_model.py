@@ -139,7 +139,7 @@ def test_a_scan_body_counts_once_per_iteration(w_spec, w_layout, mesh: MeshFacto
         [w_layout, (("data",), ())], [(("data",), ())], [False, False]
     )
     assert estimate.collectives == sum(c.count for c in in_loop) == 4
-    assert estimate.collective_bytes == sum(c.bytes_per_device * c.count for c in in_loop)
+    assert estimate.collective_bytes == sum(c.bytes_per_run for c in in_loop)
 
 
 # --- the layers' strategies against XLA (the layers models are made of) ---
@@ -305,4 +305,4 @@ def test_a_while_counting_to_a_literal_bound_counts_its_trips(mesh: MeshFactory)
         [(("model",), ()), (("data",), ())], [(("data",), ())], [False, False]
     )
     assert estimate.collectives == sum(c.count for c in in_loop) == 3
-    assert estimate.collective_bytes == sum(c.bytes_per_device * c.count for c in in_loop)
+    assert estimate.collective_bytes == sum(c.bytes_per_run for c in in_loop)

@@ -119,7 +119,7 @@ def test_the_stages_hold_their_layers_and_pass_activations_to_their_neighbours(
     assert table.stage_layers == ("0-1", "2-3", "4-5", "6-7")
     assert table.stage_devices == ((0, 1), (2, 3), (4, 5), (6, 7))
     permutes = [c for c in report.collectives if c.kind == "collective-permute"]
-    assert permutes and table.permute_bytes == sum(c.bytes_per_device * c.count for c in permutes)
+    assert permutes and table.permute_bytes == sum(c.bytes_per_run for c in permutes)
     assert all(c.axes == ("stage",) for c in permutes)  # neighbours along the stage axis only
     text = str(report)
     assert "pipeline over mesh axis 'stage': gpipe, 8 layers on 4 stages, 4 microbatches" in text

@@ -78,6 +78,12 @@ class Collective:
     source: str | None
     in_loop: bool = False
 
+    @property
+    def bytes_per_run(self) -> int:
+        """The bytes each device sends for this row in one run of the program
+        (``bytes_per_device`` times ``count``): what tables add up."""
+        return self.bytes_per_device * self.count
+
     def describe_axes(self) -> str:
         if self.axes is None:
             return "unmapped groups " + str([list(g) for g in self.groups])

@@ -155,15 +155,15 @@ def found(jaxpr: Any, collectives: Sequence[Collective], mesh: Mesh) -> tuple[Pi
         permutes = [c for c in mine if c.kind == "collective-permute"]
         looped = [c for c in mine if c.kind != "collective-permute" and _in_its_loop(c, text)]
         after = [c for c in mine if c.kind != "collective-permute" and c not in looped]
-        moved = sum(c.bytes_per_device * c.count for c in permutes)
+        moved = sum(c.bytes_per_run for c in permutes)
         seen[text] = PipelineTable(
             **{f.name: getattr(summary, f.name) for f in dataclasses.fields(PipelineSummary)},
             stage_devices=stage_devices(mesh, summary.axis),
             permute_bytes=moved,
             permute_bytes_per_step=moved / summary.steps,
             loop_reductions=sum(c.count for c in looped),
-            loop_reduction_bytes=sum(c.bytes_per_device * c.count for c in looped),
-            reduction_bytes=sum(c.bytes_per_device * c.count for c in after),
+            loop_reduction_bytes=sum(c.bytes_per_run for c in looped),
+            reduction_bytes=sum(c.bytes_per_run for c in after),
         )
     return tuple(seen.values())
 

@@ -153,7 +153,7 @@ class Report:
         up the table by hand. Equals ``auto.collective_bytes`` when the program has
         AUTO inputs.
         """
-        return sum(c.bytes_per_device * c.count for c in self.collectives)
+        return sum(c.bytes_per_run for c in self.collectives)
 
     def with_values(self, extra: Sequence[ValueRow]) -> Report:
         return dataclasses.replace(self, values=(*self.values, *extra))
