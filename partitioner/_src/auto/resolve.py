@@ -27,7 +27,7 @@ from .remat.fit import Rematerialized, rematerialize, trimmed
 from .search.confirm import Measured, NoLayoutFits, Outcome, solve
 from .search.descent import Scored
 from .search.measure import candidate_of, compiles_alone, measure, specs_of
-from .search.problem import Problem, problem_of, spec_text
+from .search.problem import Problem, problem_of, spec_text, tie_outputs
 from .search.progress import Progress, reporting
 from .search.stderr_capture import write_out
 
@@ -59,10 +59,14 @@ def resolve(
     With ``memory_limit`` below what layouts alone reach, the returned plan's body may
     be rewritten to rematerialize (NOTE [auto remat] in ``remat/__init__.py``).
 
+    An output left to XLA that the step hands back to an AUTO input is laid out as
+    that input (NOTE [loop-safe layouts] in ``search/problem.py``).
+
     Raises:
         ValueError: no layout, rematerialized or not, fits ``memory_limit`` (the
             message names the smallest found).
     """
+    plan = tie_outputs(plan, in_paths, out_paths)
     problem = problem_of(plan, in_paths, out_paths, memory_limit)
     resolution = searched.once(
         key_of(plan, problem), lambda: _search(plan, problem, in_paths, out_paths)

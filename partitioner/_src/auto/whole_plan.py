@@ -42,7 +42,7 @@ from .resolve import Resolution, key_of, record_of, resolve, resolved
 from .search.confirm import NoLayoutFits, Outcome, no_fit
 from .search.descent import Scored, Search
 from .search.measure import candidate_of, measure, specs_of
-from .search.problem import Problem, problem_of
+from .search.problem import Problem, problem_of, tie_outputs
 from .search.progress import reporting
 from .search.stderr_capture import write_out
 
@@ -79,6 +79,7 @@ def resolve_whole_plan(
     Raises:
         NoLayoutFits: no plan, pipelined or not, fits ``memory_limit``.
     """
+    programs = [(d, tie_outputs(plan, in_paths, out_paths)) for d, plan in programs]
     first = programs[0][1]
     key = (
         "whole plan",

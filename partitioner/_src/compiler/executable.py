@@ -26,6 +26,7 @@ from ..primitives.pjit_call import PjitParams
 from ..sharding.leaves import as_reported
 from ..sharding.mesh_env import has_explicit_axes, result_mesh
 from ..sharding.parsed import REPLICATED, ParsedPartitionSpec, SpecSync
+from . import producers
 from .agreement import check_same_program
 from .compile import CompilerOptions, compile_module
 
@@ -122,6 +123,8 @@ def finish(
         # sharding (``P('x', 'z')`` for ``f32[8@x,4@z]``), as in jax.jit's results.
         out_specs = [a if a is not None else c for a, c in zip(lowered.out_specs, out_specs)]
     executable = _executable(lowered, loaded, tuple(in_specs), tuple(out_specs))  # type: ignore[arg-type]
+    names = getattr(jaxpr.jaxpr.debug_info, "result_paths", None) or ()
+    producers.note(executable.out_shardings, names, f"{lowered.api} {lowered.name}")
     return executable if kept is None else dataclasses.replace(executable, kept=kept)
 
 

@@ -21,6 +21,7 @@ from jax.tree_util import tree_flatten_with_path, tree_leaves, tree_unflatten
 
 from .. import jax_private as jp
 from .. import lazy, options
+from ..compiler import producers
 from ..primitives.auto_pipeline import sites
 from ..primitives.call_plan import CallPlan, PlannerFromInfo
 from ..primitives.pjit_call import PjitParams
@@ -284,9 +285,29 @@ def resolve_auto(
             if auto:
                 chosen = plan.params.in_axis_resources[n + i]
                 assert chosen is not None  # resolve() chose a spec for every AUTO leaf
-                where = arguments.where(i, info.label)
-                check_committed_layout(arguments.leaves[i], chosen, plan.mesh, where, info.label)
+                _check_auto_argument(
+                    info, plan, arguments.leaves[i], chosen, arguments.where(i, info.label)
+                )
     return plan
+
+
+MSG_LAID_OUT_BY = """
+It was laid out by {source}. AUTO laid {where} out as {chosen} in this call: give that output the layout of this AUTO input (an output left unspecified, or AUTO, at the same path, shape and dtype as an AUTO input follows it), or pass the argument as jax.device_put(x, NamedSharding(mesh, {chosen}))."""
+
+
+def _check_auto_argument(info: JitInfo, plan: CallPlan, x: Any, chosen: Any, where: str) -> None:
+    """A committed argument of an AUTO leaf is laid out as AUTO chose; the error names the
+    output of the call that laid it out otherwise, where a recent call did (NOTE
+    [loop-safe layouts] in ``auto/search/problem.py``)."""
+    try:
+        check_committed_layout(x, chosen, plan.mesh, where, info.label)
+    except ValueError as mismatch:
+        source = producers.produced_by(x.sharding)
+        if source is None:
+            raise
+        spec = chosen.to_partition_spec()
+        more = MSG_LAID_OUT_BY.format(source=source, where=where, chosen=spec)
+        raise ValueError(f"{mismatch}{more}") from None
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ so no stage has to pass the limit back up to another.
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -75,6 +76,35 @@ def to_spec(layout: Layout) -> ParsedPartitionSpec:
 def spec_text(layout: Layout) -> str:
     """A layout as the ``PartitionSpec`` a user would write (``P('data', None)``)."""
     return str(to_spec(layout).to_partition_spec())
+
+
+def tie_outputs(
+    plan: CallPlan, in_paths: Sequence[KeyPath], out_paths: Sequence[KeyPath]
+) -> CallPlan:
+    """``plan`` with every output left to XLA that a step hands back to an AUTO input
+    (the same path, shape and dtype: the state a training step returns) made AUTO, so
+    the search lays it out as that input.
+
+    NOTE [loop-safe layouts]: ``state = step(state, batch)`` feeds each output back as
+    the next call's argument. Left to XLA, an updated parameter or optimizer moment may
+    come back laid out otherwise than the AUTO layout chosen for it (XLA's propagation
+    follows the update's operands), and the next call meets a committed argument that
+    does not match: jax's "Sharding passed to jit does not match". An AUTO output at such
+    a path is already tied to its input (``problem_of``'s ``out_ties``), the cost of
+    ending in that layout part of every candidate's score; an output left to XLA there
+    is made one. A call that wants another layout for it says so: a spec given by hand.
+    """
+    params = plan.params
+    n_consts = plan.num_consts
+    in_specs = params.in_axis_resources[n_consts:]
+    tie_of = ties(in_paths, params.jaxpr.in_avals[n_consts:], out_paths, params.jaxpr.out_avals)
+    outs: tuple[Any, ...] = tuple(  # AUTO placeholders, as the planner leaves them
+        AUTO if spec is None and tie is not None and in_specs[tie] is AUTO else spec
+        for spec, tie in zip(params.out_axis_resources, tie_of, strict=True)
+    )
+    if outs == tuple(params.out_axis_resources):
+        return plan
+    return dataclasses.replace(plan, params=dataclasses.replace(params, out_axis_resources=outs))
 
 
 def problem_of(
