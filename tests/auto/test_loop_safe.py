@@ -81,15 +81,15 @@ def test_a_committed_argument_laid_out_otherwise_names_the_output_that_did_it(me
     batch = NamedSharding(mesh_3, P("a"))
     partitioner.clear_caches()
     auto = partitioner.jit(_step, in_shardings=(AUTO, batch))
-    chosen = auto.lower(_state(), tokens).compile().input_shardings[0][0][0]["w1"].spec
+    params, opt_state = auto.lower(_state(), tokens).compile().input_shardings[0][0]
+    chosen = params["w1"].spec
     other = P(None, None, "c") if chosen != P(None, None, "c") else P(None, "c")
 
     def elsewhere(state: tuple[Any, Any]) -> tuple[Any, Any]:
         return state
 
-    placing = partitioner.jit(
-        elsewhere, out_shardings=({"embed": P(), "w1": other, "w2": P()}, None)
-    )
+    # every leaf as AUTO laid it out but w1
+    placing = partitioner.jit(elsewhere, out_shardings=({**params, "w1": other}, opt_state))
     with jax.set_mesh(mesh_3):
         placed = placing(_state())
     with pytest.raises(ValueError, match=r"laid out by result\[0\]\['w1'\] of jit elsewhere"):

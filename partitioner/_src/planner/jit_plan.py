@@ -291,8 +291,12 @@ def resolve_auto(
     return plan
 
 
-MSG_LAID_OUT_BY = """
-It was laid out by {source}. AUTO laid {where} out as {chosen} in this call: give that output the layout of this AUTO input (an output left unspecified, or AUTO, at the same path, shape and dtype as an AUTO input follows it), or pass the argument as jax.device_put(x, NamedSharding(mesh, {chosen}))."""
+MSG_LAID_OUT_BY = (
+    "\nIt was laid out by {source}, and AUTO chose {chosen} for it in this call: give that "
+    "output this input's layout (an output left unspecified, or AUTO, at the same path, "
+    "shape and dtype as an AUTO input follows that input), or pass the argument as "
+    "jax.device_put(x, NamedSharding(mesh, {chosen}))."
+)
 
 
 def _check_auto_argument(info: JitInfo, plan: CallPlan, x: Any, chosen: Any, where: str) -> None:
@@ -306,7 +310,7 @@ def _check_auto_argument(info: JitInfo, plan: CallPlan, x: Any, chosen: Any, whe
         if source is None:
             raise
         spec = chosen.to_partition_spec()
-        more = MSG_LAID_OUT_BY.format(source=source, where=where, chosen=spec)
+        more = MSG_LAID_OUT_BY.format(source=source, chosen=spec)
         raise ValueError(f"{mismatch}{more}") from None
 
 

@@ -23,7 +23,7 @@ from ...sharding.auto import AUTO
 from ...sharding.parsed import ParsedPartitionSpec
 from ..cost.layouts import Layout
 from ..cost.values import spec_layout
-from .structure import family
+from .structure import families
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ def problem_of(
             for spec, tie in zip(out_specs, tie_of, strict=True)
         ),
         donated=tuple(params.donated_invars),
-        in_families=(None,) * n_consts + tuple(family(path) for path in in_paths),
+        in_families=(None,) * n_consts + tuple(families(in_paths, jaxpr.in_avals[n_consts:])),
         in_forced=tuple(forced),
         memory_limit=memory_limit,
         auto_names=tuple(

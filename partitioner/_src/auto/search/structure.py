@@ -45,6 +45,45 @@ def family(path: KeyPath) -> str:
     return keystr(tuple(path[:1])) + "".join(_free(key) for key in path[1:])
 
 
+def families(paths: Sequence[KeyPath], avals: Sequence[Any]) -> list[str]:
+    """Each path's :func:`family`, a parameter's companions taking the parameter's.
+
+    NOTE [auto companions]: an optimizer keeps, per parameter, state of the same shape
+    that it updates elementwise with it (Adam's moments ``mu`` and ``nu``, momentum):
+    ``[1][0].mu['blocks']['w1']`` beside ``[0]['blocks']['w1']``. Laid out otherwise than
+    its parameter, every step moves it to the parameter's layout and back; the user's
+    hand plans (FSDP, Megatron, pipelines) lay it out as the parameter. So a leaf whose
+    trailing names (``['blocks']['w1']``), shape and dtype are another's with a shorter
+    path moves with it in the search's first phase, over whole families: a third of an
+    Adam step's variables. They stay apart as groups (their labels differ), so where
+    the search refines groups a moment may still take a layout of its own.
+    """
+    found = [family(path) for path in paths]
+    roles: dict[tuple[Any, ...], list[int]] = {}
+    for k, (path, aval) in enumerate(zip(paths, avals, strict=True)):
+        names = _trailing_names(path)
+        if names:
+            roles.setdefault((names, tuple(aval.shape), aval.dtype), []).append(k)
+    for members in roles.values():
+        leader = min(members, key=lambda k: (len(paths[k]), k))
+        for k in members:
+            found[k] = found[leader]
+    return found
+
+
+def _trailing_names(path: KeyPath) -> tuple[str, ...]:
+    """The names (dict keys, attributes) that end ``path``, in order: a leaf's role."""
+    names: list[str] = []
+    for key in reversed(path):
+        if isinstance(key, DictKey) and isinstance(key.key, str):
+            names.append(key.key)
+        elif isinstance(key, GetAttrKey) and not names:
+            names.append(key.name)
+        else:
+            break
+    return tuple(reversed(names))
+
+
 def layer_keys(path: KeyPath) -> list[tuple[int, str, str]]:
     """Each key of ``path`` that may name a layer (NOTE [auto repeats]), outermost
     first, as (its position, the stack: the path up to it with the layer left out, the
