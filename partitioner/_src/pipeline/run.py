@@ -382,6 +382,8 @@ class Pipelined:
 class AutoPipelined:
     """The function :func:`pipeline` returns for ``axis=AUTO``: ``run(params, x)``,
     whose call decides whether and how it is pipelined (NOTE [pipeline decision]).
+    Outside such a call it runs the plain scan; its ``plan`` and ``stage`` are those of
+    the :class:`Pipelined` its call's decision runs (a ``ValueError`` where none does).
 
     Attributes:
         layer, microbatches, mesh: as :func:`pipeline` took them.
