@@ -41,6 +41,10 @@ DEFERRED = (
 )
 
 
+#: What the pjit path loads at its first ``.lower()``/``.trace()``, never for a call.
+STAGES = ("partitioner._src.stages",)
+
+
 def _fresh(code: str) -> dict[str, object]:
     """Run ``code`` in a new interpreter (8 CPU devices); the JSON it prints last."""
     return run_json(["-c", code])
@@ -55,7 +59,8 @@ _LOADED = (
 @pytest.mark.slow
 def test_import_and_the_pjit_path_load_nothing_else() -> None:
     out = _fresh(
-        "import json, sys\n" + _LOADED + "import numpy as np\n"
+        "import json, sys\n" + _LOADED + f"STAGES = {STAGES!r}\n"
+        "import numpy as np\n"
         "import jax\n"
         "import partitioner\n"
         "from partitioner import PartitionSpec as P\n"
@@ -65,6 +70,7 @@ def test_import_and_the_pjit_path_load_nothing_else() -> None:
         "with partitioner.mesh(mesh.devices, ('x',)):\n"
         "    f = partitioner.pjit(lambda v: v * 2, P('x'), P('x'))\n"
         "    y = f(x)\n"
+        "    seen['call'] = [m for m in sys.modules if m in STAGES]\n"
         "    f.lower(x).compile()(x)\n"
         "s = jax.sharding.NamedSharding(mesh, P('x'))\n"
         "z = partitioner.jit(lambda v: v + 1, in_shardings=s, out_shardings=s)(x)\n"
@@ -75,6 +81,7 @@ def test_import_and_the_pjit_path_load_nothing_else() -> None:
     )
     assert out["ok"]
     assert out["import"] == [], f"import partitioner loaded {out['import']}"
+    assert out["call"] == [], f"import partitioner and a call loaded {out['call']}"
     assert out["pjit"] == [], f"the pjit path loaded {out['pjit']}"
 
 
