@@ -15,14 +15,15 @@ help the next:
   heap in every process (the worker's ``_watched_heap`` says why): where the next
   full collection (~50 ms over jax's heap) falls is set by everything allocated
   before, and a bare jax.jit process is ~6,500 allocations short of one after this
-  call, so a raw row would time that luck.
-- first call, warm, raw heap (reported): the same from the heap as the script left
-  it, as a user's process has it, and in how many samples a full collection fell
-  inside each contender's call. Issue 53's figure (0.13-0.16 s against jax.jit's
-  0.065-0.09 s) was this one, from its own script: partitioner's import (~6,000
-  objects allocated) brings jax's first full collection forward by as much, and in
-  such a script it lands inside or just after this call's lowering, whichever a
-  few hundred allocations anywhere before decide.
+  call: these rows time the code, the raw ones below that luck too.
+- first call, warm, raw heap: the same from the heap as the script left it, as a
+  user's process has it (issue 53's figure: 0.13-0.16 s against jax.jit's
+  0.065-0.09 s when jax's first full collection fell inside partitioner's call), the
+  same target; the rows say in how many samples a full collection fell inside each
+  call and, after it, how many more objects the process allocates before the next
+  one: its margin, a number where the timing is a cliff. Everything partitioner
+  allocates before the call (its import: ~5,600 objects) brings the collection
+  closer; in this script jax.jit's margin is ~6,500, partitioner's a few hundred.
 - first call, cold: the same with no persistent cache (XLA compiles).
 - whole process: ``python script.py`` of a restarted job (import, the cache, the
   mesh, the parameters, one step of the transformer block's train step), timed from
@@ -174,10 +175,11 @@ def first_call_rows(
     rounds: int, warm: bool, heap: str = "collected"
 ) -> tuple[list[common.Row], dict[str, Any]]:
     """The first call in a new process, with jax's persistent cache populated or absent,
-    from a collected heap (the rows with a target) or the heap as the script left it
-    (``heap="raw"``: reported, with the full collections that fell in each call)."""
+    from a collected heap or (``heap="raw"``) the heap as the script left it, with the
+    full collections that fell in each call and, raw, the allocations left before the
+    next one after it."""
     doors = ("partitioner", "partitioner.jit", "jax.jit")
-    fulls: dict[str, list[int]] = {who: [] for who in doors}
+    seen: dict[str, list[dict[str, Any]]] = {who: [] for who in doors}
     with tempfile.TemporaryDirectory(prefix="partitioner-bench-startup-") as cache_dir:
         where = cache_dir if warm else "-"
         if warm:  # each contender's program written once, by a cold process
@@ -189,15 +191,24 @@ def first_call_rows(
                 out = _worker("first-call", who, where, heap)
                 if warm and out["hits"] < 1:
                     raise RuntimeError(f"{who}: the persistent cache served nothing: {out}")
-                fulls[who].append(out["full_collections"])
+                seen[who].append(out)
                 return common.Timing(out["wall"], out["cpu"])
 
             return run
 
         samples = _sampled({w: sample(w) for w in doors}, rounds)
+    counted = {who: outs[-rounds:] for who, outs in seen.items()}  # the warm-up left out
+
+    def gc_figures(who: str, prefix: str = "") -> dict[str, Any]:
+        fulls = sum(out["full_collections"] for out in counted[who])
+        margins = [m for out in counted[who] if (m := out["to_full_collection"]) is not None]
+        figures: dict[str, Any] = {f"{prefix}full_collections": f"{fulls} of {rounds}"}
+        if heap == "raw":
+            figures[f"{prefix}to_full_collection"] = statistics.median(margins) if margins else None
+        return figures
+
     kind = "warm persistent cache" if warm else "no persistent cache"
-    raw = heap == "raw"
-    if raw:
+    if heap == "raw":
         kind += ", raw heap"
     rows = [
         common.compare(
@@ -205,15 +216,14 @@ def first_call_rows(
             "ms",
             samples[who],
             samples["jax.jit"],
-            None if raw else FIRST_CALL,
+            FIRST_CALL,
             1e3,
-            # The warm-up sample of each contender is the first entry (common.interleave).
-            full_collections=f"{sum(fulls[who][1:])} of {rounds}",
-            jax_jit_full_collections=f"{sum(fulls['jax.jit'][1:])} of {rounds}",
+            **gc_figures(who),
+            **gc_figures("jax.jit", "jax_jit_"),
         )
         for door, who in (("pjit", "partitioner"), ("jit", "partitioner.jit"))
     ]
-    return rows, {"first_call_s": samples, "full_collections": fulls}
+    return rows, {"first_call_s": samples, "gc": counted}
 
 
 # --- whole processes ---
@@ -332,6 +342,12 @@ def main() -> None:
             print(
                 f"{r.name}: a full collection inside the call in {r.extra['full_collections']} "
                 f"samples (jax.jit: {r.extra['jax_jit_full_collections']})"
+            )
+        if "to_full_collection" in r.extra:
+            print(
+                f"  then allocations left before jax's next full collection (median): "
+                f"{r.extra['to_full_collection']} (jax.jit: "
+                f"{r.extra['jax_jit_to_full_collection']})"
             )
     common.write_json(NAME, rows, args.quick, samples=raw)
     common.save_plot(

@@ -84,13 +84,14 @@ def _watched_heap(collect: bool) -> list[tuple[int, float]]:
     the script left it); returns the collector's pauses in it, ``(generation, seconds)``.
 
     Why: when the next full collection falls is set by how many objects everything
-    allocated before (partitioner's import: ~6,000), and a full one over jax's heap
-    takes ~50 ms. Measured raw, the row asks which process happens to be a few
+    allocated before (partitioner's import: ~5,600), and a full one over jax's heap
+    takes ~50 ms. Measured raw, the row also asks which process happens to be a few
     hundred allocations from that threshold: in this script a jax.jit process is
-    ~6,500 short of it after this call, a partitioner process reaches it inside the
-    call's lowering, its last young collection (issue 53). Both contenders start from
-    a collection, as every in-process figure does (``common.interleave``); the raw
-    rows and the whole-process row pay every pause, uncollected.
+    ~6,500 short of it after this call, a partitioner process ~600 (issue 53: until
+    its import shed ~1,000, the collection fell inside its call's lowering). Both
+    contenders start from a collection, as every in-process figure does
+    (``common.interleave``), in the rows that time the code; the raw rows and the
+    whole-process row pay every pause, uncollected.
     """
     import gc
 
@@ -140,16 +141,48 @@ def _first_call(who: str, cache_dir: str, heap: str = "collected") -> dict[str, 
         out = make(chain, in_shardings=in_shardings, out_shardings=in_shardings[0])(x, ws)
     out.block_until_ready()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    fulls = sum(generation == 2 for generation, _ in pauses)
     return {
         "wall": wall,
         "cpu": cpu,
         "hits": hits[0],
         "gc_pause": sum(seconds for _, seconds in pauses),
-        "full_collections": sum(generation == 2 for generation, _ in pauses),
+        "full_collections": fulls,
         "full_pause": sum(seconds for generation, seconds in pauses if generation == 2),
+        # After the call, from the heap as the script left it: the margin (a full
+        # collection in the call, or a collected heap, leaves none to measure).
+        "to_full_collection": _allocations_to_full_collection()
+        if heap == "raw" and not fulls
+        else None,
         "partitioner": None if who == "jax.jit" else partitioner.__file__,
         "sum": float(np.asarray(out).sum()),
     }
+
+
+def _allocations_to_full_collection(limit: int = 50_000) -> int | None:
+    """How many more objects this process allocates before its next full collection
+    starts (None: not within ``limit``).
+
+    The raw rows' margin, as a number instead of a cliff: a change that allocates
+    this many more objects before the call (an import's modules, a user's set-up)
+    moves the ~50 ms collection into it (issue 53).
+    """
+    import gc
+
+    started: list[bool] = []
+
+    def watch(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start" and info["generation"] == 2:
+            started.append(True)
+
+    gc.callbacks.append(watch)
+    kept: list[list[None]] = []
+    try:
+        while not started and len(kept) < limit:
+            kept.append([])  # one object the collector tracks, kept alive
+    finally:
+        gc.callbacks.remove(watch)
+    return len(kept) if started else None
 
 
 def _train_step(who: str, cache_dir: str) -> dict[str, Any]:
