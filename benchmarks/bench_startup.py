@@ -7,14 +7,23 @@ in turn with its jax.jit counterpart, so what one process leaves behind cannot
 help the next:
 
 - import: ``import jax, partitioner`` against ``import jax`` (timed inside the
-  process); the target is on the difference, <= 0.1 s.
+  process); the target is on the difference, <= 0.06 s (issue 53).
 - first call, warm: jax's persistent compilation cache already holds the program
   (a restarted job); the first call of a 30-matmul chain on a 4x2 mesh, from
-  making the wrapper to the blocked result, for ``pjit`` and ``partitioner.jit``.
-  The timed region starts from a collected heap in every process (the worker's
-  ``_collected_heap`` says why): where the next full collection (~50 ms) falls is
-  set by everything imported before, and a bare jax.jit process is ~6,500
-  allocations short of one after this call, so a raw row would time that luck.
+  making the wrapper to the blocked result, for ``pjit`` and ``partitioner.jit``;
+  target <= 1.10x jax.jit's (issue 53). The timed region starts from a collected
+  heap in every process (the worker's ``_watched_heap`` says why): where the next
+  full collection (~50 ms over jax's heap) falls is set by everything allocated
+  before, and a bare jax.jit process is ~6,500 allocations short of one after this
+  call: these rows time the code, the raw ones below that luck too.
+- first call, warm, raw heap: the same from the heap as the script left it, as a
+  user's process has it (issue 53's figure: 0.13-0.16 s against jax.jit's
+  0.065-0.09 s when jax's first full collection fell inside partitioner's call), the
+  same target; the rows say in how many samples a full collection fell inside each
+  call and, after it, how many more objects the process allocates before the next
+  one: its margin, a number where the timing is a cliff. Everything partitioner
+  allocates before the call (its import: ~5,600 objects) brings the collection
+  closer; in this script jax.jit's margin is ~6,500, partitioner's a few hundred.
 - first call, cold: the same with no persistent cache (XLA compiles).
 - whole process: ``python script.py`` of a restarted job (import, the cache, the
   mesh, the parameters, one step of the transformer block's train step), timed from
@@ -47,11 +56,12 @@ from typing import Any
 
 NAME = "startup"
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent  # the checkout whose partitioner the children import
 WORKER = HERE / "startup_worker.py"
 TIMEOUT_S = 300  # one process; a hang fails the figure instead of stalling the run
-IMPORT_BUDGET_S = 0.1
+IMPORT_BUDGET_S = 0.06  # issue 53
 PLUGIN_BUDGET_S = 0.05  # pytest start-up with the plugin over without it
-FIRST_CALL = common.Target("<= 1.00x", hi=1.0)
+FIRST_CALL = common.Target("<= 1.10x", hi=1.1)  # issue 53: within 1.1x jax.jit's
 WHOLE_PROCESS = common.Target("<= 1.05x", hi=1.05)
 INSPECT_ARGS = (
     "-m",
@@ -71,9 +81,20 @@ INSPECT_ARGS = (
 
 
 def _env() -> dict[str, str]:
+    """The children's environment: this checkout's partitioner first on the path (an
+    environment's installed copy may be another checkout's), byte-code allowed."""
     env = dict(os.environ)  # common.setup_env's XLA_FLAGS and platform
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
+
+
+def _checked(out: dict[str, Any]) -> dict[str, Any]:
+    """A worker's line, after checking that it imported this checkout's partitioner."""
+    where = out.get("partitioner")
+    if where is not None and not Path(where).resolve().is_relative_to(ROOT):
+        raise RuntimeError(f"the worker imported partitioner from {where}, not from {ROOT}")
+    return out
 
 
 def _process(args: Sequence[str]) -> tuple[common.Timing, str]:
@@ -104,7 +125,7 @@ def _process(args: Sequence[str]) -> tuple[common.Timing, str]:
 
 def _worker(*args: str) -> dict[str, Any]:
     _, out = _process([str(WORKER), *args])
-    return json.loads(out.strip().splitlines()[-1])
+    return _checked(json.loads(out.strip().splitlines()[-1]))
 
 
 def _sampled(
@@ -150,27 +171,45 @@ def import_row(rounds: int) -> tuple[common.Row, dict[str, Any]]:
 # --- first calls ---
 
 
-def first_call_rows(rounds: int, warm: bool) -> tuple[list[common.Row], dict[str, Any]]:
-    """The first call in a new process, with jax's persistent cache populated or absent."""
+def first_call_rows(
+    rounds: int, warm: bool, heap: str = "collected"
+) -> tuple[list[common.Row], dict[str, Any]]:
+    """The first call in a new process, with jax's persistent cache populated or absent,
+    from a collected heap or (``heap="raw"``) the heap as the script left it, with the
+    full collections that fell in each call and, raw, the allocations left before the
+    next one after it."""
+    doors = ("partitioner", "partitioner.jit", "jax.jit")
+    seen: dict[str, list[dict[str, Any]]] = {who: [] for who in doors}
     with tempfile.TemporaryDirectory(prefix="partitioner-bench-startup-") as cache_dir:
         where = cache_dir if warm else "-"
         if warm:  # each contender's program written once, by a cold process
-            for who in ("partitioner", "partitioner.jit", "jax.jit"):
+            for who in doors:
                 _worker("first-call", who, where)
 
         def sample(who: str) -> Callable[[], common.Timing]:
             def run() -> common.Timing:
-                out = _worker("first-call", who, where)
+                out = _worker("first-call", who, where, heap)
                 if warm and out["hits"] < 1:
                     raise RuntimeError(f"{who}: the persistent cache served nothing: {out}")
+                seen[who].append(out)
                 return common.Timing(out["wall"], out["cpu"])
 
             return run
 
-        samples = _sampled(
-            {w: sample(w) for w in ("partitioner", "partitioner.jit", "jax.jit")}, rounds
-        )
+        samples = _sampled({w: sample(w) for w in doors}, rounds)
+    counted = {who: outs[-rounds:] for who, outs in seen.items()}  # the warm-up left out
+
+    def gc_figures(who: str, prefix: str = "") -> dict[str, Any]:
+        fulls = sum(out["full_collections"] for out in counted[who])
+        margins = [m for out in counted[who] if (m := out["to_full_collection"]) is not None]
+        figures: dict[str, Any] = {f"{prefix}full_collections": f"{fulls} of {rounds}"}
+        if heap == "raw":
+            figures[f"{prefix}to_full_collection"] = statistics.median(margins) if margins else None
+        return figures
+
     kind = "warm persistent cache" if warm else "no persistent cache"
+    if heap == "raw":
+        kind += ", raw heap"
     rows = [
         common.compare(
             f"first call, {kind} ({door})",
@@ -179,10 +218,12 @@ def first_call_rows(rounds: int, warm: bool) -> tuple[list[common.Row], dict[str
             samples["jax.jit"],
             FIRST_CALL,
             1e3,
+            **gc_figures(who),
+            **gc_figures("jax.jit", "jax_jit_"),
         )
         for door, who in (("pjit", "partitioner"), ("jit", "partitioner.jit"))
     ]
-    return rows, {"first_call_s": samples}
+    return rows, {"first_call_s": samples, "gc": counted}
 
 
 # --- whole processes ---
@@ -281,8 +322,9 @@ def main() -> None:
     row, raw["import"] = import_row(scale or 15)
     rows.append(row)
     warm, raw["warm"] = first_call_rows(scale or 15, warm=True)
+    loose, raw["warm_raw_heap"] = first_call_rows(scale or 15, warm=True, heap="raw")
     cold, raw["cold"] = first_call_rows(scale or 9, warm=False)
-    rows += warm + cold
+    rows += warm + loose + cold
     row, raw["train_step"] = train_step_row(scale or 11)
     rows.append(row)
     row, raw["inspect"] = inspect_row(scale or 5)
@@ -295,6 +337,17 @@ def main() -> None:
             print(
                 f"import partitioner over import jax: {r.extra['over_jax_ms']:.0f} "
                 f"+- {r.extra['over_jax_noise_ms']:.0f} ms"
+            )
+        if "full_collections" in r.extra:
+            print(
+                f"{r.name}: a full collection inside the call in {r.extra['full_collections']} "
+                f"samples (jax.jit: {r.extra['jax_jit_full_collections']})"
+            )
+        if "to_full_collection" in r.extra:
+            print(
+                f"  then allocations left before jax's next full collection (median): "
+                f"{r.extra['to_full_collection']} (jax.jit: "
+                f"{r.extra['jax_jit_to_full_collection']})"
             )
     common.write_json(NAME, rows, args.quick, samples=raw)
     common.save_plot(

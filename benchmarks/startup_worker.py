@@ -8,11 +8,14 @@ never imports partitioner (``models.py`` uses jax's own ``PartitionSpec``).
 Modes (each prints one JSON line):
 
 - ``import jax|partitioner``: ``import jax`` (then ``import partitioner``), timed.
-- ``first-call WHO CACHE_DIR``: builds the mesh and places the arguments, then times
-  the first call of a 30-matmul chain on a 4x2 mesh (the wrapper made, traced, lowered,
-  compiled or loaded from jax's persistent cache in ``CACHE_DIR``, run, blocked).
-  ``WHO`` is ``partitioner`` (pjit), ``partitioner.jit`` or ``jax.jit``; a
-  ``CACHE_DIR`` of ``-`` means no persistent cache (a cold first call).
+- ``first-call WHO CACHE_DIR [HEAP]``: builds the mesh and places the arguments, then
+  times the first call of a 30-matmul chain on a 4x2 mesh (the wrapper made, traced,
+  lowered, compiled or loaded from jax's persistent cache in ``CACHE_DIR``, run,
+  blocked). ``WHO`` is ``partitioner`` (pjit), ``partitioner.jit`` or ``jax.jit``; a
+  ``CACHE_DIR`` of ``-`` means no persistent cache (a cold first call). ``HEAP`` is
+  ``collected`` (the default: the timed region starts from a collection,
+  ``_watched_heap``) or ``raw`` (the heap as the script left it, as a user's process
+  has it); either way the line says how many full collections fell in the region.
 - ``train-step WHO CACHE_DIR``: the whole script of a restarted training job (import,
   the persistent cache, the mesh, the parameters, one step of the transformer block's
   train step, blocked). Timed from outside, as a whole process, by the parent.
@@ -34,10 +37,13 @@ def _import(what: str) -> dict[str, Any]:
     import jax  # noqa: F401
 
     t1 = time.perf_counter()
+    where = None
     if what == "partitioner":
-        import partitioner  # noqa: F401
+        import partitioner
+
+        where = partitioner.__file__
     t2 = time.perf_counter()
-    return {"jax_s": t1 - t0, "total_s": t2 - t0}
+    return {"jax_s": t1 - t0, "total_s": t2 - t0, "partitioner": where}
 
 
 def _use_cache(cache_dir: str) -> Any:
@@ -73,34 +79,38 @@ def small(x: Any, w: Any) -> Any:
     return jnp.tanh(x @ w)
 
 
-def _collected_heap() -> list[float]:
-    """Start the timed region from a collected heap; returns the collector's pauses in it.
+def _watched_heap(collect: bool) -> list[tuple[int, float]]:
+    """Start the timed region from a collected heap (``collect``; else from the heap as
+    the script left it); returns the collector's pauses in it, ``(generation, seconds)``.
 
     Why: when the next full collection falls is set by how many objects everything
-    imported before allocated (partitioner's import: ~5,600), and a full one over
-    jax's heap takes ~50 ms. Measured raw, the row would ask which process happens
-    to be a few thousand allocations from that threshold (a jax.jit process is
-    ~6,500 short of it after this call). Both contenders start from a collection,
-    as every in-process figure does (``common.interleave``); the whole-process row
-    pays every pause, uncollected.
+    allocated before (partitioner's import: ~5,600), and a full one over jax's heap
+    takes ~50 ms. Measured raw, the row also asks which process happens to be a few
+    hundred allocations from that threshold: in this script a jax.jit process is
+    ~6,500 short of it after this call, a partitioner process ~600 (issue 53: until
+    its import shed ~1,000, the collection fell inside its call's lowering). Both
+    contenders start from a collection, as every in-process figure does
+    (``common.interleave``), in the rows that time the code; the raw rows and the
+    whole-process row pay every pause, uncollected.
     """
     import gc
 
-    gc.collect()
-    pauses: list[float] = []
+    if collect:
+        gc.collect()
+    pauses: list[tuple[int, float]] = []
     started = [0.0]
 
-    def clock(phase: str, _info: dict[str, Any]) -> None:
+    def clock(phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
             started[0] = time.perf_counter()
         else:
-            pauses.append(time.perf_counter() - started[0])
+            pauses.append((info["generation"], time.perf_counter() - started[0]))
 
     gc.callbacks.append(clock)
     return pauses
 
 
-def _first_call(who: str, cache_dir: str) -> dict[str, Any]:
+def _first_call(who: str, cache_dir: str, heap: str = "collected") -> dict[str, Any]:
     import jax
     import numpy as np
     from jax.sharding import Mesh, NamedSharding
@@ -118,7 +128,9 @@ def _first_call(who: str, cache_dir: str) -> dict[str, Any]:
         for _ in range(CHAIN_LENGTH)
     ]
     jax.block_until_ready((x, ws))
-    pauses = _collected_heap()
+    if heap not in ("collected", "raw"):
+        raise SystemExit(f"startup_worker.py: HEAP is collected or raw, not {heap!r}")
+    pauses = _watched_heap(collect=heap == "collected")
     t0, c0 = time.perf_counter(), time.process_time()
     if who == "partitioner":
         with partitioner.mesh(mesh.devices, mesh.axis_names):
@@ -129,13 +141,48 @@ def _first_call(who: str, cache_dir: str) -> dict[str, Any]:
         out = make(chain, in_shardings=in_shardings, out_shardings=in_shardings[0])(x, ws)
     out.block_until_ready()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    fulls = sum(generation == 2 for generation, _ in pauses)
     return {
         "wall": wall,
         "cpu": cpu,
         "hits": hits[0],
-        "gc_pause": sum(pauses),
+        "gc_pause": sum(seconds for _, seconds in pauses),
+        "full_collections": fulls,
+        "full_pause": sum(seconds for generation, seconds in pauses if generation == 2),
+        # After the call, from the heap as the script left it: the margin (a full
+        # collection in the call, or a collected heap, leaves none to measure).
+        "to_full_collection": _allocations_to_full_collection()
+        if heap == "raw" and not fulls
+        else None,
+        "partitioner": None if who == "jax.jit" else partitioner.__file__,
         "sum": float(np.asarray(out).sum()),
     }
+
+
+def _allocations_to_full_collection(limit: int = 50_000) -> int | None:
+    """How many more objects this process allocates before its next full collection
+    starts (None: not within ``limit``).
+
+    The raw rows' margin, as a number instead of a cliff: a change that allocates
+    this many more objects before the call (an import's modules, a user's set-up)
+    moves the ~50 ms collection into it (issue 53).
+    """
+    import gc
+
+    started: list[bool] = []
+
+    def watch(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start" and info["generation"] == 2:
+            started.append(True)
+
+    gc.callbacks.append(watch)
+    kept: list[list[None]] = []
+    try:
+        while not started and len(kept) < limit:
+            kept.append([])  # one object the collector tracks, kept alive
+    finally:
+        gc.callbacks.remove(watch)
+    return len(kept) if started else None
 
 
 def _train_step(who: str, cache_dir: str) -> dict[str, Any]:

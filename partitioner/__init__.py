@@ -7,7 +7,8 @@ on its own) helps users property-test their sharding code, and
 
 ``import partitioner`` loads what ``pjit``, ``jit`` and the specs need; the other
 systems (``pmap``, host callbacks, multi-process jobs, ``colocated_python``, reports)
-load on first use, so a short job, a test process or a CLI does not pay for them.
+and the AOT stages (``.lower()``, ``Lowered``, ``Compiled``) load on first use, so a
+short job, a test process or a CLI does not pay for them.
 """
 
 from typing import TYPE_CHECKING
@@ -33,12 +34,12 @@ from ._src.sharding import (
     prepare_axis_resources,
 )
 from ._src.sharding.auto import AUTO
-from ._src.stages import Compiled, Lowered, Traced
 from ._src.wrapped import clear_caches
 
 # Loaded on first use (``partitioner.pmap``, ``import partitioner.host_callback``):
-# the systems a pjit/jit user never touches (see ``_src/lazy.py``). Type checkers
-# and the API reference read the imports below.
+# the systems a pjit/jit user never touches, and the AOT stages' types, which a call
+# never reaches (``.lower()`` loads them; see ``_src/lazy.py``). Type checkers and the
+# API reference read the imports below.
 if TYPE_CHECKING:
     from . import distributed, host_callback, inspect, sharding_spec
     from ._src.auto.search.confirm import NoLayoutFits
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from ._src.pmap import PmapWrapped, pmap
     from ._src.residuals import Residual, residuals
     from ._src.sharding.sharding_spec import sharding_spec_of
+    from ._src.stages import Compiled, Lowered, Traced
 else:
     __getattr__, __dir__ = lazy.attach(
         __name__,
@@ -67,6 +69,9 @@ else:
             "Residual": "partitioner._src.residuals",
             "residuals": "partitioner._src.residuals",
             "sharding_spec_of": "partitioner._src.sharding.sharding_spec",
+            "Compiled": "partitioner._src.stages",
+            "Lowered": "partitioner._src.stages",
+            "Traced": "partitioner._src.stages",
         },
         submodules=("distributed", "host_callback", "inspect", "sharding_spec"),
     )

@@ -53,6 +53,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
+from ._src import pmap_registry as _pmap_registry  # noqa: F401  (pmap_region_p's rules)
 from ._src.auto.cost.layouts import candidates as auto_candidates
 from ._src.auto.cost.layouts import moves as auto_moves
 from ._src.auto.cost.walk import Estimator as AutoEstimator

@@ -49,7 +49,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("_src.auto.search",),
     ("_src.auto.remat",),
     ("_src.auto",),
-    ("_src.registry", "_src.host_callback", "_src.distributed"),
+    ("_src.registry", "_src.pmap_registry", "_src.host_callback", "_src.distributed"),
     ("_src.planner",),  # options records, and free functions: a call -> CallPlan
     ("_src.wrapped",),  # the callable every front door returns
     ("_src.jit", "_src.pjit", "_src.pmap"),  # the front doors: siblings, none imports another
@@ -382,7 +382,7 @@ def test_binder_check_catches(source: str) -> None:
     assert _binder_violations("_src.example", source)
 
 
-REGISTRIES = ("_src.registry", "_src.host_callback.registry")
+REGISTRIES = ("_src.registry", "_src.pmap_registry", "_src.host_callback.registry")
 
 
 def _registrations(source: str) -> list[int]:
@@ -412,7 +412,8 @@ def _registrations(source: str) -> list[int]:
 
 def test_registrations_live_in_the_registry() -> None:
     """Every registration of partitioner's primitives is in a registry, read top to
-    bottom: the core's in ``_src/registry.py``, the host callbacks' in
+    bottom: the core's in ``_src/registry.py``, the pmap region's in
+    ``_src/pmap_registry.py`` (loaded with pmap), the host callbacks' in
     ``_src/host_callback/registry.py`` (docs/architecture.md says why not beside each
     rule)."""
     bad = [

@@ -26,8 +26,12 @@ DEFERRED = (
     "partitioner._src.distributed",
     "partitioner._src.host_callback",
     "partitioner._src.inspect",
+    "partitioner._src.lower.manual",
     "partitioner._src.pmap",
+    "partitioner._src.planner.decisions",
     "partitioner._src.planner.pmap_plan",
+    "partitioner._src.primitives.auto_choice",
+    "partitioner._src.primitives.pmap_region",
     "partitioner._src.residuals",
     "partitioner._src.sharding.sharding_spec",
     "partitioner.distributed",
@@ -37,6 +41,10 @@ DEFERRED = (
     "jax.extend",  # colocated_python's backend cache pulls it (and pallas) in
     "jax.experimental.transfer",
 )
+
+
+#: What the pjit path loads at its first ``.lower()``/``.trace()``, never for a call.
+STAGES = ("partitioner._src.stages",)
 
 
 def _fresh(code: str) -> dict[str, object]:
@@ -53,7 +61,8 @@ _LOADED = (
 @pytest.mark.slow
 def test_import_and_the_pjit_path_load_nothing_else() -> None:
     out = _fresh(
-        "import json, sys\n" + _LOADED + "import numpy as np\n"
+        "import json, sys\n" + _LOADED + f"STAGES = {STAGES!r}\n"
+        "import numpy as np\n"
         "import jax\n"
         "import partitioner\n"
         "from partitioner import PartitionSpec as P\n"
@@ -63,6 +72,7 @@ def test_import_and_the_pjit_path_load_nothing_else() -> None:
         "with partitioner.mesh(mesh.devices, ('x',)):\n"
         "    f = partitioner.pjit(lambda v: v * 2, P('x'), P('x'))\n"
         "    y = f(x)\n"
+        "    seen['call'] = [m for m in sys.modules if m in STAGES]\n"
         "    f.lower(x).compile()(x)\n"
         "s = jax.sharding.NamedSharding(mesh, P('x'))\n"
         "z = partitioner.jit(lambda v: v + 1, in_shardings=s, out_shardings=s)(x)\n"
@@ -73,6 +83,7 @@ def test_import_and_the_pjit_path_load_nothing_else() -> None:
     )
     assert out["ok"]
     assert out["import"] == [], f"import partitioner loaded {out['import']}"
+    assert out["call"] == [], f"import partitioner and a call loaded {out['call']}"
     assert out["pjit"] == [], f"the pjit path loaded {out['pjit']}"
 
 

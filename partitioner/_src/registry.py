@@ -13,16 +13,18 @@ else, and ``tests/primitives/test_rules_registry.py`` that no primitive misses o
 Importing this module (the front doors' common module does) installs everything,
 jax's two process-wide patches included; importing it again changes nothing.
 The host callback package keeps its own two primitives in its own registry
-(``host_callback/registry.py``): it sits beside this module on one layer, and
-neither may import the other.
+(``host_callback/registry.py``), and ``pmap_region_p`` has its block in
+``pmap_registry.py``, loaded with pmap's planner: they sit beside this module on
+one layer, and none imports another. A ``jit``/``pjit`` program never meets them,
+so ``import partitioner`` does not load them (``lazy.py``).
 """
 
 from __future__ import annotations
 
 from . import jax_private as jp
 from .dispatch import execute
-from .lower import manual, nested
-from .primitives import auto_pipeline, constraint, pjit_call, pmap_region, shift
+from .lower import nested
+from .primitives import auto_pipeline, constraint, pjit_call, shift
 
 # --- pjit_p: a partitioned call of a traced body over a mesh ---
 
@@ -66,20 +68,6 @@ jp.partial_eval_jaxpr_custom_rules[auto_pipeline_p] = auto_pipeline.partial_eval
 jp.dce_rules[auto_pipeline_p] = auto_pipeline.dce
 jp.register_lowering(auto_pipeline_p, auto_pipeline.lowering)
 auto_pipeline_p.def_impl(auto_pipeline.impl)
-
-# --- pmap_region_p: a per-device body run once on every device of an axis ---
-
-pmap_region_p = pmap_region.pmap_region_p
-pmap_region_p.def_effectful_abstract_eval(pmap_region.abstract_eval)
-jp.pp_eqn_rules[pmap_region_p] = pmap_region.pp_rule
-jp.fancy_primitive_batchers[pmap_region_p] = pmap_region.batcher
-jp.primitive_jvps[pmap_region_p] = pmap_region.jvp
-jp.primitive_transposes[pmap_region_p] = pmap_region.transpose
-jp.custom_partial_eval_rules[pmap_region_p] = pmap_region.partial_eval
-jp.partial_eval_jaxpr_custom_rules[pmap_region_p] = pmap_region.partial_eval_custom
-jp.dce_rules[pmap_region_p] = pmap_region.dce
-jp.register_lowering(pmap_region_p, manual.region_lowering, cacheable=False)
-pmap_region_p.def_impl(execute.region_impl)
 
 # --- an enclosing jax.jit sees our primitives' devices (NOTE [device assignment under jax.jit]) ---
 

@@ -27,12 +27,17 @@ from . import registry as _registry  # noqa: F401  (installs every primitive's r
 from .dispatch import clear_caches as clear_dispatch_caches
 from .dispatch.fastpath import Dispatcher
 from .primitives.call_plan import Planner
-from .stages import Lowered, Traced, lower_plan
 from .trace.tracing import trace_cache
 
 if TYPE_CHECKING:
+    from . import stages
     from .auto import searched as auto_searched
-else:  # loaded by the first plan with an AUTO leaf (NOTE [lazy AUTO] in planner/jit_plan.py)
+    from .stages import Lowered, Traced
+else:
+    # The AOT stages load with the first ``.lower()``/``.trace()``: a call never
+    # reaches them (``lazy.py``).
+    stages = lazy.module("partitioner._src.stages")
+    # Loaded by the first plan with an AUTO leaf (NOTE [lazy AUTO] in planner/jit_plan.py).
     auto_searched = lazy.module("partitioner._src.auto.searched")
 
 W = TypeVar("W", bound="Wrapped")
@@ -66,11 +71,11 @@ class Wrapped:
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """Lower for these arguments (arrays or ``jax.ShapeDtypeStruct``s)."""
-        return lower_plan(self._planner.plan(args, kwargs))
+        return stages.lower_plan(self._planner.plan(args, kwargs))
 
     def trace(self, *args: Any, **kwargs: Any) -> Traced:
         """Trace for these arguments (arrays or ``jax.ShapeDtypeStruct``s): the jaxpr, then ``.lower()``."""
-        return Traced(self._planner.plan(args, kwargs))
+        return stages.Traced(self._planner.plan(args, kwargs))
 
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
         """The outputs' shapes, dtypes and shardings for these arguments, nothing run (as jax.jit's)."""

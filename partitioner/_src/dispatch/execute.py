@@ -10,7 +10,7 @@ constraint's): running a primitive eagerly is this module's job.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -19,13 +19,12 @@ from jax.sharding import Mesh, NamedSharding
 from jax.tree_util import PyTreeDef, tree_unflatten
 
 from .. import jax_private as jp
-from .. import window
+from .. import lazy, window
 from ..compiler.cache import get_executable
 from ..compiler.executable import Executable
 from ..lower.module import warn_unusable_donations
 from ..primitives.constraint import ConstraintParams
 from ..primitives.pjit_call import PjitParams
-from ..primitives.pmap_region import RegionParams, region_pjit
 from ..sharding.parsed import REPLICATED, ParsedPartitionSpec
 from ..sharding.placement import (
     check_usable,
@@ -33,6 +32,12 @@ from ..sharding.placement import (
     layout_spec,
     placement_from_arguments,
 )
+
+# The pmap region loads with pmap (``pmap_registry.py`` installs its impl below).
+if TYPE_CHECKING:
+    from ..primitives import pmap_region
+else:
+    pmap_region = lazy.module("partitioner._src.primitives.pmap_region")
 
 
 def _flat_position(i: int) -> str:
@@ -215,9 +220,9 @@ def _placed_on_arguments(params: PjitParams, args: Sequence[Any]) -> PjitParams:
 
 def region_impl(*args: Any, **kwargs: Any) -> list[Any]:
     """A pmap region outside any pjit (a rule bound one eagerly): run it as a pjit over its mesh."""
-    region = RegionParams.of(kwargs)
+    region = pmap_region.RegionParams.of(kwargs)
     avals = [jp.shaped_abstractify(x) for x in args]
-    params = region_pjit(region, (), avals, (False,) * len(args))
+    params = pmap_region.region_pjit(region, (), avals, (False,) * len(args))
     return pjit_impl(*args, **params.as_kwargs())
 
 

@@ -48,15 +48,17 @@ from ..trace.tracing import (
     trace_body,
     tracing_a_body,
 )
-from . import decisions
 from .jit_info import JitInfo, NoneRule
 
 # NOTE [lazy AUTO]: the AUTO stage (its cost model, search and reports) is loaded
-# by the first plan with an AUTO leaf, not by ``import partitioner`` (``lazy.py``).
+# by the first plan with an AUTO leaf, not by ``import partitioner`` (``lazy.py``);
+# the whole-plan choice by the first body with an AUTO pipeline.
 if TYPE_CHECKING:
     from ..auto import resolve as auto_resolve
+    from . import decisions
 else:
     auto_resolve = lazy.module("partitioner._src.auto.resolve")
+    decisions = lazy.module("partitioner._src.planner.decisions")
 
 
 def plan_jit_call(

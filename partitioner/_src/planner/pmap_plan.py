@@ -21,6 +21,7 @@ import numpy as np
 from jax.tree_util import PyTreeDef, keystr, tree_unflatten
 
 from .. import jax_private as jp
+from .. import pmap_registry as _pmap_registry  # noqa: F401  (installs pmap_region_p's rules)
 from ..distributed.local_map import LocalSlices
 from ..primitives.call_plan import CallPlan, PlannerFromInfo
 from ..primitives.pmap_region import RegionParams, block_aval, nested_chain, placed_on, region_pjit

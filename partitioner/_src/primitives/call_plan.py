@@ -10,16 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jax.sharding import Mesh
 from jax.tree_util import PyTreeDef, tree_unflatten
 
 from .. import jax_private as jp
 from ..trace.arguments import Binding, FlatArguments
-from .auto_choice import AutoChoice
 from .auto_pipeline import AutoPipelineSite
 from .pjit_call import PjitParams
+
+if TYPE_CHECKING:  # the AUTO stage's record, loaded with that stage (``lazy.py``)
+    from .auto_choice import AutoChoice
 
 
 @dataclass(frozen=True)
