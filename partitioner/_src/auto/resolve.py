@@ -19,7 +19,7 @@ from jax.tree_util import KeyPath, keystr
 
 from .. import options
 from ..events import emit
-from ..primitives.auto_choice import AutoChoice, Baseline, Candidate
+from ..primitives.auto_choice import AutoChoice, Baseline, Candidate, axis_choices
 from ..primitives.call_plan import CallPlan
 from ..sharding.auto import AUTO
 from . import searched
@@ -188,7 +188,8 @@ def _summary(record: AutoChoice) -> str:
     return (
         f"chose {chosen}; XLA: {record.chosen.measured_collective_bytes or 0:,.0f} collective "
         f"bytes, {record.chosen.measured_memory_bytes or 0:,.0f} bytes per device; "
-        f"{record.evaluations} layouts scored, {record.compiles} compiles"
+        f"{record.evaluations} layouts scored, {record.compiles} compiles; per mesh axis: "
+        f"{record.axes_text()}"
     )
 
 
@@ -207,7 +208,7 @@ def record_of(
         return candidate_of(problem, scored, measured)
 
     chosen = outcome.chosen
-    return AutoChoice(
+    record = AutoChoice(
         paths=problem.auto_names,
         out_paths=tuple(f"out{keystr(out_paths[j])}" for j in auto_out),
         out_specs=tuple(spec_text(chosen.out_layouts[j]) for j in auto_out),
@@ -225,3 +226,11 @@ def record_of(
         shapes=tuple(tuple(plan.params.jaxpr.in_avals[i].shape) for i in auto_in),
         layouts=tuple(chosen.in_layouts[i] for i in auto_in),
     )
+    return with_axes(record)
+
+
+def with_axes(record: AutoChoice) -> AutoChoice:
+    """``record`` naming, per mesh axis, what the chosen plan uses it for and the nearest
+    plan weighed that uses it otherwise."""
+    others = record.named_candidates()[1:]
+    return dataclasses.replace(record, axes=axis_choices(record.chosen, others))

@@ -38,7 +38,7 @@ from ..primitives.auto_pipeline import sites
 from ..primitives.call_plan import CallPlan
 from ..trace.decision import PipelineDecision
 from . import searched
-from .resolve import Resolution, key_of, record_of, resolve, resolved
+from .resolve import Resolution, key_of, record_of, resolve, resolved, with_axes
 from .search.confirm import NoLayoutFits, Outcome, no_fit
 from .search.descent import Scored, Search
 from .search.measure import candidate_of, measure, specs_of
@@ -139,28 +139,37 @@ def _weigh(
         winner, notes = _decide(weighed, floor, memory_limit)
         if winner is None:
             raise failed or _none_fits(weighed, memory_limit, plain.api)
-        progress.done(f"chose the {winner.plan.name}")
+        others = [entry for entry in weighed if entry is not winner]
+        plans = tuple(
+            dataclasses.replace(entry.plan, note=notes.get(entry.index, ""))
+            for entry in (winner, *others)
+        )
+        unmeasured = [entry for entry in searched if entry not in compiled]
+        plans += _not_compiled(unmeasured, compiled[0].name if compiled else "")
+        plans += tuple(WholePlan(decision, note=why) for decision, why in skipped)
+        if failed is not None:
+            plans += (WholePlan(plain_decision, note=f"no layout fits: {failed}"),)
+        record = with_axes(
+            dataclasses.replace(
+                winner.resolution.record, chosen=winner.candidate, whole_plans=plans
+            )
+        )
+        progress.done(f"chose the {winner.plan.name}; per mesh axis: {record.axes_text()}")
     write_out("".join(winner.replicated))  # the program's own (search/measure.py)
-    others = [entry for entry in weighed if entry is not winner]
-    plans = tuple(
-        dataclasses.replace(entry.plan, note=notes.get(entry.index, ""))
-        for entry in (winner, *others)
-    )
-    plans += tuple(
+    return winner.index, dataclasses.replace(winner.resolution, record=record)
+
+
+def _not_compiled(searched: Sequence[_Searched], ahead: str) -> tuple[WholePlan, ...]:
+    """The pipelines searched by the model alone, with its figures."""
+    return tuple(
         WholePlan(
             entry.decision,
             entry.microbatches,
-            candidate_of(entry.problem, entry.best, None),
-            f"not compiled: the cost model puts the {compiled[0].name} ahead",
+            _staged(candidate_of(entry.problem, entry.best, None), entry.decision),
+            f"not compiled: the cost model puts the {ahead} ahead",
         )
         for entry in searched
-        if entry not in compiled
     )
-    plans += tuple(WholePlan(decision, note=why) for decision, why in skipped)
-    if failed is not None:
-        plans += (WholePlan(plain_decision, note=f"no layout fits: {failed}"),)
-    record = dataclasses.replace(winner.resolution.record, whole_plans=plans)
-    return winner.index, dataclasses.replace(winner.resolution, record=record)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,9 +230,20 @@ def _measured(entry: _Searched, out_paths: Sequence[KeyPath]) -> _Weighed:
         Outcome.compiled_once(entry.best, measured, seconds), evaluations=entry.evaluations
     )
     record = record_of(entry.plan, entry.problem, outcome, out_paths, compiles=1)
+    chosen = _staged(record.chosen, entry.decision)
     resolution = Resolution(*specs_of(entry.plan, entry.best), record)
-    plan = WholePlan(entry.decision, entry.microbatches, record.chosen)
+    plan = WholePlan(entry.decision, entry.microbatches, chosen)
     return _Weighed(entry.index, plan, resolution, measured.replicated)
+
+
+def _staged(candidate: Candidate, decision: PipelineDecision) -> Candidate:
+    """``candidate`` with the decision's stage axis named as such (its layouts alone
+    would call it tensor parallel: the stacked parameters' layer dimension)."""
+    roles = tuple(
+        (axis, "pipeline stages" if axis == decision.axis else role)
+        for axis, role in candidate.roles
+    )
+    return dataclasses.replace(candidate, roles=roles)
 
 
 def _decide(

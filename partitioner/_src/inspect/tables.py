@@ -252,7 +252,26 @@ def _auto_lines(t: AutoTable) -> list[str]:
         f"  this program (XLA): {t.collective_bytes:,} collective bytes, {memory} bytes of memory "
         "per device"
     )
-    return lines + _whole_plan_lines(c) + _remat_lines(c)
+    return lines + _axes_lines(c) + _whole_plan_lines(c) + _remat_lines(c)
+
+
+def _axes_lines(c: AutoChoice) -> list[str]:
+    """Per mesh axis: what the chosen plan uses it for, and the nearest plan weighed that
+    uses it otherwise, with its step time over the chosen one's."""
+    if not c.axes:
+        return []
+    rows = [
+        (
+            repr(a.axis),
+            a.role,
+            a.runner_up or "-",
+            a.runner_up_role or "-",
+            f"{a.slower:.2f}x" if a.runner_up else "-",
+        )
+        for a in c.axes
+    ]
+    header = ("axis", "chosen: used for", "nearest other plan", "uses it for", "its time")
+    return ["", "  per mesh axis"] + _table(header, rows)
 
 
 def _cost_lines(named: Sequence[tuple[str, Candidate]]) -> list[str]:

@@ -79,11 +79,15 @@ class Candidate:
         specs: one spec string per AUTO input leaf, in :attr:`AutoChoice.paths` order.
         estimate: the cost model's figures.
         figures: what the decision judged it by (XLA's where it was compiled).
+        roles: per mesh axis of more than one device, what the layouts use it for
+            (:func:`~partitioner._src.auto.search.measure.axis_roles`): ``"data"``,
+            ``"FSDP"``, ``"tensor parallel"``, ``"pipeline stages"`` or ``"unused"``.
     """
 
     specs: tuple[str, ...]
     estimate: Estimate
     figures: Figures
+    roles: tuple[tuple[str, str], ...] = ()
 
     @property
     def measured_collective_bytes(self) -> float | None:
@@ -110,6 +114,28 @@ class Baseline:
 
     name: str
     candidate: Candidate
+
+
+@dataclass(frozen=True)
+class AxisChoice:
+    """What the chosen plan uses one mesh axis for, and the nearest plan weighed that uses
+    it otherwise (the report names both per axis).
+
+    Attributes:
+        axis: the mesh axis.
+        role: what the chosen plan uses it for (``Candidate.roles``).
+        runner_up: the fastest other plan weighed that uses it otherwise (its name in
+            the report: ``"runner-up 2"``, ``"replicated"``, a whole plan's name), ``""``
+            where none does; ``runner_up_role`` what that plan uses it for.
+        slower: that plan's step time over the chosen one's (the figures each was
+            judged by).
+    """
+
+    axis: str
+    role: str
+    runner_up: str = ""
+    runner_up_role: str = ""
+    slower: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -171,6 +197,8 @@ class AutoChoice:
             without rematerialization).
         whole_plans: for a body with AUTO pipelines, every whole plan weighed, the
             chosen first (:attr:`whole_plan`); ``()`` otherwise.
+        axes: per mesh axis, what the chosen plan uses it for and the nearest plan
+            weighed that uses it otherwise (:class:`AxisChoice`).
     """
 
     paths: tuple[str, ...]
@@ -190,8 +218,46 @@ class AutoChoice:
     flops_added: float | None = None
     remat_to_fit: bool = False
     whole_plans: tuple[WholePlan, ...] = ()
+    axes: tuple[AxisChoice, ...] = ()
 
     @property
     def whole_plan(self) -> WholePlan | None:
         """The whole plan chosen (None: the body has no AUTO pipeline)."""
         return self.whole_plans[0] if self.whole_plans else None
+
+    def axes_text(self) -> str:
+        """Per mesh axis, the chosen use and the nearest other plan's: one line for logs
+        (``'a' data (runner-up 1: FSDP, 1.02x)``)."""
+        return "; ".join(
+            f"{a.axis!r} {a.role}"
+            + (f" (nearest other: {a.runner_up}, {a.runner_up_role}, {a.slower:.2f}x)"
+               if a.runner_up else "")
+            for a in self.axes
+        )  # fmt: skip
+
+    def named_candidates(self) -> list[tuple[str, Candidate]]:
+        """Every plan weighed that has figures, as the report names it, the chosen first."""
+        named = [("chosen", self.chosen)]
+        named += [(f"runner-up {k}", c) for k, c in enumerate(self.runners_up, start=1)]
+        named += [(b.name, b.candidate) for b in self.baselines]
+        named += [(w.name, w.candidate) for w in self.whole_plans[1:] if w.candidate is not None]
+        return named
+
+
+def axis_choices(chosen: Candidate, others: list[tuple[str, Candidate]]) -> tuple[AxisChoice, ...]:
+    """Per mesh axis of ``chosen``: its role, and the fastest of ``others`` (named as the
+    report names them) whose role for the axis differs."""
+    out = []
+    for axis, role in chosen.roles:
+        rivals = [
+            (candidate.figures.time_s, name, dict(candidate.roles).get(axis, ""))
+            for name, candidate in others
+            if dict(candidate.roles).get(axis, role) != role
+        ]
+        if not rivals:
+            out.append(AxisChoice(axis, role))
+            continue
+        time_s, name, theirs = min(rivals, key=lambda rival: rival[0])
+        ratio = time_s / chosen.figures.time_s if chosen.figures.time_s else 0.0
+        out.append(AxisChoice(axis, role, name, theirs, ratio))
+    return tuple(out)

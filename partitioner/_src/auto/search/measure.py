@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from ... import options
@@ -19,6 +20,7 @@ from ...primitives.auto_choice import Candidate, Estimate, Figures
 from ...primitives.call_plan import CallPlan
 from ...sharding.auto import AUTO
 from ..cost import rates
+from ..cost.layouts import Layout
 from .descent import Scored
 from .problem import Problem, spec_text, to_spec
 from .stderr_capture import capture
@@ -55,12 +57,38 @@ def figures_of(estimate: Estimate, measured: Measured | None) -> Figures:
 
 def candidate_of(problem: Problem, scored: Scored, measured: Measured | None) -> Candidate:
     """The report's row of ``scored`` (its AUTO leaves' specs, the model's figures and
-    the ones it was judged by)."""
+    the ones it was judged by, what it uses each mesh axis for)."""
     return Candidate(
         specs=tuple(spec_text(scored.in_layouts[i]) for i in problem.auto_inputs),
         estimate=scored.estimate,
         figures=figures_of(scored.estimate, measured),
+        roles=axis_roles(problem, scored.in_layouts),
     )
+
+
+def axis_roles(problem: Problem, in_layouts: Sequence[Layout]) -> tuple[tuple[str, str], ...]:
+    """What ``in_layouts`` use each mesh axis (of more than one device) for: a step's
+    parameters are the inputs it hands back (its state; without state, the AUTO
+    inputs), the rest is its batch. An axis splitting the batch alone is ``"data"``;
+    the batch and parameters, ``"FSDP"``; parameters alone, ``"tensor parallel"``;
+    neither, ``"unused"`` (a pipeline's stage axis is named by its whole plan)."""
+    tied = {i for i in problem.out_ties if i is not None}
+    params = tied or set(problem.auto_inputs)
+    roles = []
+    for axis, size in problem.mesh_shape.items():
+        if size == 1:
+            continue
+        batch = any(
+            layout and axis in layout[0] for i, layout in enumerate(in_layouts) if i not in params
+        )
+        weights = any(axis in dim for i in params for dim in in_layouts[i])
+        role = (
+            ("FSDP" if weights else "data")
+            if batch
+            else ("tensor parallel" if weights else "unused")
+        )
+        roles.append((axis, role))
+    return tuple(roles)
 
 
 def compiles_alone(plan: CallPlan) -> bool:
