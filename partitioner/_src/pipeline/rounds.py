@@ -1,0 +1,336 @@
+"""The stages' orders of actions as lock-step rounds: what the program runs, and where.
+
+NOTE [pipeline rounds]: a schedule that runs by actions (1F1B, interleaved 1F1B,
+zero bubble; NOTE [pipeline actions]) is one SPMD program: a loop whose every trip is
+one *round*, in which each stage runs one action of its order (a forward, or a
+backward, ``B``: a whole one, or zero bubble's input gradient), zero bubble also one
+weight gradient (``W``, first), and then every stage sends what its action made to its
+neighbour, in **one** collective-permute. One permute a round is possible because of
+the rounds' *parity*: stage ``s`` runs forwards only in rounds ``t = s (mod 2)`` and
+backwards only in rounds ``t = s + 1 (mod 2)``; so in a round the stages that send
+forward (``s`` to ``s + 1``) and those that send back (``s + 1`` to ``s``) pair up, the
+pairs ``(s, s + 1)`` with ``s = t (mod 2)``: two fixed patterns, and the loop's body is
+two rounds, each with its permute of static pairs (a ring, stage ``S - 1`` to 0, for
+interleaved 1F1B, whose ``S`` must then be even). For 1F1B this gives forward ``m`` on
+stage ``s`` in round ``2 m + s`` and its backward in round ``2 m + 2 S - 1 - s``: ``2 M +
+2 S - 2`` rounds of one permute each, gpipe's ``2 (M + S - 1)`` permutes. A weight
+gradient sends nothing; zero bubble's run inside the rounds of the others, never with the
+head's forward (so a round's dearest action is what 1F1B's is), and rounds after the last
+send have no permute.
+
+Each stage runs its order as early as the parity and its inputs allow (an input is
+there the round after the one that sent it), a weight gradient not before the actions its
+order puts before it. The values a microbatch's visit leaves for later (the input
+received, the gradient received, a forward's residuals, what an input gradient leaves
+for its weight gradient) sit in *pools*, one per shape, in slots given out as the rounds
+run and taken back after their last reader: the pools are as large as the most values
+any stage holds at once, never ``M`` (the program is the same on every device, so each
+pool is sized for the stage that holds the most). A value received that no action reads
+lands in a spare slot past the pool's end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Hashable, Mapping, Sequence
+
+import numpy as np
+
+from .actions import Order
+
+#: The branch each round runs: a code per combination of a stage's actions.
+IDLE, FORWARD, HEAD, BACKWARD, INPUT, WEIGHT, FORWARD_WEIGHT, HEAD_WEIGHT, INPUT_WEIGHT = range(9)
+CODE_NAMES = ("idle", "F", "F+head", "B", "B(input)", "W", "W, F", "W, F+head", "W, B(input)")
+#: The fields of a round's row; a value's slot follows as ``"c:" + name`` (the comm
+#: action's) and ``"w:" + name`` (the weight gradient's).
+FIELDS = ("code", "m", "v", "wm", "wv", "recv", "dx")
+
+
+@dataclasses.dataclass(frozen=True)
+class Values:
+    """What a schedule's actions read and make (NOTE [pipeline rounds]).
+
+    Attributes:
+        pools: per value name (``"in"``, ``"ct"``, a residual's ...), its pool (values
+            of one shape and dtype share one).
+        reads: per action letter (``F``, ``B``, ``I``, ``W``), the values it reads.
+        makes: per action letter, the values it makes (``"ct"`` made by the head's
+            forward, the received ones by the neighbours' actions).
+    """
+
+    pools: Mapping[str, Hashable]
+    reads: Mapping[str, tuple[str, ...]]
+    makes: Mapping[str, tuple[str, ...]]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.pools)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rounds:
+    """The program of a schedule that runs by actions (NOTE [pipeline rounds]).
+
+    Attributes:
+        table: ``[stages, rounds, fields]`` ints: per stage and round, the branch
+            (``code``), the comm action's microbatch and visit, the weight gradient's,
+            the slot a received value goes to, the row of the input's gradient
+            (``M``: none), and each value's slot.
+        fields: the names of the last dimension.
+        sends: rounds ``0 .. sends - 1`` end with a permute (an even count); the rest
+            do not.
+        pool_sizes: per pool, its slots (a spare one past them).
+        pairs: per round parity, the (source, target) stages of its permute.
+        codes: the branches the table uses.
+    """
+
+    table: np.ndarray
+    fields: tuple[str, ...]
+    sends: int
+    pool_sizes: Mapping[Hashable, int]
+    pairs: tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]
+    codes: tuple[int, ...]
+
+    @property
+    def rounds(self) -> int:
+        return int(self.table.shape[1])
+
+    def column(self, name: str) -> int:
+        return self.fields.index(name)
+
+
+def pairs_of(stages: int, ring: bool) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """Per round parity, the permute's (source, target) pairs (NOTE [pipeline rounds])."""
+    out = []
+    for parity in (0, 1):
+        pairs = []
+        for s in range(parity, stages - 1, 2):
+            pairs += [(s, s + 1), (s + 1, s)]
+        if ring and stages > 1 and (stages - 1) % 2 == parity:
+            pairs += [(stages - 1, 0), (0, stages - 1)]
+        out.append(tuple(pairs))
+    return tuple(out)
+
+
+def schedule_rounds(
+    orders: Sequence[Order], visits: int, microbatches: int, values: Values, *, ring: bool
+) -> Rounds:
+    """The rounds that run ``orders`` (one per stage) in lock step, and the slots of
+    every value (NOTE [pipeline rounds]).
+
+    Raises:
+        ValueError: orders the rounds cannot run (an internal error).
+    """
+    run = _Run(orders, visits, microbatches, values, ring)
+    run.go()
+    return run.result()
+
+
+class _Run:
+    """The lock-step simulation behind :func:`schedule_rounds`."""
+
+    def __init__(
+        self, orders: Sequence[Order], visits: int, microbatches: int, values: Values, ring: bool
+    ):
+        self.orders, self.visits, self.count, self.values = orders, visits, microbatches, values
+        self.stages = len(orders)
+        self.ring = ring
+        self.done: dict[tuple[str, int, int, int], int] = {}  # action -> its round
+        self.ready: dict[tuple[str, int, int, int], int] = {}  # (value, m, v, stage) -> round
+        self.slot: dict[tuple[str, int, int, int], int] = {}
+        pools = set(values.pools.values())
+        # each stage's own slots: a device holds its stage's values only
+        self.free: list[dict[Hashable, list[int]]] = [{p: [] for p in pools} for _ in orders]
+        self.size: list[dict[Hashable, int]] = [dict.fromkeys(pools, 0) for _ in orders]
+        self.readers = {
+            name: [letter for letter, names in values.reads.items() if name in names]
+            for name in values.names
+        }
+        self.position = [0] * self.stages  # next action of each order
+        self.rows: list[list[dict[str, int]]] = [[] for _ in range(self.stages)]
+        self.last_send = -1
+
+    # --- the values' slots ---
+
+    def _alloc(self, name: str, m: int, v: int, stage: int) -> int:
+        pool = self.values.pools[name]
+        free, size = self.free[stage][pool], self.size[stage]
+        if free:
+            slot = min(free)
+            free.remove(slot)
+        else:
+            slot = size[pool]
+            size[pool] += 1
+        self.slot[(name, m, v, stage)] = slot
+        return slot
+
+    def _from_x(self, name: str, m: int, v: int, stage: int) -> bool:
+        return name == "in" and stage == 0 and v == 0
+
+    def _release(self, letter: str, m: int, v: int, stage: int) -> None:
+        """Give back the slots whose last reader is this action."""
+        order = self.orders[stage]
+        later = {lt for lt, mm, vv in order[self.position[stage] :] if (mm, vv) == (m, v)}
+        for name in self.values.reads.get(letter, ()):
+            if self._from_x(name, m, v, stage) or (name, m, v, stage) not in self.slot:
+                continue
+            if not any(r in later for r in self.readers[name] if r != letter):
+                pool = self.values.pools[name]
+                self.free[stage][pool].append(self.slot.pop((name, m, v, stage)))
+
+    # --- the rounds ---
+
+    def _next(self, stage: int, letters: str, skip: int = 0) -> tuple[int, str, int, int] | None:
+        order = self.orders[stage]
+        for k in range(self.position[stage] + skip, len(order)):
+            if order[k][0] in letters:
+                return (k, *order[k])
+        return None
+
+    def _can(self, t: int, stage: int, letter: str, m: int, v: int) -> bool:
+        if letter == "W":
+            return self.done.get(("I", m, v, stage), t) < t
+        parity = stage if letter == "F" else stage + 1
+        if (t - parity) % 2:
+            return False
+        if letter == "F":
+            return self._from_x("in", m, v, stage) or self.ready.get(("in", m, v, stage), t) < t
+        return self.done.get(("F", m, v, stage), t) < t and self.ready.get(("ct", m, v, stage), t) < t
+
+    def _is_head(self, stage: int, v: int) -> bool:
+        return stage == self.stages - 1 and v == self.visits - 1
+
+    def go(self) -> None:
+        t, idle_rounds = 0, 0
+        while any(p < len(o) for p, o in zip(self.position, self.orders, strict=True)):
+            sent = [self._round(t, stage) for stage in range(self.stages)]
+            for stage, message in enumerate(sent):
+                if message is not None:
+                    self._deliver(t, stage, *message)
+            progressed = any(self.rows[s][-1]["code"] != IDLE for s in range(self.stages))
+            idle_rounds = 0 if progressed else idle_rounds + 1
+            if idle_rounds > 2:
+                raise ValueError(f"internal error: the pipeline's rounds stall at round {t}")
+            t += 1
+
+    def _round(self, t: int, stage: int) -> tuple[str, int, int] | None:
+        """Stage ``stage``'s round ``t``: its row, and what it sends (the value's name on
+        the receiving side, microbatch, visit)."""
+        row = dict.fromkeys(FIELDS, 0)
+        row["dx"], row["recv"] = self.count, -1
+        order = self.orders[stage]
+        comm = self._next(stage, "FBI")
+        weight = self._next(stage, "W")
+        # A weight gradient runs first in its round; not before the actions its order
+        # puts before it.
+        w_ok = (
+            weight is not None
+            and (comm is None or weight[0] < comm[0])
+            and self._can(t, stage, "W", weight[2], weight[3])
+        )
+        c_ok = comm is not None and self._can(t, stage, *comm[1:])
+        if c_ok and comm is not None:
+            pending_w = [k for k in range(self.position[stage], comm[0]) if order[k][0] == "W"]
+            c_ok = not pending_w or (w_ok and len(pending_w) == 1)
+        message = None
+        if w_ok and weight is not None:
+            self._do(t, stage, row, "w", weight)
+        if c_ok and comm is not None:
+            if w_ok:  # the weight gradient was the next in the order: the comm action follows
+                comm = self._next(stage, "FBI")
+                assert comm is not None
+            message = self._do(t, stage, row, "c", comm)
+        row["code"] = _code(row.get("letter_c"), row.get("letter_w"), row.get("head", 0))
+        for key in ("letter_c", "letter_w", "head"):
+            row.pop(key, None)
+        self.rows[stage].append(row)
+        return message
+
+    def _do(
+        self, t: int, stage: int, row: dict[str, int], prefix: str, action: tuple[int, str, int, int]
+    ) -> tuple[str, int, int] | None:
+        k, letter, m, v = action
+        order = self.orders[stage]
+        assert k == self.position[stage], (k, self.position[stage], order[k])
+        self.position[stage] += 1
+        self.done[(letter, m, v, stage)] = t
+        row[f"letter_{prefix}"] = ord(letter)
+        if prefix == "w":
+            row["wm"], row["wv"] = m, v
+        else:
+            row["m"], row["v"] = m, v
+        for name in self.values.reads.get(letter, ()):
+            key = (name, m, v, stage)
+            row[f"{prefix}:{name}"] = -1 if self._from_x(name, m, v, stage) else self.slot[key]
+        self._release(letter, m, v, stage)
+        made = list(self.values.makes.get(letter, ()))
+        head = letter == "F" and self._is_head(stage, v)
+        if head:
+            made.append("ct")
+            row["head"] = 1
+        for name in made:
+            row[f"{prefix}:{name}"] = self._alloc(name, m, v, stage)
+            self.ready[(name, m, v, stage)] = t
+        if letter == "F" and not head:
+            target, nv = (stage + 1, v) if stage < self.stages - 1 else (0, v + 1)
+            return ("in", m, nv) if (target, nv) != (stage, v) else None
+        if letter in "BI":
+            if stage == 0 and v == 0:
+                row["dx"] = m
+                return None
+            return ("ct", m, v) if stage > 0 else ("ct", m, v - 1)
+        return None
+
+    def _deliver(self, t: int, source: int, name: str, m: int, v: int) -> None:
+        forward = name == "in"
+        target = (source + 1) % self.stages if forward else (source - 1) % self.stages
+        if (source, target) not in pairs_of(self.stages, self.ring)[t % 2]:
+            raise ValueError(
+                f"internal error: round {t} sends {source} -> {target}, not in its permute"
+            )
+        self.last_send = max(self.last_send, t)
+        self.rows[target][t]["recv"] = self._alloc(name, m, v, target)
+        self.ready[(name, m, v, target)] = t
+
+    def result(self) -> Rounds:
+        names = self.values.names
+        fields = (*FIELDS, *(f"c:{n}" for n in names), *(f"w:{n}" for n in names))
+        rounds = len(self.rows[0])
+        sends = self.last_send + 1
+        sends += sends % 2
+        if sends > rounds:
+            idle = dict.fromkeys(fields, 0)
+            idle["dx"], idle["recv"] = self.count, -1
+            for rows in self.rows:
+                rows.append(dict(idle))
+        table = np.zeros((self.stages, len(self.rows[0]), len(fields)), np.int32)
+        sizes = {
+            pool: max(size[pool] for size in self.size) for pool in set(self.values.pools.values())
+        }
+        for stage, rows in enumerate(self.rows):
+            for t, row in enumerate(rows):
+                if row["recv"] < 0:  # a value no action reads: the spare slot
+                    row["recv"] = sizes[self.values.pools["in"]]
+                table[stage, t] = [row.get(f, 0) for f in fields]
+        codes = tuple(sorted({int(c) for c in table[:, :, 0].flat}))
+        return Rounds(
+            table=table,
+            fields=fields,
+            sends=sends,
+            pool_sizes=sizes,
+            pairs=pairs_of(self.stages, self.ring),  # type: ignore[arg-type]
+            codes=codes,
+        )
+
+
+def _code(comm: int | None, weight: int | None, head: int) -> int:
+    letter = None if comm is None else chr(comm)
+    if letter is None:
+        return WEIGHT if weight is not None else IDLE
+    if letter == "F":
+        if head:
+            return HEAD_WEIGHT if weight is not None else HEAD
+        return FORWARD_WEIGHT if weight is not None else FORWARD
+    if letter == "B":
+        return BACKWARD
+    return INPUT_WEIGHT if weight is not None else INPUT
