@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import numpy as np
 from jax.tree_util import keystr, tree_flatten_with_path
 
+from .schedule import ScheduleKind
+
 API = "partitioner.pipeline"
+
+MSG_NEEDS_LOSS = """\
+{api}: schedule={schedule!r} runs each microbatch's backward in the pipeline, so the \
+pipeline must end in the loss: give loss=head, head(head_params, h, targets) -> one \
+microbatch's mean loss, and call run(params, x, head_params, targets):
+
+    run = partitioner.pipeline(layer, axis="stage", schedule={schedule!r}, loss=head)
+    value, grads = jax.value_and_grad(run)(params, x, head_params, targets)
+
+or use schedule="gpipe" / "circular", whose output jax differentiates."""
+
+MSG_HEAD_NOT_SCALAR = """\
+{api}: loss=head must return one microbatch's mean loss, a scalar; \
+head(head_params, h, targets) returns {got}. Average it, e.g.
+
+    def head(head_params, h, targets):
+        return jnp.mean((h @ head_params["w"] - targets) ** 2)"""
 
 
 def layer_count(params: Any) -> int:
@@ -102,3 +121,84 @@ def layer_keeps_its_input(layer: Callable[..., Any], one_layer: Any, h_aval: Any
                 f"{out_leaf.dtype}{list(out_leaf.shape)} but its input is "
                 f"{in_leaf.dtype}{list(in_leaf.shape)}: a stack of layers needs them equal"
             )
+
+
+def call_arguments(loss: Callable[..., Any] | None, head: Sequence[Any]) -> None:
+    """Raises TypeError unless a pipeline with ``loss=`` gets ``head_params, targets``
+    after ``params, x`` and one without gets neither."""
+    if loss is None and head:
+        raise TypeError(
+            f"{API}: this pipeline has no loss=, so it is called run(params, x) and returns "
+            f"the last layer's output; got {2 + len(head)} arguments. Give loss=head to "
+            "call it run(params, x, head_params, targets)"
+        )
+    if loss is not None and len(head) != 2:
+        raise TypeError(
+            f"{API}: a pipeline with loss= is called run(params, x, head_params, targets) "
+            f"and returns the batch's mean loss; got {2 + len(head)} arguments"
+        )
+
+
+def runs(kind: ScheduleKind, count: int, stages: int) -> bool:
+    """Whether ``kind`` runs ``count`` microbatches on ``stages`` stages (see
+    :func:`enough_microbatches`)."""
+    if not kind.by_actions:
+        return True
+    if kind is ScheduleKind.INTERLEAVED:
+        return count % stages == 0 and stages % 2 == 0
+    return count >= stages
+
+
+def enough_microbatches(kind: ScheduleKind, count: int, stages: int, axis: str) -> None:
+    """Raises ValueError unless ``kind`` runs ``count`` microbatches on ``stages``
+    stages: 1F1B and zero bubble need at least one per stage (else they are gpipe with
+    extra steps); interleaved 1F1B whole groups of ``stages`` microbatches (its order
+    goes through every visit a group at a time) and an even stage count (its rounds
+    pair the stages round a ring)."""
+    if runs(kind, count, stages):
+        return
+    if kind is ScheduleKind.INTERLEAVED and stages % 2:
+        raise ValueError(
+            f"{API}: schedule='interleaved-1f1b' pairs neighbouring stages round a ring, "
+            f"which needs an even stage count; mesh axis {axis!r} has {stages}. Pipeline "
+            "over an axis of even size, or use schedule='1f1b' or 'circular'"
+        )
+    need = "a multiple of" if kind is ScheduleKind.INTERLEAVED else "at least"
+    raise ValueError(
+        f"{API}: schedule={kind.value!r} needs {need} one microbatch per stage: "
+        f"{stages} stages over {axis!r}, microbatches={count}. Give microbatches={stages} "
+        f"or more{' (a multiple of it)' if need != 'at least' else ''}, or "
+        "microbatches=None to let partitioner choose"
+    )
+
+
+def targets_batch(targets: Any, batch: int, count: int | None) -> None:
+    """Raises ValueError unless every leaf of ``targets`` has ``x``'s batch as its
+    leading dimension (which the microbatches then divide)."""
+    for path, leaf in tree_flatten_with_path(targets)[0]:
+        size = np.shape(leaf)[0] if np.ndim(leaf) else None
+        if size != batch:
+            raise ValueError(
+                f"{API}: targets{keystr(path)} has shape {np.shape(leaf)}: its leading "
+                f"(batch) dimension must be x's, {batch}"
+                + (f", which microbatches={count} divides" if count else "")
+                + "; give one target row per example"
+            )
+
+
+def head_gives_a_scalar(
+    head: Callable[..., Any], head_params: Any, h_aval: Any, targets: Any, count: int
+) -> None:
+    """Raises ValueError unless ``head`` returns a scalar on one microbatch."""
+
+    def piece(leaf: Any) -> Any:
+        shape = np.shape(leaf)
+        return jax.ShapeDtypeStruct((shape[0] // count, *shape[1:]), leaf.dtype)
+
+    out = jax.eval_shape(
+        head, head_params, jax.tree.map(piece, h_aval), jax.tree.map(piece, targets)
+    )
+    leaves = jax.tree.leaves(out)
+    if len(leaves) != 1 or leaves[0].shape != () or jax.tree.structure(out).num_nodes != 1:
+        got = jax.tree.map(lambda a: f"{a.dtype}{list(a.shape)}", out)
+        raise ValueError(MSG_HEAD_NOT_SCALAR.format(api=API, got=got))

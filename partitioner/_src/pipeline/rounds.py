@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -46,7 +47,7 @@ CODE_NAMES = ("idle", "F", "F+head", "B", "B(input)", "W", "W, F", "W, F+head", 
 FIELDS = ("code", "m", "v", "wm", "wv", "recv", "dx")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Values:
     """What a schedule's actions read and make (NOTE [pipeline rounds]).
 
@@ -65,6 +66,15 @@ class Values:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(self.pools)
+
+    def _canonical(self) -> tuple[Any, ...]:
+        return tuple(tuple(sorted(m.items())) for m in (self.pools, self.reads, self.makes))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Values) and self._canonical() == other._canonical()
+
+    def __hash__(self) -> int:
+        return hash(self._canonical())
 
 
 @dataclasses.dataclass(frozen=True)
