@@ -57,6 +57,7 @@ class ActionProgram:
         passes: the visit's pieces (NOTE [pipeline passes]).
         rounds: the rounds and slots (NOTE [pipeline rounds]).
         values: the names, pools and readers of the values the rounds keep.
+        shapes: per value name, its leaves' shapes and dtypes.
         head: ``head(head_params, h, targets) -> loss`` on a microbatch's shard.
         saves: what a forward keeps.
         mesh, axis, batch: the region's axes: the stages', then the batch axes.
@@ -67,6 +68,7 @@ class ActionProgram:
     passes: Passes
     rounds: rd.Rounds
     values: rd.Values
+    shapes: dict[str, tuple[tuple[tuple[int, ...], Any], ...]]
     head: Callable[..., Any]
     saves: Saves
     mesh: Mesh
@@ -80,16 +82,19 @@ class ActionProgram:
         return math.prod(int(self.mesh.shape[a]) for a in self.batch)
 
 
-def values_of(passes: Passes, saves: Saves, h_avals: Sequence[Any], split: bool) -> rd.Values:
-    """The values the rounds keep (NOTE [pipeline rounds]) for ``passes``: the input and
-    the gradient received (``in``, ``ct``), each kept residual (``r<i>``), and, for a
-    split backward, what the input gradient leaves its weight gradient (``q<j>``;
-    saving inputs, the residuals it reads too, ``s<i>``)."""
-    h_pool: Hashable = _key(h_avals)
-    pools: dict[str, Hashable] = {"in": h_pool, "ct": h_pool}
+def values_of(
+    passes: Passes, saves: Saves, h_avals: Sequence[Any], split: bool
+) -> tuple[rd.Values, dict[str, tuple[tuple[tuple[int, ...], Any], ...]]]:
+    """The values the rounds keep (NOTE [pipeline rounds]) for ``passes``, and their
+    leaves' shapes: the input and the gradient received (``in``, ``ct``), each kept
+    residual (``r<i>``), and, for a split backward, what the input gradient leaves its
+    weight gradient (``q<j>``; saving inputs, the residuals it reads too, ``s<i>``).
+    Values of one dtype share a pool, in units of the greatest common divisor of their
+    sizes."""
     kept = [i for i, k in enumerate(passes.kept) if k]
     residuals = dict(zip(kept, passes.residual_avals, strict=True))
     from_input = passes.from_input
+    shapes: dict[str, list[Any]] = {"in": list(h_avals), "ct": list(h_avals)}
 
     def named(piece: str) -> list[str]:
         indices, reads_ct = passes.reads[piece]
@@ -104,23 +109,29 @@ def values_of(passes: Passes, saves: Saves, h_avals: Sequence[Any], split: bool)
     makes: dict[str, tuple[str, ...]] = {}
     if saves is Saves.ACTIVATIONS:
         makes["F"] = tuple(f"r{i}" for i in kept)
-        pools.update({f"r{i}": _key([residuals[i]]) for i in kept})
+        shapes.update({f"r{i}": [residuals[i]] for i in kept})
     if not split:
         reads["B"] = tuple(named("B"))
-        return rd.Values(pools, reads, makes)
-    reads["I"] = tuple(named("I"))
-    q = [f"q{j}" for j in range(len(passes.q_avals))]
-    pools.update({name: _key([aval]) for name, aval in zip(q, passes.q_avals, strict=True)})
-    recomputed = [n for n in named("W") if n.startswith("s")]
-    pools.update({n: _key([residuals[int(n[1:])]]) for n in recomputed})
-    makes["I"] = (*q, *recomputed)
-    reads["W"] = (*named("W"), *q)
-    return rd.Values(pools, reads, makes)
-
-
-def _key(avals: Sequence[Any]) -> Hashable:
-    """A pool's key: the shapes and dtypes of a value's leaves."""
-    return tuple((tuple(a.shape), str(a.dtype)) for a in avals)
+    else:
+        reads["I"] = tuple(named("I"))
+        q = [f"q{j}" for j in range(len(passes.q_avals))]
+        shapes.update({name: [aval] for name, aval in zip(q, passes.q_avals, strict=True)})
+        recomputed = [n for n in named("W") if n.startswith("s")]
+        shapes.update({n: [residuals[int(n[1:])]] for n in recomputed})
+        makes["I"] = (*q, *recomputed)
+        reads["W"] = (*named("W"), *q)
+    described = {n: tuple((tuple(a.shape), a.dtype) for a in avals) for n, avals in shapes.items()}
+    pools: dict[str, Hashable] = {}
+    sizes: dict[str, int] = {}
+    for name, leaves in described.items():
+        (pools[name],) = {str(dtype) for _, dtype in leaves}  # one dtype: checks.py
+        sizes[name] = sum(math.prod(shape) for shape, _ in leaves)
+    unit = {
+        pool: math.gcd(*(sizes[n] for n in pools if pools[n] == pool))
+        for pool in set(pools.values())
+    }
+    units = {name: sizes[name] // unit[pools[name]] for name in pools}
+    return rd.Values(pools, reads, makes, units), described
 
 
 def run(
@@ -213,7 +224,7 @@ def _expand_shards(leaf: Any, n: int) -> Any:
 class _Carry:
     """What the rounds carry: the pools, the gradients' accumulators, the loss."""
 
-    pools: dict[Hashable, list[Any]]
+    pools: dict[Hashable, Any]
     d_own: list[Any]
     loss: Any
     d_hp: list[Any]
@@ -221,13 +232,36 @@ class _Carry:
     d_t: list[Any]
 
 
-jax.tree_util.register_dataclass(
-    _Carry, data_fields=["pools", "d_own", "loss", "d_hp", "d_x", "d_t"], meta_fields=[]
-)
+@dataclasses.dataclass
+class _Out:
+    """What a round's branch gives back (NOTE [pipeline by actions]): the values it made,
+    by name (zeros where it made none: the spare slot takes them), the weight gradients
+    and head's to add, the loss's, the input's and targets' gradients, what it sends."""
+
+    made: dict[str, list[Any]]
+    d_own: list[Any]
+    loss: Any
+    d_hp: list[Any]
+    d_x: list[Any]
+    d_t: list[Any]
+    send: list[Any]
+
+
+for _cls in (_Carry, _Out):
+    jax.tree_util.register_dataclass(
+        _cls, data_fields=[f.name for f in dataclasses.fields(_cls)], meta_fields=[]
+    )
 
 
 class _Body:
-    """The per-device body (NOTE [pipeline by actions]) on one device's blocks."""
+    """The per-device body (NOTE [pipeline by actions]) on one device's blocks.
+
+    NOTE [pipeline branches]: a branch of the round's ``lax.switch`` reads the pools but
+    never writes them; it returns what it made (:class:`_Out`) and the round writes it
+    after the switch, into the slots the table gives (the spare slot for what the
+    branch did not make). XLA's conditional gives its results buffers of their own:
+    pools passed through a branch would be copied at every round, and held twice.
+    """
 
     def __init__(
         self,
@@ -245,43 +279,33 @@ class _Body:
         self.own, self.x, self.hp, self.targets = own, x, head_params, targets
         self.head_tree, self.h_tree, self.t_tree = head_tree, h_tree, t_tree
         self.fields = {name: k for k, name in enumerate(program.rounds.fields)}
-        count = program.microbatches
-        self.scale = 1.0 / (count * program.shards)
+        self.scale = 1.0 / (program.microbatches * program.shards)
+        # every value a branch makes: the actions' and the gradient the head starts
+        made = {n for names in program.values.makes.values() for n in names}
+        self.made = sorted({*made, "ct"})
+        # what the weights alone give, once for every visit, before the rounds
+        self.fixed = jax.vmap(program.passes.fixed)(own)
 
-    # --- reading and writing values ---
+    # --- reading values ---
 
     def _col(self, row: Any, name: str) -> Any:
         return row[self.fields[name]]
 
     def _read(self, carry: _Carry, row: Any, prefix: str, name: str, m: Any) -> list[Any]:
         pool = carry.pools[self.p.values.pools[name]]
-        slot = self._col(row, f"{prefix}:{name}")
-        kept = [jax.lax.dynamic_index_in_dim(p, jnp.maximum(slot, 0), 0, False) for p in pool]
+        start = self._col(row, f"{prefix}:{name}")
+        run = jax.lax.dynamic_slice_in_dim(pool, jnp.maximum(start, 0), self.p.values.length(name))
+        kept = _unpack(run, self.p.shapes[name])
         if name != "in":
             return kept
         given = [jax.lax.dynamic_index_in_dim(leaf, m, 0, False) for leaf in self.x]
-        return [jax.lax.select(slot < 0, g, k) for g, k in zip(given, kept, strict=True)]
+        return [jax.lax.select(start < 0, g, k) for g, k in zip(given, kept, strict=True)]
 
-    def _write(self, carry: _Carry, row: Any, prefix: str, name: str, value: list[Any]) -> None:
-        key = self.p.values.pools[name]
-        slot = self._col(row, f"{prefix}:{name}")
-        carry.pools[key] = [
-            jax.lax.dynamic_update_index_in_dim(p, v.astype(p.dtype), slot, 0)
-            for p, v in zip(carry.pools[key], value, strict=True)
-        ]
-
-    def _weights(self, v: Any) -> list[Any]:
+    def _fixed(self, v: Any) -> list[Any]:
+        """The weights' own values of visit ``v`` (NOTE [pipeline passes])."""
         if self.p.visits == 1:
-            return [leaf[0] for leaf in self.own]
-        return [jax.lax.dynamic_index_in_dim(leaf, v, 0, False) for leaf in self.own]
-
-    def _add_weights(self, carry: _Carry, v: Any, grads: Sequence[Any]) -> None:
-        carry.d_own = [
-            jax.lax.dynamic_update_index_in_dim(
-                acc, jax.lax.dynamic_index_in_dim(acc, v, 0, False) + g.astype(acc.dtype), v, 0
-            )
-            for acc, g in zip(carry.d_own, grads, strict=True)
-        ]
+            return [leaf[0] for leaf in self.fixed]
+        return [jax.lax.dynamic_index_in_dim(leaf, v, 0, False) for leaf in self.fixed]
 
     def _vjp(self, carry: _Carry, row: Any, prefix: str, m: Any, fixed: list[Any], piece: str) -> list[Any]:
         """Every residual a backward piece needs: kept, recomputed from the input, or
@@ -306,117 +330,146 @@ class _Body:
     def _zeros_h(self) -> list[Any]:
         return [jnp.zeros(leaf.shape[1:], leaf.dtype) for leaf in self.x]
 
+    def _zeros_of(self, name: str) -> list[Any]:
+        return [jnp.zeros(shape, dtype) for shape, dtype in self.p.shapes[name]]
+
+    def _nothing(self) -> _Out:
+        """A branch's results before its actions: nothing made, nothing to add."""
+        return _Out(
+            made={name: self._zeros_of(name) for name in self.made},
+            d_own=[jnp.zeros(leaf.shape[1:], leaf.dtype) for leaf in self.own],
+            loss=jnp.zeros((), jnp.float32),
+            d_hp=[jnp.zeros_like(leaf) for leaf in self.hp] if self.wants.head else [],
+            d_x=self._zeros_h() if self.wants.x else [],
+            d_t=[jnp.zeros(leaf.shape[1:], leaf.dtype) for leaf in self.targets]
+            if self.wants.targets
+            else [],
+            send=self._zeros_h(),
+        )
+
     # --- the actions ---
 
-    def forward(self, carry: _Carry, row: Any, head: bool) -> list[Any]:
+    def forward(self, carry: _Carry, row: Any, out: _Out, head: bool) -> None:
         m, v = self._col(row, "m"), self._col(row, "v")
-        fixed = self.p.passes.fixed(self._weights(v))
-        out, vjp = self.p.passes.forward(fixed, self._read(carry, row, "c", "in", m))
+        fixed = self._fixed(v)
+        h, vjp = self.p.passes.forward(fixed, self._read(carry, row, "c", "in", m))
         if self.p.saves is Saves.ACTIVATIONS:
             for name, leaf in zip(self.p.values.makes["F"], self.p.passes.stored(vjp), strict=True):
-                self._write(carry, row, "c", name, [leaf])
-        if not head:
-            return out
-        self._head(carry, row, m, out)
-        return self._zeros_h()
+                out.made[name] = [leaf]
+        if head:
+            self._head(out, m, h)
+        else:
+            out.send = h
 
-    def _head(self, carry: _Carry, row: Any, m: Any, out: list[Any]) -> None:
+    def _head(self, out: _Out, m: Any, h: list[Any]) -> None:
         hp = jax.tree.unflatten(self.head_tree, self.hp)
-        h = jax.tree.unflatten(self.h_tree, out)
         t = jax.tree.unflatten(
             self.t_tree, [jax.lax.dynamic_index_in_dim(leaf, m, 0, False) for leaf in self.targets]
         )
-        loss, pullback = jax.vjp(self.p.head, hp, h, t)
+        loss, pullback = jax.vjp(self.p.head, hp, jax.tree.unflatten(self.h_tree, h), t)
         d_hp, d_h, d_t = pullback(jnp.asarray(self.scale, loss.dtype))
-        carry.loss = carry.loss + loss.astype(carry.loss.dtype)
-        self._write(carry, row, "c", "ct", jax.tree.leaves(d_h))
+        out.loss = loss.astype(jnp.float32)
+        out.made["ct"] = jax.tree.leaves(d_h)
         if self.wants.head:
-            carry.d_hp = [a + g for a, g in zip(carry.d_hp, jax.tree.leaves(d_hp), strict=True)]
+            out.d_hp = jax.tree.leaves(d_hp)
         if self.wants.targets:
-            carry.d_t = [
-                jax.lax.dynamic_update_index_in_dim(acc, g.astype(acc.dtype), m, 0)
-                for acc, g in zip(carry.d_t, jax.tree.leaves(d_t), strict=True)
-            ]
+            out.d_t = jax.tree.leaves(d_t)
 
-    def backward(self, carry: _Carry, row: Any, split: bool) -> list[Any]:
+    def backward(self, carry: _Carry, row: Any, out: _Out, split: bool) -> None:
         m, v = self._col(row, "m"), self._col(row, "v")
-        fixed = self.p.passes.fixed(self._weights(v))
-        piece = "I" if split else "B"
-        vjp = self._vjp(carry, row, "c", m, fixed, piece)
+        fixed = self._fixed(v)
+        vjp = self._vjp(carry, row, "c", m, fixed, "I" if split else "B")
         ct = self._read(carry, row, "c", "ct", m)
         if split:
             d_h, q = self.p.passes.input_gradient(vjp, ct)
             made = list(self.p.values.makes["I"])
             for name, leaf in zip(made, q, strict=False):
-                self._write(carry, row, "c", name, [leaf])
+                out.made[name] = [leaf]
             for name in made[len(q) :]:  # the residuals the weight gradient reads (inputs saved)
-                self._write(carry, row, "c", name, [vjp[int(name[1:])]])
+                out.made[name] = [vjp[int(name[1:])]]
         else:
             d_w, d_h = self.p.passes.backward(vjp, ct)
-            self._add_weights(carry, v, d_w)
+            out.d_own = d_w
         if self.wants.x:
-            row_dx = self._col(row, "dx")
-            carry.d_x = [
-                jax.lax.dynamic_update_index_in_dim(acc, g.astype(acc.dtype), row_dx, 0)
-                for acc, g in zip(carry.d_x, d_h, strict=True)
-            ]
-        return d_h
+            out.d_x = d_h
+        out.send = d_h
 
-    def weight(self, carry: _Carry, row: Any) -> None:
+    def weight(self, carry: _Carry, row: Any, out: _Out) -> None:
         m, v = self._col(row, "wm"), self._col(row, "wv")
-        fixed = self.p.passes.fixed(self._weights(v))
+        fixed = self._fixed(v)
         vjp = self._vjp(carry, row, "w", m, fixed, "W")
         names = self.p.values.reads["W"]
         ct = self._read(carry, row, "w", "ct", m) if "ct" in names else self._zeros_h()
         q = [self._read(carry, row, "w", f"q{j}", m)[0] for j in range(len(self.p.passes.q_avals))]
-        self._add_weights(carry, v, self.p.passes.weight_gradient(vjp, ct, q))
+        out.d_own = self.p.passes.weight_gradient(vjp, ct, q)
 
     # --- the rounds ---
 
-    def _branch(self, code: int) -> Callable[[_Carry, Any], tuple[_Carry, list[Any]]]:
-        def branch(carry: _Carry, row: Any) -> tuple[_Carry, list[Any]]:
-            carry = dataclasses.replace(carry, pools=dict(carry.pools))
+    def _branch(self, code: int) -> Callable[[_Carry, Any], _Out]:
+        def branch(carry: _Carry, row: Any) -> _Out:
+            out = self._nothing()
             if code in (rd.WEIGHT, rd.FORWARD_WEIGHT, rd.HEAD_WEIGHT, rd.INPUT_WEIGHT):
-                self.weight(carry, row)
-            if code in (rd.FORWARD, rd.FORWARD_WEIGHT):
-                send = self.forward(carry, row, head=False)
-            elif code in (rd.HEAD, rd.HEAD_WEIGHT):
-                send = self.forward(carry, row, head=True)
-            elif code == rd.BACKWARD:
-                send = self.backward(carry, row, split=False)
-            elif code in (rd.INPUT, rd.INPUT_WEIGHT):
-                send = self.backward(carry, row, split=True)
-            else:
-                send = self._zeros_h()
-            return carry, [s.astype(z.dtype) for s, z in zip(send, self._zeros_h(), strict=True)]
+                self.weight(carry, row, out)
+            if code in (rd.FORWARD, rd.FORWARD_WEIGHT, rd.HEAD, rd.HEAD_WEIGHT):
+                self.forward(carry, row, out, head=code in (rd.HEAD, rd.HEAD_WEIGHT))
+            elif code in (rd.BACKWARD, rd.INPUT, rd.INPUT_WEIGHT):
+                self.backward(carry, row, out, split=code != rd.BACKWARD)
+            like = self._nothing()
+            return jax.tree.map(lambda a, b: a.astype(b.dtype), out, like)
 
         return branch
 
     def _round(self, carry: _Carry, row: Any, pairs: Sequence[tuple[int, int]] | None) -> _Carry:
         codes = self.p.rounds.codes
-        index = jnp.asarray(np.searchsorted(codes, np.arange(max(codes) + 1)).clip(0, len(codes) - 1))
-        carry, send = jax.lax.switch(
-            index[self._col(row, "code")], [self._branch(c) for c in codes], carry, row
+        index = np.searchsorted(codes, np.arange(max(codes) + 1)).clip(0, len(codes) - 1)
+        code = self._col(row, "code")
+        out = jax.lax.switch(
+            jnp.asarray(index, jnp.int32)[code], [self._branch(c) for c in codes], carry, row
         )
+        pools = dict(carry.pools)
+        for name, value in out.made.items():  # NOTE [pipeline branches]
+            self._write(pools, name, self._col(row, f"mk:{name}"), value)
         if pairs:
-            received = [jax.lax.ppermute(s, self.p.axis, list(pairs)) for s in send]
-            carry = dataclasses.replace(carry, pools=dict(carry.pools))
-            key = self.p.values.pools["in"]
-            slot = self._col(row, "recv")
-            carry.pools[key] = [
-                jax.lax.dynamic_update_index_in_dim(p, r, slot, 0)
-                for p, r in zip(carry.pools[key], received, strict=True)
-            ]
-        return carry
+            received = [jax.lax.ppermute(s, self.p.axis, list(pairs)) for s in out.send]
+            self._write(pools, "in", self._col(row, "recv"), received)
+        weighs = (rd.WEIGHT, rd.FORWARD_WEIGHT, rd.HEAD_WEIGHT, rd.INPUT_WEIGHT)
+        has_w = jnp.isin(code, jnp.asarray(weighs))
+        v = jnp.where(has_w, self._col(row, "wv"), self._col(row, "v"))
+        heads = jnp.isin(code, jnp.asarray((rd.HEAD, rd.HEAD_WEIGHT)))
+        count = self.p.microbatches
+        return _Carry(
+            pools=pools,
+            d_own=[_add_at(acc, v, g) for acc, g in zip(carry.d_own, out.d_own, strict=True)],
+            loss=carry.loss + out.loss,
+            d_hp=[a + g for a, g in zip(carry.d_hp, out.d_hp, strict=True)],
+            d_x=[
+                jax.lax.dynamic_update_index_in_dim(acc, g, self._col(row, "dx"), 0)
+                for acc, g in zip(carry.d_x, out.d_x, strict=True)
+            ],
+            d_t=[
+                jax.lax.dynamic_update_index_in_dim(
+                    acc, g, jnp.where(heads, self._col(row, "m"), count), 0
+                )
+                for acc, g in zip(carry.d_t, out.d_t, strict=True)
+            ],
+        )
+
+    def _write(self, pools: dict[Hashable, Any], name: str, start: Any, value: list[Any]) -> None:
+        key = self.p.values.pools[name]
+        run = _pack(value, pools[key], self.p.values.length(name))
+        pools[key] = jax.lax.dynamic_update_slice_in_dim(pools[key], run, start, 0)
 
     def run(self, table: Any) -> tuple[Any, list[Any], list[Any], list[Any], list[Any]]:
         p = self.p
         count = p.microbatches
-        pools = {
-            key: [jnp.zeros((size + 1, *shape), dtype) for shape, dtype in key]  # type: ignore[misc]
-            for key, size in p.rounds.pool_sizes.items()
-        }
-        # pools no value uses are still sized (the spare slot): keep them small
+        pools = {}
+        for key, size in p.rounds.pool_sizes.items():
+            names = [n for n in p.values.names if p.values.pools[n] == key]
+            spare = max(p.values.length(n) for n in names)
+            first = p.shapes[names[0]]
+            unit = sum(math.prod(shape) for shape, _ in first) // p.values.length(names[0])
+            pools[key] = jnp.zeros((size + spare, unit), first[0][1])
+        # the input's and targets' gradients: a row per microbatch and a spare one
         carry = _Carry(
             pools=pools,
             d_own=[jnp.zeros_like(leaf) for leaf in self.own],
@@ -425,7 +478,9 @@ class _Body:
             d_x=[jnp.zeros((count + 1, *leaf.shape[1:]), leaf.dtype) for leaf in self.x]
             if self.wants.x
             else [],
-            d_t=[jnp.zeros_like(leaf) for leaf in self.targets] if self.wants.targets else [],
+            d_t=[jnp.zeros((count + 1, *leaf.shape[1:]), leaf.dtype) for leaf in self.targets]
+            if self.wants.targets
+            else [],
         )
         sends = p.rounds.sends
         even, odd = p.rounds.pairs
@@ -447,5 +502,30 @@ class _Body:
         d_own = [jax.lax.psum(g, p.batch) if p.batch else g for g in carry.d_own]
         d_hp = [jax.lax.psum(g, every) for g in carry.d_hp]
         d_x = [jax.lax.psum(g[:count], p.axis) for g in carry.d_x]
-        d_t = [jax.lax.psum(g, every[:1]) for g in carry.d_t]
+        d_t = [jax.lax.psum(g[:count], p.axis) for g in carry.d_t]
         return loss, d_own, d_hp, d_x, d_t
+
+
+def _unpack(run: Any, shapes: Sequence[tuple[tuple[int, ...], Any]]) -> list[Any]:
+    """A pool's run ``[units, unit]`` as the value's leaves."""
+    flat = run.reshape(-1)
+    leaves, at = [], 0
+    for shape, _ in shapes:
+        n = math.prod(shape)
+        leaves.append(flat[at : at + n].reshape(shape))
+        at += n
+    return leaves
+
+
+def _pack(value: Sequence[Any], pool: Any, length: int) -> Any:
+    """A value's leaves as a run of ``pool``'s units."""
+    flat = jnp.concatenate([v.astype(pool.dtype).reshape(-1) for v in value])
+    return flat.reshape(length, pool.shape[1])
+
+
+def _add_at(acc: Any, v: Any, grad: Any) -> Any:
+    """``acc`` with ``grad`` added to its visit ``v``."""
+    if acc.shape[0] == 1:
+        return acc + grad.astype(acc.dtype)[None]
+    now = jax.lax.dynamic_index_in_dim(acc, v, 0, False)
+    return jax.lax.dynamic_update_index_in_dim(acc, now + grad.astype(acc.dtype), v, 0)

@@ -121,23 +121,31 @@ def _gradients(
     one_layer = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape[3:], leaf.dtype), staged)
     one_shard = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape[2:], leaf.dtype), inputs)
     shard_layer = per_shard(layer, batch, one_layer, one_shard)
-    prepare = jax.vmap(jax.vmap(jax.vmap(shard_layer.prepare)))
-    prepared, prepared_pullback = jax.vjp(prepare, staged)
     per_visit = schedule.per_visit
 
-    def visit(own: Any, h: Any) -> Any:
+    def prepare(staged: Any) -> list[Any]:
+        """Each layer of a visit's prepared weights apart, ``[stages, visits, ...]``
+        each (layer-major): a visit's layers are then read whole, never sliced."""
+        prepared = jax.vmap(jax.vmap(jax.vmap(shard_layer.prepare)))(staged)
+        return [leaf[:, :, j] for j in range(per_visit) for leaf in prepared]
+
+    own, prepared_pullback = jax.vjp(prepare, staged)
+    n_leaves = len(own) // per_visit
+
+    def visit(weights: Any, h: Any) -> Any:
         for j in range(per_visit):
-            h = shard_layer.apply([leaf[j] for leaf in own], h)
+            h = shard_layer.apply(weights[j * n_leaves : (j + 1) * n_leaves], h)
         return h
 
-    own_avals = [jax.ShapeDtypeStruct(leaf.shape[2:], leaf.dtype) for leaf in prepared]
+    own_avals = [jax.ShapeDtypeStruct(leaf.shape[2:], leaf.dtype) for leaf in own]
     pieces = passes(visit, own_avals, one_shard)
     split = schedule.kind is ScheduleKind.ZERO_BUBBLE
-    values = ap.values_of(pieces, saves, jax.tree.leaves(one_shard), split)
+    values, shapes = ap.values_of(pieces, saves, jax.tree.leaves(one_shard), split)
     program = ap.ActionProgram(
         passes=pieces,
         rounds=schedule.rounds_of(values),
         values=values,
+        shapes=shapes,
         head=head,
         saves=saves,
         mesh=placement.mesh,
@@ -153,7 +161,7 @@ def _gradients(
     loss, d_own, d_hp, d_x, d_t = ap.run(
         program,
         wants,
-        prepared,
+        own,
         [regions(leaf) for leaf in jax.tree.leaves(inputs)],
         jax.tree.leaves(head_params),
         [regions(leaf) for leaf in jax.tree.leaves(wanted)],

@@ -22,11 +22,14 @@ Each stage runs its order as early as the parity and its inputs allow (an input 
 there the round after the one that sent it), a weight gradient not before the actions its
 order puts before it. The values a microbatch's visit leaves for later (the input
 received, the gradient received, a forward's residuals, what an input gradient leaves
-for its weight gradient) sit in *pools*, one per shape, in slots given out as the rounds
-run and taken back after their last reader: the pools are as large as the most values
-any stage holds at once, never ``M`` (the program is the same on every device, so each
-pool is sized for the stage that holds the most). A value received that no action reads
-lands in a spare slot past the pool's end.
+for its weight gradient) sit in *pools*, one per dtype: a pool is a row of *units* (the
+greatest common divisor of its values' sizes), and a value takes a run of them, given
+out as the rounds run (the first run free that fits) and taken back after its last
+reader. A pool is as large as the most any stage holds at once, never ``M`` values (the
+program is the same on every device, so it is sized for the stage that holds the most;
+one pool for every shape lets a stage that holds many small values and one that holds
+a few large ones share that size). A value no action makes or reads goes to a spare run
+past the pool's end.
 """
 
 from __future__ import annotations
@@ -42,8 +45,9 @@ from .actions import Order
 #: The branch each round runs: a code per combination of a stage's actions.
 IDLE, FORWARD, HEAD, BACKWARD, INPUT, WEIGHT, FORWARD_WEIGHT, HEAD_WEIGHT, INPUT_WEIGHT = range(9)
 CODE_NAMES = ("idle", "F", "F+head", "B", "B(input)", "W", "W, F", "W, F+head", "W, B(input)")
-#: The fields of a round's row; a value's slot follows as ``"c:" + name`` (the comm
-#: action's) and ``"w:" + name`` (the weight gradient's).
+#: The fields of a round's row; a value's slot follows as ``"c:" + name`` (read by the
+#: comm action), ``"w:" + name`` (read by the weight gradient) and ``"mk:" + name`` (made
+#: by the comm action); a slot no action of the round uses is the pool's spare one.
 FIELDS = ("code", "m", "v", "wm", "wv", "recv", "dx")
 
 
@@ -52,23 +56,28 @@ class Values:
     """What a schedule's actions read and make (NOTE [pipeline rounds]).
 
     Attributes:
-        pools: per value name (``"in"``, ``"ct"``, a residual's ...), its pool (values
-            of one shape and dtype share one).
+        pools: per value name (``"in"``, ``"ct"``, a residual's ...), its pool.
         reads: per action letter (``F``, ``B``, ``I``, ``W``), the values it reads.
         makes: per action letter, the values it makes (``"ct"`` made by the head's
             forward, the received ones by the neighbours' actions).
+        units: per value name, the units of its pool it takes (1 if not given).
     """
 
     pools: Mapping[str, Hashable]
     reads: Mapping[str, tuple[str, ...]]
     makes: Mapping[str, tuple[str, ...]]
+    units: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(self.pools)
 
     def _canonical(self) -> tuple[Any, ...]:
-        return tuple(tuple(sorted(m.items())) for m in (self.pools, self.reads, self.makes))
+        maps = (self.pools, self.reads, self.makes, self.units)
+        return tuple(tuple(sorted(m.items())) for m in maps)
+
+    def length(self, name: str) -> int:
+        return self.units.get(name, 1)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Values) and self._canonical() == other._canonical()
@@ -89,7 +98,8 @@ class Rounds:
         fields: the names of the last dimension.
         sends: rounds ``0 .. sends - 1`` end with a permute (an even count); the rest
             do not.
-        pool_sizes: per pool, its slots (a spare one past them).
+        pool_sizes: per pool, its units (a spare run as long as its longest value
+            past them).
         pairs: per round parity, the (source, target) stages of its permute.
         codes: the branches the table uses.
     """
@@ -150,7 +160,11 @@ class _Run:
         self.slot: dict[tuple[str, int, int, int], int] = {}
         pools = set(values.pools.values())
         # each stage's own slots: a device holds its stage's values only
-        self.free: list[dict[Hashable, list[int]]] = [{p: [] for p in pools} for _ in orders]
+        # each stage's own runs, free (start, length), and high-water mark: a device
+        # holds its stage's values only
+        self.free: list[dict[Hashable, list[tuple[int, int]]]] = [
+            {p: [] for p in pools} for _ in orders
+        ]
         self.size: list[dict[Hashable, int]] = [dict.fromkeys(pools, 0) for _ in orders]
         self.readers = {
             name: [letter for letter, names in values.reads.items() if name in names]
@@ -163,16 +177,32 @@ class _Run:
     # --- the values' slots ---
 
     def _alloc(self, name: str, m: int, v: int, stage: int) -> int:
-        pool = self.values.pools[name]
+        """The first free run of the pool that fits ``name`` (else a new one at its end)."""
+        pool, length = self.values.pools[name], self.values.length(name)
         free, size = self.free[stage][pool], self.size[stage]
-        if free:
-            slot = min(free)
-            free.remove(slot)
+        fit = next((k for k, (_, n) in enumerate(free) if n >= length), None)
+        if fit is None:
+            start = size[pool]
+            if free and free[-1][0] + free[-1][1] == start:  # grow the last free run
+                start = free.pop()[0]
+            size[pool] = start + length
         else:
-            slot = size[pool]
-            size[pool] += 1
-        self.slot[(name, m, v, stage)] = slot
-        return slot
+            start, n = free.pop(fit)
+            if n > length:
+                free.insert(fit, (start + length, n - length))
+        self.slot[(name, m, v, stage)] = start
+        return start
+
+    def _give_back(self, name: str, stage: int, start: int) -> None:
+        pool, length = self.values.pools[name], self.values.length(name)
+        runs = sorted([*self.free[stage][pool], (start, length)])
+        merged: list[tuple[int, int]] = []
+        for s, n in runs:
+            if merged and merged[-1][0] + merged[-1][1] == s:
+                merged[-1] = (merged[-1][0], merged[-1][1] + n)
+            else:
+                merged.append((s, n))
+        self.free[stage][pool] = merged
 
     def _from_x(self, name: str, m: int, v: int, stage: int) -> bool:
         return name == "in" and stage == 0 and v == 0
@@ -185,8 +215,7 @@ class _Run:
             if self._from_x(name, m, v, stage) or (name, m, v, stage) not in self.slot:
                 continue
             if not any(r in later for r in self.readers[name] if r != letter):
-                pool = self.values.pools[name]
-                self.free[stage][pool].append(self.slot.pop((name, m, v, stage)))
+                self._give_back(name, stage, self.slot.pop((name, m, v, stage)))
 
     # --- the rounds ---
 
@@ -279,7 +308,7 @@ class _Run:
             made.append("ct")
             row["head"] = 1
         for name in made:
-            row[f"{prefix}:{name}"] = self._alloc(name, m, v, stage)
+            row[f"mk:{name}"] = self._alloc(name, m, v, stage)
             self.ready[(name, m, v, stage)] = t
         if letter == "F" and not head:
             target, nv = (stage + 1, v) if stage < self.stages - 1 else (0, v + 1)
@@ -304,7 +333,7 @@ class _Run:
 
     def result(self) -> Rounds:
         names = self.values.names
-        fields = (*FIELDS, *(f"c:{n}" for n in names), *(f"w:{n}" for n in names))
+        fields = (*FIELDS, *(f"{use}:{n}" for use in ("c", "w", "mk") for n in names))
         rounds = len(self.rows[0])
         sends = self.last_send + 1
         sends += sends % 2
@@ -317,11 +346,13 @@ class _Run:
         sizes = {
             pool: max(size[pool] for size in self.size) for pool in set(self.values.pools.values())
         }
+        # a value no action of the round makes or reads: the spare run past the pool
+        spare = {f: sizes[self.values.pools[f.split(":")[1]]] for f in fields if ":" in f}
         for stage, rows in enumerate(self.rows):
             for t, row in enumerate(rows):
                 if row["recv"] < 0:  # a value no action reads: the spare slot
                     row["recv"] = sizes[self.values.pools["in"]]
-                table[stage, t] = [row.get(f, 0) for f in fields]
+                table[stage, t] = [row.get(f, spare.get(f, 0)) for f in fields]
         codes = tuple(sorted({int(c) for c in table[:, :, 0].flat}))
         return Rounds(
             table=table,

@@ -131,7 +131,7 @@ class Schedule:
         for stage in range(self.stages):
             row = []
             for step in range(self.slots * self.repeats + self.stages - 1):
-                micro, visit, busy = (int(np.asarray(a)[stage]) for a in self.at(np.int32(step)))
+                micro, visit, busy = (int(a[stage]) for a in self.at(step, xp=np))
                 kind = acts.ActionKind.FORWARD if busy else acts.ActionKind.IDLE
                 row.append(acts.Action(kind, micro, visit) if busy else acts.IDLE)
             forward.append(row)
@@ -159,10 +159,11 @@ class Schedule:
             for j in range(per_visit)
         ]
 
-    def at(self, t: Any) -> tuple[Any, Any, Any]:
+    def at(self, t: Any, xp: Any = jnp) -> tuple[Any, Any, Any]:
         """Per stage, at forward step ``t`` (traced) of gpipe's or circular's loop: the
-        microbatch, the visit, and whether that is real work (not bubble)."""
-        u = t - jnp.arange(self.stages)
+        microbatch, the visit, and whether that is real work (not bubble); ``xp=np``:
+        in numpy, untraced."""
+        u = t - xp.arange(self.stages)
         group = self.stages * self.repeats
         visit = (u % group) // self.stages
         micro = (u // group) * self.stages + u % self.stages
