@@ -18,7 +18,7 @@ Gradients are computed as the rounds run (NOTE [pipeline passes]): a stage adds 
 backward's weight gradients to its own accumulator, never sent inside the loop; after
 it, the accumulators are summed over the batch axes (one all-reduce of the stage's
 weights), the loss and the head's gradients over every device, the input's gradient
-(made on stage 0) over the stages. Each round ends with one ``lax.ppermute`` of
+(made on stage 0) over the stages. Each round ends with at most one ``lax.ppermute`` of
 static pairs over the stage axis (NOTE [pipeline rounds]).
 """
 
@@ -482,21 +482,18 @@ class _Body:
             if self.wants.targets
             else [],
         )
-        sends = p.rounds.sends
-        even, odd = p.rounds.pairs
+        at = 0
+        for body, trips in p.rounds.segments:  # NOTE [pipeline rounds]: a loop each
 
-        def two_rounds(carry: _Carry, rows: Any) -> tuple[_Carry, None]:
-            carry = self._round(carry, rows[0], even)
-            return self._round(carry, rows[1], odd), None
+            def rounds(carry: _Carry, rows: Any, body: Any = body) -> tuple[_Carry, None]:
+                for k, pairs in enumerate(body):
+                    carry = self._round(carry, rows[k], pairs)
+                return carry, None
 
-        def one_round(carry: _Carry, row: Any) -> tuple[_Carry, None]:
-            return self._round(carry, row, None), None
-
-        if sends:
-            pairs_of_rounds = table[:sends].reshape(sends // 2, 2, table.shape[-1])
-            carry, _ = jax.lax.scan(two_rounds, carry, pairs_of_rounds)
-        if table.shape[0] > sends:
-            carry, _ = jax.lax.scan(one_round, carry, table[sends:])
+            size = len(body) * trips
+            rows = table[at : at + size].reshape(trips, len(body), table.shape[-1])
+            carry, _ = jax.lax.scan(rounds, carry, rows)
+            at += size
         every = (p.axis, *p.batch)
         loss = jax.lax.psum(carry.loss, every) / (count * p.shards)
         d_own = [jax.lax.psum(g, p.batch) if p.batch else g for g in carry.d_own]

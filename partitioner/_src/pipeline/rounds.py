@@ -96,20 +96,24 @@ class Rounds:
             the slot a received value goes to, the row of the input's gradient
             (``M``: none), and each value's slot.
         fields: the names of the last dimension.
-        sends: rounds ``0 .. sends - 1`` end with a permute (an even count); the rest
-            do not.
         pool_sizes: per pool, its units (a spare run as long as its longest value
             past them).
-        pairs: per round parity, the (source, target) stages of its permute.
+        segments: the rounds as loops, in order: each a body of one or two rounds'
+            permutes (the (source, target) stages of each; None: no permute) and its
+            trips.
         codes: the branches the table uses.
     """
 
     table: np.ndarray
     fields: tuple[str, ...]
-    sends: int
     pool_sizes: Mapping[Hashable, int]
-    pairs: tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]
+    segments: tuple[tuple[tuple[Pairs | None, ...], int], ...]
     codes: tuple[int, ...]
+
+    @property
+    def sends(self) -> int:
+        """The rounds that end with a permute."""
+        return sum(trips * sum(p is not None for p in body) for body, trips in self.segments)
 
     @property
     def rounds(self) -> int:
@@ -119,7 +123,11 @@ class Rounds:
         return self.fields.index(name)
 
 
-def pairs_of(stages: int, ring: bool) -> tuple[tuple[tuple[int, int], ...], ...]:
+#: A permute's (source, target) stages.
+Pairs = tuple[tuple[int, int], ...]
+
+
+def pairs_of(stages: int, ring: bool) -> tuple[Pairs, Pairs]:
     """Per round parity, the permute's (source, target) pairs (NOTE [pipeline rounds])."""
     out = []
     for parity in (0, 1):
@@ -129,7 +137,14 @@ def pairs_of(stages: int, ring: bool) -> tuple[tuple[tuple[int, int], ...], ...]
         if ring and stages > 1 and (stages - 1) % 2 == parity:
             pairs += [(stages - 1, 0), (0, stages - 1)]
         out.append(tuple(pairs))
-    return tuple(out)
+    return out[0], out[1]
+
+
+def shift_pairs(stages: int, ring: bool, by: int) -> Pairs:
+    """Every stage sending to the next (``by=1``) or the one before (``by=-1``)."""
+    return tuple(
+        (s, (s + by) % stages) for s in range(stages) if ring or 0 <= s + by < stages
+    )
 
 
 def schedule_rounds(
@@ -173,6 +188,10 @@ class _Run:
         self.position = [0] * self.stages  # next action of each order
         self.rows: list[list[dict[str, int]]] = [[] for _ in range(self.stages)]
         self.last_send = -1
+        self.round_pairs: list[Pairs] = []
+        # NOTE [pipeline rounds]: forwards only while no backward can run, then the
+        # rounds' parity, then backwards only once every forward has run
+        self.phase, self.offset = "forward", 0
 
     # --- the values' slots ---
 
@@ -226,15 +245,44 @@ class _Run:
                 return (k, *order[k])
         return None
 
-    def _can(self, t: int, stage: int, letter: str, m: int, v: int) -> bool:
+    def _target(self, stage: int, letter: str, v: int) -> int | None:
+        """The stage an action sends to (None: it sends nothing)."""
+        if letter == "W" or (letter == "F" and self._is_head(stage, v)):
+            return None
+        if letter == "F":
+            return (stage + 1) % self.stages
+        return None if stage == 0 and v == 0 else (stage - 1) % self.stages
+
+    def _ready(self, t: int, stage: int, letter: str, m: int, v: int) -> bool:
         if letter == "W":
             return self.done.get(("I", m, v, stage), t) < t
-        parity = stage if letter == "F" else stage + 1
-        if (t - parity) % 2:
-            return False
         if letter == "F":
             return self._from_x("in", m, v, stage) or self.ready.get(("in", m, v, stage), t) < t
         return self.done.get(("F", m, v, stage), t) < t and self.ready.get(("ct", m, v, stage), t) < t
+
+    def _can(self, t: int, stage: int, letter: str, m: int, v: int) -> bool:
+        target = self._target(stage, letter, v)
+        if target is not None and (stage, target) not in self.round_pairs[t]:
+            return False
+        return self._ready(t, stage, letter, m, v)
+
+    def _pairs(self, t: int) -> Pairs:
+        """Round ``t``'s permute (NOTE [pipeline rounds])."""
+        if self.phase == "forward":
+            for stage in range(self.stages):
+                comm = self._next(stage, "FBI")
+                if comm is None or comm[1] == "F" or self._target(stage, comm[1], comm[3]) is None:
+                    continue
+                if self._ready(t, stage, *comm[1:]):  # a backward could run: pair the stages
+                    self.phase, self.offset = "parity", t - (stage - 1) % 2
+                    break
+        if self.phase == "parity" and all(self._next(s, "F") is None for s in range(self.stages)):
+            self.phase = "backward"
+        if self.phase == "forward":
+            return shift_pairs(self.stages, self.ring, 1)
+        if self.phase == "backward":
+            return shift_pairs(self.stages, self.ring, -1)
+        return pairs_of(self.stages, self.ring)[(t - self.offset) % 2]
 
     def _is_head(self, stage: int, v: int) -> bool:
         return stage == self.stages - 1 and v == self.visits - 1
@@ -242,6 +290,7 @@ class _Run:
     def go(self) -> None:
         t, idle_rounds = 0, 0
         while any(p < len(o) for p, o in zip(self.position, self.orders, strict=True)):
+            self.round_pairs.append(self._pairs(t))
             sent = [self._round(t, stage) for stage in range(self.stages)]
             for stage, message in enumerate(sent):
                 if message is not None:
@@ -323,7 +372,7 @@ class _Run:
     def _deliver(self, t: int, source: int, name: str, m: int, v: int) -> None:
         forward = name == "in"
         target = (source + 1) % self.stages if forward else (source - 1) % self.stages
-        if (source, target) not in pairs_of(self.stages, self.ring)[t % 2]:
+        if (source, target) not in self.round_pairs[t]:
             raise ValueError(
                 f"internal error: round {t} sends {source} -> {target}, not in its permute"
             )
@@ -335,13 +384,9 @@ class _Run:
         names = self.values.names
         fields = (*FIELDS, *(f"{use}:{n}" for use in ("c", "w", "mk") for n in names))
         rounds = len(self.rows[0])
-        sends = self.last_send + 1
-        sends += sends % 2
-        if sends > rounds:
-            idle = dict.fromkeys(fields, 0)
-            idle["dx"], idle["recv"] = self.count, -1
-            for rows in self.rows:
-                rows.append(dict(idle))
+        permutes: list[Pairs | None] = [
+            pairs if t <= self.last_send else None for t, pairs in enumerate(self.round_pairs)
+        ]
         table = np.zeros((self.stages, len(self.rows[0]), len(fields)), np.int32)
         sizes = {
             pool: max(size[pool] for size in self.size) for pool in set(self.values.pools.values())
@@ -357,11 +402,32 @@ class _Run:
         return Rounds(
             table=table,
             fields=fields,
-            sends=sends,
             pool_sizes=sizes,
-            pairs=pairs_of(self.stages, self.ring),  # type: ignore[arg-type]
+            segments=_segments(permutes),
             codes=codes,
         )
+
+
+def _segments(permutes: Sequence[Pairs | None]) -> tuple[tuple[tuple[Pairs | None, ...], int], ...]:
+    """The rounds' permutes as loops: runs of one repeated permute, or of two in turn."""
+    out: list[tuple[tuple[Pairs | None, ...], int]] = []
+    t = 0
+    while t < len(permutes):
+        one = permutes[t]
+        n = 1
+        while t + n < len(permutes) and permutes[t + n] == one:
+            n += 1
+        if n == 1 and t + 3 < len(permutes) and permutes[t + 2] == one:
+            two = permutes[t + 1]
+            k = 1
+            while t + 2 * k + 1 < len(permutes) and permutes[t + 2 * k : t + 2 * k + 2] == [one, two]:
+                k += 1
+            out.append(((one, two), k))
+            t += 2 * k
+            continue
+        out.append(((one,), n))
+        t += n
+    return tuple(out)
 
 
 def _code(comm: int | None, weight: int | None, head: int) -> int:
