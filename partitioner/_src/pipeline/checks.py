@@ -9,6 +9,7 @@ import jax
 import numpy as np
 from jax.tree_util import keystr, tree_flatten_with_path
 
+from .. import jax_private as jp
 from .schedule import ScheduleKind
 
 API = "partitioner.pipeline"
@@ -202,3 +203,21 @@ def head_gives_a_scalar(
     if len(leaves) != 1 or leaves[0].shape != () or jax.tree.structure(out).num_nodes != 1:
         got = jax.tree.map(lambda a: f"{a.dtype}{list(a.shape)}", out)
         raise ValueError(MSG_HEAD_NOT_SCALAR.format(api=API, got=got))
+
+
+def free_axes_under_gspmd(
+    kind: ScheduleKind, mesh: Any, axis: str, batch: Sequence[str]
+) -> None:
+    """Raises ValueError for a schedule that runs by actions over a mesh with axes left
+    to XLA (a layer's tensor parallelism) under GSPMD, whose partitioner does not
+    partition the conditionals of a region manual over only some axes (NOTE [pipeline
+    by actions]); Shardy does."""
+    free = [a for a in mesh.axis_names if a != axis and a not in batch and mesh.shape[a] > 1]
+    if free and not jp.jax_uses_shardy():
+        raise ValueError(
+            f"{API}: schedule={kind.value!r} runs each stage's own actions in a region "
+            f"manual over {axis!r} and the batch axes {tuple(batch)}, leaving {free} to "
+            "XLA's partitioner inside it, which GSPMD cannot do for the stages' branches. "
+            "Use the Shardy partitioner (jax's default; partitioner.spmd_partitioner('shardy')), "
+            "or schedule='gpipe' / 'circular'"
+        )

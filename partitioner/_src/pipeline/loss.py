@@ -32,6 +32,7 @@ import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
 from . import action_program as ap
+from . import checks
 from .passes import passes
 from .program import Placement, Saves, microbatches_of
 from .program import run as run_program
@@ -115,6 +116,7 @@ def _gradients(
     """The loss and the gradients of ``staged``, ``x``, ``head_params`` and ``targets``
     (None where not wanted), by the action program (NOTE [pipeline by actions])."""
     count, batch = schedule.microbatches, placement.batch
+    checks.free_axes_under_gspmd(schedule.kind, placement.mesh, placement.axis, batch)
     sizes = tuple(int(placement.mesh.shape[a]) for a in batch)
     inputs = jax.tree.map(lambda leaf: microbatches_of(leaf, count, placement), x)
     wanted = jax.tree.map(lambda leaf: microbatches_of(leaf, count, placement), targets)
