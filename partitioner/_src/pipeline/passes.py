@@ -190,16 +190,17 @@ def _cut(closed: Any, first_outs: Sequence[bool]) -> tuple[Any, Any, list[Any]]:
     } | {v for v in second_vars if isinstance(v, jp.Var)}
     q = [v for k in sorted(in_first) for v in jaxpr.eqns[k].outvars if v in read_second]
     assert all(v in made_first for v in q)
+    unnamed = jaxpr.debug_info._replace(arg_names=None, result_paths=None)
     first = jaxpr.replace(
         eqns=[jaxpr.eqns[k] for k in sorted(in_first)],
         outvars=[*first_vars, *q],
-        debug_info=None,
+        debug_info=unnamed,
     )
     second = jaxpr.replace(
         invars=[*jaxpr.invars, *q],
         eqns=[jaxpr.eqns[k] for k in sorted(in_second)],
         outvars=second_vars,
-        debug_info=None,
+        debug_info=unnamed,
     )
     return (
         jp.ClosedJaxpr(first, closed.consts),
