@@ -29,7 +29,9 @@ def by_actions(draw: st.DrawFn) -> Schedule:
     """Small schedules that run by actions: 1-5 stages (interleaved: 2 or 4), as many
     microbatches as they need up to three times that, 1-2 layers a stage."""
     kind = draw(st.sampled_from(BY_ACTIONS))
-    stages = draw(st.sampled_from((2, 4))) if kind == "interleaved-1f1b" else draw(st.integers(1, 5))
+    stages = (
+        draw(st.sampled_from((2, 4))) if kind == "interleaved-1f1b" else draw(st.integers(1, 5))
+    )
     per_stage = draw(st.integers(1, 2))
     if kind == "interleaved-1f1b":
         microbatches = stages * draw(st.integers(1, 3))
@@ -147,7 +149,7 @@ def test_the_rounds_run_each_stages_order_with_one_permute_each(s: Schedule) -> 
     table = r.table
     code, micro, visit = (r.column(n) for n in ("code", "m", "v"))
     for stage, order in enumerate(s.orders):
-        comm = [(l, m, v) for l, m, v in order if l != "W"]
+        comm = [(letter, m, v) for letter, m, v in order if letter != "W"]
         ran = [
             (_letter(int(row[code])), int(row[micro]), int(row[visit]))
             for row in table[stage]

@@ -133,9 +133,7 @@ def test_tensor_parallel_inside_the_stages(mesh: MeshFactory) -> None:
         partitioner.pipeline(layer, axis="stage", microbatches=4, schedule=kind, loss=head)
         for kind in ("1f1b", "zero-bubble")
     ]
-    f = partitioner.jit(
-        lambda *a: [step(run)(*a) for run in runs], in_shardings=IN
-    )
+    f = partitioner.jit(lambda *a: [step(run)(*a) for run in runs], in_shardings=IN)
     with partitioner.spmd_partitioner("shardy"):
         with jax.set_mesh(mesh((2, 2, 2), ("stage", "data", "model"))):
             ours = f(params, x, head_params, y)
@@ -219,7 +217,9 @@ def test_a_head_that_does_not_return_a_scalar(mesh: MeshFactory) -> None:
 
     params, (head_params, x, y) = stacked_params(), inputs()
     run = partitioner.pipeline(layer, axis="stage", microbatches=8, loss=per_example)
-    with pytest.raises(ValueError, match=r"a scalar; head\(head_params, h, targets\) returns float32\[4\]"):
+    with pytest.raises(
+        ValueError, match=r"a scalar; head\(head_params, h, targets\) returns float32\[4\]"
+    ):
         _plan(mesh((4, 2), ("stage", "data")), run, params, x, head_params, y)
 
 
@@ -234,7 +234,9 @@ def test_fewer_microbatches_than_the_schedule_needs(mesh: MeshFactory) -> None:
     params, (head_params, x, y) = stacked_params(), inputs()
     m = mesh((4, 2), ("stage", "data"))
     few = partitioner.pipeline(layer, axis="stage", microbatches=2, schedule="1f1b", loss=head)
-    with pytest.raises(ValueError, match=r"'1f1b' needs at least one microbatch per stage: 4 stages"):
+    with pytest.raises(
+        ValueError, match=r"'1f1b' needs at least one microbatch per stage: 4 stages"
+    ):
         _plan(m, few, params, x, head_params, y)
     odd = partitioner.pipeline(
         layer, axis="stage", microbatches=8, schedule="interleaved-1f1b", loss=head
@@ -264,5 +266,7 @@ def test_gspmd_with_axes_left_to_xla_inside_the_stages(mesh: MeshFactory) -> Non
     f = partitioner.jit(step(run), in_shardings=IN)
     with partitioner.spmd_partitioner("gspmd"):
         with jax.set_mesh(mesh((2, 2, 2), ("stage", "data", "model"))):
-            with pytest.raises(ValueError, match=r"leaving \['model'\].*Use the Shardy partitioner"):
+            with pytest.raises(
+                ValueError, match=r"leaving \['model'\].*Use the Shardy partitioner"
+            ):
                 f(params, x, head_params, y)

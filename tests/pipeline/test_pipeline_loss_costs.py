@@ -80,7 +80,10 @@ def test_1f1b_keeps_a_few_microbatches_where_gpipe_keeps_them_all(measured) -> N
     """At 16 microbatches a stage holds at most 4 of them (ideal: a quarter of gpipe's
     activations); a stage that kept every microbatch's values would save as much as
     gpipe does."""
-    ours, gpipe = saved(measured, ("1f1b", "activations", 16)), saved(measured, ("gpipe", "activations", 16))
+    ours, gpipe = (
+        saved(measured, ("1f1b", "activations", 16)),
+        saved(measured, ("gpipe", "activations", 16)),
+    )
     assert 0 < ours <= 0.4 * gpipe, (ours, gpipe)
 
 
@@ -108,7 +111,9 @@ def test_1f1b_and_zero_bubble_move_what_gpipe_moves(measured) -> None:
 def test_the_report_shows_the_schedule(mesh) -> None:
     params = params_of()
     x, y = jax.random.normal(jax.random.key(10), (2, BATCH, WIDTH))
-    run = partitioner.pipeline(layer, axis="stage", microbatches=4, schedule="zero-bubble", loss=head)
+    run = partitioner.pipeline(
+        layer, axis="stage", microbatches=4, schedule="zero-bubble", loss=head
+    )
     f = partitioner.jit(jax.grad(run), in_shardings=IN)
     with jax.set_mesh(mesh((4, 2), ("stage", "data"))):
         report = f.lower(params, x, jnp.ones(()), y).compile().report()

@@ -371,7 +371,9 @@ def schedule_png(cells: Sequence[Sequence[tuple[str, int, int]]], path: str, tit
     ticks = range(0, steps, max(1, steps // 30))
     ax.set_xticks([s + 0.5 for s in ticks], [str(s) for s in ticks], fontsize=8)
     ax.set_yticks([s + 0.5 for s in range(stages)], [f"stage {s}" for s in range(stages)])
-    ax.set_xlabel("step, one forward's time (F forward, B backward, W weight gradient; blank: the bubble)")
+    ax.set_xlabel(
+        "step, one forward's time (F forward, B backward, W weight gradient; blank: the bubble)"
+    )
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

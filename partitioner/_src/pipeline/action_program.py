@@ -168,8 +168,14 @@ def run(
             *(_expand_shards(g, len(batch)) for g in d_t),
         ]
 
-    n_out = (1, n_own, n_hp if wants.head else 0, n_x if wants.x else 0)
-    n_out = (*n_out, len(targets) if wants.targets else 0)
+    # outputs: the loss, the weights', head's, input's and targets' gradients
+    n_out = (
+        1,
+        n_own,
+        n_hp if wants.head else 0,
+        n_x if wants.x else 0,
+        len(targets) if wants.targets else 0,
+    )
     args = [table, *own, *x, *head_params, *targets]
     stage_in = (0, *[0] * n_own, *[None] * (n_x + n_hp + len(targets)))
     stage_out = (None, *[0] * n_own, *[None] * (sum(n_out) - 1 - n_own))
@@ -307,7 +313,9 @@ class _Body:
             return [leaf[0] for leaf in self.fixed]
         return [jax.lax.dynamic_index_in_dim(leaf, v, 0, False) for leaf in self.fixed]
 
-    def _vjp(self, carry: _Carry, row: Any, prefix: str, m: Any, fixed: list[Any], piece: str) -> list[Any]:
+    def _vjp(
+        self, carry: _Carry, row: Any, prefix: str, m: Any, fixed: list[Any], piece: str
+    ) -> list[Any]:
         """Every residual a backward piece needs: kept, recomputed from the input, or
         (the others) zeros XLA drops."""
         passes = self.p.passes

@@ -134,9 +134,9 @@ def interleaved(stages: int, microbatches: int, visits: int, stage: int) -> Orde
     return tuple(order)
 
 
-def needs(letter: str, microbatch: int, visit: int, stage: int, stages: int, visits: int) -> list[
-    tuple[str, int, int, int]
-]:
+def needs(
+    letter: str, microbatch: int, visit: int, stage: int, stages: int, visits: int
+) -> list[tuple[str, int, int, int]]:
     """What an action waits for: (letter, microbatch, visit, stage) of other actions."""
     if letter == "F":
         if stage > 0:
@@ -208,8 +208,10 @@ def forward_then_backward(forward: Sequence[Sequence[Action]]) -> Table:
 def in_flight(order: Order) -> int:
     """The most microbatch visits ``order`` holds at once: forwarded, and not yet done
     with (their backward, or zero bubble's weight gradient, not yet run)."""
-    last = "W" if any(letter == "W" for letter, _, _ in order) else next(
-        (letter for letter, _, _ in order if letter in "BI"), "B"
+    last = (
+        "W"
+        if any(letter == "W" for letter, _, _ in order)
+        else next((letter for letter, _, _ in order if letter in "BI"), "B")
     )
     held = most = 0
     for letter, _, _ in order:

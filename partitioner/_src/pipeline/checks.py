@@ -200,14 +200,14 @@ def head_gives_a_scalar(
         head, head_params, jax.tree.map(piece, h_aval), jax.tree.map(piece, targets)
     )
     leaves = jax.tree.leaves(out)
-    if len(leaves) != 1 or leaves[0].shape != () or jax.tree.structure(out).num_nodes != 1:
+    if len(leaves) != 1 or leaves[0].shape != () or not jax.tree_util.treedef_is_leaf(
+        jax.tree.structure(out)
+    ):
         got = jax.tree.map(lambda a: f"{a.dtype}{list(a.shape)}", out)
         raise ValueError(MSG_HEAD_NOT_SCALAR.format(api=API, got=got))
 
 
-def free_axes_under_gspmd(
-    kind: ScheduleKind, mesh: Any, axis: str, batch: Sequence[str]
-) -> None:
+def free_axes_under_gspmd(kind: ScheduleKind, mesh: Any, axis: str, batch: Sequence[str]) -> None:
     """Raises ValueError for a schedule that runs by actions over a mesh with axes left
     to XLA (a layer's tensor parallelism) under GSPMD, whose partitioner does not
     partition the conditionals of a region manual over only some axes (NOTE [pipeline

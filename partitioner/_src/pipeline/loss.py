@@ -40,7 +40,9 @@ from .schedule import Schedule, ScheduleKind
 from .shards import per_shard
 
 
-def head_mean(head: Callable[..., Any], head_params: Any, out: Any, targets: Any, count: int) -> Any:
+def head_mean(
+    head: Callable[..., Any], head_params: Any, out: Any, targets: Any, count: int
+) -> Any:
     """The batch's mean loss: ``head`` on each of the ``count`` microbatches of ``out``
     and ``targets``, averaged (NOTE [pipeline loss])."""
 

@@ -185,9 +185,9 @@ def _cut(closed: Any, first_outs: Sequence[bool]) -> tuple[Any, Any, list[Any]]:
     in_first = _needed(jaxpr.eqns, first_vars, skip=set())
     in_second = _needed(jaxpr.eqns, second_vars, skip=in_first)
     made_first = {v for k in in_first for v in jaxpr.eqns[k].outvars}
-    read_second = {
-        v for k in in_second for v in jaxpr.eqns[k].invars if isinstance(v, jp.Var)
-    } | {v for v in second_vars if isinstance(v, jp.Var)}
+    read_second = {v for k in in_second for v in jaxpr.eqns[k].invars if isinstance(v, jp.Var)} | {
+        v for v in second_vars if isinstance(v, jp.Var)
+    }
     q = [v for k in sorted(in_first) for v in jaxpr.eqns[k].outvars if v in read_second]
     assert all(v in made_first for v in q)
     unnamed = jaxpr.debug_info._replace(arg_names=None, result_paths=None)

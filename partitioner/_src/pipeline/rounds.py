@@ -142,9 +142,7 @@ def pairs_of(stages: int, ring: bool) -> tuple[Pairs, Pairs]:
 
 def shift_pairs(stages: int, ring: bool, by: int) -> Pairs:
     """Every stage sending to the next (``by=1``) or the one before (``by=-1``)."""
-    return tuple(
-        (s, (s + by) % stages) for s in range(stages) if ring or 0 <= s + by < stages
-    )
+    return tuple((s, (s + by) % stages) for s in range(stages) if ring or 0 <= s + by < stages)
 
 
 def schedule_rounds(
@@ -258,7 +256,9 @@ class _Run:
             return self.done.get(("I", m, v, stage), t) < t
         if letter == "F":
             return self._from_x("in", m, v, stage) or self.ready.get(("in", m, v, stage), t) < t
-        return self.done.get(("F", m, v, stage), t) < t and self.ready.get(("ct", m, v, stage), t) < t
+        return (
+            self.done.get(("F", m, v, stage), t) < t and self.ready.get(("ct", m, v, stage), t) < t
+        )
 
     def _can(self, t: int, stage: int, letter: str, m: int, v: int) -> bool:
         target = self._target(stage, letter, v)
@@ -335,7 +335,12 @@ class _Run:
         return message
 
     def _do(
-        self, t: int, stage: int, row: dict[str, int], prefix: str, action: tuple[int, str, int, int]
+        self,
+        t: int,
+        stage: int,
+        row: dict[str, int],
+        prefix: str,
+        action: tuple[int, str, int, int],
     ) -> tuple[str, int, int] | None:
         k, letter, m, v = action
         order = self.orders[stage]
@@ -383,7 +388,6 @@ class _Run:
     def result(self) -> Rounds:
         names = self.values.names
         fields = (*FIELDS, *(f"{use}:{n}" for use in ("c", "w", "mk") for n in names))
-        rounds = len(self.rows[0])
         permutes: list[Pairs | None] = [
             pairs if t <= self.last_send else None for t, pairs in enumerate(self.round_pairs)
         ]
@@ -420,7 +424,10 @@ def _segments(permutes: Sequence[Pairs | None]) -> tuple[tuple[tuple[Pairs | Non
         if n == 1 and t + 3 < len(permutes) and permutes[t + 2] == one:
             two = permutes[t + 1]
             k = 1
-            while t + 2 * k + 1 < len(permutes) and permutes[t + 2 * k : t + 2 * k + 2] == [one, two]:
+            while t + 2 * k + 1 < len(permutes) and permutes[t + 2 * k : t + 2 * k + 2] == [
+                one,
+                two,
+            ]:
                 k += 1
             out.append(((one, two), k))
             t += 2 * k

@@ -236,7 +236,8 @@ def chart_text(table: Table, visits: bool) -> str:
     ]
     width = max(len(t) for row in texts for t in row)
     return "\n".join(
-        f"stage {stage} | " + " ".join(t.rjust(width) for t in row) for stage, row in enumerate(texts)
+        f"stage {stage} | " + " ".join(t.rjust(width) for t in row)
+        for stage, row in enumerate(texts)
     )
 
 
@@ -500,7 +501,9 @@ class AutoPipelined:
         mark(AutoPipelineSite(schedules, plan.schedule.microbatches))
         return concrete.run(plan, params, x, *head)
 
-    def plan(self, params: Any, x: Any, head_params: Any = None, targets: Any = None) -> PipelinePlan:
+    def plan(
+        self, params: Any, x: Any, head_params: Any = None, targets: Any = None
+    ) -> PipelinePlan:
         """The plan of the pipeline the enclosing call's decision runs.
 
         Raises:
