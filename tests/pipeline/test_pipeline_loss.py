@@ -20,20 +20,11 @@ from benchmarks import models
 from partitioner import PartitionSpec as P
 from partitioner.testing.plugin import MeshFactory
 
-from .test_pipeline import close, layer
+from .test_pipeline import HIDDEN, LAYERS, WIDTH, close, layer, stacked_params
 
-LAYERS, BATCH, WIDTH, HIDDEN, OUT = 8, 32, 8, 16, 4
+BATCH, OUT = 32, 4
 SCHEDULES = ("gpipe", "circular", "1f1b", "interleaved-1f1b", "zero-bubble")
 IN = (P("stage"), P("data"), P(), P("data"))  # params, x, head_params, targets
-
-
-def stacked_params(layers: int = LAYERS) -> dict[str, jax.Array]:
-    k1, k2, k3 = jax.random.split(jax.random.key(5), 3)
-    return {
-        "w1": jax.random.normal(k1, (layers, WIDTH, HIDDEN)) / math.sqrt(WIDTH),
-        "w2": jax.random.normal(k2, (layers, HIDDEN, WIDTH)) / math.sqrt(HIDDEN),
-        "b": jax.random.normal(k3, (layers, WIDTH)) * 0.1,
-    }
 
 
 def head(head_params: dict[str, jax.Array], h: jax.Array, targets: jax.Array) -> jax.Array:
@@ -43,7 +34,7 @@ def head(head_params: dict[str, jax.Array], h: jax.Array, targets: jax.Array) ->
 
 def inputs(batch: int = BATCH) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
     kw, kx, ky = jax.random.split(jax.random.key(6), 3)
-    head_params = {"w": jax.random.normal(kw, (WIDTH, OUT)), "b": jnp.zeros(OUT)}
+    head_params = {"w": jax.random.normal(kw, (WIDTH, OUT)) / math.sqrt(WIDTH), "b": jnp.zeros(OUT)}
     return head_params, jax.random.normal(kx, (batch, WIDTH)), jax.random.normal(ky, (batch, OUT))
 
 
