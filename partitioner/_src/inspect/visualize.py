@@ -340,8 +340,8 @@ def schedule_png(cells: Sequence[Sequence[tuple[str, int, int]]], path: str, tit
     """A pipeline's schedule as a picture (``PipelinePlan.chart(png=...)``): a row per
     stage, a column per step, each cell ``cells[stage][step] = (letter, microbatch,
     visit)``: a forward (``F``) coloured by its microbatch, a backward (``B``) the same
-    colour darker and hatched, a weight gradient (``W``) grey with its microbatch, the
-    bubble (``.``) left blank; later visits paler."""
+    colour hatched, a weight gradient (``W``) the same colour pale and dotted, the bubble
+    (``.``) left blank; later visits paler."""
     from matplotlib.patches import Rectangle
 
     plt = _pyplot()
@@ -357,11 +357,11 @@ def schedule_png(cells: Sequence[Sequence[tuple[str, int, int]]], path: str, tit
                 ax.add_patch(Rectangle((step, stage), 1, 1, fc="white", ec="lightgray"))
                 continue
             alpha = 0.85 - 0.5 * visit / max(visits - 1, 1) if visits > 1 else 0.7
-            colour = "lightgray" if letter == "W" else colours(micro % colours.N)
             ax.add_patch(
                 Rectangle(
-                    (step, stage), 1, 1, fc=colour, alpha=alpha, ec="black",
-                    hatch="///" if letter == "B" else None,
+                    (step, stage), 1, 1, fc=colours(micro % colours.N), ec="black",
+                    alpha=0.3 if letter == "W" else alpha,
+                    hatch={"B": "///", "W": "..."}.get(letter),
                 )
             )  # fmt: skip
             label = letter + str(micro) + (chr(ord("a") + visit) if visits > 1 else "")

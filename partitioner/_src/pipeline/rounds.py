@@ -1,22 +1,30 @@
 """The stages' orders of actions as lock-step rounds: what the program runs, and where.
 
-NOTE [pipeline rounds]: a schedule that runs by actions (1F1B, interleaved 1F1B,
-zero bubble; NOTE [pipeline actions]) is one SPMD program: a loop whose every trip is
-one *round*, in which each stage runs one action of its order (a forward, or a
-backward, ``B``: a whole one, or zero bubble's input gradient), zero bubble also one
-weight gradient (``W``, first), and then every stage sends what its action made to its
-neighbour, in **one** collective-permute. One permute a round is possible because of
-the rounds' *parity*: stage ``s`` runs forwards only in rounds ``t = s (mod 2)`` and
-backwards only in rounds ``t = s + 1 (mod 2)``; so in a round the stages that send
-forward (``s`` to ``s + 1``) and those that send back (``s + 1`` to ``s``) pair up, the
-pairs ``(s, s + 1)`` with ``s = t (mod 2)``: two fixed patterns, and the loop's body is
-two rounds, each with its permute of static pairs (a ring, stage ``S - 1`` to 0, for
-interleaved 1F1B, whose ``S`` must then be even). For 1F1B this gives forward ``m`` on
-stage ``s`` in round ``2 m + s`` and its backward in round ``2 m + 2 S - 1 - s``: ``2 M +
-2 S - 2`` rounds of one permute each, gpipe's ``2 (M + S - 1)`` permutes. A weight
-gradient sends nothing; zero bubble's run inside the rounds of the others, never with the
-head's forward (so a round's dearest action is what 1F1B's is), and rounds after the last
-send have no permute.
+NOTE [pipeline rounds]: a schedule that runs by actions (1F1B, interleaved 1F1B, zero
+bubble; NOTE [pipeline actions]) is one SPMD program: a loop whose every trip is one
+*round*, in which each stage runs one action of its order (a forward, or a backward,
+``B``: a whole one, or zero bubble's input gradient), zero bubble also one weight
+gradient (``W``, first), and then every stage sends what its action made to its
+neighbour, in **one** collective-permute of static pairs. A round's permute is one of
+three patterns, in three phases:
+
+- while no backward can run, every stage sends on (``s`` to ``s + 1``): the forwards
+  before the first backward run back to back;
+- then the rounds' *parity* pairs the stages: in a round, the stages ``s = p (mod 2)``
+  (``p`` the round's parity) send forward to ``s + 1`` and those stages send back to
+  ``s``, so a stage runs forwards only in rounds of one parity and backwards only in the
+  others, and the sends of both directions fit one permute (the loop's body is two
+  rounds, one of each parity; a ring, stage ``S - 1`` to 0, for interleaved 1F1B, whose
+  ``S`` must then be even);
+- once every forward has run, every stage sends back (``s`` to ``s - 1``).
+
+For 1F1B this gives ``2 M + 2 S - 2`` rounds (a forward and a backward a stage in every
+two rounds of the steady state) and at most that many permutes: gpipe's ``2 (M + S -
+1)``. A head's forward and the first stage's last backward send nothing, a weight
+gradient neither: zero bubble's run inside the rounds of the others, and rounds after
+the last send have no permute. A round runs as long as its dearest action on real
+hardware: the table (NOTE [pipeline actions]) is the timeline the same orders give a
+pipeline whose stages do not wait for each other's rounds.
 
 Each stage runs its order as early as the parity and its inputs allow (an input is
 there the round after the one that sent it), a weight gradient not before the actions its

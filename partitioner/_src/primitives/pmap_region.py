@@ -57,8 +57,10 @@ class RegionParams(PrimitiveParams):
 
     Attributes:
         body: ClosedJaxpr on blocks (NOTE [pmap region]).
-        axis_name: the mapped axis (the mesh's only axis).
-        mesh: the one-axis mesh of the devices, in mapping order.
+        axis_name: the mapped axis (pmap's: the mesh's only axis).
+        mesh: the mesh of the devices, in mapping order: pmap's one-axis mesh, or a
+            pipeline's whole mesh (``in_region``), the region manual over one of its
+            axes and the others XLA's.
         in_dims / out_dims: per input / output, the mapped dimension or None.
         name: the user's function name.
 
