@@ -7,6 +7,8 @@ Pure arithmetic: no program is compiled here.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -69,8 +71,22 @@ def test_each_stage_runs_every_action_once_after_what_it_needs(s: Schedule) -> N
     assert set(spans) == want
     for (letter, m, v, stage), (start, end) in spans.items():
         assert end - start == acts.WIDTH[letter]  # a whole backward two columns, the rest one
-        for need in acts.needs(letter, m, v, stage, s.stages, s.repeats):
+        for need in needs(letter, m, v, stage, s.stages, s.repeats):
             assert spans[need][1] <= start, (letter, m, v, stage, need)
+
+
+def needs(letter: str, m: int, v: int, stage: int, stages: int, visits: int) -> list[Any]:
+    """What an action waits for, written out: a forward its input from the stage before
+    (the last stage's, one visit earlier, on stage 0), a backward its own forward and
+    the gradient from the stage after (stage 0's, one visit later, on the last stage),
+    a weight gradient its input gradient."""
+    if letter == "W":
+        return [("I", m, v, stage)]
+    if letter == "F":
+        before = (stage - 1, v) if stage else (stages - 1, v - 1)
+        return [("F", m, before[1], before[0])] if before[1] >= 0 else []
+    after = (stage + 1, v) if stage < stages - 1 else (0, v + 1)
+    return [("F", m, v, stage)] + ([(letter, m, after[1], after[0])] if after[1] < visits else [])
 
 
 @pytest.mark.parametrize("stages, microbatches", [(4, 4), (4, 8), (4, 16), (2, 6), (8, 16)])
