@@ -241,6 +241,17 @@ def test_fewer_microbatches_than_the_schedule_needs(mesh: MeshFactory) -> None:
         _plan(m, six, params, x[:24], head_params, y[:24])
 
 
+def test_x_of_several_dtypes(mesh: MeshFactory) -> None:
+    params, (head_params, x, y) = stacked_params(), inputs()
+    run = partitioner.pipeline(
+        lambda p, h: (layer(p, h[0]), h[1]), axis="stage", microbatches=8, schedule="1f1b",
+        loss=lambda w, h, t: head(w, h[0], t),
+    )  # fmt: skip
+    pair = (x, x.astype(jnp.int32))
+    with pytest.raises(TypeError, match=r"x's leaves to share one floating dtype.*int32"):
+        _plan(mesh((4, 2), ("stage", "data")), run, params, pair, head_params, y)
+
+
 def test_a_loss_pipeline_is_called_with_the_head_and_the_targets(mesh: MeshFactory) -> None:
     params, (head_params, x, y) = stacked_params(), inputs()
     run = partitioner.pipeline(layer, axis="stage", microbatches=8, loss=head)

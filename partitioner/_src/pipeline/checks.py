@@ -200,8 +200,10 @@ def head_gives_a_scalar(
         head, head_params, jax.tree.map(piece, h_aval), jax.tree.map(piece, targets)
     )
     leaves = jax.tree.leaves(out)
-    if len(leaves) != 1 or leaves[0].shape != () or not jax.tree_util.treedef_is_leaf(
-        jax.tree.structure(out)
+    if (
+        len(leaves) != 1
+        or leaves[0].shape != ()
+        or not jax.tree_util.treedef_is_leaf(jax.tree.structure(out))
     ):
         got = jax.tree.map(lambda a: f"{a.dtype}{list(a.shape)}", out)
         raise ValueError(MSG_HEAD_NOT_SCALAR.format(api=API, got=got))
@@ -220,4 +222,17 @@ def free_axes_under_gspmd(kind: ScheduleKind, mesh: Any, axis: str, batch: Seque
             "XLA's partitioner inside it, which GSPMD cannot do for the stages' branches. "
             "Use the Shardy partitioner (jax's default; partitioner.spmd_partitioner('shardy')), "
             "or schedule='gpipe' / 'circular'"
+        )
+
+
+def one_dtype(kind: ScheduleKind, x: Any) -> None:
+    """Raises TypeError unless ``x``'s leaves share one floating dtype, which a schedule
+    that runs by actions needs (the values a stage keeps sit in one pool per dtype, and
+    its gradients flow back through ``x``'s leaves)."""
+    dtypes = {jax.numpy.dtype(leaf.dtype) for leaf in jax.tree.leaves(x)}
+    if len(dtypes) != 1 or not jax.numpy.issubdtype(next(iter(dtypes)), jax.numpy.floating):
+        raise TypeError(
+            f"{API}: schedule={kind.value!r} needs x's leaves to share one floating dtype; "
+            f"they are {sorted(map(str, dtypes))}. Cast them to one (x.astype(jnp.float32)), or use "
+            "schedule='gpipe' / 'circular'"
         )

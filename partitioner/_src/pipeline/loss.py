@@ -174,6 +174,11 @@ def _gradients(
         jax.tree.structure(targets),
     )
     (d_staged,) = prepared_pullback(d_own)
+    # the loss in the head's dtype, as the primal (and the plain scan's head) gives it
+    shard_targets = jax.tree.map(
+        lambda leaf: jax.ShapeDtypeStruct(leaf.shape[2:], leaf.dtype), wanted
+    )
+    loss = loss.astype(jax.eval_shape(head, head_params, one_shard, shard_targets).dtype)
 
     def whole(leaves: list[Any], like: Any) -> Any:
         return jax.tree.unflatten(

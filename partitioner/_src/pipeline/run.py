@@ -350,6 +350,8 @@ class Pipelined:
         if self.microbatches is not None:
             checks.microbatch_count(self.microbatches, batch)
             checks.enough_microbatches(self.schedule, self.microbatches, stages, self.axis)
+        if self.schedule.by_actions:
+            checks.one_dtype(self.schedule, x)
         if self.loss is not None and targets is not None:
             checks.targets_batch(targets, batch, self.microbatches)
             count = self.microbatches or 1
