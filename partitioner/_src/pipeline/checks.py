@@ -124,6 +124,12 @@ def layer_keeps_its_input(layer: Callable[..., Any], one_layer: Any, h_aval: Any
             )
 
 
+def needs_loss(kind: ScheduleKind | None, loss: Callable[..., Any] | None) -> None:
+    """Raises ValueError for a schedule that runs by actions without a loss head."""
+    if kind is not None and kind.by_actions and loss is None:
+        raise ValueError(MSG_NEEDS_LOSS.format(api=API, schedule=kind.value))
+
+
 def call_arguments(loss: Callable[..., Any] | None, head: Sequence[Any]) -> None:
     """Raises TypeError unless a pipeline with ``loss=`` gets ``head_params, targets``
     after ``params, x`` and one without gets neither."""

@@ -123,8 +123,7 @@ def pipeline(
         )
     count = None if microbatches is None else int(microbatches)
     kind = None if schedule is None else ScheduleKind(schedule)
-    if kind is not None and kind.by_actions and loss is None:
-        raise ValueError(checks.MSG_NEEDS_LOSS.format(api=API, schedule=kind.value))
+    checks.needs_loss(kind, loss)
     keeps = None if saves is None else Saves(saves)
     if isinstance(axis, str):
         return Pipelined(layer, axis, count, kind or ScheduleKind.GPIPE, mesh, keeps, loss)
