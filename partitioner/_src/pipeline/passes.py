@@ -41,6 +41,8 @@ class Passes:
     Attributes:
         fixed: ``fixed(weights) -> fixed``: what the weights alone give.
         forward: ``forward(fixed, h) -> (out, vjp)``: the output and every residual.
+        vjp_of: ``vjp_of(fixed, h, kept) -> vjp``: every residual again, from the fixed
+            values, the input and the kept ones.
         kept: per residual, whether a forward keeps it per microbatch (not fixed,
             not the input).
         from_input: per residual, whether it is (a leaf of) the visit's input.

@@ -244,9 +244,10 @@ class _Run:
 
     # --- the rounds ---
 
-    def _next(self, stage: int, letters: str, skip: int = 0) -> tuple[int, str, int, int] | None:
+    def _next(self, stage: int, letters: str) -> tuple[int, str, int, int] | None:
+        """The next action of ``stage``'s order among ``letters``: (index, letter, m, v)."""
         order = self.orders[stage]
-        for k in range(self.position[stage] + skip, len(order)):
+        for k in range(self.position[stage], len(order)):
             if order[k][0] in letters:
                 return (k, *order[k])
         return None
