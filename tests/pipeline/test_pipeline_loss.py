@@ -134,6 +134,26 @@ def test_tensor_parallel_inside_the_stages(mesh: MeshFactory) -> None:
         close(value, jax.jit(grad)(params, x, head_params, y), "tensor parallel")
 
 
+def test_two_batch_axes(mesh: MeshFactory) -> None:
+    """A layer that constrains nothing on a three-axis mesh: each stage's microbatch split
+    over both other axes, a region nested in the stages' for each (Shardy)."""
+    params, (head_params, x, y) = stacked_params(4), inputs(16)
+    mlp = {"w1": params["w1"], "w2": params["w2"]}
+    run = partitioner.pipeline(
+        models.residual_mlp, axis="stage", microbatches=4, schedule="zero-bubble", loss=head
+    )
+    with partitioner.spmd_partitioner("shardy"):
+        with jax.set_mesh(mesh((2, 2, 2), ("stage", "data", "model"))):
+            ours = partitioner.jit(step(run), in_shardings=IN)(mlp, x, head_params, y)
+            plan = run.plan(mlp, x, head_params, y)
+    assert plan.placement.batch == ("data", "model")
+    reference = jax.value_and_grad(
+        lambda p, x, w, t: head(w, models.plain_scan(models.residual_mlp)(p, x), t),
+        argnums=(0, 1, 2),
+    )
+    close(ours, jax.jit(reference)(mlp, x, head_params, y), "two batch axes")
+
+
 def test_a_flax_stack_trained_20_steps_with_optax(mesh: MeshFactory) -> None:
     """A flax linen stack and read-out, optax's Adam, 20 steps of 1F1B: the parameters
     stay those of jax.jit's plain scan, step by step."""

@@ -215,20 +215,29 @@ def head_gives_a_scalar(
         raise ValueError(MSG_HEAD_NOT_SCALAR.format(api=API, got=got))
 
 
-def free_axes_under_gspmd(kind: ScheduleKind, mesh: Any, axis: str, batch: Sequence[str]) -> None:
-    """Raises ValueError for a schedule that runs by actions over a mesh with axes left
-    to XLA (a layer's tensor parallelism) under GSPMD, whose partitioner does not
-    partition the conditionals of a region manual over only some axes (NOTE [pipeline
-    by actions]); Shardy does."""
+def gspmd_runs(kind: ScheduleKind, mesh: Any, axis: str, batch: Sequence[str]) -> None:
+    """Raises ValueError for a schedule that runs by actions where GSPMD cannot partition
+    its regions (NOTE [pipeline by actions]), Shardy can: axes left to XLA inside the
+    stages (a layer's tensor parallelism), whose branches GSPMD does not partition, or
+    more than one batch axis (regions nested three deep)."""
+    if jp.jax_uses_shardy():
+        return
     free = [a for a in mesh.axis_names if a != axis and a not in batch and mesh.shape[a] > 1]
-    if free and not jp.jax_uses_shardy():
-        raise ValueError(
-            f"{API}: schedule={kind.value!r} runs each stage's own actions in a region "
-            f"manual over {axis!r} and the batch axes {tuple(batch)}, leaving {free} to "
-            "XLA's partitioner inside it, which GSPMD cannot do for the stages' branches. "
-            "Use the Shardy partitioner (jax's default; partitioner.spmd_partitioner('shardy')), "
-            "or schedule='gpipe' / 'circular'"
+    if free:
+        why = (
+            f"leaving {free} to XLA's partitioner inside it, which GSPMD cannot do for the "
+            "stages' branches"
         )
+    elif len(batch) > 1:
+        why = "one region nested in another for each, which GSPMD cannot partition"
+    else:
+        return
+    raise ValueError(
+        f"{API}: schedule={kind.value!r} runs each stage's own actions in a region "
+        f"manual over {axis!r} and the batch axes {tuple(batch)}, {why}. Use the Shardy "
+        "partitioner (jax's default; partitioner.spmd_partitioner('shardy')), or "
+        "schedule='gpipe' / 'circular'"
+    )
 
 
 def one_dtype(kind: ScheduleKind, x: Any) -> None:

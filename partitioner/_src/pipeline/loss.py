@@ -118,7 +118,7 @@ def _gradients(
     """The loss and the gradients of ``staged``, ``x``, ``head_params`` and ``targets``
     (None where not wanted), by the action program (NOTE [pipeline by actions])."""
     count, batch = schedule.microbatches, placement.batch
-    checks.free_axes_under_gspmd(schedule.kind, placement.mesh, placement.axis, batch)
+    checks.gspmd_runs(schedule.kind, placement.mesh, placement.axis, batch)
     sizes = tuple(int(placement.mesh.shape[a]) for a in batch)
     inputs = jax.tree.map(lambda leaf: microbatches_of(leaf, count, placement), x)
     wanted = jax.tree.map(lambda leaf: microbatches_of(leaf, count, placement), targets)
