@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
+from .. import pmap_registry as _pmap_registry  # noqa: F401  (installs pmap_region_p's rules)
 from ..primitives.pmap_region import in_region
 from . import rounds as rd
 from .passes import Passes

@@ -248,6 +248,9 @@ class Pipelined:
         layer, axis, microbatches, mesh, loss: as :func:`pipeline` took them.
         schedule: the schedule (gpipe where none was given).
         saves: what each step keeps (None: chosen with the microbatches).
+        batch_over: the mesh axes a stage's microbatch may be split over (None: every
+            one the layer leaves free); an AUTO pipeline's decision may keep one for
+            the weights (tensor parallel inside the stages).
     """
 
     layer: Callable[[Any, Any], Any]
@@ -257,6 +260,7 @@ class Pipelined:
     mesh: Mesh | None = None
     saves: Saves | None = None
     loss: Callable[[Any, Any, Any], Any] | None = None
+    batch_over: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         _wraps(self, self.layer)
@@ -360,7 +364,7 @@ class Pipelined:
             self.layer, self.schedule, self.microbatches, self.saves, layers, stages,
             str(jax.tree.structure((one_layer, h_aval))),
             tuple((leaf.shape, str(leaf.dtype)) for leaf in jax.tree.leaves((one_layer, h_aval))),
-            tuple(mesh.shape.items()), tuple(mesh.axis_types), self.axis, limit,
+            tuple(mesh.shape.items()), tuple(mesh.axis_types), self.axis, limit, self.batch_over,
         )  # fmt: skip
         best, table, placement = kept(
             key, lambda: self._weigh(mesh, one_layer, h_aval, pipelined, batch, limit)
@@ -425,7 +429,7 @@ class Pipelined:
         program = jax.make_jaxpr(self.layer)(one_layer, h_aval)
 
         def placement(count: int) -> Placement:
-            axes = batch_axes(mesh, self.axis, program, batch // count)
+            axes = batch_axes(mesh, self.axis, program, batch // count, self.batch_over)
             return Placement(mesh, self.axis, axes, math.prod(int(mesh.shape[a]) for a in axes))
 
         stages = int(mesh.shape[self.axis])
@@ -480,8 +484,9 @@ class AutoPipelined:
             return None
         kind = ScheduleKind(decision.schedule)
         return Pipelined(
-            self.layer, decision.axis, self.microbatches, kind, self.mesh, self.saves, self.loss
-        )
+            self.layer, decision.axis, self.microbatches, kind, self.mesh, self.saves, self.loss,
+            decision.batch_axes,
+        )  # fmt: skip
 
     def __call__(self, params: Any, x: Any, *head: Any) -> Any:
         """The plain scan's value on ``x`` (``params`` stacked: every leaf ``[layers,
