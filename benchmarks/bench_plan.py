@@ -22,6 +22,24 @@ the search was not built on: a gated-MLP (SwiGLU) stack with RMS norms and
 multi-query attention, trained with Adam. Values are checked against jax.jit's plain
 scan. Search time: the AUTO pipeline's first call against the same stack written as
 the plain scan with AUTO parameters (8 blocks), and for 32 blocks.
+
+Three axes (issue 54; ``plan_three_axes.py``, whose docstring says why each of its
+setups runs in a worker process; ``--three-axes`` runs this section alone, ``--two-axes``
+the other): a 2x2x2 ("a", "b", "c") mesh, AdamW (optax), the parameters and the optimizer
+state AUTO in and out, the batch over one axis. The programs (``models.py``): a small
+GPT (a 1024 x 128 embedding tied with its head, 8 pre-LN causal blocks of 4-head
+attention and a 512 GELU MLP, 16 x 32 tokens) with its batch over "a" and over "c",
+and the SwiGLU + multi-query attention stack (with AdamW) over "b", the program of
+another family the search was not built on. Against them every plan of
+``hand_plans.py``'s catalogue (86: replicated, FSDP over each axis, pair and all three,
+Megatron over each axis, FSDP x Megatron, Megatron attention with the MLP over two
+axes, gpipe and circular pipelines over each free axis at 2/4/8 microbatches alone or
+with Megatron or FSDP over another axis), each written as explicit specs for the
+parameters and AdamW's moments, every plan's values checked against jax.jit's plain
+step. The target is the issue's: no hand plan at least as good as AUTO's choice on both
+XLA figures and better by more than 2% on one (``Figures.dominates(by=0.02)``, as
+AUTO's decisions and the tests judge); and the search (the first ``lower().compile()``)
+within 30 s. The plain scan's AUTO (no pipeline in the body) is reported beside it.
 """
 
 from __future__ import annotations
@@ -29,11 +47,9 @@ from __future__ import annotations
 import common  # first: sets XLA_FLAGS before jax is imported
 
 # isort: split
-import functools
 import math
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
 from typing import Any
 
 import bench_pipeline as stacks
@@ -41,14 +57,12 @@ import jax
 import jax.numpy as jnp
 import models
 import numpy as np
-import optax
-from hand_plans import HandPlan, catalogue
+import plan_three_axes
 from jax.sharding import Mesh
 
 import partitioner
 from partitioner import AUTO
 from partitioner import PartitionSpec as P
-from partitioner._testing import Figures
 
 NAME = "plan"
 AXES = ("data", "model")
@@ -249,248 +263,6 @@ def search_rows() -> list[common.Row]:
     return rows
 
 
-# --- three axes (issue 54): AUTO against the hand plans a user tries first, AdamW ---
-
-AXES3 = ("a", "b", "c")
-SIZES3 = dict.fromkeys(AXES3, 2)
-#: "At least as good on both XLA figures and better by more than 2% on one"
-#: (``Figures.dominates(other, by=BY)``, as AUTO's own decisions and the tests judge).
-BY = 0.02
-NOT_MATCHED = common.Target("0 hand plans", hi=0.0)
-SEARCH_3_S = 30.0
-#: The quick run's plans (one of each kind, so every path runs once) and stack depth.
-QUICK_LAYERS = 2
-QUICK_PLANS = (
-    "replicated", "FSDP over ('a', 'b', 'c')", "FSDP over 'b' x Megatron over 'c'",
-    "Megatron attention over 'b', MLP over ('b', 'c')",
-    "gpipe over 'b', 8 microbatches + Megatron over 'c'",
-    "circular over 'c', 4 microbatches + FSDP over 'a' (batch)",
-)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Program:
-    """A three-axis program (``models.py``'s): its layer (``layer(params, h, split=None)``),
-    parameters (``{"blocks": the stack, ...}``) and batch from a key, its loss as a
-    function of the stack callable, and what each weight is to a hand plan."""
-
-    layer: Callable[..., Any]
-    params: Callable[..., Any]
-    batch: Callable[..., Any]
-    loss: Callable[..., Any]
-    roles: Mapping[str, str]
-
-
-PROGRAMS3 = {
-    "GPT": Program(models.gpt_block, models.gpt_params, models.gpt_batch, models.gpt_loss, models.GPT_ROLES),
-    "SwiGLU + MQA": Program(models.glu_block, models.glu_stack_params, models.glu_batch, models.glu_loss, models.GLU_ROLES),
-}  # fmt: skip
-#: (program, the batch's axis): the GPT with its batch over the first axis and over the
-#: last (the search must not care which), and a program the search was not built on.
-SETUPS3 = (("GPT", "a"), ("GPT", "c"), ("SwiGLU + MQA", "b"))
-
-
-def _unstaged(tree: Any) -> Any:
-    """``tree`` with every ``StagedParams`` (a circular plan's) back in layer order."""
-    staged = lambda leaf: hasattr(leaf, "unstage")  # noqa: E731
-    return jax.tree.map(lambda x: x.unstage() if staged(x) else x, tree, is_leaf=staged)
-
-
-def _check3(got: Any, want: Any, what: str) -> None:
-    """The step's loss, AdamW's moments and the parameters as jax.jit's plain step's
-    (rtol 2e-3). A first AdamW step moves a weight by about ``lr * sign(g)``: where
-    ``|g|`` is below a thousandth of its leaf's largest, float32 summation order may
-    flip the sign, so the parameters are compared where it is not (the moments, which
-    carry the gradients, everywhere)."""
-    (p, (adam, *_), loss), (p0, (adam0, *_), loss0) = _unstaged(got), want
-    np.testing.assert_allclose(float(loss), float(loss0), rtol=2e-3, err_msg=f"{what}: loss")
-    for name, ours, theirs in (("mu", adam.mu, adam0.mu), ("nu", adam.nu, adam0.nu)):
-        for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
-            b = np.asarray(b)
-            atol = 1e-3 * float(np.abs(b).max())
-            np.testing.assert_allclose(np.asarray(a), b, 2e-3, atol, err_msg=f"{what}: {name}")
-    for a, b, g in zip(*(jax.tree.leaves(t) for t in (p, p0, adam0.mu)), strict=True):
-        g = np.abs(np.asarray(g))
-        clear = g >= 1e-3 * g.max()
-        np.testing.assert_allclose(
-            np.asarray(a)[clear], np.asarray(b)[clear], 2e-3, 1e-4, err_msg=f"{what}: params"
-        )
-
-
-def _figures3(report: Any) -> Figures:
-    return Figures(float(report.collective_bytes), float(report.memory.total), 0.0, measured=True)
-
-
-def _hand3(program: Program, plan: HandPlan, data: P, state: Any, batch: Any, want: Any) -> Figures:
-    """One hand plan's step, compiled and run: XLA's figures (values checked)."""
-    layer = program.layer
-    if plan.tensor:
-        layer = functools.partial(layer, split=models.TensorSplit(plan.heads, plan.hidden))
-    params = state
-    if plan.pipeline is None:
-        stack = models.plain_scan(layer)
-    else:
-        line = plan.pipeline
-        stack = partitioner.pipeline(
-            layer, axis=line.axis, schedule=line.schedule, microbatches=line.microbatches
-        )
-        if line.schedule == "circular":  # staged once, as a training loop would
-            params = jax.device_get({**state, "blocks": stack.stage(state["blocks"])})
-    tx = models.adamw()
-    opt_state = jax.device_get(tx.init(params))
-    specs = plan.specs(params, program.roles, SIZES3)
-    opt_specs = optax.tree_map_params(
-        tx, lambda _, spec: spec, opt_state, specs, transform_non_params=lambda _: P()
-    )
-    f = partitioner.jit(
-        models.adamw_step(program.loss(stack)),
-        in_shardings=(specs, opt_specs, data, data),
-        out_shardings=(specs, opt_specs, P()),
-    )
-    report = f.lower(params, opt_state, *batch).compile().report()
-    _check3(f(params, opt_state, *batch), want, plan.name)
-    return _figures3(report)
-
-
-def _auto3(program: Program, stack: Any, data: P, state: Any, batch: Any, want: Any) -> Any:
-    """The step with AUTO parameters and optimizer state, cold: (report, the search's
-    wall and CPU seconds: the first ``lower().compile()``), values checked."""
-    partitioner.clear_caches()
-    opt_state = jax.device_get(models.adamw().init(state))
-    f = partitioner.jit(
-        models.adamw_step(program.loss(stack)),
-        in_shardings=(AUTO, AUTO, data, data),
-        out_shardings=(AUTO, AUTO, None),
-    )
-    with common.stopwatch() as took:
-        compiled = f.lower(state, opt_state, *batch).compile()
-    _check3(f(state, opt_state, *batch), want, "AUTO")
-    return compiled.report(), took[0]
-
-
-def _mb(x: float) -> str:
-    return f"{x / 1e6:7.3f}"
-
-
-def _print_hands3(title: str, hands: dict[str, Figures], auto: Figures, plain: Figures) -> None:
-    print(f"\n== plan, three axes: {title}: every hand plan (MB per device; / AUTO) ==")
-    print(f"{'plan':62} {'bytes':>7} {'memory':>7} {'bytes/A':>7} {'mem/A':>7}  dominates")
-    rows = [("AUTO (pipeline(axis=AUTO))", auto), ("AUTO, plain scan", plain), *hands.items()]
-    for name, fig in rows:
-        mark = "AUTO by >2%" if name in hands and fig.dominates(auto, by=BY) else ""
-        print(
-            f"{name:62} {_mb(fig.collective_bytes)} {_mb(fig.memory_bytes)} "
-            f"{fig.collective_bytes / auto.collective_bytes:7.3f} "
-            f"{fig.memory_bytes / auto.memory_bytes:7.3f}  {mark}"
-        )
-
-
-def _beaten_by(hands: dict[str, Figures], fig: Figures) -> dict[str, dict[str, float]]:
-    """The hand plans that dominate ``fig`` by more than 2%, and their ratios to it."""
-    return {
-        name: {
-            "bytes_ratio": hand.collective_bytes / fig.collective_bytes,
-            "memory_ratio": hand.memory_bytes / fig.memory_bytes,
-        }
-        for name, hand in hands.items()
-        if hand.dominates(fig, by=BY)
-    }
-
-
-def _rows3(setup: str, hands: dict[str, Figures], auto: Any, plain: Any) -> list[common.Row]:
-    """The setup's rows: AUTO matched by no hand plan; its memory and bytes against the
-    hand plans' least; its search time; the plain scan's AUTO beside it (reported)."""
-    (report, searched), (plain_report, plain_searched) = auto, plain
-    search_s, plain_s = searched.wall, plain_searched.wall
-    fig, plain_fig = _figures3(report), _figures3(plain_report)
-    choice = report.auto.choice
-    plan = choice.whole_plan.name
-    beaten = _beaten_by(hands, fig)
-    whole = [
-        {"name": w.name, "note": w.note, "figures": None if w.candidate is None else asdict(w.candidate.figures)}
-        for w in choice.whole_plans
-    ]  # fmt: skip
-    extra = {
-        "plan": plan, "collective_bytes": fig.collective_bytes, "memory_bytes": fig.memory_bytes,
-        "search_s": search_s, "whole_plans": whole, "beaten_by": beaten,
-        "hand": {h: {"collective_bytes": f.collective_bytes, "memory_bytes": f.memory_bytes} for h, f in hands.items()},
-    }  # fmt: skip
-    rows = [
-        common.Row(
-            f"{setup}: AUTO ({plan}): hand plans as good on both figures, > 2% better on one",
-            "plans", float(len(beaten)), None, None, NOT_MATCHED.text,
-            not beaten, "ok" if not beaten else "MISSED", extra=extra,
-        )
-    ]  # fmt: skip
-    least = min(hands, key=lambda h: hands[h].memory_bytes)
-    fewest = min(hands, key=lambda h: hands[h].collective_bytes)
-    rows.append(
-        common.compare(f"{setup}: AUTO / least-memory hand plan ({least}): XLA memory",
-                       "KiB/device", [fig.memory_bytes], [hands[least].memory_bytes], None, 1 / 1024)
-    )  # fmt: skip
-    rows.append(
-        common.compare(f"{setup}: AUTO / fewest-bytes hand plan ({fewest}): collective bytes",
-                       "KiB/device", [fig.collective_bytes], [hands[fewest].collective_bytes], None, 1 / 1024)
-    )  # fmt: skip
-    met = search_s <= SEARCH_3_S
-    rows.append(
-        common.Row(
-            f"{setup}: AUTO search (the first lower + compile)", "s", search_s, None, None,
-            f"<= {SEARCH_3_S:.0f} s", met, "ok" if met else "MISSED",
-            extra={"cpu_s": searched.cpu, "compiles": choice.compiles},
-        )
-    )  # fmt: skip
-    flat = {h: f for h, f in hands.items() if "microbatches" not in h}
-    plain_beaten = _beaten_by(flat, plain_fig)
-    plain_extra = {
-        "collective_bytes": plain_fig.collective_bytes, "memory_bytes": plain_fig.memory_bytes,
-        "search_s": plain_s, "search_cpu_s": plain_searched.cpu, "beaten_by": plain_beaten,
-    }  # fmt: skip
-    rows.append(
-        common.Row(
-            f"{setup}: AUTO, plain scan in the body: unpipelined hand plans as good on both, > 2% better on one",
-            "plans", float(len(plain_beaten)), None, None, "-", None, extra=plain_extra,
-        )
-    )  # fmt: skip
-    rows.append(
-        common.Row(f"{setup}: AUTO, plain scan in the body: search", "s", plain_s, None, None, "-", None)
-    )  # fmt: skip
-    return rows
-
-
-def three_axis_rows(program_name: str, batch_axis: str, quick: bool) -> list[common.Row]:
-    """One three-axis setup: every hand plan, AUTO's whole plan and the plain scan's AUTO."""
-    program = PROGRAMS3[program_name]
-    setup = f"{program_name} (AdamW), 2x2x2, batch over {batch_axis!r}"
-    layers = {"layers": QUICK_LAYERS} if quick else {}
-    state = jax.device_get(program.params(jax.random.key(0), **layers))
-    batch = jax.device_get(program.batch(jax.random.key(1)))
-    plain_step = models.adamw_step(program.loss(models.plain_scan(program.layer)))
-    want = jax.jit(plain_step)(state, models.adamw().init(state), *batch)
-    data = P(batch_axis)
-    hands: dict[str, Figures] = {}
-    compile_s: dict[str, float] = {}
-    for plan in catalogue(AXES3, batch_axis):
-        if quick and plan.name not in QUICK_PLANS:
-            continue
-        start = time.perf_counter()
-        hands[plan.name] = _hand3(program, plan, data, state, batch, want)
-        compile_s[plan.name] = time.perf_counter() - start
-        partitioner.clear_caches()
-        print(f"  {plan.name}: {_mb(hands[plan.name].collective_bytes)} MB moved, "
-              f"{_mb(hands[plan.name].memory_bytes)} MB held ({compile_s[plan.name]:.1f} s)", flush=True)  # fmt: skip
-    auto = _auto3(program, partitioner.pipeline(program.layer, axis=AUTO), data, state, batch, want)
-    plain = _auto3(program, models.plain_scan(program.layer), data, state, batch, want)
-    print(f"  AUTO's whole plans ({auto[1].wall:.1f} s, {auto[1].cpu:.1f} s CPU):")
-    for whole in auto[0].auto.choice.whole_plans:
-        figures = whole.candidate.figures if whole.candidate else None
-        print(f"    {whole.name}: {figures}; {whole.note or 'chosen'}")
-    _print_hands3(setup, hands, _figures3(auto[0]), _figures3(plain[0]))
-    rows = _rows3(setup, hands, auto, plain)
-    rows[0].extra["hand_seconds"] = compile_s
-    return rows
-
-
 def main() -> None:
     args = common.parse_args(
         __doc__.splitlines()[0],
@@ -511,11 +283,7 @@ def main() -> None:
             rows += search_rows()
         common.print_rows("plan: AUTO against every hand plan (4x2 mesh)", rows)
     if three:
-        mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 2, 2), AXES3)
-        three_rows: list[common.Row] = []
-        with jax.set_mesh(mesh):
-            for program_name, batch_axis in SETUPS3[:1] if args.quick else SETUPS3:
-                three_rows += three_axis_rows(program_name, batch_axis, args.quick)
+        three_rows = plan_three_axes.rows(args.quick)
         common.print_rows(
             "plan: AUTO against the hand plans a user tries first (2x2x2)", three_rows
         )
