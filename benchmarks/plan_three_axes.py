@@ -132,8 +132,20 @@ def _figures(report: Any) -> dict[str, float]:
     }
 
 
-def _hand(program: Program, plan: HandPlan, data: P, state: Any, batch: Any, want: Any) -> Any:
-    """One hand plan's step, compiled and run (values checked): its report."""
+def _wrong(got: Any, want: Any, what: str) -> str:
+    """``""`` where ``got``'s values are jax.jit's (``_check``), else what differs."""
+    try:
+        _check(got, want, what)
+    except AssertionError as error:
+        return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    return ""
+
+
+def _hand(
+    program: Program, plan: HandPlan, data: P, state: Any, batch: Any, want: Any
+) -> tuple[Any, str]:
+    """One hand plan's step, compiled and run: its report, and what its values get
+    wrong (``""``: nothing)."""
     layer = program.layer
     if plan.tensor:
         layer = functools.partial(layer, split=models.TensorSplit(plan.heads, plan.hidden))
@@ -159,8 +171,7 @@ def _hand(program: Program, plan: HandPlan, data: P, state: Any, batch: Any, wan
         out_shardings=(specs, opt_specs, P()),
     )
     report = f.lower(params, opt_state, *batch).compile().report()
-    _check(f(params, opt_state, *batch), want, plan.name)
-    return report
+    return report, _wrong(f(params, opt_state, *batch), want, plan.name)
 
 
 def _auto(program: Program, stack: Any, data: P, state: Any, batch: Any, want: Any) -> dict:
@@ -175,7 +186,7 @@ def _auto(program: Program, stack: Any, data: P, state: Any, batch: Any, want: A
     )
     with common.stopwatch() as took:
         compiled = f.lower(state, opt_state, *batch).compile()
-    _check(f(state, opt_state, *batch), want, "AUTO")
+    wrong = _wrong(f(state, opt_state, *batch), want, "AUTO")
     report = compiled.report()
     choice = report.auto.choice
     whole = [
@@ -193,6 +204,7 @@ def _auto(program: Program, stack: Any, data: P, state: Any, batch: Any, want: A
         "plan": choice.whole_plan.name if choice.whole_plan else "no pipeline in the body",
         "whole_plans": whole,
         "compiles": choice.compiles,
+        "wrong": wrong,
     }
 
 
@@ -225,11 +237,14 @@ def measure(index: int, journal: Path, quick: bool) -> None:
             if (quick and plan.name not in QUICK_PLANS) or ("hand", plan.name) in done:
                 continue
             with common.stopwatch() as took:
-                figures = _figures(_hand(program, plan, data, state, batch, want))
+                report, wrong = _hand(program, plan, data, state, batch, want)
+            figures = _figures(report)
             partitioner.clear_caches()
-            _append(journal, {"kind": "hand", "name": plan.name, **figures, "s": took[0].wall})
+            record = {"kind": "hand", "name": plan.name, **figures, "s": took[0].wall}
+            _append(journal, {**record, "wrong": wrong})
             print(f"  {plan.name}: {_mb(figures['collective_bytes'])} MB moved, "
-                  f"{_mb(figures['memory_bytes'])} MB held ({took[0].wall:.1f} s)", flush=True)  # fmt: skip
+                  f"{_mb(figures['memory_bytes'])} MB held ({took[0].wall:.1f} s)"
+                  + (f"; VALUES WRONG: {wrong}" if wrong else ""), flush=True)  # fmt: skip
         bodies = {
             "pipeline(layer, axis=AUTO)": partitioner.pipeline(program.layer, axis=AUTO),
             "plain scan": models.plain_scan(program.layer),
@@ -238,7 +253,8 @@ def measure(index: int, journal: Path, quick: bool) -> None:
             if ("auto", body) not in done:
                 record = _auto(program, stack, data, state, batch, want)
                 _append(journal, {"kind": "auto", "name": body, **record})
-                print(f"  AUTO, {body}: {record['plan']} ({record['search_s']:.1f} s)", flush=True)
+                print(f"  AUTO, {body}: {record['plan']} ({record['search_s']:.1f} s)"
+                      + (f"; VALUES WRONG: {record['wrong']}" if record["wrong"] else ""), flush=True)  # fmt: skip
 
 
 # --- the rows (in bench_plan.py's process) ---
@@ -264,7 +280,11 @@ def _beaten_by(hands: Mapping[str, Figures], fig: Figures) -> dict[str, dict[str
     }
 
 
-def _print(title: str, hands: Mapping[str, Figures], autos: Mapping[str, dict]) -> None:
+def _print(
+    title: str, hands: Mapping[str, Figures], autos: Mapping[str, dict], wrong: Mapping[str, Any]
+) -> None:
+    """Every plan's figures, and which dominate AUTO's choice; those whose values are not
+    jax.jit's are shown, marked, and judged by nothing."""
     auto = _fig(autos["pipeline(layer, axis=AUTO)"])
     for body, record in autos.items():
         print(f"  AUTO, {body}: {record['plan']} ({record['search_s']:.1f} s, "
@@ -274,8 +294,10 @@ def _print(title: str, hands: Mapping[str, Figures], autos: Mapping[str, dict]) 
     print(f"\n== plan, three axes: {title}: every plan (MB per device; / AUTO's) ==")
     print(f"{'plan':62} {'bytes':>7} {'memory':>7} {'bytes/A':>7} {'mem/A':>7}  dominates AUTO")
     rows = [*((f"AUTO, {b}", _fig(r)) for b, r in autos.items()), *hands.items()]
+    rows += [(name, _fig(record)) for name, record in wrong.items()]
     for name, fig in rows:
         mark = "by > 2%" if name in hands and fig.dominates(auto, by=BY) else ""
+        mark = "values wrong: not judged" if name in wrong else mark
         print(
             f"{name:62} {_mb(fig.collective_bytes)} {_mb(fig.memory_bytes)} "
             f"{fig.collective_bytes / auto.collective_bytes:7.3f} "
@@ -286,23 +308,31 @@ def _print(title: str, hands: Mapping[str, Figures], autos: Mapping[str, dict]) 
 def _rows(title: str, records: list[dict[str, Any]]) -> list[common.Row]:
     """A setup's rows: AUTO matched by no hand plan; its memory and bytes against the
     hand plans' least; its search time; the plain scan's AUTO beside it (reported)."""
-    hands = {r["name"]: _fig(r) for r in records if r["kind"] == "hand"}
+    hands = {r["name"]: _fig(r) for r in records if r["kind"] == "hand" and not r["wrong"]}
+    wrong = {r["name"]: r for r in records if r["kind"] == "hand" and r["wrong"]}
     autos = {r["name"]: r for r in records if r["kind"] == "auto"}
     restarts = [r for r in records if r["kind"] == "restart"]
-    _print(title, hands, autos)
+    _print(title, hands, autos, wrong)
     auto, plain = autos["pipeline(layer, axis=AUTO)"], autos["plain scan"]
     fig = _fig(auto)
     beaten = _beaten_by(hands, fig)
+    met = not beaten and not auto["wrong"]
     extra = {
         **auto, "beaten_by": beaten, "restarts": restarts,
         "hand": {r["name"]: r for r in records if r["kind"] == "hand"},
     }  # fmt: skip
     rows = [
         common.Row(
-            f"{title}: AUTO ({auto['plan']}): hand plans as good on both figures, > 2% better on one",
+            f"{title}: AUTO ({auto['plan']}{', VALUES WRONG' if auto['wrong'] else ''}): "
+            "hand plans as good on both figures, > 2% better on one",
             "plans", float(len(beaten)), None, None, NOT_MATCHED.text,
-            not beaten, "ok" if not beaten else "MISSED", extra=extra,
-        )
+            met, "ok" if met else "MISSED", extra=extra,
+        ),
+        common.Row(
+            f"{title}: hand plans whose values are not jax.jit's (not judged)", "plans",
+            float(len(wrong)), None, None, "-", None,
+            extra={name: record["wrong"] for name, record in wrong.items()},
+        ),
     ]  # fmt: skip
     least = min(hands, key=lambda h: hands[h].memory_bytes)
     fewest = min(hands, key=lambda h: hands[h].collective_bytes)
