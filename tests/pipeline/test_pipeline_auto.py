@@ -143,3 +143,46 @@ def test_outside_a_partitioner_call_the_plain_scan_runs(mesh_4x2) -> None:
 def test_a_bad_axis_names_auto_in_its_message() -> None:
     with pytest.raises(TypeError, match="partitioner.AUTO"):
         partitioner.pipeline(models.residual_mlp, axis=3)
+
+
+def _head(head_params, h, targets):
+    """One microbatch's mean squared error of a linear read-out."""
+    return jnp.mean((h @ head_params - targets) ** 2)
+
+
+def test_a_loss_pipeline_weighs_every_schedule(mesh_4x2) -> None:
+    """With ``loss=head`` the body's AUTO pipeline may run any schedule, the 1F1B family
+    too (their memory does not grow with the microbatches): the whole plan weighs each
+    over the free axis, takes one no weighed plan beats on both figures, and its loss and
+    updated parameters are the plain scan's and head's under jax.jit."""
+    params = models.mlp_stack_params(jax.random.key(0))
+    x, y = models.mlp_stack_batch(jax.random.key(1))
+    head_params = jax.random.normal(jax.random.key(2), (x.shape[-1], y.shape[-1])) / 16
+
+    def sgd(forward):
+        def step(params, head_params, x, y):
+            loss, grads = jax.value_and_grad(forward, argnums=(0, 2))(params, x, head_params, y)
+            return loss, jax.tree.map(lambda p, g: p - 1e-2 * g, (params, head_params), grads)
+
+        return step
+
+    def plain(params, x, head_params, y):
+        return _head(head_params, models.plain_scan(models.residual_mlp)(params, x), y)
+
+    partitioner.clear_caches()
+    run = partitioner.pipeline(models.residual_mlp, axis=AUTO, loss=_head)
+    f = partitioner.jit(sgd(run), in_shardings=(AUTO, AUTO, P("data"), P("data")))
+    with jax.set_mesh(mesh_4x2):
+        report = f.lower(params, head_params, x, y).compile().report()
+        ours = f(params, head_params, x, y)
+    _close(ours, jax.jit(sgd(plain))(params, head_params, x, y))
+    plans = report.auto.choice.whole_plans
+    weighed = {plan.decision for plan in plans}
+    every = ("gpipe", "circular", "1f1b", "interleaved-1f1b", "zero-bubble")
+    assert {PipelineDecision("model", kind) for kind in every} <= weighed, str(report)
+    chosen = plans[0].candidate.figures
+    measured = [
+        p.candidate.figures for p in plans[1:] if p.candidate and p.candidate.figures.measured
+    ]
+    assert len(measured) >= 1  # the model's fastest pipeline was compiled beside the plain scan
+    assert not [other for other in measured if other.dominates(chosen)], str(report)

@@ -75,7 +75,8 @@ def pipeline(
             it can run: at most ``S`` microbatches in flight), ``"interleaved-1f1b"``
             (1F1B over circular's stages) or ``"zero-bubble"`` (ZB-H1: the weight
             gradients fill the bubble) (NOTE [pipeline actions]); None: gpipe, or
-            with ``axis=AUTO`` gpipe or circular, as chosen.
+            with ``axis=AUTO`` any schedule the body can run, as chosen (with
+            ``loss=``, the three that run by actions too).
         mesh: the mesh (as ``jax.shard_map`` takes one); None: the mesh in context,
             else the mesh of the enclosing ``jit``/``pjit`` call.
         saves: what each step keeps for the backward pass: ``"activations"`` (what it
@@ -127,7 +128,8 @@ def pipeline(
     keeps = None if saves is None else Saves(saves)
     if isinstance(axis, str):
         return Pipelined(layer, axis, count, kind or ScheduleKind.GPIPE, mesh, keeps, loss)
-    allowed = (ScheduleKind.GPIPE, ScheduleKind.CIRCULAR) if kind is None else (kind,)
+    # AUTO weighs every schedule the stack can run: those by actions need the loss.
+    allowed = (kind,) if kind else tuple(k for k in ScheduleKind if loss or not k.by_actions)
     return AutoPipelined(layer, count, allowed, mesh, keeps, loss)
 
 

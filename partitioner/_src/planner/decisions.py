@@ -7,8 +7,9 @@ are); here it is traced again under each decision worth weighing, and the AUTO s
 pipeline over each mesh axis (of more than one device) that no given spec of the
 call's inputs uses, since an axis the user laid the batch or a weight over is theirs;
 with each schedule every AUTO pipeline of the body allows (``schedule=None`` allows
-both). A decision the body cannot run (too few layers for the axis's stages, a batch
-the microbatches do not divide) is left out, and the report says why.
+gpipe and circular, and with ``loss=`` the schedules that run by actions too). A
+decision the body cannot run (too few layers for the axis's stages, a batch the
+microbatches do not divide) is left out, and the report says why.
 """
 
 from __future__ import annotations
