@@ -28,28 +28,51 @@ SIZES = {"data": 4, "model": 2}
 ORDER = ("data", "model")
 
 
+SUM_DATA, SUM_MODEL = ("add", ("data",)), ("add", ("model",))
+
+
 @pytest.mark.parametrize(
     ("src", "partial", "dst", "want"),
     [
         # whole -> split: a local slice, nothing moves
         (((), ()), frozenset(), (("data",), ()), []),
         # split -> whole: one all-gather of the local block (64x32/4 floats)
-        ((("data",), ()), frozenset(), ((), ()), [("all-gather", 4, 64 * 32 // 4 * 4)]),
-        # a partial sum kept whole: all-reduce of the full block
-        (((), ()), frozenset({"model"}), ((), ()), [("all-reduce", 2, 64 * 32 * 4)]),
-        # a partial sum the target splits over that axis: reduce-scatter
-        (((), ()), frozenset({"model"}), ((), ("model",)), [("reduce-scatter", 2, 64 * 32 * 4)]),
+        ((("data",), ()), frozenset(), ((), ()), [("all-gather", 4, 64 * 32 // 4 * 4, None)]),
+        # a partial sum kept whole: all-reduce of the full block, which XLA's all-reduce
+        # combiner may merge with other sums over "model" (NOTE [all-reduce combiner])
+        (((), ()), frozenset({"model"}), ((), ()), [("all-reduce", 2, 64 * 32 * 4, SUM_MODEL)]),
+        # a partial sum the target splits over that axis: reduce-scatter (an all-reduce
+        # on XLA:CPU, merged alike)
+        (
+            ((), ()),
+            frozenset({"model"}),
+            ((), ("model",)),
+            [("reduce-scatter", 2, 64 * 32 * 4, SUM_MODEL)],
+        ),
         # an axis changing dimension: one all-to-all of the local block
-        ((("model",), ()), frozenset(), ((), ("model",)), [("all-to-all", 2, 64 * 32 // 2 * 4)]),
+        (
+            (("model",), ()),
+            frozenset(),
+            ((), ("model",)),
+            [("all-to-all", 2, 64 * 32 // 2 * 4, None)],
+        ),
         # both axes gathered at once: one all-gather over 8 devices
-        ((("data",), ("model",)), frozenset(), ((), ()), [("all-gather", 8, 64 * 32 // 8 * 4)]),
+        (
+            (("data",), ("model",)),
+            frozenset(),
+            ((), ()),
+            [("all-gather", 8, 64 * 32 // 8 * 4, None)],
+        ),
         # a partial sum over both axes, split over one: scattered first, so the all-reduce
         # over the other moves the scattered block (as XLA orders them)
         (
             ((), ()),
             frozenset({"data", "model"}),
             (("data",), ()),
-            [("reduce-scatter", 4, 64 * 32 * 4), ("all-reduce", 2, 64 * 32 // 4 * 4)],
+            [
+                ("reduce-scatter", 4, 64 * 32 * 4, SUM_DATA),
+                ("all-reduce", 2, 64 * 32 // 4 * 4, SUM_MODEL),
+            ],
         ),
     ],
 )

@@ -92,6 +92,7 @@ def _split_enough(
     work on the whole value, a cost this equation cannot see; a stack of such blocks then
     drifts to replicated activations. XLA's propagation keeps the most split operand's
     layout for an elementwise operation, and so does this rule.
+
     """
     most = max(
         (shards(sorted(used_axes(layout)), sizes) for layout, partial in states if not partial),
@@ -145,10 +146,9 @@ def reduce(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> 
         model.set(frame, out, (out_layout, reduced | partial))
         return
     if reduced:  # max, min, ...: all-reduce the partial results at once
-        tally.pay(
-            [("all-reduce", shards(sorted(reduced), model.sizes), model.nbytes(out, out_layout))],
-            mult,
-        )
+        axes = tuple(sorted(reduced))
+        step = ("all-reduce", shards(axes, model.sizes), model.nbytes(out, out_layout))
+        model.pay(frame, tally, [(*step, (eqn.primitive.name, axes))], mult)
     model.set(frame, out, (out_layout, NO_AXES))
 
 

@@ -31,6 +31,8 @@ import itertools
 import math
 from collections.abc import Iterator, Mapping, Sequence
 
+from .combiner import Group
+
 Layout = tuple[tuple[str, ...], ...]
 #: The kind of a move XLA can only make by replicating the whole value (NOTE [involuntary
 #: rematerialization]): an all-gather from every tile to the whole.
@@ -97,11 +99,14 @@ def moves(
     partial: Axes,
     dst: Layout,
     sizes: Mapping[str, int],
-) -> Iterator[tuple[str, int, float]]:
+) -> Iterator[tuple[str, int, float, Group]]:
     """The collectives that take a value from ``src`` (+ ``partial``) to ``dst``.
 
-    Yields ``(kind, devices in each group, operand bytes per device)`` in the
-    order they run (NOTE [auto layouts]).
+    Yields ``(kind, devices in each group, operand bytes per device, group)`` in the
+    order they run (NOTE [auto layouts]); ``group`` is what XLA's all-reduce combiner
+    merges the collective by (a sum over its mesh axes: XLA:CPU reduces with an
+    all-reduce, also where it scatters), None for the others (NOTE [all-reduce
+    combiner] in ``combiner.py``).
     """
     cur = [list(axes) for axes in src]
     block = float(local_elements(shape, src, sizes) * itemsize)
@@ -112,20 +117,20 @@ def moves(
         )
         reduce = sorted(partial - set(scatter))
         if scatter:  # first, so the all-reduce of the rest moves the scattered block
-            yield "reduce-scatter", shards(scatter, sizes), block
+            yield "reduce-scatter", shards(scatter, sizes), block, ("add", tuple(scatter))
             for axis in scatter:
                 cur[dst_axis_dim[axis]].append(axis)
             block /= shards(scatter, sizes)
         if reduce:
-            yield "all-reduce", shards(reduce, sizes), block
+            yield "all-reduce", shards(reduce, sizes), block, ("add", tuple(reduce))
     moved = [axis for i, axes in enumerate(cur) for axis in axes if dst_axis_dim.get(axis, i) != i]
     if involuntary(cur, dst):
         # NOTE [involuntary rematerialization]: XLA replicates the whole value, then
         # slices the target's block out of it.
-        yield REMATERIALIZE, shards([axis for axes in cur for axis in axes], sizes), block
+        yield REMATERIALIZE, shards([axis for axes in cur for axis in axes], sizes), block, None
         return
     if moved:
-        yield "all-to-all", shards(moved, sizes), block
+        yield "all-to-all", shards(moved, sizes), block, None
         for axis in moved:
             for axes in cur:
                 if axis in axes:
@@ -133,7 +138,7 @@ def moves(
             cur[dst_axis_dim[axis]].append(axis)
     gathered = [axis for axes in cur for axis in axes if axis not in dst_axis_dim]
     if gathered:
-        yield "all-gather", shards(gathered, sizes), block
+        yield "all-gather", shards(gathered, sizes), block, None
 
 
 def involuntary(src: Sequence[Sequence[str]], dst: Layout) -> bool:
