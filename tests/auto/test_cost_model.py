@@ -329,3 +329,26 @@ def test_a_while_counting_to_a_literal_bound_counts_its_trips(mesh: MeshFactory)
     )
     assert estimate.collectives == sum(c.count for c in in_loop) == 3
     assert estimate.collective_bytes == sum(c.bytes_per_run for c in in_loop)
+
+
+def test_a_partial_sum_reduced_once_is_read_again_as_reduced(mesh: MeshFactory):
+    """A partial sum two elementwise operations read: the first reduces it to the batch's
+    split; the second, whose other operand is whole (a scale), reads that copy, as XLA
+    does, rather than reducing the sum again over every axis (NOTE [elementwise reads a
+    copy]). The bytes are XLA's."""
+    h, w, x, s = jnp.ones((8, 16, 64)), jnp.ones((64, 128)), jnp.ones((8, 16, 128)), jnp.ones(128)
+    both = ("data", "model")  # the contraction split over both axes: a sum over both
+    in_specs = (P(None, None, both), P(both), P("data"), P())
+
+    def twice(h, w, x, s):
+        partial = h @ w
+        return partial * x + partial * s
+
+    m = mesh((4, 2), ORDER)
+    f = partitioner.pjit(twice, in_axis_resources=in_specs, out_axis_resources=P("data"))
+    with jax.set_mesh(m):
+        report = f.lower(h, w, x, s).report()
+    jaxpr = jax.make_jaxpr(twice)(h, w, x, s)
+    ins = [_layout(spec, jnp.ndim(a)) for spec, a in zip(in_specs, (h, w, x, s), strict=True)]
+    estimate, _ = AutoEstimator(jaxpr, SIZES).run(ins, [ins[2]], [False] * 4)
+    assert estimate.collective_bytes == report.collective_bytes, str(report)
