@@ -56,12 +56,31 @@ SUM_DATA, SUM_MODEL = ("add", ("data",)), ("add", ("model",))
             ((), ("model",)),
             [("all-to-all", 2, 64 * 32 // 2 * 4, None)],
         ),
-        # both axes gathered at once: one all-gather over 8 devices
+        # both axes gathered from one dimension: one all-gather over 8 devices
+        (
+            (("data", "model"), ()),
+            frozenset(),
+            ((), ()),
+            [("all-gather", 8, 64 * 32 // 8 * 4, None)],
+        ),
+        # ... from two: one all-gather per dimension, the minor first, the second
+        # gathering the block the first made (NOTE [one dimension per collective])
         (
             (("data",), ("model",)),
             frozenset(),
             ((), ()),
-            [("all-gather", 8, 64 * 32 // 8 * 4, None)],
+            [("all-gather", 2, 64 * 32 // 8 * 4, None), ("all-gather", 4, 64 * 32 // 4 * 4, None)],
+        ),
+        # a partial sum over both axes scattered over two dimensions: the whole block
+        # all-reduced once per dimension (XLA:CPU's reduce-scatter), then sliced
+        (
+            ((), ()),
+            frozenset({"data", "model"}),
+            (("data",), ("model",)),
+            [
+                ("reduce-scatter", 4, 64 * 32 * 4, SUM_DATA),
+                ("reduce-scatter", 2, 64 * 32 * 4, SUM_MODEL),
+            ],
         ),
         # a partial sum over both axes, split over one: scattered first, so the all-reduce
         # over the other moves the scattered block (as XLA orders them)
@@ -180,6 +199,7 @@ def _pool(x):
 
 _EMB, _IDS, _UPD = jnp.ones((128, 16)), jnp.zeros((8, 6), jnp.int32), jnp.ones((8, 6, 16))
 _IMG, _KER, _X = jnp.ones((8, 16, 16, 8)), jnp.ones((3, 3, 8, 16)), jnp.ones((16, 64))
+_W = jnp.ones((64, 32))
 
 
 def _scatter_add(e, i, g):
@@ -221,12 +241,18 @@ def _scatter_add(e, i, g):
         (lambda x: jnp.sort(x, 1), (_X,), (P(None, "model"),), P(None, "model")),
         # top-k gathers its operand whole, whichever dimension is split
         (lambda x: jax.lax.top_k(x, 4)[0], (_X,), (P("data"),), P("data")),
+        # a value split over two dimensions gathered: one all-gather per dimension, and
+        # a sum over both axes scattered over two dimensions: one all-reduce per
+        # dimension (NOTE [one dimension per collective])
+        (lambda x: x * 2.0, (_X,), (P("data", "model"),), P()),
+        (lambda h, w: h @ w, (_X, _W), (P(None, ("data", "model")), P(("data", "model"))),
+         P("data", "model")),
     ],
     ids=[
         "gather-vocab", "gather-features", "scatter-add-batch", "scatter-add-vocab",
         "scatter-add-features", "dynamic-slice", "dynamic-update-slice", "conv-batch",
         "conv-out-features", "conv-in-features", "conv-kernel-grad", "pool-batch",
-        "pool-height", "cumsum", "sort", "top-k",
+        "pool-height", "cumsum", "sort", "top-k", "gather-two-dims", "sum-scattered-two-dims",
     ],
 )  # fmt: skip
 def test_layer_strategies_move_the_bytes_xla_moves(
