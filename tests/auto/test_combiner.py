@@ -215,3 +215,30 @@ def test_the_walk_replays_levels_exactly():
         ins = [opts[rng.integers(len(opts))] for opts in options] + [(("data",), (), ())] * 2
         args = (ins, ins[: len(shapes)], [False] * len(ins))
         assert shared.run(*args) == AutoEstimator(jaxpr, SIZES).run(*args)
+
+
+def test_a_scans_stacked_gradients_are_reduced_every_trip(mesh: MeshFactory):
+    """A scan over stacked layers, trained on a batch split over "data": each trip of the
+    backward loop writes its layer's gradients, partial sums over "data", into the
+    stack, and XLA reduces them there, one merged all-reduce per trip (NOTE [loop
+    outputs reduced per trip] in ``control.py``), not one of the whole stack after the
+    loop. The model counts as many, and the same bytes."""
+    ws, x = _deep_mlp_args()
+    stack = {"w": jnp.stack(ws), "v": jnp.stack(ws) * 2}
+
+    def step(stack, x):
+        def loss(stack):
+            def layer(h, p):
+                return jnp.tanh(jnp.tanh(h @ p["w"]) @ p["v"]), None
+
+            return jnp.mean(jax.lax.scan(layer, x, stack)[0] ** 2)
+
+        return jax.tree.map(lambda a, g: a - 0.1 * g, stack, jax.grad(loss)(stack))
+
+    specs = {"w": P(), "v": P()}
+    report = _xla(mesh((4, 2), ORDER), step, (specs, P("data")), specs, stack, x)
+    reduces = [c for c in report.collectives if c.kind == "all-reduce"]
+    assert [c.count for c in reduces] == [LAYERS], str(report)
+    estimate = _estimate(step, (specs, P("data")), specs, stack, x)
+    assert estimate.collectives == LAYERS
+    assert estimate.collective_bytes == report.collective_bytes

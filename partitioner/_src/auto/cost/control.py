@@ -129,26 +129,40 @@ def _loop(
     values moved once, before the loop), and the cheaper kept."""
     looped = Tally()
     walked = model.walk(body, states, looped, mult, outside)
-    _carried_back(model, body, walked, states[carry], looped, mult)
-    return looped, walked.outs, walked.peak
+    outs = _carried_back(model, body, walked, states[carry], looped, mult)
+    return looped, outs, walked.peak
 
 
 def _carried_back(
     model: Values, body: Any, walked: Walked, carry: list[State], tally: Tally, mult: float
-) -> None:
-    """A loop body's carried results moved back to the layouts they entered in, in the
+) -> list[State]:
+    """A loop body's carried results moved back to the layouts they entered in and its
+    other results' partial sums reduced (NOTE [loop outputs reduced per trip]), in the
     body's computation, and the all-reduces the body runs per trip counted: as many per
     group as the deepest level it reaches (NOTE [all-reduce combiner] in
-    ``combiner.py``)."""
+    ``combiner.py``); the body's results' states (the carried ones as the body returns
+    them, NOTE [loop carry layout]).
+
+    NOTE [loop outputs reduced per trip]: a scan's stacked result (a layer's weight
+    gradient, a partial sum over the batch's axis) is written into the loop's output
+    buffer every trip, and XLA reduces it there, before the write: one all-reduce per
+    trip, in its layout (merged with the trip's others), not one of the whole stack
+    after the loop. The bytes are the same; the count is the loop's length (8 where the
+    model counted 1 on 8 scanned transformer blocks)."""
     levels = model.levels
     top = walked.top
-    for out, state, want, level in zip(
-        body.outvars, walked.outs, carry, walked.levels, strict=False
+    outs = list(walked.outs)
+    wants = [want[0] for want in carry] + [state[0] for state in outs[len(carry) :]]
+    for i, (out, state, want, level) in enumerate(
+        zip(body.outvars, outs, wants, walked.levels, strict=True)
     ):
-        steps = model.steps(out, state[0], state[1], want[0])
+        steps = model.steps(out, state[0], state[1], want)
         tally.pay(steps, mult)
         top = levels.join(top, levels.add(level, levels.of_steps(steps)))
+        if i >= len(carry):
+            outs[i] = (want, NO_AXES)
     tally.collectives += levels.total(top) * mult
+    return outs
 
 
 def _stack_whole(
