@@ -52,7 +52,8 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    session.install("-e", ".", "matplotlib", "cloudpickle")  # jax's colocated_python needs it
+    # cloudpickle: jax's colocated_python needs it; optax: bench_plan's AdamW steps.
+    session.install("-e", ".", "matplotlib", "cloudpickle", "optax")
     session.run("python", "benchmarks/run_all.py", *session.posargs)
 
 

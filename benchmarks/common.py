@@ -57,9 +57,16 @@ setup_env()
 # --- command line ---
 
 
-def parse_args(description: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """The flags every figure takes: ``--quick`` (smoke run) and ``--profile`` (always profile)."""
+def parse_args(
+    description: str,
+    argv: Sequence[str] | None = None,
+    switches: Mapping[str, str] | None = None,
+) -> argparse.Namespace:
+    """The flags every figure takes: ``--quick`` (smoke run) and ``--profile`` (always
+    profile); plus a figure's own ``switches`` (flag -> help; each a boolean)."""
     parser = argparse.ArgumentParser(description=description)
+    for flag, text in (switches or {}).items():
+        parser.add_argument(flag, action="store_true", help=text)
     parser.add_argument("--quick", action="store_true", help="few rounds, small sizes: a smoke run")
     parser.add_argument(
         "--profile",

@@ -202,6 +202,31 @@ def block_batch(d: Dims = DIMS, key: jax.Array | None = None) -> Batch:
     return batch((d.batch, d.seq, d.model), jax.random.key(2) if key is None else key)
 
 
+@dataclass(frozen=True)
+class TensorSplit:
+    """Where a layer's tensor parallelism (Megatron) puts its attention heads and its
+    MLP's hidden units: the mesh axes its constraints name (None: that part unsplit).
+
+    Why constraints, and not only the weights' specs: inside ``partitioner.pipeline`` a
+    mesh axis the layer's constraints put on no dimension but the leading one is a
+    batch axis, each shard given its own gathered copy of the stage's weights (NOTE
+    [pipeline gradients] in ``partitioner/_src/pipeline/shards.py``); an axis a
+    constraint puts on the heads or the hidden units stays the layer's.
+    """
+
+    heads: str | tuple[str, ...] | None = None
+    hidden: str | tuple[str, ...] | None = None
+
+
+def _split(x: jax.Array, dim: int, axes: str | tuple[str, ...] | None) -> jax.Array:
+    """``x`` with dimension ``dim`` over ``axes`` and every other dimension left to XLA."""
+    if axes is None:
+        return x
+    spec: list[Any] = [P.UNCONSTRAINED] * x.ndim
+    spec[dim] = axes
+    return jax.lax.with_sharding_constraint(x, P(*spec))
+
+
 def block(
     params: Params,
     x: jax.Array,
@@ -209,13 +234,19 @@ def block(
     *,
     causal: bool = True,
     norm: Callable[[jax.Array, jax.Array], jax.Array] | None = _layer_norm,
+    split: TensorSplit | None = None,
 ) -> jax.Array:
     """Pre-norm self-attention (separate q/k/v/o projections; causal unless ``causal``
-    is False) + GELU MLP, each with a residual connection; ``norm=None``: no norms."""
+    is False) + GELU MLP, each with a residual connection; ``norm=None``: no norms; with
+    ``split``, the heads and the hidden units constrained as it says (the values
+    unchanged)."""
     b, s, m = x.shape
     dh = m // heads
+    split = split or TensorSplit()
     h = x if norm is None else norm(x, params["ln1"])
-    q, k, v = ((h @ params[w]).reshape(b, s, heads, dh) for w in ("wq", "wk", "wv"))
+    q, k, v = (
+        _split((h @ params[w]).reshape(b, s, heads, dh), 2, split.heads) for w in ("wq", "wk", "wv")
+    )
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(dh)
     if causal:
         mask = jnp.tril(jnp.ones((s, s), bool))
@@ -223,7 +254,7 @@ def block(
     attn = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v).reshape(b, s, m)
     x = x + attn @ params["wo"]
     h = x if norm is None else norm(x, params["ln2"])
-    return x + jax.nn.gelu(h @ params["w1"]) @ params["w2"]
+    return x + jax.nn.gelu(_split(h @ params["w1"], 2, split.hidden)) @ params["w2"]
 
 
 def plain_block(params: Params, x: jax.Array) -> jax.Array:
@@ -347,3 +378,150 @@ def remat_block(
     hidden = jax.nn.gelu(_unscaled_layer_norm(x) @ p["w1"])
     hidden = hidden if name is None else checkpoint_name(hidden, name)
     return x + hidden @ p["w2"], None
+
+
+# --- the three-axis programs (bench_plan's 2x2x2 section): trained with AdamW ---
+
+#: What each weight is to a hand plan (``benchmarks/hand_plans.py``): ``attn_in`` /
+#: ``mlp_in`` are projections into the attention's heads / the MLP's hidden units
+#: (Megatron splits their output dimension), ``attn_out`` / ``mlp_out`` the projections
+#: out of them (their input dimension), ``kv`` a multi-query attention's one key/value
+#: head (whole under Megatron), ``vocab`` an embedding (its vocabulary dimension), ``norm``
+#: a norm's scale. Keyed by the leaf's own name.
+Roles = dict[str, str]
+
+GPT_VOCAB, GPT_LAYERS = 1024, 8
+GPT_DIMS = Dims(batch=16, seq=32, model=128, heads=4, ff=512)
+GPT_ROLES: Roles = {
+    "embed": "vocab", "ln_f": "norm", "ln1": "norm", "ln2": "norm",
+    "wq": "attn_in", "wk": "attn_in", "wv": "attn_in", "wo": "attn_out",
+    "w1": "mlp_in", "w2": "mlp_out",
+}  # fmt: skip
+
+
+def gpt_block(params: Params, x: jax.Array, split: TensorSplit | None = None) -> jax.Array:
+    """The small GPT's block: pre-LN, causal 4-head attention, a 512 GELU MLP."""
+    return block(params, x, GPT_DIMS.heads, split=split)
+
+
+def gpt_params(key: jax.Array, layers: int = GPT_LAYERS) -> Params:
+    """``{"embed": [vocab, d] (tied with the head), "blocks": the stack, "ln_f": [d]}``."""
+    k_embed, k_blocks = jax.random.split(key)
+    d = GPT_DIMS.model
+    return {
+        "embed": jax.random.normal(k_embed, (GPT_VOCAB, d), jnp.float32) / math.sqrt(d),
+        "blocks": block_params(GPT_DIMS, k_blocks, layers),
+        "ln_f": jnp.ones((d,), jnp.float32),
+    }
+
+
+def gpt_batch(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Tokens ``[batch, seq]`` and their next tokens (int32), from one random sequence."""
+    d = GPT_DIMS
+    seq = jax.random.randint(key, (d.batch, d.seq + 1), 0, GPT_VOCAB, jnp.int32)
+    return seq[:, :-1], seq[:, 1:]
+
+
+def gpt_loss(stack: Callable[[Params, jax.Array], jax.Array]) -> Callable[..., jax.Array]:
+    """``loss(params, tokens, targets)``: mean next-token cross-entropy, the blocks run by
+    ``stack(blocks, h)`` (``plain_scan(gpt_block)``, or a ``partitioner.pipeline`` of it),
+    the head the embedding transposed."""
+
+    def loss(params: Params, tokens: jax.Array, targets: jax.Array) -> jax.Array:
+        h = jnp.take(params["embed"], tokens, axis=0)
+        h = _layer_norm(stack(params["blocks"], h), params["ln_f"])
+        logp = jax.nn.log_softmax(h @ params["embed"].T)
+        return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))
+
+    return loss
+
+
+# A program of another family, for the search's check on a program it was not built on:
+# multi-query attention (one key/value head), RMS norms, a SwiGLU MLP, no embedding, a
+# regression loss. Also bench_plan's two-axis unseen program (its stack alone, Adam).
+
+GLU_D, GLU_FF, GLU_HEADS, GLU_LAYERS = 128, 384, 4, 8
+GLU_ROLES: Roles = {
+    "norm1": "norm", "norm2": "norm", "wq": "attn_in", "wk": "kv", "wv": "kv",
+    "wo": "attn_out", "gate": "mlp_in", "up": "mlp_in", "down": "mlp_out",
+}  # fmt: skip
+
+
+def glu_block(p: Params, h: jax.Array, split: TensorSplit | None = None) -> jax.Array:
+    """A block with multi-query attention (one key/value head) and a SwiGLU MLP."""
+    batch, tokens, _ = h.shape
+    head = GLU_D // GLU_HEADS
+    split = split or TensorSplit()
+
+    def rms(x: jax.Array, scale: jax.Array) -> jax.Array:
+        return x * jax.lax.rsqrt((x * x).mean(-1, keepdims=True) + 1e-6) * scale
+
+    x = rms(h, p["norm1"])
+    q = _split((x @ p["wq"]).reshape(batch, tokens, GLU_HEADS, head), 2, split.heads)
+    k, v = (x @ p["wk"]), (x @ p["wv"])  # one head, shared
+    scores = jnp.einsum("bqhd,bkd->bhqk", q, k) / math.sqrt(head)
+    attended = jnp.einsum("bhqk,bkd->bqhd", jax.nn.softmax(scores, axis=-1), v)
+    h = h + attended.reshape(batch, tokens, GLU_D) @ p["wo"]
+    x = rms(h, p["norm2"])
+    gated = _split(jax.nn.silu(x @ p["gate"]) * (x @ p["up"]), 2, split.hidden)
+    return h + gated @ p["down"]
+
+
+def glu_params(key: jax.Array, layers: int = GLU_LAYERS) -> Params:
+    """The stack of ``glu_block`` weights (every leaf ``[layers, ...]``)."""
+    head = GLU_D // GLU_HEADS
+    shapes = {
+        "wq": (GLU_D, GLU_D), "wk": (GLU_D, head), "wv": (GLU_D, head), "wo": (GLU_D, GLU_D),
+        "gate": (GLU_D, GLU_FF), "up": (GLU_D, GLU_FF), "down": (GLU_FF, GLU_D),
+    }  # fmt: skip
+    keys = jax.random.split(key, len(shapes))
+    params = {
+        name: jax.random.normal(k, (layers, *shape)) / math.sqrt(shape[0]) / 2
+        for k, (name, shape) in zip(keys, shapes.items(), strict=True)
+    }
+    params.update(norm1=jnp.ones((layers, GLU_D)), norm2=jnp.ones((layers, GLU_D)))
+    return params
+
+
+def glu_batch(key: jax.Array) -> Batch:
+    return batch((32, 16, GLU_D), key)
+
+
+def glu_stack_params(key: jax.Array, layers: int = GLU_LAYERS) -> Params:
+    """``{"blocks": glu_params(...)}``: the three-axis program's parameters."""
+    return {"blocks": glu_params(key, layers)}
+
+
+def glu_loss(stack: Callable[[Params, jax.Array], jax.Array]) -> Callable[..., jax.Array]:
+    """``loss(params, x, y)``: mean squared error of ``stack(params["blocks"], x)``."""
+
+    def loss(params: Params, x: jax.Array, y: jax.Array) -> jax.Array:
+        return jnp.mean((stack(params["blocks"], x) - y) ** 2)
+
+    return loss
+
+
+# --- AdamW (optax, imported when a step is built: this module stays jax/numpy-only) ---
+
+ADAMW_LR, ADAMW_DECAY = 1e-3, 1e-2
+
+
+def adamw() -> Any:
+    """The optimizer of the three-axis programs: ``optax.adamw(1e-3, weight_decay=1e-2)``."""
+    import optax
+
+    return optax.adamw(ADAMW_LR, weight_decay=ADAMW_DECAY)
+
+
+def adamw_step(loss_fn: Callable[..., jax.Array]) -> Callable[..., Any]:
+    """``step(params, opt_state, *batch) -> (params, opt_state, loss)``: one AdamW step."""
+    import optax
+
+    tx = adamw()
+
+    def step(params: Any, opt_state: Any, *batch: jax.Array) -> Any:
+        value, grads = jax.value_and_grad(loss_fn)(params, *batch)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, value
+
+    return step

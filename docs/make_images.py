@@ -173,19 +173,27 @@ def auto_remat_layouts(mesh: jax.sharding.Mesh, path: Path) -> None:
 
 
 def pipeline_schedules(path: Path) -> None:
-    """The pipeline how-to's two schedules, drawn by ``PipelinePlan.chart(png=...)``:
-    gpipe's and circular's, 8 layers on 4 stages, 4 microbatches (docs/howto/pipeline.md)."""
+    """The pipeline how-to's schedules, drawn by ``PipelinePlan.chart(png=...)``: gpipe,
+    circular, 1F1B, interleaved 1F1B and zero bubble, 8 layers on 4 stages, 4
+    microbatches (8 for 1F1B and zero bubble) (docs/howto/pipeline.md)."""
     import partitioner
 
     mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(4, 2), ("stage", "data"))
     params = {"w": jnp.zeros((8, 16, 16))}
-    x = jnp.zeros((32, 16))
-    for schedule in ("gpipe", "circular"):
+    x, targets = jnp.zeros((32, 16)), jnp.zeros((32, 16))
+
+    def head(_: jax.Array, h: jax.Array, t: jax.Array) -> jax.Array:
+        return jnp.mean((h - t) ** 2)
+
+    for schedule in ("gpipe", "circular", "1f1b", "interleaved-1f1b", "zero-bubble"):
+        count = 8 if schedule in ("1f1b", "zero-bubble") else 4
         run = partitioner.pipeline(
-            lambda p, h: h @ p["w"], axis="stage", microbatches=4, schedule=schedule
-        )
+            lambda p, h: h @ p["w"], axis="stage", microbatches=count, schedule=schedule,
+            loss=head,
+        )  # fmt: skip
         with jax.set_mesh(mesh):
-            run.plan(params, x).chart(png=str(path / f"pipeline_{schedule}.png"))
+            plan = run.plan(params, x, jnp.zeros(()), targets)
+            plan.chart(png=str(path / f"pipeline_{schedule}.png"))
 
 
 def main() -> None:

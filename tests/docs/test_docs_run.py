@@ -60,6 +60,9 @@ def test_blocks_run(path: Path, tmp_path: Path) -> None:
     # Without the 8 devices this suite runs under (partitioner's pytest plugin sets XLA_FLAGS): a
     # page must set its own device count, as a reader's fresh interpreter needs it to.
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
+    # This checkout's partitioner, whatever an environment has installed (a worktree's
+    # pages test its own code, as tests/helpers.run_json's processes do).
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     done = subprocess.run(
         [sys.executable, str(script)],
         cwd=ROOT,

@@ -18,11 +18,13 @@ def test_the_chart_draws_the_text_as_a_picture(mesh, tmp_path) -> None:
     path = tmp_path / "schedule.png"
     text = plan.chart(png=str(path))
     assert text == plan.chart()  # the picture changes nothing of the text
-    assert text.splitlines()[3] == "stage 3 |  .  .  . 0a 1a 2a 3a 0b 1b 2b 3b"
+    # the forwards, then the backward loop's steps in reverse (two columns each)
+    assert text.splitlines()[3].startswith("stage 3 |   .   .   . F0a F1a F2a F3a F0b F1b")
+    assert "B3b B3b B2b B2b" in text.splitlines()[3]
     import matplotlib.image
 
     image = matplotlib.image.imread(path)
     height, width = image.shape[:2]
-    assert width > 2 * height  # 11 steps across, 4 stages down
+    assert width > 2 * height  # 33 steps across, 4 stages down
     # a busy cell is coloured, a bubble cell white: the picture is not blank
     assert len(np.unique(image.reshape(-1, image.shape[-1]), axis=0)) > 8

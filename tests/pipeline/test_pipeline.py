@@ -144,8 +144,11 @@ def test_circular_puts_layer_i_on_stage_i_mod_s_with_a_smaller_bubble(mesh: Mesh
     assert [circ.schedule.layers_of(k) for k in range(4)] == [[0, 4], [1, 5], [2, 6], [3, 7]]
     assert circ.schedule.bubble_fraction == pytest.approx(3 / 11)
     assert circ.schedule.bubble_fraction < gpipe.schedule.bubble_fraction
-    assert gpipe.chart().splitlines()[1] == "stage 1 | . 0 1 2 3 . ."
-    assert circ.chart().splitlines()[0] == "stage 0 | 0a 1a 2a 3a 0b 1b 2b 3b  .  .  ."
+    # the forwards, then the backward loop's steps in reverse, two columns each
+    assert gpipe.chart().splitlines()[1] == (
+        "stage 1 |  . F0 F1 F2 F3  .  .  .  .  .  . B3 B3 B2 B2 B1 B1 B0 B0  .  ."
+    )
+    assert circ.chart().splitlines()[0].startswith("stage 0 | F0a F1a F2a F3a F0b F1b F2b F3b")
 
 
 def test_partitioner_chooses_the_microbatches_once_and_says_so(mesh: MeshFactory) -> None:
@@ -320,7 +323,7 @@ def test_no_mesh_in_context() -> None:
         ({"axis": 0}, TypeError, "axis must be a mesh axis name"),
         ({"axis": "stage", "microbatches": 0}, ValueError, "microbatches must be >= 1"),
         ({"axis": "stage", "microbatches": 2.0}, TypeError, "microbatches must be an int"),
-        ({"axis": "stage", "schedule": "1f1b"}, ValueError, "schedule must be one of"),
+        ({"axis": "stage", "schedule": "pipedream"}, ValueError, "schedule must be one of"),
     ],
 )
 def test_bad_arguments(kwargs, error, message) -> None:

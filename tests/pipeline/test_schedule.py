@@ -14,13 +14,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from partitioner._src.pipeline.schedule import SCHEDULES, Schedule
+from partitioner._src.pipeline.schedule import SCHEDULES, Schedule, ScheduleKind
 
 
 @st.composite
-def schedules(draw: st.DrawFn) -> Schedule:
-    """Small schedules: 1-4 stages, 1-3 layers a stage, 1-6 microbatches."""
-    kind = draw(st.sampled_from(SCHEDULES))
+def schedules(draw: st.DrawFn, kinds: tuple[str, ...] = ("gpipe", "circular")) -> Schedule:
+    """Small schedules of ``kinds`` (gpipe's and circular's loop by default): 1-4
+    stages, 1-3 layers a stage, 1-6 microbatches."""
+    kind = draw(st.sampled_from(kinds))
     stages = draw(st.integers(1, 4))
     layers = stages * draw(st.integers(1, 3))
     return Schedule(kind, layers, stages, draw(st.integers(1, 6)))
@@ -32,11 +33,11 @@ def table(s: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return tuple(np.array([np.asarray(row[i]) for row in rows]) for i in range(3))
 
 
-@given(schedules())
+@given(schedules(SCHEDULES))
 def test_the_layers_are_repeats_times_stages_times_a_visit(s: Schedule) -> None:
     assert s.layers == s.repeats * s.stages * s.per_visit
     assert (s.repeats, s.per_visit) == (
-        (1, s.layers // s.stages) if s.kind == "gpipe" else (s.layers // s.stages, 1)
+        (s.layers // s.stages, 1) if s.kind.circular else (1, s.layers // s.stages)
     )
 
 
@@ -71,12 +72,12 @@ def test_a_microbatch_goes_through_the_layers_in_order_one_stage_a_step(s: Sched
     assert applied == {m: list(range(s.layers)) for m in range(s.microbatches)}
 
 
-@given(schedules())
+@given(schedules(SCHEDULES))
 def test_the_stages_hold_every_layer_once(s: Schedule) -> None:
     held = [s.layers_of(stage) for stage in range(s.stages)]
     assert sorted(i for layers in held for i in layers) == list(range(s.layers))
     for stage, layers in enumerate(held):
-        if s.kind == "gpipe":  # contiguous blocks
+        if not ScheduleKind(s.kind).circular:  # contiguous blocks: gpipe, 1f1b, zero bubble
             assert layers == list(range(stage * s.per_visit, (stage + 1) * s.per_visit))
         else:  # layer i on stage i mod S
             assert layers == list(range(stage, s.layers, s.stages))

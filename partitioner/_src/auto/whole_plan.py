@@ -1,19 +1,27 @@
 """The whole plan of a call whose body has AUTO pipelines: pipeline or not, where, how.
 
-NOTE [whole plan]: the planner traced the body once per option (NOTE [pipeline
-decision] in ``trace/decision.py``): the plain scan, and a pipeline over each mesh axis
-the call's given specs leave free with each schedule. This module weighs those
-programs, each with its own layouts:
+NOTE [whole plan]: a body with AUTO pipelines runs as the plain scan or as a pipeline
+over a mesh axis the call's given specs leave free, with a schedule (NOTE [pipeline
+decision] in ``trace/decision.py``); each is a program of its own, with its own
+layouts. This module weighs them:
 
-- the plain program is searched as any call's AUTO leaves are (``resolve.py``: the
-  cost model ranks, XLA confirms the finalists beside the baselines, and under
+- the plain program first, searched as any call's AUTO leaves are (``resolve.py``:
+  the cost model ranks, XLA confirms the finalists beside the baselines, and under
   ``auto_memory_limit`` rematerialization joins); that is the plan a user picking
   replicated, FSDP, tensor parallel or the layer dimension over an axis competes with;
-- each pipeline's program is searched by the cost model (its stages read the stacked
-  parameters per stage, so what the search can change is little); without a limit
-  the pipeline the model ranks fastest is compiled once, as the call would run it
-  (a compile per pipeline would double the search's time), under a limit every
-  pipeline is (the model's memory of a pipeline's loop is far from XLA's, a
+- its choice shapes the pipelines: an axis it uses for the weights alone (tensor
+  parallel) stays theirs inside the stages, the stages' microbatches split over the
+  others (``PipelineDecision.batch_axes``), so a pipeline over one axis keeps tensor
+  parallelism over another; each decision's program is then traced (``retrace``);
+- each pipeline's layouts start from the plain choice without the stages' axis, and
+  one sweep over the families puts that axis back where the model finds it pays (the
+  layer dimension of the stacked parameters, over the stages): the few moves a
+  pipeline changes, not a whole search per program; the schedules over one stage axis
+  lay the same parameters over the same stages, so the first one's layouts serve the
+  others, their programs scored with them;
+- without a limit the pipeline the model ranks fastest is compiled once, as the call
+  would run it (a compile per pipeline would double the search's time), under a limit
+  every pipeline is (the model's memory of a pipeline's loop is far from XLA's, a
   ranking by it would not say which fits).
 
 The choice: among the plain program's chosen layouts and each pipeline's best, those
@@ -29,21 +37,23 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from jax.tree_util import KeyPath
 
 from ..primitives.auto_choice import Candidate, WholePlan
 from ..primitives.auto_pipeline import sites
 from ..primitives.call_plan import CallPlan
-from ..trace.decision import PipelineDecision
+from ..trace.decision import NO_PIPELINE, PipelineDecision
 from . import searched
+from .cost.layouts import Layout, replicated
+from .cost.values import spec_layout
 from .resolve import Resolution, key_of, record_of, resolve, resolved, with_axes
 from .search.confirm import NoLayoutFits, Outcome, no_fit
 from .search.descent import Scored, Search
 from .search.measure import candidate_of, measure, specs_of
 from .search.problem import Problem, problem_of, tie_outputs
-from .search.progress import reporting
+from .search.progress import Progress, reporting
 from .search.stderr_capture import write_out
 
 #: A traced program: the decision it was traced under, and its plan.
@@ -57,6 +67,7 @@ class _Weighed:
     index: int
     plan: WholePlan
     resolution: Resolution
+    program: CallPlan
     replicated: tuple[str, ...] = ()  # XLA's warnings that it replicated a value
 
     @property
@@ -66,46 +77,46 @@ class _Weighed:
 
 
 def resolve_whole_plan(
-    programs: Sequence[Program],
-    skipped: Sequence[tuple[PipelineDecision, str]],
+    plain: CallPlan,
+    decisions: Sequence[PipelineDecision],
+    retrace: Callable[[PipelineDecision], CallPlan],
     in_paths: Sequence[KeyPath],
     out_paths: Sequence[KeyPath],
     memory_limit: int | None,
 ) -> CallPlan:
-    """The plan chosen among ``programs`` (the plain one first; NOTE [whole plan]),
-    resolved, its record naming every whole plan weighed; ``skipped``: decisions that
-    could not be built, and why. Once per signature (``searched.py``).
+    """The plan chosen among the plain program (``plain``) and a pipeline per decision
+    (each traced by ``retrace``; NOTE [whole plan]), resolved, its record naming every
+    whole plan weighed. Once per signature (``searched.py``).
 
     Raises:
         NoLayoutFits: no plan, pipelined or not, fits ``memory_limit``.
     """
-    programs = [(d, tie_outputs(plan, in_paths, out_paths)) for d, plan in programs]
-    first = programs[0][1]
+    plain = tie_outputs(plain, in_paths, out_paths)
     key = (
         "whole plan",
-        key_of(first, problem_of(first, in_paths, out_paths, memory_limit)),
-        tuple(decision for decision, _ in programs),
-        tuple(skipped),
+        key_of(plain, problem_of(plain, in_paths, out_paths, memory_limit)),
+        tuple(decisions),
     )
-    index, resolution = searched.once(
-        key, lambda: _weigh(programs, skipped, in_paths, out_paths, memory_limit)
+    chosen, program, resolution = searched.once(
+        key, lambda: _weigh(plain, decisions, retrace, in_paths, out_paths, memory_limit)
     )
-    return resolved(programs[index][1], resolution)
+    return resolved(plain if chosen.axis is None else program, resolution)
 
 
 def _weigh(
-    programs: Sequence[Program],
-    skipped: Sequence[tuple[PipelineDecision, str]],
+    plain: CallPlan,
+    decisions: Sequence[PipelineDecision],
+    retrace: Callable[[PipelineDecision], CallPlan],
     in_paths: Sequence[KeyPath],
     out_paths: Sequence[KeyPath],
     memory_limit: int | None,
-) -> tuple[int, Resolution]:
-    """NOTE [whole plan]: which program runs, and its resolution, its record naming
-    every whole plan weighed."""
+) -> tuple[PipelineDecision, CallPlan, Resolution]:
+    """NOTE [whole plan]: the decision taken, its program and its resolution, the record
+    naming every whole plan weighed."""
     weighed: list[_Weighed] = []
     floor: list[Candidate] = []
     failed: NoLayoutFits | None = None
-    plain_decision, plain = programs[0]
+    seed: tuple[Layout, ...] | None = None
     try:
         chosen_plain = resolve(plain, in_paths, out_paths, memory_limit)
     except NoLayoutFits as error:  # a pipeline may fit where no layout of the scan does
@@ -116,21 +127,13 @@ def _weigh(
         params = chosen_plain.params
         body = None if params.jaxpr is plain.params.jaxpr else params.jaxpr
         resolution = Resolution(params.in_axis_resources, params.out_axis_resources, record, body)
-        weighed.append(_Weighed(0, WholePlan(plain_decision, (), record.chosen), resolution))
+        weighed.append(_Weighed(0, WholePlan(NO_PIPELINE, (), record.chosen), resolution, plain))
         floor = [b.candidate for b in record.baselines if b.candidate.figures.measured]
+        decisions = [_with_batch_axes(d, record.chosen) for d in decisions]
+        seed = _layouts(plain, resolution)
+    programs, skipped = _traced(decisions, retrace, in_paths, out_paths)
     with reporting(plain.api) as progress:
-        searched = []
-        for index, (decision, plan) in enumerate(programs[1:], start=1):
-            taken = _microbatches(plan)
-            progress.note(
-                "searching the layouts of the %s (%d of %d)",
-                WholePlan(decision, taken).name,
-                index,
-                len(programs) - 1,
-            )
-            searched.append(
-                _search(index, decision, taken, plan, in_paths, out_paths, memory_limit)
-            )
+        searched = _searched(programs, seed, in_paths, out_paths, memory_limit, progress)
         # Without a limit, the model's fastest pipeline alone is compiled (NOTE [whole plan]).
         compiled = searched if memory_limit is not None else sorted(searched, key=_model_time)[:1]
         for entry in compiled:
@@ -148,7 +151,7 @@ def _weigh(
         plans += _not_compiled(unmeasured, compiled[0].name if compiled else "")
         plans += tuple(WholePlan(decision, note=why) for decision, why in skipped)
         if failed is not None:
-            plans += (WholePlan(plain_decision, note=f"no layout fits: {failed}"),)
+            plans += (WholePlan(NO_PIPELINE, note=f"no layout fits: {failed}"),)
         record = with_axes(
             dataclasses.replace(
                 winner.resolution.record, chosen=winner.candidate, whole_plans=plans
@@ -156,7 +159,74 @@ def _weigh(
         )
         progress.done(f"chose the {winner.plan.name}; per mesh axis: {record.axes_text()}")
     write_out("".join(winner.replicated))  # the program's own (search/measure.py)
-    return winner.index, dataclasses.replace(winner.resolution, record=record)
+    return (
+        winner.plan.decision,
+        winner.program,
+        dataclasses.replace(winner.resolution, record=record),
+    )
+
+
+def _layouts(plan: CallPlan, resolution: Resolution) -> tuple[Layout, ...]:
+    """The layout of each input of ``plan`` as ``resolution`` lays it out."""
+    order = tuple(str(axis) for axis in plan.mesh.axis_names)
+    return tuple(
+        replicated(len(aval.shape)) if spec is None else spec_layout(spec, len(aval.shape), order)
+        for spec, aval in zip(resolution.in_specs, plan.params.jaxpr.in_avals, strict=True)
+    )
+
+
+def _with_batch_axes(decision: PipelineDecision, plain: Candidate) -> PipelineDecision:
+    """``decision`` keeping for the weights the axes the plain program's choice uses for
+    them alone (tensor parallel), where it does: the stages' microbatches are split over
+    the others (NOTE [whole plan])."""
+    roles = dict(plain.roles)
+    free = [axis for axis, role in plain.roles if axis != decision.axis]
+    batch = tuple(axis for axis in free if roles[axis] in ("data", "FSDP"))
+    if batch == tuple(free) or not batch:
+        return decision  # every free axis splits the batch: the pipeline's own rule
+    return dataclasses.replace(decision, batch_axes=batch)
+
+
+def _traced(
+    decisions: Sequence[PipelineDecision],
+    retrace: Callable[[PipelineDecision], CallPlan],
+    in_paths: Sequence[KeyPath],
+    out_paths: Sequence[KeyPath],
+) -> tuple[list[Program], list[tuple[PipelineDecision, str]]]:
+    """Each decision's program, traced; the decisions the body cannot run, and why."""
+    programs: list[Program] = []
+    skipped: list[tuple[PipelineDecision, str]] = []
+    for decision in decisions:
+        try:
+            programs.append((decision, tie_outputs(retrace(decision), in_paths, out_paths)))
+        except ValueError as why:  # this body cannot run that pipeline
+            skipped.append((decision, str(why).splitlines()[0]))
+    return programs, skipped
+
+
+def _searched(
+    programs: Sequence[Program],
+    seed: tuple[Layout, ...] | None,
+    in_paths: Sequence[KeyPath],
+    out_paths: Sequence[KeyPath],
+    memory_limit: int | None,
+    progress: Progress,
+) -> list[_Searched]:
+    """Each pipeline's program with its layouts searched (NOTE [whole plan])."""
+    searched: list[_Searched] = []
+    for index, (decision, plan) in enumerate(programs, start=1):
+        taken = _microbatches(plan)
+        name = WholePlan(decision, taken).name
+        progress.note("searching the layouts of the %s (%d of %d)", name, index, len(programs))
+        # The schedules over one axis lay the same parameters over the same stages.
+        same_axis = next((e.best for e in searched if e.decision.axis == decision.axis), None)
+        searched.append(
+            _search(
+                index, decision, taken, plan, in_paths, out_paths, memory_limit,
+                same_axis, seed,
+            )
+        )  # fmt: skip
+    return searched
 
 
 def _not_compiled(searched: Sequence[_Searched], ahead: str) -> tuple[WholePlan, ...]:
@@ -205,12 +275,22 @@ def _search(
     in_paths: Sequence[KeyPath],
     out_paths: Sequence[KeyPath],
     memory_limit: int | None,
+    same_axis: Scored | None,
+    plain: tuple[Layout, ...] | None,
 ) -> _Searched:
-    """A pipeline's program: its layouts searched by the cost model."""
+    """A pipeline's program with its layouts searched by the cost model (NOTE [whole
+    plan]): another schedule's over the same axis (``same_axis``), scored; else the plain
+    program's choice (``plain``) without the stages' axis, and the moves that put that
+    axis back on one dimension of a leaf; else (no plain choice) a whole search."""
     start = time.perf_counter()
     problem = problem_of(plan, in_paths, out_paths, memory_limit)
     search = Search(problem, refine=False)
-    best = search.descend(None)
+    if same_axis is not None:
+        best = search.adopt(same_axis.in_layouts)
+    elif plain is not None and decision.axis is not None:
+        best = search.around(plain, decision.axis)
+    else:
+        best = search.descend(None)
     seconds = time.perf_counter() - start
     return _Searched(
         index, decision, microbatches, plan, problem, best, search.evaluations, seconds
@@ -233,7 +313,7 @@ def _measured(entry: _Searched, out_paths: Sequence[KeyPath]) -> _Weighed:
     chosen = _staged(record.chosen, entry.decision)
     resolution = Resolution(*specs_of(entry.plan, entry.best), record)
     plan = WholePlan(entry.decision, entry.microbatches, chosen)
-    return _Weighed(entry.index, plan, resolution, measured.replicated)
+    return _Weighed(entry.index, plan, resolution, entry.plan, measured.replicated)
 
 
 def _staged(candidate: Candidate, decision: PipelineDecision) -> Candidate:

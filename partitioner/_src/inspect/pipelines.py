@@ -10,13 +10,18 @@ name is kept in every equation's name stack, through ``jax.grad`` and ``vmap``
 partitioned HLO; the report reads it back from the traced body (:func:`found`)
 and counts the collective-permutes XLA emitted under it. One record,
 :class:`PipelineSummary`, is written, read back and printed, so the plan and the
-report cannot disagree on what a pipeline is.
+report cannot disagree on what a pipeline is. Its chart (the schedule's table of
+actions, NOTE [pipeline actions]) is too long for a name: the pipeline leaves it here
+as it traces (:func:`remember_chart`), keyed by the marker, and the report reads it
+back with the marker.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import re
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -43,6 +48,8 @@ class PipelineSummary:
         saves: what each step keeps for the backward pass (``"activations"`` or
             ``"inputs"``).
         rest_layers: layers run after the stages, outside them.
+        in_flight: the most microbatch visits a stage holds at once.
+        chart: the schedule's table as text (not in the marker: :func:`remember_chart`).
     """
 
     axis: str
@@ -57,11 +64,17 @@ class PipelineSummary:
     batch_axes: tuple[str, ...] = ()
     saves: str = "activations"
     rest_layers: int = 0
+    in_flight: int = 0
+    chart: str = dataclasses.field(default="", compare=False)
 
     def marker(self) -> str:
         """The name scope the pipeline traces its loop under."""
         values = {
-            **{f.name: getattr(self, f.name) for f in dataclasses.fields(PipelineSummary)},
+            **{
+                f.name: getattr(self, f.name)
+                for f in dataclasses.fields(PipelineSummary)
+                if f.name != "chart"
+            },
             "bubble_fraction": f"{self.bubble_fraction:.6f}",
             "chosen": int(self.chosen),
             "stage_layers": "|".join(self.stage_layers),
@@ -86,6 +99,8 @@ class PipelineSummary:
             batch_axes=tuple(a for a in fields["batch_axes"].split(",") if a),
             saves=fields["saves"],
             rest_layers=int(fields["rest_layers"]),
+            in_flight=int(fields["in_flight"]),
+            chart=_CHARTS.get(text, ""),
         )
 
     def lines(self, stage_devices: Sequence[Sequence[int]], traffic: str) -> list[str]:
@@ -99,11 +114,14 @@ class PipelineSummary:
             f"{self.stages} stages, {self.microbatches} microbatches ({how}), {self.steps} "
             f"steps, bubble fraction {self.bubble_fraction:.3f}",
             f"  each stage's microbatch split{shards or ' nowhere'}; each step saves its "
-            f"{self.saves}{rest}",
+            f"{self.saves}{rest}; at most {self.in_flight} microbatch visits in flight a stage",
             f"  {traffic}",
         ]
         for k, (layers, devices) in enumerate(zip(self.stage_layers, stage_devices, strict=True)):
             out.append(f"  stage {k}: layers {layers} on devices {list(devices)}")
+        if self.chart:
+            out.append("  the schedule (F forward, B backward, W weight gradient, . idle):")
+            out += [f"    {row}" for row in self.chart.splitlines()]
         return out
 
 
@@ -140,6 +158,22 @@ class PipelineTable(PipelineSummary):
             f"{self.loop_reduction_bytes:,} bytes; outside them {self.reduction_bytes:,} bytes"
         )
         return self.lines(self.stage_devices, traffic)
+
+
+#: Charts by marker text, the latest first kept (NOTE [pipeline in the report]).
+_CHARTS: collections.OrderedDict[str, str] = collections.OrderedDict()
+_CHARTS_LOCK = threading.Lock()
+_CHARTS_KEPT = 64
+
+
+def remember_chart(summary: PipelineSummary, chart: str) -> None:
+    """Keep ``chart`` for the report of a program traced with ``summary``'s marker."""
+    text = summary.marker()[len("pipeline[") : -1]
+    with _CHARTS_LOCK:
+        _CHARTS[text] = chart
+        _CHARTS.move_to_end(text)
+        while len(_CHARTS) > _CHARTS_KEPT:
+            _CHARTS.popitem(last=False)
 
 
 def found(jaxpr: Any, collectives: Sequence[Collective], mesh: Mesh) -> tuple[PipelineTable, ...]:

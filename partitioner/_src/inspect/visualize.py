@@ -336,37 +336,44 @@ class _Device:
 # --- the picture of a pipeline's schedule ---
 
 
-def schedule_png(cells: Sequence[Sequence[tuple[int, int, bool]]], path: str, title: str) -> None:
+def schedule_png(cells: Sequence[Sequence[tuple[str, int, int]]], path: str, title: str) -> None:
     """A pipeline's schedule as a picture (``PipelinePlan.chart(png=...)``): a row per
-    stage, a column per step, each busy cell coloured by its microbatch (darker on later
-    visits) and labelled with it, the bubble left blank; ``cells[stage][step]`` is
-    ``(microbatch, visit, busy)``."""
+    stage, a column per step, each cell ``cells[stage][step] = (letter, microbatch,
+    visit)``: a forward (``F``) coloured by its microbatch, a backward (``B``) the same
+    colour hatched, a weight gradient (``W``) the same colour pale and dotted, the bubble
+    (``.``) left blank; later visits paler."""
     from matplotlib.patches import Rectangle
 
     plt = _pyplot()
     stages, steps = len(cells), len(cells[0])
-    visits = 1 + max((visit for row in cells for _, visit, busy in row if busy), default=0)
-    micros = 1 + max((micro for row in cells for micro, _, busy in row if busy), default=0)
+    busy = [c for row in cells for c in row if c[0] != "."]
+    visits = 1 + max((visit for _, _, visit in busy), default=0)
+    micros = 1 + max((micro for _, micro, _ in busy), default=0)
     colours = _colours(micros)
-    fig, ax = plt.subplots(figsize=(min(1.2 + 0.55 * steps, 16), 0.9 + 0.55 * stages))
+    fig, ax = plt.subplots(figsize=(min(1.2 + 0.42 * steps, 24), 0.9 + 0.55 * stages))
     for stage, row in enumerate(cells):
-        for step, (micro, visit, busy) in enumerate(row):
-            if not busy:
+        for step, (letter, micro, visit) in enumerate(row):
+            if letter == ".":
                 ax.add_patch(Rectangle((step, stage), 1, 1, fc="white", ec="lightgray"))
                 continue
             alpha = 0.85 - 0.5 * visit / max(visits - 1, 1) if visits > 1 else 0.7
             ax.add_patch(
                 Rectangle(
-                    (step, stage), 1, 1, fc=colours(micro % colours.N), alpha=alpha, ec="black"
+                    (step, stage), 1, 1, fc=colours(micro % colours.N), ec="black",
+                    alpha=0.3 if letter == "W" else alpha,
+                    hatch={"B": "///", "W": "..."}.get(letter),
                 )
-            )
-            label = str(micro) + (chr(ord("a") + visit) if visits > 1 else "")
-            ax.text(step + 0.5, stage + 0.5, label, ha="center", va="center", fontsize=9)
+            )  # fmt: skip
+            label = letter + str(micro) + (chr(ord("a") + visit) if visits > 1 else "")
+            ax.text(step + 0.5, stage + 0.5, label, ha="center", va="center", fontsize=7)
     ax.set_xlim(0, steps)
     ax.set_ylim(stages, 0)
-    ax.set_xticks([s + 0.5 for s in range(steps)], [str(s) for s in range(steps)], fontsize=8)
+    ticks = range(0, steps, max(1, steps // 30))
+    ax.set_xticks([s + 0.5 for s in ticks], [str(s) for s in ticks], fontsize=8)
     ax.set_yticks([s + 0.5 for s in range(stages)], [f"stage {s}" for s in range(stages)])
-    ax.set_xlabel("step (blank: the bubble)")
+    ax.set_xlabel(
+        "step, one forward's time (F forward, B backward, W weight gradient; blank: the bubble)"
+    )
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

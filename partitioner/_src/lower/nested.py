@@ -127,8 +127,39 @@ def pjit_lowering(ctx: Any, *args: Any, **kwargs: Any) -> list[Any]:
 def constraint_lowering(
     ctx: Any, x: Any, *, axis_resources: ParsedPartitionSpec, mesh: Mesh
 ) -> list[Any]:
+    axis_ctx = ctx.module_context.axis_context
+    if isinstance(axis_ctx, jp.SPMDAxisContext) and axis_ctx.mesh.shape == mesh.shape:
+        return [_in_manual_region(ctx, x, axis_resources, mesh, frozenset(axis_ctx.manual_axes))]
     where = placement(ctx, mesh, "with_sharding_constraint")
     return _constrain_all(ctx, [x], ctx.avals_in, [axis_resources], mesh, where)
+
+
+def _in_manual_region(
+    ctx: Any, x: Any, spec: ParsedPartitionSpec, mesh: Mesh, manual: frozenset[str]
+) -> Any:
+    """A constraint in a region manual over ``manual`` (a pipeline's stages and shards,
+    NOTE [pipeline by actions]): there each device holds its block, so the manual axes
+    are dropped from the spec; what is left constrains the axes XLA still partitions
+    (nothing, when every axis is manual)."""
+    if manual >= set(mesh.axis_names):
+        return x
+    kept = [
+        tuple(a for a in (dim if isinstance(dim, tuple) else (dim,)) if a not in manual)
+        if dim is not None and dim is not PartitionSpec.UNCONSTRAINED
+        else dim
+        for dim in spec.to_partition_spec()
+    ]
+    free = PartitionSpec(*(d if not isinstance(d, tuple) or d else None for d in kept))
+    (aval,) = ctx.avals_in
+    aval = jp.physical_aval(aval)
+    unconstrained = {i for i, d in enumerate(free) if d is PartitionSpec.UNCONSTRAINED}
+    if jp.jax_uses_shardy():
+        parsed = ParsedPartitionSpec.from_user_input(
+            free, "with_sharding_constraint", allow_unconstrained=True
+        )
+        return annotate.constrain(ctx, x, aval, parsed, mesh, True)
+    proto = jp.manual_scoped_op_sharding(mesh, free, manual, len(aval.shape))
+    return jp.wrap_with_sharding_op(ctx, x, aval, proto, unspecified_dims=unconstrained or None)
 
 
 # --- the devices of an enclosing jax.jit ---

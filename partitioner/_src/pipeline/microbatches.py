@@ -19,6 +19,12 @@ step (forward and backward) of the pipeline alone:
   visit's residuals), and the loop's buffers (the microbatches, the outputs, the
   microbatch in flight).
 
+1F1B, interleaved 1F1B and zero bubble (NOTE [pipeline rounds]) are priced by their
+rounds: each the dearest action of a round (a backward: two passes, three when it
+recomputes the forward; zero bubble's input and weight gradients one each, run side
+by side), one permute a round, and what at most ``in_flight`` microbatch visits keep:
+their memory does not grow with ``M``.
+
 The choice: under ``auto_memory_limit`` only options whose memory fits it (the least
 memory where none does); without one, only options within :data:`MEMORY_SLACK` of
 the least memory; among those the least time, ties (within :data:`TIE`) going to
@@ -121,19 +127,22 @@ def estimate(schedule: Schedule, shards: int, costs: LayerCosts, saves: Saves) -
     """One option's figures per device, for a training step (NOTE [pipeline microbatches])."""
     count, steps, visit = schedule.microbatches, schedule.steps, schedule.per_visit
     piece = count * shards  # a microbatch's shard: the batch over this
-    passes = 4 if saves is Saves.INPUTS else 3  # forward, backward (twice), recompute
+    if schedule.kind.by_actions:  # a round: its dearest action, one permute
+        passes, permutes, held = (3 if saves is Saves.INPUTS else 2), steps, schedule.in_flight
+    else:  # a step: forward, backward (twice), recompute; a permute each way
+        passes, permutes, held = (4 if saves is Saves.INPUTS else 3), 2 * steps, steps
     compute = steps * passes * visit * costs.flops / piece / FLOPS_PER_S
     moved = costs.activation_bytes / piece
     reduced = costs.weight_bytes * schedule.layers / schedule.stages if shards > 1 else 0.0
-    collective_bytes = 2 * steps * moved + reduced
-    collectives = 2.0 * steps + (1.0 if shards > 1 else 0.0)
+    collective_bytes = permutes * moved + reduced
+    collectives = float(permutes) + (1.0 if shards > 1 else 0.0)
     comm = collective_bytes / BYTES_PER_S + collectives * LATENCY_S
     weights = 2 * costs.weight_bytes * schedule.layers / schedule.stages  # copies, gradients
     residuals = visit * costs.residual_bytes / piece
     if saves is Saves.INPUTS:
-        saved = steps * moved + residuals
+        saved = held * moved + residuals
     else:
-        saved = steps * residuals
+        saved = held * residuals
     buffers = (2 + 1 / count) * costs.activation_bytes / shards
     return Estimate(
         time_s=compute + comm,

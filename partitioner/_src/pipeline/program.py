@@ -99,7 +99,7 @@ def run(
     """The value of the plain scan of ``layer`` over the staged layers, on ``x``
     (NOTE [pipeline])."""
     stages, count = schedule.stages, schedule.microbatches
-    inputs = jax.tree.map(lambda leaf: _microbatches(leaf, count, placement), x)
+    inputs = jax.tree.map(lambda leaf: microbatches_of(leaf, count, placement), x)
     layers = jax.tree.map(lambda leaf: _layers(leaf, schedule, placement), staged)
     one_layer = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape[2:], leaf.dtype), layers)
     one_shard = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape[2:], leaf.dtype), inputs)
@@ -174,7 +174,7 @@ def _copies(leaf: Any, placement: Placement) -> Any:
     return placement.pin(copies)
 
 
-def _microbatches(leaf: Any, count: int, placement: Placement) -> Any:
+def microbatches_of(leaf: Any, count: int, placement: Placement) -> Any:
     """``[batch, ...]`` as ``[microbatches, shards, microbatch / shards, ...]``:
     microbatch k takes every ``count``-th example, so each device's block of a batch
     split over the batch axes stays on it."""

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from ..inspect.pipelines import PipelineSummary, stage_devices
+from ..inspect.pipelines import PipelineSummary, remember_chart, stage_devices
 from ..inspect.visualize import schedule_png
 from ..primitives.auto_choice import Estimate
 from ..primitives.auto_pipeline import AutoPipelineSite, mark
@@ -28,7 +28,9 @@ from ..sharding.mesh_env import maybe_current_mesh
 from ..trace.decision import PipelineDecision
 from ..trace.tracing import enclosing_body, enclosing_settings
 from . import checks
+from .actions import ActionKind, Table
 from .checks import API
+from .loss import by_actions, head_mean
 from .microbatches import MicrobatchOption, kept, layer_costs, pick, tree_bytes
 from .microbatches import options as microbatch_options
 from .program import Placement, Saves, plain_scan
@@ -48,10 +50,13 @@ def pipeline(
     schedule: str | None = None,
     mesh: Mesh | None = None,
     saves: str | None = None,
+    loss: Callable[[Any, Any, Any], Any] | None = None,
 ) -> Pipelined | AutoPipelined:
     """A function ``run(stacked_params, x)`` whose value is the plain scan's,
     ``lax.scan(lambda h, p: (layer(p, h), None), x, stacked_params)[0]``, run as a
-    pipeline over the mesh axis ``axis`` inside the enclosing program (NOTE [pipeline]).
+    pipeline over the mesh axis ``axis`` inside the enclosing program (NOTE [pipeline]);
+    with ``loss=head``, ``run(stacked_params, x, head_params, targets)``, the batch's
+    mean loss of ``head`` after the plain scan (NOTE [pipeline loss]).
 
     Args:
         layer: ``layer(params, h) -> h``, one layer: the same structure, shapes and
@@ -63,15 +68,23 @@ def pipeline(
             outside such a call, the plain scan runs).
         microbatches: how many pieces the batch (``x``'s leading dimension) is cut
             into; None: chosen by partitioner (NOTE [pipeline microbatches]).
-        schedule: ``"gpipe"`` (each stage holds ``L / S`` contiguous layers) or
+        schedule: ``"gpipe"`` (each stage holds ``L / S`` contiguous layers),
             ``"circular"`` (layer ``i`` on stage ``i mod S``, ``L / S`` visits: a
-            smaller bubble; give it parameters staged once, :meth:`Pipelined.stage`);
-            None: gpipe, or with ``axis=AUTO`` either, as chosen.
+            smaller bubble; give it parameters staged once, :meth:`Pipelined.stage`),
+            or, with ``loss=``, ``"1f1b"`` (gpipe's stages, each backward as soon as
+            it can run: at most ``S`` microbatches in flight), ``"interleaved-1f1b"``
+            (1F1B over circular's stages) or ``"zero-bubble"`` (ZB-H1: the weight
+            gradients fill the bubble) (NOTE [pipeline actions]); None: gpipe, or
+            with ``axis=AUTO`` gpipe or circular, as chosen.
         mesh: the mesh (as ``jax.shard_map`` takes one); None: the mesh in context,
             else the mesh of the enclosing ``jit``/``pjit`` call.
         saves: what each step keeps for the backward pass: ``"activations"`` (what it
             reads), ``"inputs"`` (each visit's input, the rest recomputed); None:
             chosen with the microbatches (NOTE [pipeline residuals]).
+        loss: ``head(head_params, h, targets) -> loss``: one microbatch's mean loss (a
+            scalar), ``h`` the last layer's output on it. The pipeline then returns the
+            batch's mean loss, and ``jax.grad`` of it gives the gradients of the
+            parameters, the head's parameters, ``x`` and ``targets``.
 
     Returns:
         A :class:`Pipelined`, or for ``axis=AUTO`` an :class:`AutoPipelined` (which,
@@ -80,8 +93,9 @@ def pipeline(
     Raises:
         TypeError: ``layer`` not callable, ``axis`` not a string, ``microbatches``
             not an int, ``mesh`` not a ``jax.sharding.Mesh``.
-        ValueError: ``microbatches`` below 1, an unknown ``schedule`` or ``saves``.
-            At the call: see :meth:`Pipelined.plan`.
+        ValueError: ``microbatches`` below 1, an unknown ``schedule`` or ``saves``,
+            a schedule that runs by actions without ``loss``. At the call: see
+            :meth:`Pipelined.plan`.
     """
     if not callable(layer):
         raise TypeError(f"{API}: layer must be callable, got {type(layer).__name__}")
@@ -102,13 +116,19 @@ def pipeline(
         raise TypeError(f"{API}: mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
     if saves is not None and saves not in _SAVES:
         raise ValueError(f"{API}: saves must be one of {_SAVES} or None, got {saves!r}")
+    if loss is not None and not callable(loss):
+        raise TypeError(
+            f"{API}: loss must be callable, head(head_params, h, targets) -> the mean loss "
+            f"of one microbatch; got {type(loss).__name__}"
+        )
     count = None if microbatches is None else int(microbatches)
     kind = None if schedule is None else ScheduleKind(schedule)
+    checks.needs_loss(kind, loss)
     keeps = None if saves is None else Saves(saves)
     if isinstance(axis, str):
-        return Pipelined(layer, axis, count, kind or ScheduleKind.GPIPE, mesh, keeps)
-    allowed = tuple(ScheduleKind) if kind is None else (kind,)
-    return AutoPipelined(layer, count, allowed, mesh, keeps)
+        return Pipelined(layer, axis, count, kind or ScheduleKind.GPIPE, mesh, keeps, loss)
+    allowed = (ScheduleKind.GPIPE, ScheduleKind.CIRCULAR) if kind is None else (kind,)
+    return AutoPipelined(layer, count, allowed, mesh, keeps, loss)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,6 +185,7 @@ class PipelinePlan:
             batch_axes=self.placement.batch,
             saves=self.saves.value,
             rest_layers=self.rest_layers,
+            in_flight=schedule.in_flight,
         )
 
     def __str__(self) -> str:
@@ -176,44 +197,47 @@ class PipelinePlan:
         )
         return "\n".join(self.summary().lines(self.stage_devices, traffic))
 
+    @property
+    def actions(self) -> Table:
+        """The schedule as data (NOTE [pipeline actions]): one row per stage, one column
+        per step of one forward's time, each cell an ``Action`` (``kind``: forward,
+        backward, input-gradient, weight-gradient or idle; ``microbatch``, ``visit``)."""
+        return self.schedule.actions
+
     def chart(self, *, png: str | None = None) -> str:
-        """The schedule as text: a row per stage, a column per step, each cell the
-        microbatch the stage works on (with its visit for circular: ``3b`` is
-        microbatch 3 on its second visit) or ``.`` for the bubble; ``png=path`` also
-        draws it as a picture (needs matplotlib)."""
+        """The schedule's table (:attr:`actions`) as text: a row per stage, a column per
+        step of one forward's time, each cell ``F``, ``B`` (a whole backward over two
+        columns, or zero bubble's input gradient over one) or ``W`` (a weight gradient)
+        with its microbatch (and visit where there are several: ``F3b`` is microbatch
+        3's forward on its second visit), or ``.`` where the stage waits (the bubble);
+        ``png=path`` also draws it as a picture (needs matplotlib)."""
         schedule = self.schedule
-        cells = [
-            [
-                tuple(
-                    int(np.asarray(per_stage)[stage]) for per_stage in schedule.at(np.int32(step))
-                )
-                for step in range(schedule.steps)
-            ]
-            for stage in range(schedule.stages)
-        ]
         if png is not None:
             title = (
                 f"{schedule.kind}: {schedule.layers} layers on {schedule.stages} stages, "
                 f"{schedule.microbatches} microbatches, bubble {schedule.bubble_fraction:.0%}"
             )
-            schedule_png(
-                [[(micro, visit, bool(busy)) for micro, visit, busy in row] for row in cells],
-                png,
-                title,
-            )
-        width = len(str(schedule.microbatches - 1)) + (1 if schedule.repeats > 1 else 0)
-        rows = []
-        for stage, row in enumerate(cells):
-            text = [
-                (
-                    str(micro) + (chr(ord("a") + visit) if schedule.repeats > 1 else "")
-                    if busy
-                    else "."
-                ).rjust(width)
-                for micro, visit, busy in row
-            ]
-            rows.append(f"stage {stage} | " + " ".join(text))
-        return "\n".join(rows)
+            cells = [[(a.letter, a.microbatch, a.visit) for a in row] for row in self.actions]
+            schedule_png(cells, png, title)
+        return chart_text(self.actions, schedule.repeats > 1)
+
+
+def chart_text(table: Table, visits: bool) -> str:
+    """``table`` as :meth:`PipelinePlan.chart` prints it."""
+    texts = [
+        [
+            "."
+            if a.kind is ActionKind.IDLE
+            else a.letter + str(a.microbatch) + (chr(ord("a") + a.visit) if visits else "")
+            for a in row
+        ]
+        for row in table
+    ]
+    width = max(len(t) for row in texts for t in row)
+    return "\n".join(
+        f"stage {stage} | " + " ".join(t.rjust(width) for t in row)
+        for stage, row in enumerate(texts)
+    )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -221,9 +245,12 @@ class Pipelined:
     """The function :func:`pipeline` returns for a given axis: ``run(params, x)``.
 
     Attributes:
-        layer, axis, microbatches, mesh: as :func:`pipeline` took them.
+        layer, axis, microbatches, mesh, loss: as :func:`pipeline` took them.
         schedule: the schedule (gpipe where none was given).
         saves: what each step keeps (None: chosen with the microbatches).
+        batch_over: the mesh axes a stage's microbatch may be split over (None: every
+            one the layer leaves free); an AUTO pipeline's decision may keep one for
+            the weights (tensor parallel inside the stages).
     """
 
     layer: Callable[[Any, Any], Any]
@@ -232,26 +259,57 @@ class Pipelined:
     schedule: ScheduleKind
     mesh: Mesh | None = None
     saves: Saves | None = None
+    loss: Callable[[Any, Any, Any], Any] | None = None
+    batch_over: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         _wraps(self, self.layer)
 
-    def __call__(self, params: Any, x: Any) -> Any:
+    def __call__(self, params: Any, x: Any, *head: Any) -> Any:
         """The plain scan's value on ``x``; ``params`` stacked (every leaf ``[layers,
-        ...]``) or staged once (:meth:`stage`)."""
-        return self.run(self.plan(params, x), params, x)
+        ...]``) or staged once (:meth:`stage`). With ``loss=``: ``run(params, x,
+        head_params, targets)``, the batch's mean loss (NOTE [pipeline loss])."""
+        checks.call_arguments(self.loss, head)
+        return self.run(self.plan(params, x, *head), params, x, *head)
 
-    def run(self, plan: PipelinePlan, params: Any, x: Any) -> Any:
+    def run(self, plan: PipelinePlan, params: Any, x: Any, *head: Any) -> Any:
         """The call, as ``plan`` (this pipeline's :meth:`plan` of the arguments) says."""
+        checks.call_arguments(self.loss, head)
         staged = params if isinstance(params, StagedParams) else stage_order(params, plan.schedule)
-        with jax.named_scope(plan.summary().marker()):  # NOTE [pipeline in the report]
+        summary = plan.summary()
+        remember_chart(summary, plan.chart())  # NOTE [pipeline in the report]
+        with jax.named_scope(summary.marker()):
+            if self.loss is not None and plan.schedule.kind.by_actions:
+                head_params, targets = head
+                return self._by_actions(plan, staged, x, head_params, targets)
             out = run_program(
                 self.layer, plan.schedule, plan.placement, plan.saves, staged.staged, x
             )
-        if staged.rest is None:
+        if staged.rest is not None:
+            # The layers the stages do not divide: after them, outside them (as MaxText runs them).
+            out = plain_scan(self.layer, staged.rest, out)
+        if self.loss is None:
             return out
-        # The layers the stages do not divide: after them, outside them (as MaxText runs them).
-        return plain_scan(self.layer, staged.rest, out)
+        head_params, targets = head
+        return head_mean(self.loss, head_params, out, targets, plan.schedule.microbatches)
+
+    def _by_actions(
+        self, plan: PipelinePlan, staged: StagedParams, x: Any, head_params: Any, targets: Any
+    ) -> Any:
+        """NOTE [pipeline loss]: the layers the stages do not divide run in the head."""
+        loss = self.loss
+        assert loss is not None
+        head, given = loss, head_params
+        if staged.rest is not None:
+
+            def head(both: Any, h: Any, t: Any) -> Any:
+                return loss(both[0], plain_scan(self.layer, both[1], h), t)
+
+            given = (head_params, staged.rest)
+        return by_actions(
+            self.layer, head, plan.schedule, plan.placement, plan.saves, staged.staged, x,
+            given, targets,
+        )  # fmt: skip
 
     def stage(self, stacked_params: Any) -> StagedParams:
         """``stacked_params`` (every leaf ``[layers, ...]``) in the order this pipeline's
@@ -268,18 +326,22 @@ class Pipelined:
         laid = jax.tree.map(lambda leaf: with_sharding_constraint(leaf, stage_first), staged.staged)
         return dataclasses.replace(staged, staged=laid)
 
-    def plan(self, params: Any, x: Any) -> PipelinePlan:
+    def plan(
+        self, params: Any, x: Any, head_params: Any = None, targets: Any = None
+    ) -> PipelinePlan:
         """The stages, microbatches, schedule and what each step saves for a call with
         these arguments (arrays or ``jax.ShapeDtypeStruct``s), under the mesh it runs
-        over.
+        over; with ``loss=``, ``head_params`` and ``targets`` (if given) are checked too.
 
         Raises:
             RuntimeError: no mesh given, in context or of an enclosing call.
             ValueError: ``axis`` not in the mesh; parameters without a common
                 leading (layer) dimension, or fewer layers than stages; staged
                 parameters for another schedule or stage count; a batch not divisible
-                by ``microbatches``; a layer whose output differs from its input in
-                structure, shape or dtype.
+                by ``microbatches``; fewer microbatches than the schedule needs; a
+                layer whose output differs from its input in structure, shape or
+                dtype; targets whose batch is not ``x``'s; a head that does not
+                return a scalar.
         """
         mesh = self._mesh()
         stages = self._stages(mesh)
@@ -290,12 +352,19 @@ class Pipelined:
         checks.layer_keeps_its_input(self.layer, one_layer, h_aval)
         if self.microbatches is not None:
             checks.microbatch_count(self.microbatches, batch)
+            checks.enough_microbatches(self.schedule, self.microbatches, stages, self.axis)
+        if self.schedule.by_actions:
+            checks.one_dtype(self.schedule, x)
+        if self.loss is not None and targets is not None:
+            checks.targets_batch(targets, batch, self.microbatches)
+            count = self.microbatches or 1
+            checks.head_gives_a_scalar(self.loss, head_params, h_aval, targets, count)
         limit = enclosing_settings().memory_limit
         key = (
             self.layer, self.schedule, self.microbatches, self.saves, layers, stages,
             str(jax.tree.structure((one_layer, h_aval))),
             tuple((leaf.shape, str(leaf.dtype)) for leaf in jax.tree.leaves((one_layer, h_aval))),
-            tuple(mesh.shape.items()), tuple(mesh.axis_types), self.axis, limit,
+            tuple(mesh.shape.items()), tuple(mesh.axis_types), self.axis, limit, self.batch_over,
         )  # fmt: skip
         best, table, placement = kept(
             key, lambda: self._weigh(mesh, one_layer, h_aval, pipelined, batch, limit)
@@ -337,7 +406,7 @@ class Pipelined:
         """One layer's parameters (as ``jax.ShapeDtypeStruct``s) and the layer count."""
         if isinstance(params, StagedParams):
             staged_stages = np.shape(jax.tree.leaves(params.staged)[0])[0]
-            if params.schedule is not self.schedule or staged_stages != stages:
+            if params.schedule.layout is not self.schedule.layout or staged_stages != stages:
                 raise ValueError(
                     f"{API}: the parameters were staged for a {params.schedule} pipeline of "
                     f"{staged_stages} stages, not this {self.schedule} one of {stages} stages "
@@ -360,18 +429,25 @@ class Pipelined:
         program = jax.make_jaxpr(self.layer)(one_layer, h_aval)
 
         def placement(count: int) -> Placement:
-            axes = batch_axes(mesh, self.axis, program, batch // count)
+            axes = batch_axes(mesh, self.axis, program, batch // count, self.batch_over)
             return Placement(mesh, self.axis, axes, math.prod(int(mesh.shape[a]) for a in axes))
 
+        stages = int(mesh.shape[self.axis])
         counts = (
             [self.microbatches]
             if self.microbatches is not None
-            else [d for d in range(1, batch + 1) if batch % d == 0]
+            else [
+                d
+                for d in range(1, batch + 1)
+                if batch % d == 0 and checks.runs(self.schedule, d, stages)
+            ]
         )
+        if not counts:
+            checks.enough_microbatches(self.schedule, batch, stages, self.axis)
         saves = [self.saves] if self.saves is not None else list(Saves)
         costs = layer_costs(self.layer, one_layer, h_aval)
         table = microbatch_options(
-            self.schedule, pipelined, int(mesh.shape[self.axis]), counts,
+            self.schedule, pipelined, stages, counts,
             lambda count: placement(count).shards, costs, saves,
         )  # fmt: skip
         best = pick(table, limit)
@@ -386,8 +462,9 @@ class AutoPipelined:
     the :class:`Pipelined` its call's decision runs (a ``ValueError`` where none does).
 
     Attributes:
-        layer, microbatches, mesh: as :func:`pipeline` took them.
-        schedules: the schedules the call may choose among.
+        layer, microbatches, mesh, loss: as :func:`pipeline` took them.
+        schedules: the schedules the call may choose among (without a given
+            ``schedule``: gpipe and circular).
         saves: what each step keeps (None: chosen with the microbatches).
     """
 
@@ -396,6 +473,7 @@ class AutoPipelined:
     schedules: tuple[ScheduleKind, ...]
     mesh: Mesh | None = None
     saves: Saves | None = None
+    loss: Callable[[Any, Any, Any], Any] | None = None
 
     def __post_init__(self) -> None:
         _wraps(self, self.layer)
@@ -405,11 +483,16 @@ class AutoPipelined:
         if decision.axis is None:
             return None
         kind = ScheduleKind(decision.schedule)
-        return Pipelined(self.layer, decision.axis, self.microbatches, kind, self.mesh, self.saves)
+        return Pipelined(
+            self.layer, decision.axis, self.microbatches, kind, self.mesh, self.saves, self.loss,
+            decision.batch_axes,
+        )  # fmt: skip
 
-    def __call__(self, params: Any, x: Any) -> Any:
+    def __call__(self, params: Any, x: Any, *head: Any) -> Any:
         """The plain scan's value on ``x`` (``params`` stacked: every leaf ``[layers,
-        ...]``), pipelined as the enclosing call decided (outside one: the plain scan)."""
+        ...]``), pipelined as the enclosing call decided (outside one: the plain scan);
+        with ``loss=``: ``run(params, x, head_params, targets)``, the batch's mean loss."""
+        checks.call_arguments(self.loss, head)
         if isinstance(params, StagedParams):
             raise ValueError(
                 f"{API}: axis=AUTO takes the stacked parameters (every leaf [layers, "
@@ -420,12 +503,15 @@ class AutoPipelined:
         concrete = self.decided(enclosing_settings().pipeline)
         if concrete is None:
             mark(AutoPipelineSite(schedules))
-            return plain_scan(self.layer, params, x)
-        plan = concrete.plan(params, x)
+            out = plain_scan(self.layer, params, x)
+            return out if self.loss is None else self.loss(head[0], out, head[1])
+        plan = concrete.plan(params, x, *head)
         mark(AutoPipelineSite(schedules, plan.schedule.microbatches))
-        return concrete.run(plan, params, x)
+        return concrete.run(plan, params, x, *head)
 
-    def plan(self, params: Any, x: Any) -> PipelinePlan:
+    def plan(
+        self, params: Any, x: Any, head_params: Any = None, targets: Any = None
+    ) -> PipelinePlan:
         """The plan of the pipeline the enclosing call's decision runs.
 
         Raises:
@@ -439,7 +525,7 @@ class AutoPipelined:
                 "the enclosing jit/pjit call, and here it runs the plain scan; the call's "
                 "report says what it chose (Lowered.report().auto.choice.whole_plan)"
             )
-        return concrete.plan(params, x)
+        return concrete.plan(params, x, head_params, targets)
 
     def stage(self, stacked_params: Any) -> StagedParams:
         """Raises ``ValueError``: the stages are the enclosing call's choice."""

@@ -43,15 +43,24 @@ from ..primitives.constraint import (
 from ..sharding.parsed import ParsedPartitionSpec
 
 
-def batch_axes(mesh: Mesh, axis: str, layer_program: Any, shard_size: int) -> tuple[str, ...]:
+def batch_axes(
+    mesh: Mesh,
+    axis: str,
+    layer_program: Any,
+    shard_size: int,
+    allowed: tuple[str, ...] | None = None,
+) -> tuple[str, ...]:
     """The mesh axes a stage's microbatch is split over (NOTE [pipeline gradients]): the
-    Auto axes of more than one device other than ``axis`` that the layer's constraints
-    put on no dimension but the leading one, in mesh order, as many as divide
-    ``shard_size`` (the microbatch's examples) together."""
+    Auto axes of more than one device other than ``axis`` (among ``allowed``, where
+    given: the others are left to the layer's weights, tensor parallel inside the
+    stages) that the layer's constraints put on no dimension but the leading one, in
+    mesh order, as many as divide ``shard_size`` (the microbatch's examples) together."""
     own = _constrained_axes(layer_program.jaxpr, after_leading=True)
     found: list[str] = []
     for name, size, kind in zip(mesh.axis_names, mesh.axis_sizes, mesh.axis_types, strict=True):
         if name == axis or size == 1 or kind != AxisType.Auto or name in own:
+            continue
+        if allowed is not None and name not in allowed:
             continue
         if shard_size % (math.prod(mesh.shape[a] for a in found) * size) == 0:
             found.append(str(name))

@@ -20,7 +20,7 @@ from jax.tree_util import KeyPath
 
 from .. import lazy
 from ..primitives.call_plan import CallPlan
-from ..trace.decision import NO_PIPELINE, PipelineDecision
+from ..trace.decision import PipelineDecision
 
 if TYPE_CHECKING:
     from ..auto import whole_plan
@@ -57,11 +57,6 @@ def weigh(
     """The plan the AUTO stage chooses for the call among the plain program (``plan``)
     and a pipeline per option, each traced by ``retrace`` under its decision; resolved
     (every AUTO spec chosen)."""
-    programs = [(NO_PIPELINE, plan)]
-    skipped: list[tuple[PipelineDecision, str]] = []
-    for decision in options(plan):
-        try:
-            programs.append((decision, retrace(decision)))
-        except ValueError as why:  # this body cannot run that pipeline
-            skipped.append((decision, str(why).splitlines()[0]))
-    return whole_plan.resolve_whole_plan(programs, skipped, in_paths, out_paths, memory_limit)
+    return whole_plan.resolve_whole_plan(
+        plan, options(plan), retrace, in_paths, out_paths, memory_limit
+    )

@@ -57,8 +57,10 @@ class RegionParams(PrimitiveParams):
 
     Attributes:
         body: ClosedJaxpr on blocks (NOTE [pmap region]).
-        axis_name: the mapped axis (the mesh's only axis).
-        mesh: the one-axis mesh of the devices, in mapping order.
+        axis_name: the mapped axis (pmap's: the mesh's only axis).
+        mesh: the mesh of the devices, in mapping order: pmap's one-axis mesh, or a
+            pipeline's whole mesh (``in_region``), the region manual over one of its
+            axes and the others XLA's.
         in_dims / out_dims: per input / output, the mapped dimension or None.
         name: the user's function name.
 
@@ -174,6 +176,42 @@ def _named_as_body(debug: Any, body: Any, n_in: int) -> Any:
     names = tuple(named.arg_names or ())
     names = ((None,) * n_in + names)[-n_in:] if n_in else ()
     return debug._replace(arg_names=names, result_paths=named.result_paths)
+
+
+def in_region(
+    fn: Callable[..., Sequence[Any]],
+    args: Sequence[Any],
+    *,
+    axis_name: str,
+    mesh: Mesh,
+    in_dims: Sequence[int | None],
+    out_dims: Sequence[int | None],
+    name: str,
+) -> list[Any]:
+    """``fn`` run on every device of ``axis_name`` as a region (NOTE [pmap region]):
+    traced on the blocks of ``args`` (mapped at ``in_dims``), its outputs mapped at
+    ``out_dims``. Regions nest (a region's ``fn`` may call this for another axis of the
+    same mesh); the mesh's other axes stay XLA's to partition.
+
+    Values ``fn`` closes over that belong to an enclosing trace enter as unmapped inputs.
+    """
+    size = int(mesh.shape[axis_name])
+    blocks = [block_aval(jp.typeof(a), d) for a, d in zip(args, in_dims, strict=True)]
+    info = jp.debug_info(name, fn, tuple(blocks), {})
+    with jp.extend_axis_env_nd([(axis_name, size)]):
+        jaxpr, _, consts = jp.trace_to_jaxpr_dynamic(
+            jp.wrap_init(lambda *xs: list(fn(*xs)), debug_info=info), blocks
+        )
+    body = jp.ClosedJaxpr(jp.convert_constvars_jaxpr(jaxpr), ())
+    region = RegionParams(
+        body,
+        axis_name,
+        mesh,
+        (*(None,) * len(consts), *in_dims),
+        tuple(out_dims),
+        name,
+    )
+    return list(region.bind(*consts, *args))
 
 
 # --- maps nested in a map's body ---

@@ -24,15 +24,19 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class PipelineDecision:
     """How a body's AUTO pipelines run: as stages over ``axis`` with ``schedule``, or,
-    ``axis`` None, as the plain scan."""
+    ``axis`` None, as the plain scan; ``batch_axes``: the mesh axes a stage's
+    microbatch is split over (None: every one the layer leaves free; the others are
+    the weights', tensor parallel inside the stages)."""
 
     axis: str | None
     schedule: str = "gpipe"
+    batch_axes: tuple[str, ...] | None = None
 
     def describe(self) -> str:
         if self.axis is None:
             return "no pipeline"
-        return f"{self.schedule} pipeline over {self.axis!r}"
+        batch = "" if self.batch_axes is None else f", batch over {self.batch_axes}"
+        return f"{self.schedule} pipeline over {self.axis!r}{batch}"
 
 
 #: The plain scan: what a body is traced under unless a call decides otherwise.

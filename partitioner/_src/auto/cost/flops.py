@@ -13,7 +13,8 @@ and generators (``iota``, random bits) none; any other operation one per element
 its first result when it is elementwise, of every result otherwise. In a program, a
 ``scan`` body counts ``length`` times, a ``while`` body (and its condition) its trip
 count where the loop counts a literal bound (``equations.trip_count``), a ``cond``
-its dearest branch, a call its body once.
+its dearest branch, a call its body once, a manual region (``pmap_region``: its body
+runs on each device's blocks) its body once per device of its axis.
 """
 
 from __future__ import annotations
@@ -87,6 +88,9 @@ def equation(eqn: Any) -> float:
         return trip_count(eqn) * (program(params["body_jaxpr"]) + program(params["cond_jaxpr"]))
     if name == "cond":
         return max(program(branch) for branch in eqn.params["branches"])
+    if name == "pmap_region":
+        params = eqn.params
+        return int(params["mesh"].shape[params["axis_name"]]) * program(params["body"])
     body = call_body(eqn)
     if body is not None:
         return program(body)

@@ -231,6 +231,32 @@ class Search:
                 found.append((first, second, partner))
         return found
 
+    def adopt(self, in_layouts: Sequence[Layout]) -> Scored:
+        """The assignment laying this problem's AUTO leaves out as ``in_layouts`` (another
+        program's, over the same inputs: each group takes its first leaf's layout), scored."""
+        return self.score(
+            tuple(self._option(k, in_layouts[group[0]]) for k, group in enumerate(self.groups))
+        )
+
+    def around(self, in_layouts: Sequence[Layout], axis: str) -> Scored:
+        """The best of ``in_layouts`` without ``axis`` (another program's choice, where
+        ``axis`` now does something else: a pipeline's stages) and the layouts that put
+        ``axis`` back on one dimension of a family's leaves: one sweep of coordinate
+        descent over the families, each trying its few placements of ``axis``."""
+        current = self.adopt([_without(layout, axis) for layout in in_layouts])
+        for block in self._largest_first(self._families()):
+            base = current.in_layouts[self.groups[block[0]][0]]
+            for layout in self.options[block[0]]:
+                if not _adds(base, layout, axis):
+                    continue
+                trial = list(current.assignment)
+                for k in block:
+                    trial[k] = self._option(k, layout)
+                scored = self.score(tuple(trial))
+                if improves(scored, current, None):
+                    current = scored
+        return current
+
     def simplified(self, scored: Scored, small: float) -> Scored:
         """``scored`` with every group whose leaves hold less than ``small`` of the AUTO
         leaves' bytes replicated."""
@@ -314,6 +340,14 @@ def _along(layout: Layout, shape: Sequence[int]) -> tuple[int, ...]:
     """Larger for a layout splitting a larger dimension, fewer dimensions, a later one."""
     dims = [dim for dim, axes in enumerate(layout) if axes]
     return max(((shape[dim], -len(dims), dim) for dim in dims), default=(0, 0, 0))
+
+def _without(layout: Layout, axis: str) -> Layout:
+    return tuple(tuple(a for a in dim if a != axis) for dim in layout)
+
+
+def _adds(base: Layout, layout: Layout, axis: str) -> bool:
+    """Whether ``layout`` is ``base`` with ``axis`` added to one dimension."""
+    return len(layout) == len(base) and _without(layout, axis) == base and layout != base
 
 
 #: Times closer than this (relative) are ties: the model is not more precise.
