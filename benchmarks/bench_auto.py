@@ -141,36 +141,46 @@ LAYER_PROGRAMS = (
 )
 
 
-def _stack_program(n: int, dims: models.Dims = models.DIMS) -> Program:
+def _block_of(norms: bool) -> tuple[models.Layer, dict[str, Any], str]:
+    """The stacks' layer (``models.block``, or ``models.plain_block`` without its layer
+    norms), its Megatron layout and what a row calls it."""
+    if norms:
+        return models.block, models.BLOCK_PARAM_SPECS, "blocks"
+    return models.plain_block, models.PLAIN_BLOCK_PARAM_SPECS, "blocks without norms"
+
+
+def _stack_program(n: int, dims: models.Dims = models.DIMS, norms: bool = True) -> Program:
     """``n`` transformer blocks in a row, every parameter AUTO; hand: Megatron per block."""
+    layer, specs, blocks = _block_of(norms)
 
     def loss(params: list[models.Params], batch: models.Batch) -> jax.Array:
         x, y = batch
         for p in params:
-            x = models.block(p, x)
+            x = layer(p, x)
         return jnp.mean((x - y) ** 2)
 
     def args() -> tuple[list[models.Params], models.Batch]:
-        return [models.block_params(dims) for _ in range(n)], models.block_batch(dims)
+        params = [models.block_params(dims, norms=norms) for _ in range(n)]
+        return params, models.block_batch(dims)
 
-    hand = [models.BLOCK_PARAM_SPECS] * n
-    return Program(f"{n} stacked blocks", "block", models.train_step(loss), hand, args)
+    return Program(f"{n} stacked {blocks}", "block", models.train_step(loss), [specs] * n, args)
 
 
-def _scanned_program(n: int, dims: models.Dims = models.DIMS) -> Program:
+def _scanned_program(n: int, dims: models.Dims = models.DIMS, norms: bool = True) -> Program:
     """The same ``n`` blocks as a ``lax.scan`` over stacked parameters (hand: Megatron
     per layer, the stack whole)."""
+    layer, specs, blocks = _block_of(norms)
 
     def loss(params: models.Params, batch: models.Batch) -> jax.Array:
         x, y = batch
-        x = models.plain_scan(models.block)(params, x)
+        x = models.plain_scan(layer)(params, x)
         return jnp.mean((x - y) ** 2)
 
     def args() -> tuple[models.Params, models.Batch]:
-        return models.stack([models.block_params(dims)] * n), models.block_batch(dims)
+        return models.stack([models.block_params(dims, norms=norms)] * n), models.block_batch(dims)
 
-    hand = {k: P(None, *s) for k, s in models.BLOCK_PARAM_SPECS.items()}
-    return Program(f"{n} scanned blocks", "block", models.train_step(loss), hand, args)
+    hand = {k: P(None, *s) for k, s in specs.items()}
+    return Program(f"{n} scanned {blocks}", "block", models.train_step(loss), hand, args)
 
 
 def _cold() -> None:
@@ -414,15 +424,19 @@ def _figures_of(prog: Program, spec: Any) -> dict[str, Any]:
     return _program_figures(_pjit(prog, spec).lower(params, batch).compile().report())
 
 
-def twin_rows(n: int, dims: models.Dims = models.DIMS) -> list[common.Row]:
+def twin_rows(n: int, dims: models.Dims = models.DIMS, norms: bool = True) -> list[common.Row]:
     """``n`` blocks scanned against the same blocks unrolled, each laid out by AUTO:
     XLA's collective bytes and memory per device (scanned / unrolled). Beside them,
     the scanned program laid out as the unrolled twin's choice (stacked): what the
     scan's own choice is to be judged against where XLA's loop holds more than the
-    unrolled program for any layout (its stacked residuals and gradients). ``dims``:
-    the blocks' sizes (the rows name a batch other than the default's)."""
-    scanned, unrolled = _scanned_program(n, dims), _stack_program(n, dims)
+    unrolled program for any layout (its stacked residuals and gradients); and whether
+    Megatron's attention with the MLP over both mesh axes (``MLP_OVER_BOTH_SPECS``)
+    beats either twin's choice on both figures (issue 54). ``dims``: the blocks' sizes
+    (the rows name a batch other than the default's); ``norms``: the block with its
+    layer norms or without."""
+    scanned, unrolled = _scanned_program(n, dims, norms), _stack_program(n, dims, norms)
     shape = "" if dims == models.DIMS else f" (batch {dims.batch} x {dims.seq})"
+    shape += "" if norms else ", no norms"
     _cold()
     params, batch = unrolled.args()
     report = _pjit(unrolled, AUTO).lower(params, batch).compile().report()
@@ -435,6 +449,11 @@ def twin_rows(n: int, dims: models.Dims = models.DIMS) -> list[common.Row]:
     }  # the first layer's choice, every layer of the stack alike
     ours = _figures_of(scanned, AUTO)
     transplanted = _figures_of(scanned, stacked)
+    both = {k: s for k, s in models.MLP_OVER_BOTH_SPECS.items() if norms or k[:2] != "ln"}
+    hand = {
+        "unrolled": _figures_of(unrolled, [both] * n),
+        "scanned": _figures_of(scanned, {k: P(None, *s) for k, s in both.items()}),
+    }
     rows = []
     for key, what in (("collective_bytes", "coll."), ("memory_bytes", "mem")):
         for other, short in ((theirs, "unrolled"), (transplanted, "unrolled's plan, scanned")):
@@ -448,6 +467,21 @@ def twin_rows(n: int, dims: models.Dims = models.DIMS) -> list[common.Row]:
                     1 / 1024,
                 )  # fmt: skip
             )
+    beaten = [who for who, chosen in (("unrolled", theirs), ("scanned", ours))
+              if _beats(hand[who], chosen)]  # fmt: skip
+    rows.append(
+        common.Row(
+            f"{n} blocks{shape}: twins' choices beaten on both by Megatron attention + MLP over both axes",
+            "twins",
+            float(len(beaten)),
+            None,
+            None,
+            "none",
+            not beaten,
+            "ok" if not beaten else "MISSED",
+            extra={"beaten": beaten, "hand": hand, "scanned": ours, "unrolled": theirs},
+        )
+    )
     return rows
 
 
@@ -574,6 +608,7 @@ def main() -> None:
             rows += remat_case.remat_rows() + remat_case.unrolled_rows()
             rows += twin_rows(8)
             rows += twin_rows(8, models.Dims(batch=8, seq=16))
+            rows += twin_rows(8, models.Dims(batch=8, seq=16), norms=False)
             rows += scan_scaling_rows(SCANNED)
     common.print_rows("AUTO layouts: chosen vs hand vs replicated, 4x2 mesh", rows)
     for name, info in details.items():

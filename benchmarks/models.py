@@ -158,20 +158,33 @@ BLOCK_PARAM_SPECS = {
     "w1": P(None, "model"),
     "w2": P("model", None),
 }
+#: The block without its layer norms (``block(..., norm=None)``): Megatron's layout.
+PLAIN_BLOCK_PARAM_SPECS = {k: s for k, s in BLOCK_PARAM_SPECS.items() if not k.startswith("ln")}
+#: Megatron's attention with the MLP's weights over both mesh axes: the layout XLA
+#: measures below Megatron's on both figures for 8 such blocks at a batch of 8 x 16
+#: (issue 54), with the norms' scales replicated where the block has them.
+MLP_OVER_BOTH_SPECS = {
+    **BLOCK_PARAM_SPECS,
+    "w1": P(None, ("data", "model")),
+    "w2": P(("data", "model"), None),
+}
 BATCH_SPECS = (P("data"), P("data"))
 BLOCK_OUT = P("data")
 
 
-def block_params(d: Dims = DIMS, key: jax.Array | None = None, layers: int | None = None) -> Params:
+def block_params(
+    d: Dims = DIMS, key: jax.Array | None = None, layers: int | None = None, *, norms: bool = True
+) -> Params:
     """The block's parameters from ``key`` (``jax.random.key(1)`` when None); with
-    ``layers``, a stack of that many (one draw of each stacked weight)."""
+    ``layers``, a stack of that many (one draw of each stacked weight); without
+    ``norms``, no layer norm scales (the parameters of ``block(..., norm=None)``)."""
     keys = jax.random.split(jax.random.key(1) if key is None else key, 6)
     lead = () if layers is None else (layers,)
 
     def dense(k: jax.Array, n_in: int, n_out: int) -> jax.Array:
         return jax.random.normal(k, (*lead, n_in, n_out), jnp.float32) / math.sqrt(n_in)
 
-    return {
+    params = {
         "ln1": jnp.ones((*lead, d.model), jnp.float32),
         "wq": dense(keys[0], d.model, d.model),
         "wk": dense(keys[1], d.model, d.model),
@@ -181,6 +194,7 @@ def block_params(d: Dims = DIMS, key: jax.Array | None = None, layers: int | Non
         "w1": dense(keys[4], d.model, d.ff),
         "w2": dense(keys[5], d.ff, d.model),
     }
+    return params if norms else {k: v for k, v in params.items() if not k.startswith("ln")}
 
 
 def block_batch(d: Dims = DIMS, key: jax.Array | None = None) -> Batch:
@@ -219,16 +233,17 @@ def block(
     heads: int = DIMS.heads,
     *,
     causal: bool = True,
-    norm: Callable[[jax.Array, jax.Array], jax.Array] = _layer_norm,
+    norm: Callable[[jax.Array, jax.Array], jax.Array] | None = _layer_norm,
     split: TensorSplit | None = None,
 ) -> jax.Array:
     """Pre-norm self-attention (separate q/k/v/o projections; causal unless ``causal``
-    is False) + GELU MLP, each with a residual connection; with ``split``, the heads
-    and the hidden units constrained as it says (the values unchanged)."""
+    is False) + GELU MLP, each with a residual connection; ``norm=None``: no norms; with
+    ``split``, the heads and the hidden units constrained as it says (the values
+    unchanged)."""
     b, s, m = x.shape
     dh = m // heads
     split = split or TensorSplit()
-    h = norm(x, params["ln1"])
+    h = x if norm is None else norm(x, params["ln1"])
     q, k, v = (
         _split((h @ params[w]).reshape(b, s, heads, dh), 2, split.heads) for w in ("wq", "wk", "wv")
     )
@@ -238,8 +253,13 @@ def block(
         scores = jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
     attn = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v).reshape(b, s, m)
     x = x + attn @ params["wo"]
-    h = norm(x, params["ln2"])
+    h = x if norm is None else norm(x, params["ln2"])
     return x + jax.nn.gelu(_split(h @ params["w1"], 2, split.hidden)) @ params["w2"]
+
+
+def plain_block(params: Params, x: jax.Array) -> jax.Array:
+    """The block without its layer norms (issue 54's twins: attention + MLP only)."""
+    return block(params, x, norm=None)
 
 
 def loss(params: Params, batch: Batch) -> jax.Array:

@@ -28,28 +28,70 @@ SIZES = {"data": 4, "model": 2}
 ORDER = ("data", "model")
 
 
+SUM_DATA, SUM_MODEL = ("add", ("data",)), ("add", ("model",))
+
+
 @pytest.mark.parametrize(
     ("src", "partial", "dst", "want"),
     [
         # whole -> split: a local slice, nothing moves
         (((), ()), frozenset(), (("data",), ()), []),
         # split -> whole: one all-gather of the local block (64x32/4 floats)
-        ((("data",), ()), frozenset(), ((), ()), [("all-gather", 4, 64 * 32 // 4 * 4)]),
-        # a partial sum kept whole: all-reduce of the full block
-        (((), ()), frozenset({"model"}), ((), ()), [("all-reduce", 2, 64 * 32 * 4)]),
-        # a partial sum the target splits over that axis: reduce-scatter
-        (((), ()), frozenset({"model"}), ((), ("model",)), [("reduce-scatter", 2, 64 * 32 * 4)]),
+        ((("data",), ()), frozenset(), ((), ()), [("all-gather", 4, 64 * 32 // 4 * 4, None)]),
+        # a partial sum kept whole: all-reduce of the full block, which XLA's all-reduce
+        # combiner may merge with other sums over "model" (NOTE [all-reduce combiner])
+        (((), ()), frozenset({"model"}), ((), ()), [("all-reduce", 2, 64 * 32 * 4, SUM_MODEL)]),
+        # a partial sum the target splits over that axis: reduce-scatter (an all-reduce
+        # on XLA:CPU, merged alike)
+        (
+            ((), ()),
+            frozenset({"model"}),
+            ((), ("model",)),
+            [("reduce-scatter", 2, 64 * 32 * 4, SUM_MODEL)],
+        ),
         # an axis changing dimension: one all-to-all of the local block
-        ((("model",), ()), frozenset(), ((), ("model",)), [("all-to-all", 2, 64 * 32 // 2 * 4)]),
-        # both axes gathered at once: one all-gather over 8 devices
-        ((("data",), ("model",)), frozenset(), ((), ()), [("all-gather", 8, 64 * 32 // 8 * 4)]),
+        (
+            (("model",), ()),
+            frozenset(),
+            ((), ("model",)),
+            [("all-to-all", 2, 64 * 32 // 2 * 4, None)],
+        ),
+        # both axes gathered from one dimension: one all-gather over 8 devices
+        (
+            (("data", "model"), ()),
+            frozenset(),
+            ((), ()),
+            [("all-gather", 8, 64 * 32 // 8 * 4, None)],
+        ),
+        # ... from two: one all-gather per dimension, the minor first, the second
+        # gathering the block the first made (NOTE [one dimension per collective])
+        (
+            (("data",), ("model",)),
+            frozenset(),
+            ((), ()),
+            [("all-gather", 2, 64 * 32 // 8 * 4, None), ("all-gather", 4, 64 * 32 // 4 * 4, None)],
+        ),
+        # a partial sum over both axes scattered over two dimensions: the whole block
+        # all-reduced once per dimension (XLA:CPU's reduce-scatter), then sliced
+        (
+            ((), ()),
+            frozenset({"data", "model"}),
+            (("data",), ("model",)),
+            [
+                ("reduce-scatter", 4, 64 * 32 * 4, SUM_DATA),
+                ("reduce-scatter", 2, 64 * 32 * 4, SUM_MODEL),
+            ],
+        ),
         # a partial sum over both axes, split over one: scattered first, so the all-reduce
         # over the other moves the scattered block (as XLA orders them)
         (
             ((), ()),
             frozenset({"data", "model"}),
             (("data",), ()),
-            [("reduce-scatter", 4, 64 * 32 * 4), ("all-reduce", 2, 64 * 32 // 4 * 4)],
+            [
+                ("reduce-scatter", 4, 64 * 32 * 4, SUM_DATA),
+                ("all-reduce", 2, 64 * 32 // 4 * 4, SUM_MODEL),
+            ],
         ),
     ],
 )
@@ -157,6 +199,7 @@ def _pool(x):
 
 _EMB, _IDS, _UPD = jnp.ones((128, 16)), jnp.zeros((8, 6), jnp.int32), jnp.ones((8, 6, 16))
 _IMG, _KER, _X = jnp.ones((8, 16, 16, 8)), jnp.ones((3, 3, 8, 16)), jnp.ones((16, 64))
+_W = jnp.ones((64, 32))
 
 
 def _scatter_add(e, i, g):
@@ -198,12 +241,18 @@ def _scatter_add(e, i, g):
         (lambda x: jnp.sort(x, 1), (_X,), (P(None, "model"),), P(None, "model")),
         # top-k gathers its operand whole, whichever dimension is split
         (lambda x: jax.lax.top_k(x, 4)[0], (_X,), (P("data"),), P("data")),
+        # a value split over two dimensions gathered: one all-gather per dimension, and
+        # a sum over both axes scattered over two dimensions: one all-reduce per
+        # dimension (NOTE [one dimension per collective])
+        (lambda x: x * 2.0, (_X,), (P("data", "model"),), P()),
+        (lambda h, w: h @ w, (_X, _W), (P(None, ("data", "model")), P(("data", "model"))),
+         P("data", "model")),
     ],
     ids=[
         "gather-vocab", "gather-features", "scatter-add-batch", "scatter-add-vocab",
         "scatter-add-features", "dynamic-slice", "dynamic-update-slice", "conv-batch",
         "conv-out-features", "conv-in-features", "conv-kernel-grad", "pool-batch",
-        "pool-height", "cumsum", "sort", "top-k",
+        "pool-height", "cumsum", "sort", "top-k", "gather-two-dims", "sum-scattered-two-dims",
     ],
 )  # fmt: skip
 def test_layer_strategies_move_the_bytes_xla_moves(
@@ -306,3 +355,26 @@ def test_a_while_counting_to_a_literal_bound_counts_its_trips(mesh: MeshFactory)
     )
     assert estimate.collectives == sum(c.count for c in in_loop) == 3
     assert estimate.collective_bytes == sum(c.bytes_per_run for c in in_loop)
+
+
+def test_a_partial_sum_reduced_once_is_read_again_as_reduced(mesh: MeshFactory):
+    """A partial sum two elementwise operations read: the first reduces it to the batch's
+    split; the second, whose other operand is whole (a scale), reads that copy, as XLA
+    does, rather than reducing the sum again over every axis (NOTE [elementwise reads a
+    copy]). The bytes are XLA's."""
+    h, w, x, s = jnp.ones((8, 16, 64)), jnp.ones((64, 128)), jnp.ones((8, 16, 128)), jnp.ones(128)
+    both = ("data", "model")  # the contraction split over both axes: a sum over both
+    in_specs = (P(None, None, both), P(both), P("data"), P())
+
+    def twice(h, w, x, s):
+        partial = h @ w
+        return partial * x + partial * s
+
+    m = mesh((4, 2), ORDER)
+    f = partitioner.pjit(twice, in_axis_resources=in_specs, out_axis_resources=P("data"))
+    with jax.set_mesh(m):
+        report = f.lower(h, w, x, s).report()
+    jaxpr = jax.make_jaxpr(twice)(h, w, x, s)
+    ins = [_layout(spec, jnp.ndim(a)) for spec, a in zip(in_specs, (h, w, x, s), strict=True)]
+    estimate, _ = AutoEstimator(jaxpr, SIZES).run(ins, [ins[2]], [False] * 4)
+    assert estimate.collective_bytes == report.collective_bytes, str(report)

@@ -61,10 +61,10 @@ def test_a_replication_is_priced_as_gathering_the_whole_value() -> None:
     src, dst = (D, M, ()), ((), (), DM)
     steps = list(moves((16, 32, 64), 4, src, frozenset(), dst, SIZES))
     block = 16 * 32 * 64 * 4 / 8
-    assert steps == [(REMATERIALIZE, 8, block)]
+    assert steps == [(REMATERIALIZE, 8, block, None)]
     # a neighbour XLA makes with collectives keeps its price
     steps = list(moves((16, 32, 64), 4, (D, M, ()), frozenset(), ((), (), D), SIZES))
-    assert [kind for kind, _, _ in steps] == ["all-to-all", "all-gather"]
+    assert [step[0] for step in steps] == ["all-to-all", "all-gather"]
 
 
 def test_a_search_prints_none_of_xlas_warnings_about_layouts_it_only_measured(

@@ -8,9 +8,11 @@ sliced inputs whole along the scanned dimension (NOTE [scanned stack gather]); a
 ``while`` body counts its trip count where the loop counts a literal bound from a
 literal start (``i < n``, ``i + 1``), else once; moves of a loop's constants are
 paid once, outside it (NOTE [loop invariants] in ``values.py``); a ``cond`` its
-dearest branch. ``rules.py`` registers them by primitive name, and picks
-:func:`pinned_call` for our own pjit and :func:`call` for other call-like equations
-(``equations.call_body``).
+dearest branch. A call's body is part of its caller's computation, a loop's body and
+a branch computations of their own: XLA's all-reduce combiner merges within one
+(NOTE [all-reduce combiner] in ``combiner.py``). ``rules.py`` registers them by
+primitive name, and picks :func:`pinned_call` for our own pjit and :func:`call` for
+other call-like equations (``equations.call_body``).
 """
 
 from __future__ import annotations
@@ -21,17 +23,18 @@ from ... import jax_private as jp
 from ...primitives.pjit_call import PjitParams
 from .equations import shape_of, trip_count
 from .layouts import NO_AXES, Layout
-from .values import Frame, Outside, State, Tally, Values, spec_layout
+from .values import Frame, Outside, State, Tally, Values, Walked, spec_layout
 
 
 def call(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float, body: Any) -> float:
     """A call-like equation (remat, custom derivatives, jax's own jit): its body inline."""
     jaxpr = body.jaxpr if isinstance(body, jp.ClosedJaxpr) else body
     states = [model.read(frame, operand) for operand in eqn.invars]
-    outs, peak = model.walk(jaxpr, states, tally, mult)
-    for result, state in zip(eqn.outvars, outs, strict=True):
+    walked = model.walk(jaxpr, states, tally, mult)
+    for result, state in zip(eqn.outvars, walked.outs, strict=True):
         model.set(frame, result, state)
-    return peak
+    frame.called = (tuple(walked.levels), walked.top)
+    return walked.peak
 
 
 def pinned_call(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
@@ -46,14 +49,21 @@ def pinned_call(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float
         layout = spec_layout(spec, len(shape_of(operand)), model.order)
         model.move(operand, layout, frame, tally, mult)
         states.append((layout, NO_AXES))
-    outs, peak = model.walk(params.jaxpr.jaxpr, states, tally, mult)
-    for result, state, spec in zip(eqn.outvars, outs, params.out_axis_resources, strict=True):
+    walked = model.walk(params.jaxpr.jaxpr, states, tally, mult)
+    levels, top = list(walked.levels), walked.top
+    for i, (result, state, spec) in enumerate(
+        zip(eqn.outvars, walked.outs, params.out_axis_resources, strict=True)
+    ):
         if spec is not None:
             layout = spec_layout(spec, len(shape_of(result)), model.order)
-            tally.pay(model.steps(result, state[0], state[1], layout), mult)
+            steps = model.steps(result, state[0], state[1], layout)
+            tally.pay(steps, mult)
+            levels[i] = model.levels.add(levels[i], model.levels.of_steps(steps))
+            top = model.levels.join(top, levels[i])
             state = (layout, NO_AXES)
         model.set(frame, result, state)
-    return peak
+    frame.called = (tuple(levels), top)
+    return walked.peak
 
 
 def scan(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
@@ -82,7 +92,9 @@ def scan(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> fl
         other = states[: carry.start] + found + states[carry.stop :]
         entry = Tally()
         for operand, state in zip(eqn.invars[carry], found, strict=True):
-            entry.pay(model.steps(operand, *model.read(frame, operand), state[0]), mult)
+            steps = model.steps(operand, *model.read(frame, operand), state[0])
+            entry.pay(steps, mult)
+            entry.collectives += sum(mult for step in steps if step[1] > 1 and step[3])
         again = _loop(model, body, other, carry, mult * length, outside)
         if entry.seconds() + again[0].seconds() < loop[0].seconds():
             for operand, state in zip(eqn.invars[carry], found, strict=True):
@@ -116,10 +128,41 @@ def _loop(
     walked again with the carries entering as the body returns them (the initial
     values moved once, before the loop), and the cheaper kept."""
     looped = Tally()
-    outs, peak = model.walk(body, states, looped, mult, outside)
-    for out, state, want in zip(body.outvars, outs, states[carry], strict=False):
-        looped.pay(model.steps(out, state[0], state[1], want[0]), mult)
-    return looped, outs, peak
+    walked = model.walk(body, states, looped, mult, outside)
+    outs = _carried_back(model, body, walked, states[carry], looped, mult)
+    return looped, outs, walked.peak
+
+
+def _carried_back(
+    model: Values, body: Any, walked: Walked, carry: list[State], tally: Tally, mult: float
+) -> list[State]:
+    """A loop body's carried results moved back to the layouts they entered in and its
+    other results' partial sums reduced (NOTE [loop outputs reduced per trip]), in the
+    body's computation, and the all-reduces the body runs per trip counted: as many per
+    group as the deepest level it reaches (NOTE [all-reduce combiner] in
+    ``combiner.py``); the body's results' states (the carried ones as the body returns
+    them, NOTE [loop carry layout]).
+
+    NOTE [loop outputs reduced per trip]: a scan's stacked result (a layer's weight
+    gradient, a partial sum over the batch's axis) is written into the loop's output
+    buffer every trip, and XLA reduces it there, before the write: one all-reduce per
+    trip, in its layout (merged with the trip's others), not one of the whole stack
+    after the loop. The bytes are the same; the count is the loop's length (8 where the
+    model counted 1 on 8 scanned transformer blocks)."""
+    levels = model.levels
+    top = walked.top
+    outs = list(walked.outs)
+    wants = [want[0] for want in carry] + [state[0] for state in outs[len(carry) :]]
+    for i, (out, state, want, level) in enumerate(
+        zip(body.outvars, outs, wants, walked.levels, strict=True)
+    ):
+        steps = model.steps(out, state[0], state[1], want)
+        tally.pay(steps, mult)
+        top = levels.join(top, levels.add(level, levels.of_steps(steps)))
+        if i >= len(carry):
+            outs[i] = (want, NO_AXES)
+    tally.collectives += levels.total(top) * mult
+    return outs
 
 
 def _stack_whole(
@@ -138,7 +181,7 @@ def _stack_whole(
     if not src or not src[0]:
         model.move(stack, layout, frame, tally, mult)
         return layout, 0.0
-    tally.pay(model.steps(stack, src, partial, layout), mult)
+    model.pay(frame, tally, model.steps(stack, src, partial, layout), mult, stack)
     return layout, model.nbytes(stack, layout)
 
 
@@ -151,21 +194,22 @@ def while_loop(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float)
     outside = {i: Outside(const, frame, tally, mult)
                for i, const in enumerate(eqn.invars[n_cond_consts : n_cond_consts + n_body_consts])
                if not isinstance(const, jp.Literal)}  # fmt: skip
-    outs, peak = model.walk(
-        params["body_jaxpr"].jaxpr,
+    body = params["body_jaxpr"].jaxpr
+    walked = model.walk(
+        body,
         states[n_cond_consts : n_cond_consts + n_body_consts] + carry,
         tally,
         mult * trips,
         outside,
     )
-    _, cond_peak = model.walk(
+    test = model.walk(
         params["cond_jaxpr"].jaxpr, states[:n_cond_consts] + carry, tally, mult * trips
     )
-    for out, state, want in zip(params["body_jaxpr"].jaxpr.outvars, outs, carry, strict=True):
-        tally.pay(model.steps(out, state[0], state[1], want[0]), mult * trips)
+    tally.collectives += model.levels.total(test.top) * mult * trips
+    _carried_back(model, body, walked, carry, tally, mult * trips)
     for result, state in zip(eqn.outvars, carry, strict=True):
         model.set(frame, result, state)
-    return max(peak, cond_peak)
+    return max(walked.peak, test.peak)
 
 
 def cond(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> float:
@@ -173,9 +217,10 @@ def cond(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> fl
     best: tuple[Tally, list[State], float] | None = None
     for branch in eqn.params["branches"]:
         branch_tally = Tally()
-        outs, peak = model.walk(branch.jaxpr, states, branch_tally, mult)
+        walked = model.walk(branch.jaxpr, states, branch_tally, mult)
+        branch_tally.collectives += model.levels.total(walked.top) * mult  # its own computation
         if best is None or branch_tally.seconds() > best[0].seconds():
-            best = (branch_tally, outs, peak)
+            best = (branch_tally, walked.outs, walked.peak)
     assert best is not None
     tally.add(best[0])
     for result, state in zip(eqn.outvars, best[1], strict=True):

@@ -170,5 +170,5 @@ def shift(model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float) -> N
     split = layout[eqn.params["axis"]]
     if split:
         block = model.nbytes(operand, layout)
-        tally.pay([("collective-permute", shards(split, model.sizes), block)], mult)
+        tally.pay([("collective-permute", shards(split, model.sizes), block, None)], mult)
     model.set(frame, eqn.outvars[0], (layout, partial))

@@ -25,7 +25,9 @@ custom derivatives and nested pjits are followed inside; a ``scan`` body counts
 literal bound (``fori_loop``), else once, a ``cond`` its dearest branch.
 
 Time is ``flops / FLOPS_PER_S + collective bytes / BYTES_PER_S + collectives *
-LATENCY_S`` per device (``rates.py``) (docs/howto/auto.md states the model); memory is arguments
+LATENCY_S`` per device (``rates.py``) (docs/howto/auto.md states the model), the
+collectives counted as XLA runs them: all-reduces its combiner merges count once
+(NOTE [all-reduce combiner] in ``combiner.py``); memory is arguments
 + outputs + the peak of live temporaries - donated inputs an output of the same
 per-device size can reuse. Temporaries are the values XLA materializes: results
 of equations it does not fuse (dots, reductions, calls) and the fused values such
@@ -46,6 +48,7 @@ from typing import Any
 from ... import jax_private as jp
 from ...sharding.parsed import ParsedPartitionSpec
 from . import rates
+from .combiner import NONE, Group, Level, Levels
 from .equations import itemsize_of, shape_of
 from .flops import counted
 from .layouts import (
@@ -61,7 +64,9 @@ from .layouts import (
 )
 
 State = tuple[Layout, Axes]  # a value's layout and the axes it is a partial sum over
-Step = tuple[str, int, float]  # a collective: kind, devices per group, operand bytes
+#: A collective: kind, devices per group, operand bytes, what XLA's all-reduce combiner
+#: merges it by (None: nothing; NOTE [all-reduce combiner] in ``combiner.py``).
+Step = tuple[str, int, float, Group]
 
 
 def spec_layout(spec: ParsedPartitionSpec, ndim: int, order: Sequence[str]) -> Layout:
@@ -76,11 +81,17 @@ class Tally:
     collectives: float = 0.0
 
     def pay(self, steps: Sequence[Step], mult: float) -> float:
-        """Count the collectives of a move (groups of one device cost nothing); their bytes."""
-        paid = [nbytes for _, devices, nbytes in steps if devices > 1]
-        self.collective_bytes += sum(paid) * mult
-        self.collectives += len(paid) * mult
-        return sum(paid)
+        """Count the bytes of a move's collectives (groups of one device cost nothing) and
+        those XLA's all-reduce combiner leaves alone; their bytes. The all-reduces it may
+        merge are counted by the walk's levels (NOTE [all-reduce combiner])."""
+        paid = 0.0
+        for _, devices, nbytes, group in steps:
+            if devices > 1:
+                paid += nbytes
+                if group is None:
+                    self.collectives += mult
+        self.collective_bytes += paid * mult
+        return paid
 
     def add(self, other: Tally) -> None:
         self.flops += other.flops
@@ -97,7 +108,12 @@ class Frame:
 
     ``moved`` holds, per value, the layouts it was moved to (in order); ``log``,
     while an equation is being recorded (NOTE [auto walk memo] in ``walk.py``),
-    collects each move it pays: ``(value, layout, copy bytes)``.
+    collects each move it pays: ``(value, layout, copy bytes)``. ``depth`` holds each
+    value's levels (absent: none), ``top`` the deepest levels this computation reached;
+    while an equation is applied, ``incs`` the groups it reduces per operand (the levels
+    its copy of the operand sits above the operand), ``inc`` those it reduces its result
+    over, and ``called`` what a call's body left (each result's levels and the deepest,
+    over the join of the call's operands) (NOTE [all-reduce combiner] in ``combiner.py``).
     """
 
     env: dict[Any, State] = field(default_factory=dict)
@@ -106,6 +122,11 @@ class Frame:
     extra_live: float = 0.0  # their sum while the originals are live
     log: list[tuple[Any, Layout, float]] | None = None
     outside: dict[Any, Outside] = field(default_factory=dict)  # a loop body's invariants
+    depth: dict[Any, Level] = field(default_factory=dict)
+    top: Level = NONE
+    incs: dict[Any, Level] = field(default_factory=dict)
+    inc: Level = NONE
+    called: tuple[tuple[Level, ...], Level] | None = None
 
     def note_move(self, var: Any, dst: Layout, copy: float) -> None:
         self.moved[var] = self.moved.get(var, ()) + (dst,)
@@ -143,6 +164,7 @@ class Values:
         self._locals: dict[tuple[tuple[int, ...], Layout], int] = {}
         self._steps: dict[Any, tuple[Step, ...]] = {}
         self._seconds: dict[Any, float] = {}
+        self.levels = Levels()
 
     def local(self, shape: tuple[int, ...], layout: Layout) -> int:
         """Elements of one device's block of ``shape`` laid out as ``layout``."""
@@ -177,17 +199,21 @@ class Values:
         if isinstance(var, jp.Literal):
             return 0.0
         src, partial = self.read(frame, var)
-        if (src == dst and not partial) or dst in frame.moved.get(var, ()):
+        if src == dst and not partial:
+            return 0.0
+        if dst in frame.moved.get(var, ()):
+            if partial:  # the reduced copy, read again: after its all-reduce
+                self._reduced(frame, var, self.steps(var, src, partial, dst))
             return 0.0
         outside = frame.outside.get(var) if frame.outside else None
         if outside is not None:  # NOTE [loop invariants]
             frame.note_move(var, dst, 0.0)
             return self.move(outside.var, dst, outside.frame, outside.tally, outside.mult)
         steps = self.steps(var, src, partial, dst)
-        cost = tally.pay(steps, mult)
+        cost = self.pay(frame, tally, steps, mult, var)
         # A move XLA makes by replicating the value holds all of it (NOTE [involuntary
         # rematerialization] in layouts.py); any other, the target's block.
-        whole = any(kind == REMATERIALIZE for kind, _, _ in steps)
+        whole = any(step[0] == REMATERIALIZE for step in steps)
         copy = self.nbytes(var, replicated(len(shape_of(var))) if whole else dst)
         frame.note_move(var, dst, copy)
         if frame.log is not None:
@@ -207,11 +233,29 @@ class Values:
             return 0.0
         key = (shape_of(var), itemsize_of(var), src, partial, dst)
         found = self._seconds.get(key)
-        if found is None:
-            tally = Tally()
-            tally.pay(self.steps(var, src, partial, dst), 1.0)
-            found = self._seconds[key] = tally.seconds()
+        if found is None:  # every collective counted: a rule weighs one move alone
+            steps = [step for step in self.steps(var, src, partial, dst) if step[1] > 1]
+            found = self._seconds[key] = rates.seconds(
+                0.0, sum(step[2] for step in steps), len(steps)
+            )
         return found
+
+    def pay(
+        self, frame: Frame, tally: Tally, steps: Sequence[Step], mult: float, var: Any = None
+    ) -> float:
+        """Pay ``steps`` in ``frame``'s computation, moving the operand ``var`` (None: the
+        equation's result): the tally counts their bytes, the equation being applied the
+        groups its all-reduces reduce (NOTE [all-reduce combiner]); their bytes."""
+        if var is None:
+            frame.inc = self.levels.join(frame.inc, self.levels.of_steps(tuple(steps)))
+        else:
+            self._reduced(frame, var, tuple(steps))
+        return tally.pay(steps, mult)
+
+    def _reduced(self, frame: Frame, var: Any, steps: tuple[Step, ...]) -> None:
+        level = self.levels.of_steps(steps)
+        if level:
+            frame.incs[var] = self.levels.join(frame.incs.get(var, NONE), level)
 
     def resolve_partial(self, var: Any, state: State) -> Layout:
         """Where a partial output goes when nothing asks: reduce-scattered over its first
@@ -258,10 +302,11 @@ class Values:
         tally: Tally,
         mult: float,
         outside: Mapping[int, Outside] | None = None,
-    ) -> tuple[list[State], float]:
-        """Walk a nested jaxpr (a call's or a loop's body) from these input states; its
-        output states and a rough peak of its temporaries. ``outside``: the inputs (by
-        position) that are loop invariants (NOTE [loop invariants]). The walk
+        start: Level = NONE,
+    ) -> Walked:
+        """Walk a nested jaxpr (a call's or a loop's body) from these input states, its
+        inputs at levels ``start`` (NOTE [all-reduce combiner]). ``outside``: the inputs
+        (by position) that are loop invariants (NOTE [loop invariants]). The walk
         (``walk.py``) provides it."""
         raise NotImplementedError
 
@@ -273,6 +318,18 @@ class Values:
         self.work(eqn, None, tally, mult)
         for result in eqn.outvars:
             self.set(frame, result, (replicated(len(shape_of(result))), NO_AXES))
+
+
+@dataclass(frozen=True)
+class Walked:
+    """What a walk of a nested jaxpr found: its output states, a rough peak of its
+    temporaries, its outputs' levels and the deepest it reached (NOTE [all-reduce
+    combiner])."""
+
+    outs: list[State]
+    peak: float
+    levels: list[Level]
+    top: Level
 
 
 #: A rule: applies one equation to the walk's frame (``(model, eqn, frame, tally,

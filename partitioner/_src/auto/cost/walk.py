@@ -10,7 +10,11 @@ states that leaf changes, and equal layers (unrolled copies of one block, the
 body of a scan walked again) are worked out once and replayed for the others:
 a pass over an N-layer program costs one layer's rules plus N cheap lookups.
 Bodies are keyed by their text (``str(jaxpr)`` names variables canonically), so
-two traces of one layer share their effects.
+two traces of one layer share their effects. The levels an equation gives its results
+(NOTE [all-reduce combiner] in ``combiner.py``) depend on its operands' levels, which
+the key leaves out (they differ from layer to layer, which would leave nothing to
+replay): the effect keeps them relative to the join of its operands' levels, which
+the replay adds back.
 """
 
 from __future__ import annotations
@@ -21,24 +25,30 @@ from typing import Any
 
 from ... import jax_private as jp
 from ...primitives.auto_choice import Estimate
+from .combiner import NONE, Level
 from .equations import Structures, call_body, is_elementwise, itemsize_of, shape_of
 from .flops import REDUCE_BY_SUM, REDUCE_OTHER
 from .layouts import NO_AXES, Layout, replicated
 from .rates import BYTES_PER_S, FLOPS_PER_S, LATENCY_S
 from .rules import RULES, rule_for
-from .values import Frame, Outside, Rule, State, Tally, Values, aliased
+from .values import Frame, Outside, Rule, State, Tally, Values, Walked, aliased
 
 
 @dataclass(frozen=True)
 class Effect:
     """What one equation did to the walk (NOTE [auto walk memo]): each result's state
     (None: not set), each move as (operand position, layout, copy bytes), the tally
-    (flops, collective bytes, collectives) and the inner peak."""
+    (flops, collective bytes, collectives) and the inner peak; ``levels``, where it
+    reduces anything: the levels each operand's copy sits above the operand (in the
+    order of its operands that are no literals), then each result's levels and the
+    deepest reached over the join of those copies' (None: nothing reduced, its results
+    at the join of its operands' levels; NOTE [all-reduce combiner])."""
 
     outs: tuple[State | None, ...]
     moves: tuple[tuple[int, Layout, float], ...]
     tally: tuple[float, float, float]
     peak: float
+    levels: tuple[tuple[Level, ...], tuple[Level, ...], Level] | None = None
 
 
 class Estimator(Values):
@@ -53,12 +63,14 @@ class Estimator(Values):
         self._eqns: dict[int, tuple[int, Rule, tuple[Any, ...]]] = {}  # by id(eqn)
         self.structures = Structures()
         self._memo: dict[Any, Effect] = {}
+        self._sized: dict[Any, tuple[tuple[int, ...], int]] = {}  # a nested value's shape, item
         self.applied = 0
         plan = _top_plan(top, _last_uses(top), _materialized(top))
         self._top = [
             (
                 self.structures.of(eqn),
                 tuple(var for var in eqn.invars if not isinstance(var, jp.Literal)),
+                tuple(eqn.outvars),
                 *memory,
             )
             for eqn, memory in zip(top.eqns, plan, strict=True)
@@ -85,8 +97,14 @@ class Estimator(Values):
             frame.env[var] = (layout, NO_AXES)
         peak = self._walk_top(jaxpr, frame, tally)
         outs: list[Layout] = []
+        levels = self.levels
         for var, target in zip(jaxpr.outvars, out_targets, strict=True):
+            frame.incs = {}
             outs.append(self.settle(var, self.read(frame, var), target, frame, tally, 1.0))
+            if frame.incs:
+                reached = levels.add(frame.depth.get(var, NONE), frame.incs[var])
+                frame.top = levels.join(frame.top, reached)
+        tally.collectives += levels.total(frame.top)  # NOTE [all-reduce combiner]
         arg_bytes = [
             self.nbytes(var, lay) for var, lay in zip(jaxpr.invars, in_layouts, strict=True)
         ]
@@ -108,45 +126,70 @@ class Estimator(Values):
         """Walk the top-level equations, tracking live temporaries; their peak in bytes.
 
         The hot loop of the search: an equation whose key recurs (NOTE [auto walk
-        memo]) is replayed here inline, without a call."""
+        memo]) is replayed here inline, without a call, its tally summed in locals."""
         live = 0.0
         peak = 0.0
-        env, moved, extra = frame.env, frame.moved, frame.extra_bytes
-        block = self._block_bytes
+        flops = collective_bytes = collectives = 0.0
+        env, moved, extra, depth = frame.env, frame.moved, frame.extra_bytes, frame.depth
+        env_get, moved_get, depth_get = env.get, moved.get, depth.get
+        sizes = self._locals
         memo = self._memo
-        for eqn, (structure, operands, counted, last, freed) in zip(
+        join, add, joins = self.levels.join, self.levels.add, self.levels.joins
+        for eqn, (structure, operands, outvars, counted, last, freed) in zip(
             jaxpr.eqns, self._top, strict=True
         ):
             if len(operands) == 1:
                 var = operands[0]
-                key: tuple[Any, ...] = (structure, 1.0, env.get(var), moved.get(var))
+                key: tuple[Any, ...] = (structure, 1.0, env_get(var), moved_get(var))
+                base = depth_get(var, NONE)
             else:
                 key = (
                     structure,
                     1.0,
-                    tuple([env.get(var) for var in operands]),
-                    tuple([moved.get(var) for var in operands]),
+                    tuple([env_get(var) for var in operands]),
+                    tuple([moved_get(var) for var in operands]),
                 )
+                base = NONE
+                for var in operands:  # the join of their levels (NOTE [all-reduce combiner])
+                    level = depth_get(var, NONE)
+                    if level != base and level:
+                        base = (joins.get((base, level)) or join(base, level)) if base else level
             effect = memo.get(key)
             if effect is None:
-                inner = self._apply(eqn, frame, tally, 1.0, key)
+                inner = self._apply(eqn, frame, tally, 1.0, key, operands)
             else:
                 inner = effect.peak
                 if effect.moves:
                     for pos, dst, copy in effect.moves:
                         frame.note_move(eqn.invars[pos], dst, copy)
-                flops, collective_bytes, collectives = effect.tally
-                tally.flops += flops
-                tally.collective_bytes += collective_bytes
-                tally.collectives += collectives
-                for var, state in zip(eqn.outvars, effect.outs, strict=True):
-                    if state is not None:
-                        env[var] = state
+                eqn_flops, eqn_bytes, eqn_collectives = effect.tally
+                flops += eqn_flops
+                collective_bytes += eqn_bytes
+                collectives += eqn_collectives
+                levels = effect.levels
+                if levels is None:
+                    for var, state in zip(outvars, effect.outs):
+                        if state is not None:
+                            env[var] = state
+                            if base:
+                                depth[var] = base
+                else:
+                    base = NONE
+                    for var, inc in zip(operands, levels[0], strict=True):
+                        base = join(base, add(depth_get(var, NONE), inc))
+                    for var, state, level in zip(outvars, effect.outs, levels[1], strict=True):
+                        if state is not None:
+                            env[var] = state
+                            depth[var] = add(base, level)
+                    frame.top = join(frame.top, add(base, levels[2]))
             produced = 0.0
             for var, shape, item in counted:
-                state = env.get(var)
+                state = env_get(var)
                 if state is not None:
-                    produced += block(shape, item, state[0])
+                    found = sizes.get((shape, state[0]))
+                    if found is None:
+                        found = self.local(shape, state[0])
+                    produced += found * item
             here = live + frame.extra_live + produced + inner
             if here > peak:
                 peak = here
@@ -154,14 +197,15 @@ class Estimator(Values):
             for var in last:
                 frame.extra_live -= extra.pop(var, 0.0)
             for var, shape, item in freed:
-                live -= block(shape, item, env[var][0])
+                layout = env[var][0]
+                found = sizes.get((shape, layout))
+                if found is None:
+                    found = self.local(shape, layout)
+                live -= found * item
+        tally.flops += flops
+        tally.collective_bytes += collective_bytes
+        tally.collectives += collectives
         return peak
-
-    def _block_bytes(self, shape: tuple[int, ...], itemsize: int, layout: Layout) -> float:
-        found = self._locals.get((shape, layout))
-        if found is None:
-            found = self.local(shape, layout)
-        return float(found * itemsize)
 
     def walk(
         self,
@@ -170,7 +214,8 @@ class Estimator(Values):
         tally: Tally,
         mult: float,
         outside: Mapping[int, Outside] | None = None,
-    ) -> tuple[list[State], float]:
+        start: Level = NONE,
+    ) -> Walked:
         frame = Frame()
         if outside:
             frame.outside = {jaxpr.invars[i]: invariant for i, invariant in outside.items()}
@@ -178,14 +223,34 @@ class Estimator(Values):
             frame.env[var] = (replicated(len(shape_of(var))), NO_AXES)
         for var, state in zip(jaxpr.invars, in_states, strict=True):
             frame.env[var] = state
+        if start:
+            frame.top = start
+            frame.depth.update((var, start) for var in (*jaxpr.constvars, *jaxpr.invars))
         peak = 0.0
+        env, sizes, sized = frame.env, self._locals, self._sized
         for eqn in jaxpr.eqns:
             inner = self._eqn(eqn, frame, tally, mult)
-            made = sum(
-                self.nbytes(var, frame.env[var][0]) for var in eqn.outvars if var in frame.env
-            )
-            peak = max(peak, inner + made)
-        return [self.read(frame, var) for var in jaxpr.outvars], peak
+            made = 0.0
+            for var in eqn.outvars:
+                made_state = env.get(var)
+                if made_state is not None:
+                    shape, item = sized.get(var) or self._size(var)
+                    found = sizes.get((shape, made_state[0]))
+                    if found is None:
+                        found = self.local(shape, made_state[0])
+                    made += found * item
+            if inner + made > peak:
+                peak = inner + made
+        return Walked(
+            [self.read(frame, var) for var in jaxpr.outvars],
+            peak,
+            [frame.depth.get(var, start) for var in jaxpr.outvars],
+            frame.top,
+        )
+
+    def _size(self, var: Any) -> tuple[tuple[int, ...], int]:
+        found = self._sized[var] = (shape_of(var), itemsize_of(var))
+        return found
 
     # --- equations, remembered (NOTE [auto walk memo]) ---
 
@@ -205,11 +270,11 @@ class Estimator(Values):
                 tuple([moved.get(var) for var in operands]),
             )
         if frame.outside and any(var in frame.outside for var in operands):
-            return self._apply(eqn, frame, tally, mult, None)  # pays outside: not replayable
+            return self._apply(eqn, frame, tally, mult, None, operands)  # pays outside
         effect = self._memo.get(key)
         if effect is None:
-            return self._apply(eqn, frame, tally, mult, key)
-        return _replay(effect, eqn, frame, tally)
+            return self._apply(eqn, frame, tally, mult, key, operands)
+        return self._replay(effect, eqn, frame, tally, operands)
 
     def _kind(self, eqn: Any) -> tuple[int, Rule, tuple[Any, ...]]:
         """What kind of equation it is (it depends on the jaxpr alone): its structure,
@@ -220,18 +285,23 @@ class Estimator(Values):
             found = self._eqns[id(eqn)] = (self.structures.of(eqn), rule_for(eqn, self), operands)
         return found
 
-    def _apply(self, eqn: Any, frame: Frame, tally: Tally, mult: float, key: Any) -> float:
-        """Work ``eqn`` out by its rule and remember its effect under ``key`` (None: not)."""
+    def _apply(
+        self, eqn: Any, frame: Frame, tally: Tally, mult: float, key: Any, operands: Any
+    ) -> float:
+        """Work ``eqn`` out by its rule and remember its effect under ``key`` (None: not);
+        ``operands``: its operands that are no literals."""
         self.applied += 1
         rule = self._kind(eqn)[1]
         eqn_tally = Tally()
         log: list[Any] = []
         frame.log = log
+        frame.incs, frame.inc, frame.called = {}, NONE, None
         try:
             peak = rule(self, eqn, frame, eqn_tally, mult)
         finally:
             frame.log = None
         tally.add(eqn_tally)
+        levels = self._levels(eqn, frame, operands)
         position = {var: i for i, var in reversed(list(enumerate(eqn.invars)))
                     if not isinstance(var, jp.Literal)}  # fmt: skip
         if key is not None and all(var in position for var, _, _ in log):
@@ -243,23 +313,76 @@ class Estimator(Values):
                 moves=tuple((position[var], dst, copy) for var, dst, copy in log),
                 tally=(eqn_tally.flops, eqn_tally.collective_bytes, eqn_tally.collectives),
                 peak=peak,
+                levels=levels,
             )
         return peak
 
+    def _levels(
+        self, eqn: Any, frame: Frame, operands: Any
+    ) -> tuple[tuple[Level, ...], tuple[Level, ...], Level] | None:
+        """Set the levels of ``eqn``'s results once its rule ran (NOTE [all-reduce
+        combiner]): the join of its operands' copies' levels plus what it reduced its
+        result over, or what its body left where it is a call; what it reduced (None:
+        nothing, the results at the join of its operands' levels)."""
+        levels, depth = self.levels, frame.depth
+        incs = tuple(frame.incs.get(var, NONE) for var in operands) if frame.incs else None
+        base = NONE
+        for i, var in enumerate(operands):
+            base = levels.join(base, levels.add(depth.get(var, NONE), incs[i] if incs else NONE))
+        if frame.called is not None:
+            outs, top = frame.called
+        else:
+            outs, top = (frame.inc,) * len(eqn.outvars), frame.inc
+        frame.incs, frame.inc, frame.called = {}, NONE, None
+        for var, level in zip(eqn.outvars, outs, strict=True):
+            if var in frame.env:
+                reached = levels.add(base, level)
+                if reached:
+                    depth[var] = reached
+        if incs is None and not top and not any(outs):
+            return None
+        frame.top = levels.join(frame.top, levels.add(base, top))
+        return incs or (NONE,) * len(operands), outs, top
 
-def _replay(effect: Effect, eqn: Any, frame: Frame, tally: Tally) -> float:
-    """An equation's remembered effect, applied (inline in ``_walk_top``, for speed)."""
-    invars = eqn.invars
-    for pos, dst, copy in effect.moves:
-        frame.note_move(invars[pos], dst, copy)
-    tally.flops += effect.tally[0]
-    tally.collective_bytes += effect.tally[1]
-    tally.collectives += effect.tally[2]
-    env = frame.env
-    for var, state in zip(eqn.outvars, effect.outs, strict=True):
-        if state is not None:
-            env[var] = state
-    return effect.peak
+    def _replay(self, effect: Effect, eqn: Any, frame: Frame, tally: Tally, operands: Any) -> float:
+        """An equation's remembered effect, applied (inline in ``_walk_top``, for speed)."""
+        invars = eqn.invars
+        for pos, dst, copy in effect.moves:
+            frame.note_move(invars[pos], dst, copy)
+        tally.flops += effect.tally[0]
+        tally.collective_bytes += effect.tally[1]
+        tally.collectives += effect.tally[2]
+        env, depth = frame.env, frame.depth
+        levels = effect.levels
+        if levels is None:
+            base = NONE
+            joins = self.levels.joins
+            for var in operands:
+                level = depth.get(var, NONE)
+                if level != base and level:
+                    base = (
+                        (joins.get((base, level)) or self.levels.join(base, level))
+                        if base
+                        else level
+                    )
+            for var, state in zip(eqn.outvars, effect.outs):
+                if state is not None:
+                    env[var] = state
+                    if base:
+                        depth[var] = base
+            return effect.peak
+        join, add = self.levels.join, self.levels.add
+        base = NONE
+        for var, inc in zip(operands, levels[0], strict=True):
+            base = join(base, add(depth.get(var, NONE), inc))
+        for var, state, level in zip(eqn.outvars, effect.outs, levels[1], strict=True):
+            if state is not None:
+                env[var] = state
+                reached = add(base, level)
+                if reached:
+                    depth[var] = reached
+        frame.top = join(frame.top, add(base, levels[2]))
+        return effect.peak
 
 
 # --- what the top-level walk counts as memory (NOTE [auto cost model]) ---

@@ -15,10 +15,18 @@ of a stack may differ). Three starts, everything replicated, every leaf split as
 finely as it allows, and every leaf split over the last mesh axis along its
 largest dimension (where Megatron-style pairs of column- and row-split weights
 are one move away, which coordinate descent from the others may not reach), keep
-it from settling in the nearest local minimum. The objective is estimated step
-time subject to the memory limit. The best of each start and a few more are the
-finalists, confirmed by XLA beside the baselines (NOTE [auto floor] in
-``confirm.py``).
+it from settling in the nearest local minimum (that start splits a square weight's
+last dimension, its output features: of Megatron's pairs the column-split weight
+comes first, and attention has three, ``q``, ``k`` and ``v``, to one row-split
+``o``). A weight's split pays only once its partner's is there (an MLP's up and down
+projections split over the same axes, the hidden layer between them never moved),
+which coordinate descent, one block at a time, does not see: each sweep over the
+families also moves each pair of families whose shapes are each other's transposed
+(the last two dimensions swapped, and unequal) together, the second split over the
+same axes on the swapped dimension (on 8 unrolled blocks, Megatron's MLP to the MLP
+over both mesh axes). The objective is estimated step time subject to the memory
+limit. The best of each start and a few more are the finalists, confirmed by XLA
+beside the baselines (NOTE [auto floor] in ``confirm.py``).
 
 An AUTO output takes the layout of the AUTO or given input at the same path
 (``out[0]['w']`` and ``args[0]['w']``): a step's updated state comes back laid
@@ -115,7 +123,7 @@ class Search:
         groups = self._largest_first([[k] for k in range(len(self.groups))])
         found: list[Scored] = []
         for start in self.starts():
-            found.append(self._settle(self.score(start), families, limit))
+            found.append(self._settle(self.score(start), families, limit, pairs=True))
         best = found[0]
         for candidate in found[1:]:
             if improves(candidate, best, limit):
@@ -126,7 +134,12 @@ class Search:
     def starts(self) -> list[Assignment]:
         """Everything replicated; everything split as finely as it allows; and every leaf
         split over the last free mesh axis (a tensor-parallel axis, by convention) along
-        its largest dimension that takes it: coordinate descent from each."""
+        its largest dimension that takes it: coordinate descent from each. Where two
+        dimensions are as large, the last one (a weight's output features, as ``x @ w``,
+        flax's kernels and convolutions' HWIO order them): of a Megatron pair the
+        column-split weight comes first, and an attention block has three (``q``, ``k``,
+        ``v``) to one row-split ``o``, one move from that start where splitting the first
+        dimension is three."""
         sizes = self.problem.mesh_shape
         free = [axis for axis in sizes if axis in self.problem.free_axes and sizes[axis] > 1]
         finest, parallel = [], []
@@ -139,9 +152,7 @@ class Search:
                 for k, layout in enumerate(opts)
                 if free and [axis for axes in layout for axis in axes] == [free[-1]]
             ]
-            dims = [next(dim for dim, axes in enumerate(opts[k]) if axes) for k in split]
-            pick = max(split, key=lambda k: shape[dims[split.index(k)]], default=0)
-            parallel.append(pick)
+            parallel.append(max(split, key=lambda k: _along(opts[k], shape), default=0))
         replicated_ = (0,) * len(self.groups)
         return list(dict.fromkeys((replicated_, tuple(finest), tuple(parallel))))
 
@@ -160,9 +171,17 @@ class Search:
 
         return sorted(blocks, key=lambda block: -size(block))
 
-    def _settle(self, current: Scored, blocks: Sequence[list[int]], limit: float | None) -> Scored:
+    def _settle(
+        self,
+        current: Scored,
+        blocks: Sequence[list[int]],
+        limit: float | None,
+        pairs: bool = False,
+    ) -> Scored:
         """Sweeps of coordinate descent from ``current``, each block of groups taking one
-        option together, until a sweep changes nothing."""
+        option together, then (``pairs``) each pair of blocks of transposed shapes two
+        options that split alike (NOTE [auto search]), until a sweep changes nothing."""
+        paired = self._pairs(blocks) if pairs else []
         for _ in range(_MAX_SWEEPS):
             changed = False
             for block in blocks:
@@ -173,9 +192,44 @@ class Search:
                     scored = self.score(tuple(trial))
                     if improves(scored, current, limit):
                         current, changed = scored, True
+            for first, second, partner in paired:
+                for option, other in partner.items():
+                    trial = list(current.assignment)
+                    for k in first:
+                        trial[k] = option
+                    for k in second:
+                        trial[k] = other
+                    scored = self.score(tuple(trial))
+                    if improves(scored, current, limit):
+                        current, changed = scored, True
             if not changed:
                 break
         return current
+
+    def _pairs(
+        self, blocks: Sequence[list[int]]
+    ) -> list[tuple[list[int], list[int], dict[int, int]]]:
+        """Pairs of blocks whose leaves' shapes are each other's with the last two
+        dimensions swapped (and unequal: an MLP's up and down projections, stacked or
+        not), with the options of the second that split as each option of the first does,
+        those two dimensions swapped (a split of the first's output features, the
+        second's input features over the same axes: Megatron's pair, over any axes)."""
+        found = []
+        for i, first in enumerate(blocks):
+            shape = self.shape(self.groups[first[0]])
+            if len(shape) < 2 or shape[-1] == shape[-2]:
+                continue
+            for second in blocks[i + 1 :]:
+                if self.shape(self.groups[second[0]]) != (*shape[:-2], shape[-1], shape[-2]):
+                    continue
+                theirs = {layout: k for k, layout in enumerate(self.options[second[0]])}
+                partner = {
+                    k: theirs[swapped]
+                    for k, layout in enumerate(self.options[first[0]])
+                    if (swapped := (*layout[:-2], layout[-1], layout[-2])) in theirs
+                }
+                found.append((first, second, partner))
+        return found
 
     def adopt(self, in_layouts: Sequence[Layout]) -> Scored:
         """The assignment laying this problem's AUTO leaves out as ``in_layouts`` (another
@@ -281,6 +335,11 @@ class Search:
             self.options[k].append(layout)
         return self.options[k].index(layout)
 
+
+def _along(layout: Layout, shape: Sequence[int]) -> tuple[int, ...]:
+    """Larger for a layout splitting a larger dimension, fewer dimensions, a later one."""
+    dims = [dim for dim, axes in enumerate(layout) if axes]
+    return max(((shape[dim], -len(dims), dim) for dim in dims), default=(0, 0, 0))
 
 def _without(layout: Layout, axis: str) -> Layout:
     return tuple(tuple(a for a in dim if a != axis) for dim in layout)
