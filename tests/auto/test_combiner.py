@@ -242,3 +242,22 @@ def test_a_scans_stacked_gradients_are_reduced_every_trip(mesh: MeshFactory):
     estimate = _estimate(step, (specs, P("data")), specs, stack, x)
     assert estimate.collectives == LAYERS
     assert estimate.collective_bytes == report.collective_bytes
+
+
+def test_a_branch_returning_a_constant_is_walked():
+    """A branch whose result is a literal (``lax.cond`` returning a constant, as the
+    pipeline's action schedules do in a step where a stage idles) has no collective
+    behind it: the walk gives it no level (it raised on the unhashable literal)."""
+
+    def step(w, x):
+        def loss(w):
+            h = x @ w
+            return jax.lax.cond(x[0, 0] > 0, lambda h: 1.0, lambda h: jnp.sum(h**2), h)
+
+        return w - 0.1 * jax.grad(loss)(w)
+
+    w, x = jnp.ones((WIDTH, WIDTH)), jnp.ones((BATCH, WIDTH))
+    jaxpr = jax.make_jaxpr(step)(w, x)
+    ins = [_layout(P(None, "model"), 2), _layout(P("data"), 2)]
+    estimate, _ = AutoEstimator(jaxpr, SIZES).run(ins, ins[:1], [False, False])
+    assert estimate.collectives >= 1  # the batch's gradient is reduced over "data"

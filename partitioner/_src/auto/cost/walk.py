@@ -101,7 +101,7 @@ class Estimator(Values):
         for var, target in zip(jaxpr.outvars, out_targets, strict=True):
             frame.incs = {}
             outs.append(self.settle(var, self.read(frame, var), target, frame, tally, 1.0))
-            if frame.incs:
+            if frame.incs and not isinstance(var, jp.Literal):
                 reached = levels.add(frame.depth.get(var, NONE), frame.incs[var])
                 frame.top = levels.join(frame.top, reached)
         tally.collectives += levels.total(frame.top)  # NOTE [all-reduce combiner]
@@ -244,7 +244,10 @@ class Estimator(Values):
         return Walked(
             [self.read(frame, var) for var in jaxpr.outvars],
             peak,
-            [frame.depth.get(var, start) for var in jaxpr.outvars],
+            [  # a literal result (a branch's constant) depends on no collective
+                NONE if isinstance(var, jp.Literal) else frame.depth.get(var, start)
+                for var in jaxpr.outvars
+            ],
             frame.top,
         )
 
