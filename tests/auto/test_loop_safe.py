@@ -94,3 +94,37 @@ def test_a_committed_argument_laid_out_otherwise_names_the_output_that_did_it(me
         placed = placing(_state())
     with pytest.raises(ValueError, match=r"laid out by result\[0\]\['w1'\] of jit elsewhere"):
         auto(placed, tokens)
+
+
+GPT_STEPS, GPT_LAYERS = 20, 4
+
+
+@pytest.mark.parametrize("body", ["plain scan", "pipeline(axis=AUTO)"])
+def test_the_small_gpt_trains_twenty_adamw_steps_as_jax_jit(mesh, body: str) -> None:
+    """The small GPT (tied embedding head, pre-LN causal blocks, ``benchmarks/models.py``;
+    4 blocks here to keep the test short) with AdamW on a 2x2x2 mesh, batch over 'b',
+    parameters and optimizer state AUTO in and out: fed its own outputs for 20 steps,
+    its losses are jax.jit's plain scan's, whether or not its body may pipeline."""
+    from benchmarks import models
+
+    mesh_3 = mesh((2, 2, 2), ("a", "b", "c"))
+    stack = (
+        models.plain_scan(models.gpt_block)
+        if body == "plain scan"
+        else partitioner.pipeline(models.gpt_block, axis=AUTO)
+    )
+    params = models.gpt_params(jax.random.key(0), layers=GPT_LAYERS)
+    tokens, targets = models.gpt_batch(jax.random.key(1))
+    data = NamedSharding(mesh_3, P("b"))
+    partitioner.clear_caches()
+    ours = partitioner.jit(
+        models.adamw_step(models.gpt_loss(stack)),
+        in_shardings=(AUTO, AUTO, data, data),
+        out_shardings=(AUTO, AUTO, None),
+    )
+    theirs = jax.jit(models.adamw_step(models.gpt_loss(models.plain_scan(models.gpt_block))))
+    state = want = (params, models.adamw().init(params))
+    for step in range(GPT_STEPS):
+        *state, loss = ours(*state, tokens, targets)
+        *want, want_loss = theirs(*want, tokens, targets)
+        np.testing.assert_allclose(float(loss), float(want_loss), rtol=2e-4, err_msg=f"step {step}")

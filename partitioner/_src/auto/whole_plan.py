@@ -13,10 +13,10 @@ layouts. This module weighs them:
   parallel) stays theirs inside the stages, the stages' microbatches split over the
   others (``PipelineDecision.batch_axes``), so a pipeline over one axis keeps tensor
   parallelism over another; each decision's program is then traced (``retrace``);
-- each pipeline's layouts start from the plain choice without the stages' axis, and
-  one sweep over the families puts that axis back where the model finds it pays (the
-  layer dimension of the stacked parameters, over the stages): the few moves a
-  pipeline changes, not a whole search per program; the schedules over one stage axis
+- each pipeline's layouts start from the plain choice without the stages' axis, one
+  sweep over the families puts that axis back where the model finds it pays (the
+  layer dimension of the stacked parameters, over the stages), and coordinate descent
+  from there settles the rest: one start, not a whole search's three per program; the schedules over one stage axis
   lay the same parameters over the same stages, so the first one's layouts serve the
   others, their programs scored with them;
 - without a limit the pipeline the model ranks fastest is compiled once, as the call
@@ -129,7 +129,8 @@ def _weigh(
         resolution = Resolution(params.in_axis_resources, params.out_axis_resources, record, body)
         weighed.append(_Weighed(0, WholePlan(NO_PIPELINE, (), record.chosen), resolution, plain))
         floor = [b.candidate for b in record.baselines if b.candidate.figures.measured]
-        decisions = [_with_batch_axes(d, record.chosen) for d in decisions]
+        given = _batch_axes_given(plain)
+        decisions = [_with_batch_axes(d, record.chosen, given) for d in decisions]
         seed = _layouts(plain, resolution)
     programs, skipped = _traced(decisions, retrace, in_paths, out_paths)
     with reporting(plain.api) as progress:
@@ -175,16 +176,32 @@ def _layouts(plan: CallPlan, resolution: Resolution) -> tuple[Layout, ...]:
     )
 
 
-def _with_batch_axes(decision: PipelineDecision, plain: Candidate) -> PipelineDecision:
+def _batch_axes_given(plan: CallPlan) -> tuple[str, ...]:
+    """The mesh axes the call's given input specs put on a leading dimension (the
+    batch's own), in the order met."""
+    found: dict[str, None] = {}
+    for spec in plan.params.in_axis_resources[plan.num_consts :]:
+        leading = getattr(spec, "partitions", ())[:1]
+        found.update((str(axis), None) for dim in leading for axis in dim)
+    return tuple(found)
+
+
+def _with_batch_axes(
+    decision: PipelineDecision, plain: Candidate, given: tuple[str, ...]
+) -> PipelineDecision:
     """``decision`` keeping for the weights the axes the plain program's choice uses for
     them alone (tensor parallel), where it does: the stages' microbatches are split over
-    the others (NOTE [whole plan])."""
+    the others (NOTE [whole plan]), the axes the call's batch already uses (``given``)
+    first, so that a microbatch's shards are the batch's own: no reshard of the batch
+    (and no gather from a dimension split one way by indices split another, which XLA
+    miscompiles)."""
     roles = dict(plain.roles)
-    free = [axis for axis, role in plain.roles if axis != decision.axis]
+    free = tuple(axis for axis, role in plain.roles if axis != decision.axis)
     batch = tuple(axis for axis in free if roles[axis] in ("data", "FSDP"))
-    if batch == tuple(free) or not batch:
-        return decision  # every free axis splits the batch: the pipeline's own rule
-    return dataclasses.replace(decision, batch_axes=batch)
+    ordered = tuple(sorted(batch, key=lambda axis: axis not in given))
+    if ordered == free or not batch:
+        return decision  # every free axis splits the batch, in mesh order: the pipeline's own rule
+    return dataclasses.replace(decision, batch_axes=ordered)
 
 
 def _traced(

@@ -466,7 +466,7 @@ class AutoPipelined:
     Attributes:
         layer, microbatches, mesh, loss: as :func:`pipeline` took them.
         schedules: the schedules the call may choose among (without a given
-            ``schedule``: gpipe and circular).
+            ``schedule``: gpipe and circular, with ``loss=`` every schedule).
         saves: what each step keeps (None: chosen with the microbatches).
     """
 

@@ -51,16 +51,17 @@ def batch_axes(
     allowed: tuple[str, ...] | None = None,
 ) -> tuple[str, ...]:
     """The mesh axes a stage's microbatch is split over (NOTE [pipeline gradients]): the
-    Auto axes of more than one device other than ``axis`` (among ``allowed``, where
-    given: the others are left to the layer's weights, tensor parallel inside the
-    stages) that the layer's constraints put on no dimension but the leading one, in
-    mesh order, as many as divide ``shard_size`` (the microbatch's examples) together."""
+    Auto axes of more than one device other than ``axis`` (those in ``allowed``, in its
+    order, where given: the others are left to the layer's weights, tensor parallel
+    inside the stages) that the layer's constraints put on no dimension but the leading
+    one, in mesh order, as many as divide ``shard_size`` (the microbatch's examples)
+    together."""
     own = _constrained_axes(layer_program.jaxpr, after_leading=True)
+    kinds = dict(zip(mesh.axis_names, mesh.axis_types, strict=True))
     found: list[str] = []
-    for name, size, kind in zip(mesh.axis_names, mesh.axis_sizes, mesh.axis_types, strict=True):
-        if name == axis or size == 1 or kind != AxisType.Auto or name in own:
-            continue
-        if allowed is not None and name not in allowed:
+    for name in mesh.axis_names if allowed is None else allowed:
+        size = int(mesh.shape[name])
+        if name == axis or size == 1 or kinds[name] != AxisType.Auto or name in own:
             continue
         if shard_size % (math.prod(mesh.shape[a] for a in found) * size) == 0:
             found.append(str(name))

@@ -9,7 +9,13 @@ finalists are the search's best; the same with its small leaves replicated
 (:data:`SMALL`: the model cannot tell a small split from whole); the best of
 each other start of the descent; and the layouts it scored on the front of
 estimated collective bytes and memory within :data:`FRONT` of its time (a layout
-with a collective more but fewer bytes and less memory is XLA's to judge).
+with a collective more but fewer bytes and less memory is XLA's to judge); and, for
+each mesh axis the best splits both the batch and a weight's inner dimension over,
+the best layout that keeps it off the weights' inner dimensions: where a weight's kept dimension
+shares an axis with the batch, XLA's propagation may reshard the activations rather
+than gather the weight, which the model prices as the cheaper move (a small GPT with
+AdamW on a 2x2x2 mesh, its batch over 'c' and its MLP weights over ('b', 'c'):
+13.6 MB moved where the model counted 7.1 MB; over ('a', 'b'), 6.3 MB).
 
 Each is lowered and compiled, and XLA's own figures decide (``measure``): among
 the measured layouts that no other one beats on both collective bytes and memory
@@ -59,7 +65,7 @@ from typing import Any
 from ... import jax_private as jp
 from ...primitives.auto_choice import Figures
 from .descent import Assignment, Scored, Search, distinct, rank
-from .measure import Measured, figures_of
+from .measure import Measured, axis_roles, figures_of
 from .problem import Problem
 from .progress import current
 
@@ -72,6 +78,9 @@ FRONT = 0.05
 #: A leaf under this share of the AUTO leaves' bytes is small: the best with its small
 #: leaves replicated is a finalist (the model cannot tell a small split from whole).
 SMALL = 0.02
+#: The model's best layouts searched for one that keeps the batch's axis off the weights'
+#: inner dimensions.
+RANKED_FOR_ROLES = 500
 #: At most this many more compiles looking for a layout under the memory limit.
 EXTRA_FOR_LIMIT = 3
 #: A large program's baseline estimated this much above the finalist's memory (and
@@ -274,9 +283,35 @@ def _finalists(
         [best, simpler, *descents[1:], *search.front(best, FRONT), *search.ranked(None)], many
     )
     if memory_limit is None:
+        if many > 1:
+            alone = _batch_alone(search, best)
+            finalists = distinct([*finalists, *alone], len(finalists) + len(alone))
         return finalists, None
     est_limit = _calibrated(judge, finalists[0], memory_limit)
     return _under_limit(search, est_limit, many, objective), est_limit
+
+
+def _batch_alone(search: Search, best: Scored) -> list[Scored]:
+    """For each mesh axis ``best`` splits both the batch and a weight's inner dimension
+    over (any but its leading one: the layer dimension of a stack), the fastest layout
+    scored that keeps that axis off every weight's inner dimensions (NOTE [auto floor]:
+    where a weight's kept dimension and the batch share an axis, XLA's propagation may
+    move activations rather than the weight, which the model does not price)."""
+    problem = search.problem
+    weights = {i for i in problem.out_ties if i is not None} or set(problem.auto_inputs)
+
+    def inner(scored: Scored, axis: str) -> bool:
+        layouts = scored.in_layouts
+        return any(axis in dim for i in weights for dim in layouts[i][1:])
+
+    ranked = search.ranked(None)[:RANKED_FOR_ROLES]
+    found = []
+    for axis, role in axis_roles(problem, best.in_layouts):
+        if role == "FSDP" and inner(best, axis):
+            alone = next((s for s in ranked if not inner(s, axis)), None)
+            if alone is not None:
+                found.append(alone)
+    return found
 
 
 def _ruled_out(finalist: Scored, judge: _Judge) -> Callable[[Scored], bool]:
