@@ -60,13 +60,16 @@ class Saves(enum.StrEnum):
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    """Where a pipeline runs: its mesh, the stages' axis, and the axes each stage's
-    microbatch is split over (its ``shards``, NOTE [pipeline gradients])."""
+    """Where a pipeline runs: its mesh, the stages' axis, the axes each stage's
+    microbatch is split over (its ``shards``, NOTE [pipeline gradients]), and those its
+    layer's column-split matmuls are constrained over (``tensor``: an AUTO call's
+    weights' axes, NOTE [tensor parallel in the stages])."""
 
     mesh: Mesh
     axis: str
     batch: tuple[str, ...]
     shards: int
+    tensor: tuple[str, ...] = ()
 
     def pin(self, array: Any, *, stage_dim: bool = True, skip: int = 0) -> Any:
         """``array`` ``[stages?, <skip dims>, shards, ...]`` laid out so: the stages over
@@ -103,7 +106,8 @@ def run(
     layers = jax.tree.map(lambda leaf: _layers(leaf, schedule, placement), staged)
     one_layer = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape[2:], leaf.dtype), layers)
     one_shard = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape[2:], leaf.dtype), inputs)
-    shard_layer = per_shard(layer, placement.batch, one_layer, one_shard)
+    tensor = (placement.mesh, placement.tensor) if placement.tensor else None
+    shard_layer = per_shard(layer, placement.batch, one_layer, one_shard, tensor)
     prepared = jax.vmap(jax.vmap(shard_layer.prepare))(layers)
     copies = [_copies(leaf, placement) for leaf in prepared]
     visit = _visit(shard_layer, schedule, placement, saves, copies)

@@ -16,7 +16,7 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from ..inspect.pipelines import PipelineSummary, remember_chart, stage_devices
 from ..inspect.visualize import schedule_png
@@ -423,6 +423,22 @@ class Pipelined:
         )
         return one, checks.layer_count(params)
 
+    def _tensor_axes(self, mesh: Mesh, batch: tuple[str, ...]) -> tuple[str, ...]:
+        """The axes an AUTO call's whole plan keeps for the weights inside the stages
+        (``batch_over`` leaves them out): the layer's column-split matmuls are
+        constrained over them (NOTE [tensor parallel in the stages]). None for a
+        pipeline the user placed (``batch_over`` None), nor for the schedules by
+        actions (their manual region keeps to the layer's own constraints)."""
+        if self.batch_over is None or self.schedule.by_actions:
+            return ()
+        return tuple(
+            str(name)
+            for name, size, kind in zip(
+                mesh.axis_names, mesh.axis_sizes, mesh.axis_types, strict=True
+            )
+            if name != self.axis and size > 1 and kind == AxisType.Auto and name not in batch
+        )
+
     def _weigh(
         self, mesh: Mesh, one_layer: Any, h_aval: Any, pipelined: int, batch: int, limit: Any
     ) -> tuple[MicrobatchOption, tuple[MicrobatchOption, ...], Placement]:
@@ -432,7 +448,8 @@ class Pipelined:
 
         def placement(count: int) -> Placement:
             axes = batch_axes(mesh, self.axis, program, batch // count, self.batch_over)
-            return Placement(mesh, self.axis, axes, math.prod(int(mesh.shape[a]) for a in axes))
+            shards = math.prod(int(mesh.shape[a]) for a in axes)
+            return Placement(mesh, self.axis, axes, shards, self._tensor_axes(mesh, axes))
 
         stages = int(mesh.shape[self.axis])
         counts = (

@@ -41,6 +41,7 @@ from ..primitives.constraint import (
     sharding_constraint_p,
 )
 from ..sharding.parsed import ParsedPartitionSpec
+from .tensor_split import tensor_split
 
 
 def batch_axes(
@@ -89,26 +90,40 @@ class ShardLayer:
 
 
 def per_shard(
-    layer: Callable[..., Any], batch: Sequence[str], one_layer: Any, one_shard: Any
+    layer: Callable[..., Any],
+    batch: Sequence[str],
+    one_layer: Any,
+    one_shard: Any,
+    tensor: tuple[Mesh, Sequence[str]] | None = None,
 ) -> ShardLayer:
     """``layer`` as one shard runs it: its program traced on one layer's parameters and
     one shard's activations (arrays or ``jax.ShapeDtypeStruct``s), with ``batch``
     dropped from every constraint (NOTE [pipeline gradients]), split into
-    :class:`ShardLayer`'s two parts."""
+    :class:`ShardLayer`'s two parts; with ``tensor`` (a mesh and axes), its
+    column-split matmuls constrained over those axes (NOTE [tensor parallel in the
+    stages]) unless the layer's own constraints name one of them."""
     closed = jax.make_jaxpr(layer)(one_layer, one_shard)
+    if tensor is not None and _constrained_axes(closed.jaxpr) & set(tensor[1]):
+        tensor = None  # the layer lays its activations out itself
     if batch and _constrained_axes(closed.jaxpr) & set(batch):
         closed = jp.ClosedJaxpr(_without(closed.jaxpr, frozenset(batch)), closed.consts)
     n_params = len(jax.tree.leaves(one_layer))
     unknowns = [False] * n_params + [True] * (len(closed.in_avals) - n_params)
     known, unknown, _, _ = jp.partial_eval_jaxpr_nounits(closed, unknowns, True)
     _, out_tree = jax.tree.flatten(jax.eval_shape(layer, one_layer, one_shard))
+    n_prepared = len(unknown.jaxpr.invars) - len(jax.tree.leaves(one_shard))
 
     def prepare(params: Any) -> list[Any]:
         return list(jp.eval_jaxpr(known.jaxpr, known.consts, *jax.tree.leaves(params)))
 
+    run = (
+        (lambda args: jp.eval_jaxpr(unknown.jaxpr, unknown.consts, *args))
+        if tensor is None
+        else tensor_split(unknown.jaxpr, unknown.consts, n_prepared, *tensor)
+    )
+
     def apply(prepared: Sequence[Any], h: Any) -> Any:
-        outs = jp.eval_jaxpr(unknown.jaxpr, unknown.consts, *prepared, *jax.tree.leaves(h))
-        return jax.tree.unflatten(out_tree, outs)
+        return jax.tree.unflatten(out_tree, run([*prepared, *jax.tree.leaves(h)]))
 
     return ShardLayer(prepare, apply)
 
