@@ -16,7 +16,10 @@ layouts. This module weighs them:
 - each pipeline's layouts start from the plain choice without the stages' axis, one
   sweep over the families puts that axis back where the model finds it pays (the
   layer dimension of the stacked parameters, over the stages), and coordinate descent
-  from there settles the rest: one start, not a whole search's three per program; the schedules over one stage axis
+  from there settles the rest: one start, not a whole search's three per program
+  (where the whole plan keeps an axis for the weights inside the stages, the layer's
+  column-split matmuls are constrained over it: NOTE [tensor parallel in the stages]
+  in ``pipeline/tensor_split.py``); the schedules over one stage axis
   lay the same parameters over the same stages, so the first one's layouts serve the
   others, their programs scored with them;
 - without a limit the pipeline the model ranks fastest is compiled once, as the call
@@ -200,7 +203,7 @@ def _with_batch_axes(
     batch = tuple(axis for axis in free if roles[axis] in ("data", "FSDP"))
     ordered = tuple(sorted(batch, key=lambda axis: axis not in given))
     if ordered == free or not batch:
-        return decision  # every free axis splits the batch, in mesh order: the pipeline's own rule
+        return decision  # every free axis splits the batch, in mesh order: the pipeline's rule
     return dataclasses.replace(decision, batch_axes=ordered)
 
 

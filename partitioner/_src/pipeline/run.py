@@ -426,9 +426,10 @@ class Pipelined:
     def _tensor_axes(self, mesh: Mesh, batch: tuple[str, ...]) -> tuple[str, ...]:
         """The axes an AUTO call's whole plan keeps for the weights inside the stages
         (``batch_over`` leaves them out): the layer's column-split matmuls are
-        constrained over them (NOTE [tensor parallel in the stages]). None for a
-        pipeline the user placed (``batch_over`` None), nor for the schedules by
-        actions (their manual region keeps to the layer's own constraints)."""
+        constrained over them (NOTE [tensor parallel in the stages]). Empty for a
+        pipeline the user placed (``batch_over`` None: the layer's own constraints say
+        what is tensor parallel), nor for the schedules by actions (their manual
+        region keeps to the layer's own constraints)."""
         if self.batch_over is None or self.schedule.by_actions:
             return ()
         return tuple(

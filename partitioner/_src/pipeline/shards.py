@@ -52,11 +52,11 @@ def batch_axes(
     allowed: tuple[str, ...] | None = None,
 ) -> tuple[str, ...]:
     """The mesh axes a stage's microbatch is split over (NOTE [pipeline gradients]): the
-    Auto axes of more than one device other than ``axis`` (those in ``allowed``, in its
-    order, where given: the others are left to the layer's weights, tensor parallel
-    inside the stages) that the layer's constraints put on no dimension but the leading
-    one, in mesh order, as many as divide ``shard_size`` (the microbatch's examples)
-    together."""
+    Auto axes of more than one device other than ``axis`` (only those in ``allowed``,
+    where given: the others are left to the layer's weights, tensor parallel inside
+    the stages) that the layer's constraints put on no dimension but the leading one,
+    as many as divide ``shard_size`` (the microbatch's examples) together, taken in
+    ``allowed``'s order (else the mesh's)."""
     own = _constrained_axes(layer_program.jaxpr, after_leading=True)
     kinds = dict(zip(mesh.axis_names, mesh.axis_types, strict=True))
     found: list[str] = []

@@ -11,11 +11,12 @@ each other start of the descent; and the layouts it scored on the front of
 estimated collective bytes and memory within :data:`FRONT` of its time (a layout
 with a collective more but fewer bytes and less memory is XLA's to judge); and, for
 each mesh axis the best splits both the batch and a weight's inner dimension over,
-the best layout that keeps it off the weights' inner dimensions: where a weight's kept dimension
-shares an axis with the batch, XLA's propagation may reshard the activations rather
-than gather the weight, which the model prices as the cheaper move (a small GPT with
-AdamW on a 2x2x2 mesh, its batch over 'c' and its MLP weights over ('b', 'c'):
-13.6 MB moved where the model counted 7.1 MB; over ('a', 'b'), 6.3 MB).
+the best layout that keeps it off the weights' inner dimensions: where a weight's
+kept dimension shares an axis with the batch, XLA's propagation may reshard the
+activations rather than gather the weight, which the model prices as the cheaper
+move (a small GPT with AdamW on a 2x2x2 mesh, its batch over 'c' and its MLP weights
+over ('b', 'c'): 13.6 MB moved where the model counted 7.1 MB; over ('a', 'b'),
+6.3 MB).
 
 Each is lowered and compiled, and XLA's own figures decide (``measure``): among
 the measured layouts that no other one beats on both collective bytes and memory
