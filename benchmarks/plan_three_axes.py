@@ -8,6 +8,8 @@ axis=AUTO)`` and, beside it, with the plain scan. The judgement is the issue's: 
 plan at least as good on both XLA figures (collective bytes, memory per device) and
 better by more than 2% on one, by ``Figures.dominates(by=0.02)``, the test AUTO's own
 decisions and the tests use; and the search (the first ``lower().compile()``) within 30 s.
+Then AUTO once more under ``auto_memory_limit`` = 1.05x the least memory a hand plan
+holds: it must fit (XLA's memory within the limit), values checked as the others.
 
 Why a worker process per setup, and a journal: a setup executes some 90 programs with
 collectives on 8 virtual CPU devices over 2 shared cores, and XLA's CPU rendezvous has
@@ -53,6 +55,9 @@ SIZES = dict.fromkeys(AXES, 2)
 BY = 0.02
 NOT_MATCHED = common.Target("0 hand plans", hi=0.0)
 SEARCH_S = 30.0
+#: AUTO under ``auto_memory_limit`` = this much of the least memory a hand plan holds.
+LIMIT_SLACK = 1.05
+LIMITED = "pipeline(layer, axis=AUTO) under the limit"
 RESTARTS = 4
 #: The quick run's stack depth and plans (one of each kind, so every path runs once).
 QUICK_LAYERS = 2
@@ -174,15 +179,25 @@ def _hand(
     return report, _wrong(f(params, opt_state, *batch), want, plan.name)
 
 
-def _auto(program: Program, stack: Any, data: P, state: Any, batch: Any, want: Any) -> dict:
-    """The step with AUTO parameters and optimizer state, cold: its figures, choice and
-    the search's wall and CPU seconds (the first ``lower().compile()``), values checked."""
+def _auto(
+    program: Program,
+    stack: Any,
+    data: P,
+    state: Any,
+    batch: Any,
+    want: Any,
+    limit: int | None = None,
+) -> dict:
+    """The step with AUTO parameters and optimizer state, cold (under ``limit``, an
+    ``auto_memory_limit``, where given): its figures, choice and the search's wall and
+    CPU seconds (the first ``lower().compile()``), values checked."""
     partitioner.clear_caches()
     opt_state = jax.device_get(models.adamw().init(state))
     f = partitioner.jit(
         models.adamw_step(program.loss(stack)),
         in_shardings=(AUTO, AUTO, data, data),
         out_shardings=(AUTO, AUTO, None),
+        auto_memory_limit=limit,
     )
     with common.stopwatch() as took:
         compiled = f.lower(state, opt_state, *batch).compile()
@@ -255,6 +270,14 @@ def measure(index: int, journal: Path, quick: bool) -> None:
                 _append(journal, {"kind": "auto", "name": body, **record})
                 print(f"  AUTO, {body}: {record['plan']} ({record['search_s']:.1f} s)"
                       + (f"; VALUES WRONG: {record['wrong']}" if record["wrong"] else ""), flush=True)  # fmt: skip
+        if ("limited", LIMITED) not in done:
+            hands = [r for r in _read(journal) if r["kind"] == "hand" and not r["wrong"]]
+            limit = int(LIMIT_SLACK * min(r["memory_bytes"] for r in hands))
+            stack = bodies["pipeline(layer, axis=AUTO)"]
+            record = _auto(program, stack, data, state, batch, want, limit)
+            _append(journal, {"kind": "limited", "name": LIMITED, "limit": limit, **record})
+            print(f"  AUTO under {limit:,} bytes: {record['plan']}, "
+                  f"{_mb(record['memory_bytes'])} MB ({record['search_s']:.1f} s)", flush=True)  # fmt: skip
 
 
 # --- the rows (in bench_plan.py's process) ---
@@ -350,6 +373,17 @@ def _rows(title: str, records: list[dict[str, Any]]) -> list[common.Row]:
             f"{title}: AUTO search (the first lower + compile)", "s", auto["search_s"], None,
             None, f"<= {SEARCH_S:.0f} s", met, "ok" if met else "MISSED",
             extra={"cpu_s": auto["search_cpu_s"], "compiles": auto["compiles"]},
+        )
+    )  # fmt: skip
+    limited = next(r for r in records if r["kind"] == "limited")
+    ratio = limited["memory_bytes"] / limited["limit"]
+    met = ratio <= 1.0 and not limited["wrong"]
+    rows.append(
+        common.Row(
+            f"{title}: AUTO under auto_memory_limit = {LIMIT_SLACK}x the least hand memory "
+            f"({limited['plan']}{', VALUES WRONG' if limited['wrong'] else ''}) / the limit: "
+            "XLA memory", "x", ratio, None, None, "<= 1.00x", met, "ok" if met else "MISSED",
+            extra=limited,
         )
     )  # fmt: skip
     flat = {h: f for h, f in hands.items() if "microbatches" not in h}
