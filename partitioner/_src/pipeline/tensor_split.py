@@ -88,8 +88,10 @@ def _matmul(eqn: Any, weights: set[Any], split: set[Any], size: int) -> str | No
     """``"column"``, ``"row"`` or ``"whole"`` for an activation times a weight (NOTE
     [tensor parallel in the stages]); None for any other ``dot_general``."""
     lhs, rhs = eqn.invars
-    (contract_l, contract_r), (batch_l, _) = eqn.params["dimension_numbers"]
-    if isinstance(rhs, jp.Literal) or rhs not in weights or lhs in weights or batch_l:
+    (_, contract_r), (batch_l, _) = eqn.params["dimension_numbers"]
+    if any(isinstance(v, jp.Literal) for v in (lhs, rhs)):
+        return None
+    if rhs not in weights or lhs in weights or batch_l:
         return None
     shape = rhs.aval.shape
     if len(shape) != 2 or tuple(contract_r) != (0,):
