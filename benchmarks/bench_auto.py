@@ -470,18 +470,12 @@ def twin_rows(n: int, dims: models.Dims = models.DIMS, norms: bool = True) -> li
     beaten = [who for who, chosen in (("unrolled", theirs), ("scanned", ours))
               if _beats(hand[who], chosen)]  # fmt: skip
     rows.append(
-        common.Row(
-            f"{n} blocks{shape}: twins' choices beaten on both by Megatron attention + MLP over both axes",
-            "twins",
-            float(len(beaten)),
-            None,
-            None,
-            "none",
-            not beaten,
-            "ok" if not beaten else "MISSED",
-            extra={"beaten": beaten, "hand": hand, "scanned": ours, "unrolled": theirs},
+        _none_beats(
+            f"{n} blocks{shape}: twins' choices beaten on both by Megatron attention + MLP "
+            "over both axes", "twins", beaten,
+            {"beaten": beaten, "hand": hand, "scanned": ours, "unrolled": theirs},
         )
-    )
+    )  # fmt: skip
     return rows
 
 
@@ -556,18 +550,11 @@ def layer_rows(prog: Program, rounds: int) -> tuple[list[common.Row], dict[str, 
         }
     beaten = [name for name, f in others.items() if _beats(f, ours)]
     rows.append(
-        common.Row(
-            f"{prog.name}: beaten on both by",
-            "layouts",
-            float(len(beaten)),
-            None,
-            None,
-            "none",
-            not beaten,
-            "ok" if not beaten else "MISSED",
-            extra={"beaten_by": beaten, "figures": others | {"chosen": ours}},
+        _none_beats(
+            f"{prog.name}: beaten on both by", "layouts", beaten,
+            {"beaten_by": beaten, "figures": others | {"chosen": ours}},
         )
-    )
+    )  # fmt: skip
     details = {
         "chosen_specs": dict(zip(choice.paths, choice.chosen.specs, strict=True)),
         "figures": figures,
@@ -576,6 +563,14 @@ def layer_rows(prog: Program, rounds: int) -> tuple[list[common.Row], dict[str, 
         "search": timing,
     }
     return rows, details
+
+
+def _none_beats(name: str, unit: str, beaten: list[str], extra: dict[str, Any]) -> common.Row:
+    """A row counting the layouts that beat AUTO's on both figures; its target: none."""
+    return common.Row(
+        name, unit, float(len(beaten)), None, None, "none", not beaten,
+        "ok" if not beaten else "MISSED", extra=extra,
+    )  # fmt: skip
 
 
 def _beats(theirs: dict[str, Any], ours: dict[str, Any]) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ..inspect.pipelines import PipelineSummary, remember_chart, stage_devices
 from ..inspect.visualize import schedule_png
@@ -36,7 +36,7 @@ from .microbatches import options as microbatch_options
 from .program import Placement, Saves, plain_scan
 from .program import run as run_program
 from .schedule import SCHEDULES, Schedule, ScheduleKind
-from .shards import batch_axes
+from .shards import batch_axes, free_axes
 from .staged import StagedParams, stage_order
 
 _SAVES = tuple(kind.value for kind in Saves)
@@ -432,13 +432,7 @@ class Pipelined:
         region keeps to the layer's own constraints)."""
         if self.batch_over is None or self.schedule.by_actions:
             return ()
-        return tuple(
-            str(name)
-            for name, size, kind in zip(
-                mesh.axis_names, mesh.axis_sizes, mesh.axis_types, strict=True
-            )
-            if name != self.axis and size > 1 and kind == AxisType.Auto and name not in batch
-        )
+        return tuple(name for name in free_axes(mesh, self.axis) if name not in batch)
 
     def _weigh(
         self, mesh: Mesh, one_layer: Any, h_aval: Any, pipelined: int, batch: int, limit: Any

@@ -58,15 +58,24 @@ def batch_axes(
     as many as divide ``shard_size`` (the microbatch's examples) together, taken in
     ``allowed``'s order (else the mesh's)."""
     own = _constrained_axes(layer_program.jaxpr, after_leading=True)
-    kinds = dict(zip(mesh.axis_names, mesh.axis_types, strict=True))
+    free = free_axes(mesh, axis)
     found: list[str] = []
-    for name in mesh.axis_names if allowed is None else allowed:
-        size = int(mesh.shape[name])
-        if name == axis or size == 1 or kinds[name] != AxisType.Auto or name in own:
+    for name in free if allowed is None else allowed:
+        if name not in free or name in own:
             continue
-        if shard_size % (math.prod(mesh.shape[a] for a in found) * size) == 0:
+        if shard_size % (math.prod(mesh.shape[a] for a in found) * mesh.shape[name]) == 0:
             found.append(str(name))
     return tuple(found)
+
+
+def free_axes(mesh: Mesh, axis: str) -> tuple[str, ...]:
+    """The mesh's Auto axes of more than one device other than the stages' ``axis``, in
+    mesh order: those a stage's batch or its weights may be split over."""
+    return tuple(
+        str(name)
+        for name, size, kind in zip(mesh.axis_names, mesh.axis_sizes, mesh.axis_types, strict=True)
+        if name != axis and size > 1 and kind == AxisType.Auto
+    )
 
 
 def _constrained_axes(jaxpr: Any, *, after_leading: bool = False) -> set[str]:

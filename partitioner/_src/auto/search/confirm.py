@@ -305,14 +305,16 @@ def _batch_alone(search: Search, best: Scored) -> list[Scored]:
         layouts = scored.in_layouts
         return any(axis in dim for i in weights for dim in layouts[i][1:])
 
+    shared = [
+        axis
+        for axis, role in axis_roles(problem, best.in_layouts)
+        if role == "FSDP" and inner(best, axis)
+    ]
+    if not shared:
+        return []  # the usual case: nothing to rank
     ranked = search.ranked(None)[:RANKED_FOR_ROLES]
-    found = []
-    for axis, role in axis_roles(problem, best.in_layouts):
-        if role == "FSDP" and inner(best, axis):
-            alone = next((s for s in ranked if not inner(s, axis)), None)
-            if alone is not None:
-                found.append(alone)
-    return found
+    found = (next((s for s in ranked if not inner(s, axis)), None) for axis in shared)
+    return [alone for alone in found if alone is not None]
 
 
 def _ruled_out(finalist: Scored, judge: _Judge) -> Callable[[Scored], bool]:
