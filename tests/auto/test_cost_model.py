@@ -378,3 +378,27 @@ def test_a_partial_sum_reduced_once_is_read_again_as_reduced(mesh: MeshFactory):
     ins = [_layout(spec, jnp.ndim(a)) for spec, a in zip(in_specs, (h, w, x, s), strict=True)]
     estimate, _ = AutoEstimator(jaxpr, SIZES).run(ins, [ins[2]], [False] * 4)
     assert estimate.collective_bytes == report.collective_bytes, str(report)
+
+
+def test_an_open_dimension_of_a_constraint_keeps_its_split(mesh: MeshFactory):
+    """A constraint's UNCONSTRAINED dimension keeps the split its operand has there, as
+    XLA's partitioners propagate through it: a stacked weight split over 'model' on its
+    features and constrained over 'data' on its layer dimension alone (a pipeline's
+    staging) moves nothing, where gathering the open dimension would move the weight."""
+    w = jnp.ones((8, 64, 32))
+    in_spec = P(None, None, "model")
+
+    def staged(w):
+        free = partitioner.UNCONSTRAINED
+        return partitioner.with_sharding_constraint(w, P("data", free, free)) * 2
+
+    m = mesh((4, 2), ORDER)
+    out_spec = P("data", None, "model")
+    f = partitioner.pjit(staged, in_axis_resources=in_spec, out_axis_resources=out_spec)
+    with jax.set_mesh(m):
+        report = f.lower(w).report()
+        jaxpr = jax.make_jaxpr(staged)(w)
+    estimate, _ = AutoEstimator(jaxpr, SIZES).run(
+        [_layout(in_spec, 3)], [_layout(out_spec, 3)], [False]
+    )
+    assert estimate.collective_bytes == report.collective_bytes == 0, str(report)

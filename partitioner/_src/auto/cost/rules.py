@@ -23,7 +23,7 @@ from ...primitives.pjit_call import pjit_p
 from . import contractions, control, elementwise, slices
 from .equations import call_body, is_elementwise, shape_of
 from .flops import ALONG_AXIS, REDUCE_BY_SUM, REDUCE_OTHER, WINDOWS
-from .layouts import NO_AXES, Layout, replicated
+from .layouts import NO_AXES, Layout, canonical, replicated, used_axes
 from .values import Frame, Rule, Tally, Values, no_peak, spec_layout
 
 RULES: Mapping[str, Rule] = {
@@ -69,7 +69,8 @@ def rule_for(eqn: Any, model: Values) -> Rule:
     if spec is not None:  # ours, or jax's own over another mesh's axes: replicated
         foreign = any(axis not in model.sizes for dim in spec.partitions for axis in dim)
         layout = replicated(ndim) if foreign else spec_layout(spec, ndim, model.order)
-        return functools.partial(_fixed, layout=layout)
+        open_dims = frozenset() if foreign else frozenset(spec.unconstrained_dims)
+        return functools.partial(_fixed, layout=layout, open_dims=open_dims)
     rule = RULES.get(name)
     if rule is not None:
         return rule
@@ -80,9 +81,30 @@ def rule_for(eqn: Any, model: Values) -> Rule:
 
 
 def _fixed(
-    model: Values, eqn: Any, frame: Frame, tally: Tally, mult: float, layout: Layout
+    model: Values,
+    eqn: Any,
+    frame: Frame,
+    tally: Tally,
+    mult: float,
+    layout: Layout,
+    open_dims: frozenset[int],
 ) -> float:
-    """A sharding constraint: its operand moves to ``layout``."""
-    model.move(eqn.invars[0], layout, frame, tally, mult)
+    """A sharding constraint: its operand moves to ``layout``, but for its UNCONSTRAINED
+    dimensions (``open_dims``), which keep the axes the operand has there (those the
+    constrained ones do not take): XLA's partitioners propagate through an open
+    dimension rather than gather it, so a stacked parameter constrained over the stages
+    alone (a pipeline's staging) keeps its split of the rest."""
+    operand = eqn.invars[0]
+    if open_dims:
+        current = model.read(frame, operand)[0]
+        taken = used_axes(layout)
+        layout = canonical(
+            [
+                [axis for axis in current[dim] if axis not in taken] if dim in open_dims else axes
+                for dim, axes in enumerate(layout)
+            ],
+            model.order,
+        )
+    model.move(operand, layout, frame, tally, mult)
     model.set(frame, eqn.outvars[0], (layout, NO_AXES))
     return 0.0
