@@ -18,7 +18,9 @@ sharded dimension leave a partial sum (``reduce_sum``) or all-reduce (max, min,
 ...); reshapes, transposes and broadcasts carry an axis along with its
 dimension; operations along a dimension (cumulative sums, sort, windows, slices
 and dynamic slices and updates) keep that dimension whole and the others as they
-are; an operation the model does not know gathers its operands. A value moved to
+are; a sharding constraint moves its operand to its spec, but for its UNCONSTRAINED
+dimensions, which keep the split they have; an operation the model does not know
+gathers its operands. A value moved to
 one layout once is not moved there again (XLA reuses it). Calls, ``remat``,
 custom derivatives and nested pjits are followed inside; a ``scan`` body counts
 ``length`` times, a ``while`` body its trip count where the loop counts a
