@@ -20,11 +20,10 @@ dimension; operations along a dimension (cumulative sums, sort, windows, slices
 and dynamic slices and updates) keep that dimension whole and the others as they
 are; a sharding constraint moves its operand to its spec, but for its UNCONSTRAINED
 dimensions, which keep the split they have; an operation the model does not know
-gathers its operands. A value moved to
-one layout once is not moved there again (XLA reuses it). Calls, ``remat``,
-custom derivatives and nested pjits are followed inside; a ``scan`` body counts
-``length`` times, a ``while`` body its trip count where the loop counts a
-literal bound (``fori_loop``), else once, a ``cond`` its dearest branch.
+gathers its operands. A value moved to one layout once is not moved there again (XLA
+reuses it). Calls, ``remat``, custom derivatives and nested pjits are followed inside;
+a ``scan`` body counts ``length`` times, a ``while`` body its trip count where the loop
+counts a literal bound (``fori_loop``), else once, a ``cond`` its dearest branch.
 
 Time is ``flops / FLOPS_PER_S + collective bytes / BYTES_PER_S + collectives *
 LATENCY_S`` per device (``rates.py``) (docs/howto/auto.md states the model), the
