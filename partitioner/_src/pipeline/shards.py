@@ -112,9 +112,10 @@ def per_shard(
     column-split matmuls constrained over those axes (NOTE [tensor parallel in the
     stages]) unless the layer's own constraints name one of them."""
     closed = jax.make_jaxpr(layer)(one_layer, one_shard)
-    if tensor is not None and _constrained_axes(closed.jaxpr) & set(tensor[1]):
+    constrained = _constrained_axes(closed.jaxpr)
+    if tensor is not None and constrained & set(tensor[1]):
         tensor = None  # the layer lays its activations out itself
-    if batch and _constrained_axes(closed.jaxpr) & set(batch):
+    if batch and constrained & set(batch):
         closed = jp.ClosedJaxpr(_without(closed.jaxpr, frozenset(batch)), closed.consts)
     n_params = len(jax.tree.leaves(one_layer))
     unknowns = [False] * n_params + [True] * (len(closed.in_avals) - n_params)

@@ -15,8 +15,9 @@ circular over 'a' with Megatron over 'c') beat it on both figures. So the pipeli
 writes the constraints a Megatron layer writes for itself, reading the layer's
 program (one shard's, ``shards.per_shard``); the model then sees each stage compute
 and keep its share of the hidden units (the pipeline: 8.4 MB moved, 11.0 MB held,
-chosen; 8 hand plans beat it, each a circular pipeline staged once outside the
-step, which an AUTO pipeline, given the layers in order, cannot be):
+chosen; 8 hand plans still beat it, each a circular pipeline staged once outside the
+step, until the cost model read the staging constraints' UNCONSTRAINED dimensions as
+open, ``cost/rules.py``: 8.9 MB moved, 10.4 MB held, none beats it):
 
 - a matmul of an activation by a weight (an input the layer derives from its
   parameters alone) whose kept dimension is at least its contracted one and divides
